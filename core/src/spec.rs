@@ -1,0 +1,366 @@
+//! What a user asks for: the validated job specification.
+//!
+//! [`JobSpec::validate`] is the one place that decides whether a spec is acceptable; the
+//! YAML front end ([`crate::yaml`]) and the gRPC layer both call it, so a field that
+//! is refused in `job.yaml` is refused over gRPC too, with the same field name.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::JobClass;
+use crate::workload;
+
+/// The largest `gpu_memory` any job may ask for (16 TiB): a guard against typos, far
+/// above any GPU that exists.
+pub const MAX_GPU_MEMORY_MIB: u64 = 16 * 1024 * 1024;
+pub const MAX_NAME_LEN: usize = 63;
+pub const MAX_ARGS: usize = 1024;
+pub const MAX_ARG_BYTES: usize = 64 * 1024;
+pub const MAX_ENV: usize = 1024;
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
+pub const MAX_RESTARTS: u32 = 100;
+pub const MAX_BATCH: u32 = 65_536;
+
+/// A validated job specification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub class: JobClass,
+    /// GPU memory the job needs, in MiB.
+    pub gpu_memory_mib: u64,
+    /// Online jobs: the latency objective per request, in milliseconds.
+    pub slo_ms: Option<u64>,
+    /// Higher runs first among queued jobs; default 0.
+    pub priority: i32,
+    pub task: Task,
+    /// The job can be stopped (SIGTERM) and resumed with `MMK_RESUME=1`.
+    pub checkpoint: bool,
+    pub restart_policy: RestartPolicy,
+    /// How many times mmk restarts the job under its restart policy.
+    pub max_restarts: u32,
+}
+
+/// What the job runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// A managed process.
+    Command(CommandSpec),
+    /// A named workload profile, run by the simulated node.
+    Workload(WorkloadSpec),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CommandSpec {
+    /// The program and its arguments (`args[0]` is the program).
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Absolute working directory; `mmkctl` fills in its own when the file names none.
+    pub workdir: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadSpec {
+    pub name: String,
+    pub batch_size: Option<u32>,
+    /// Overrides the workload's nominal solo duration (simulated milliseconds).
+    pub duration_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    /// A job that fails, or that was running when mmkd died, stays FAILED.
+    #[default]
+    Never,
+    /// A job that fails, or that was running when mmkd died, goes back to the queue, up to
+    /// `max_restarts` times.
+    OnFailure,
+}
+
+impl RestartPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartPolicy::Never => "never",
+            RestartPolicy::OnFailure => "on-failure",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "never" => Ok(RestartPolicy::Never),
+            "on-failure" => Ok(RestartPolicy::OnFailure),
+            other => Err(format!(
+                "unknown restart policy {other:?} (expected never or on-failure)"
+            )),
+        }
+    }
+}
+
+/// A refused field: `field` is the path as written in `job.yaml` (`command.args`), and
+/// `line` is filled in when the spec came from a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+    pub line: Option<u64>,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+            line: None,
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}: {}", self.field, self.message),
+            None => write!(f, "{}: {}", self.field, self.message),
+        }
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+impl JobSpec {
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        validate_name(&self.name)?;
+        if self.gpu_memory_mib == 0 {
+            return Err(FieldError::new("gpu_memory", "must be greater than zero"));
+        }
+        if self.gpu_memory_mib > MAX_GPU_MEMORY_MIB {
+            return Err(FieldError::new(
+                "gpu_memory",
+                format!("{} MiB is larger than any GPU (at most 16TiB)", self.gpu_memory_mib),
+            ));
+        }
+        match (self.class, self.slo_ms) {
+            (JobClass::Offline, Some(_)) => {
+                return Err(FieldError::new("slo", "only online jobs have an SLO"));
+            }
+            (_, Some(0)) => return Err(FieldError::new("slo", "must be greater than zero")),
+            _ => {}
+        }
+        if !PRIORITY_RANGE.contains(&self.priority) {
+            return Err(FieldError::new(
+                "priority",
+                format!("{} is outside -1000..=1000", self.priority),
+            ));
+        }
+        if self.checkpoint && self.class == JobClass::Online {
+            return Err(FieldError::new(
+                "checkpoint",
+                "only offline jobs are checkpointed and moved",
+            ));
+        }
+        if self.max_restarts > MAX_RESTARTS {
+            return Err(FieldError::new(
+                "max_restarts",
+                format!("{} is more than {MAX_RESTARTS}", self.max_restarts),
+            ));
+        }
+        match &self.task {
+            Task::Command(c) => validate_command(c),
+            Task::Workload(w) => validate_workload(w),
+        }
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), FieldError> {
+    if name.trim().is_empty() {
+        return Err(FieldError::new("name", "must not be empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(FieldError::new(
+            "name",
+            format!("is {} characters; at most {MAX_NAME_LEN}", name.len()),
+        ));
+    }
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) || !name.chars().all(ok_char) {
+        return Err(FieldError::new(
+            "name",
+            format!("{name:?} may hold only letters, digits, '-', '_' and '.', and starts with a letter or digit"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_command(c: &CommandSpec) -> Result<(), FieldError> {
+    let Some(program) = c.args.first() else {
+        return Err(FieldError::new(
+            "command.args",
+            "must name the program to run",
+        ));
+    };
+    if program.is_empty() {
+        return Err(FieldError::new("command.args", "the program name is empty"));
+    }
+    if c.args.len() > MAX_ARGS {
+        return Err(FieldError::new(
+            "command.args",
+            format!("{} arguments; at most {MAX_ARGS}", c.args.len()),
+        ));
+    }
+    if let Some(i) = c
+        .args
+        .iter()
+        .position(|a| a.len() > MAX_ARG_BYTES || a.contains('\0'))
+    {
+        return Err(FieldError::new(
+            format!("command.args[{i}]"),
+            "is longer than 64KiB or holds a NUL byte",
+        ));
+    }
+    if c.env.len() > MAX_ENV {
+        return Err(FieldError::new(
+            "command.env",
+            format!("{} variables; at most {MAX_ENV}", c.env.len()),
+        ));
+    }
+    for (k, v) in &c.env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(FieldError::new(
+                format!("command.env.{k}"),
+                "a variable name must be non-empty and hold no '=' or NUL",
+            ));
+        }
+        if v.contains('\0') || v.len() > MAX_ARG_BYTES {
+            return Err(FieldError::new(
+                format!("command.env.{k}"),
+                "is longer than 64KiB or holds a NUL byte",
+            ));
+        }
+        if k.starts_with("MMK_") {
+            return Err(FieldError::new(
+                format!("command.env.{k}"),
+                "MMK_ variables are set by mmk",
+            ));
+        }
+    }
+    if let Some(dir) = &c.workdir {
+        if !dir.starts_with('/') || dir.contains('\0') {
+            return Err(FieldError::new(
+                "command.workdir",
+                format!("{dir:?} must be an absolute path"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_workload(w: &WorkloadSpec) -> Result<(), FieldError> {
+    if workload::find(&w.name).is_none() {
+        return Err(FieldError::new(
+            "workload.name",
+            format!(
+                "unknown workload {:?}; known: {}",
+                w.name,
+                workload::names().join(", ")
+            ),
+        ));
+    }
+    if let Some(b) = w.batch_size {
+        if b == 0 || b > MAX_BATCH {
+            return Err(FieldError::new(
+                "workload.batch_size",
+                format!("{b} is outside 1..={MAX_BATCH}"),
+            ));
+        }
+    }
+    if w.duration_ms == Some(0) {
+        return Err(FieldError::new(
+            "workload.duration",
+            "must be greater than zero",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> JobSpec {
+        JobSpec {
+            name: "resnet".into(),
+            class: JobClass::Offline,
+            gpu_memory_mib: 10 * 1024,
+            slo_ms: None,
+            priority: 0,
+            task: Task::Workload(WorkloadSpec {
+                name: "resnet50-train".into(),
+                batch_size: None,
+                duration_ms: None,
+            }),
+            checkpoint: false,
+            restart_policy: RestartPolicy::Never,
+            max_restarts: 0,
+        }
+    }
+
+    fn field_of(spec: &JobSpec) -> String {
+        spec.validate().expect_err("must be refused").field
+    }
+
+    #[test]
+    fn a_good_spec_passes() {
+        assert_eq!(sample().validate(), Ok(()));
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let mut s = sample();
+        s.name = String::new();
+        assert_eq!(field_of(&s), "name");
+
+        let mut s = sample();
+        s.name = "has space".into();
+        assert_eq!(field_of(&s), "name");
+
+        let mut s = sample();
+        s.gpu_memory_mib = 0;
+        assert_eq!(field_of(&s), "gpu_memory");
+
+        let mut s = sample();
+        s.slo_ms = Some(50);
+        assert_eq!(field_of(&s), "slo");
+
+        let mut s = sample();
+        s.priority = 5000;
+        assert_eq!(field_of(&s), "priority");
+
+        let mut s = sample();
+        s.task = Task::Workload(WorkloadSpec {
+            name: "alexnet".into(),
+            batch_size: None,
+            duration_ms: None,
+        });
+        assert_eq!(field_of(&s), "workload.name");
+
+        let mut s = sample();
+        s.task = Task::Command(CommandSpec::default());
+        assert_eq!(field_of(&s), "command.args");
+
+        let mut s = sample();
+        s.task = Task::Command(CommandSpec {
+            args: vec!["/bin/true".into()],
+            env: BTreeMap::new(),
+            workdir: Some("relative/dir".into()),
+        });
+        assert_eq!(field_of(&s), "command.workdir");
+
+        let mut s = sample();
+        s.class = JobClass::Online;
+        s.checkpoint = true;
+        assert_eq!(field_of(&s), "checkpoint");
+    }
+}

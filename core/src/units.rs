@@ -1,0 +1,103 @@
+//! Sizes and durations as users write them in `job.yaml` and on the command line.
+
+use std::time::Duration;
+
+const MIB_PER_GIB: f64 = 1024.0;
+const MIB_PER_TIB: f64 = 1024.0 * 1024.0;
+
+/// Parses a memory size into MiB.
+///
+/// Accepts a bare number (MiB) or a number with a unit: `MiB`/`M`/`MB`, `GiB`/`G`/`GB`,
+/// `TiB`/`T`/`TB`, case-insensitive. As in NVIDIA's MIG profile names (`3g.40gb`), `GB`
+/// means GiB. Fractions are allowed (`1.5GiB`); the result is rounded up to whole MiB.
+pub fn parse_memory_mib(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("is empty; write a size like 10GiB or 512MiB".into());
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size; write a size like 10GiB or 512MiB"))?;
+    if !value.is_finite() || value <= 0.0 {
+        return Err(format!("{text:?} must be greater than zero"));
+    }
+    let factor = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "m" | "mb" | "mib" => 1.0,
+        "g" | "gb" | "gib" => MIB_PER_GIB,
+        "t" | "tb" | "tib" => MIB_PER_TIB,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use MiB, GiB or TiB)"
+            ));
+        }
+    };
+    let mib = (value * factor).ceil();
+    if mib > u64::MAX as f64 / 2.0 {
+        return Err(format!("{text:?} is too large"));
+    }
+    Ok(mib as u64)
+}
+
+/// Formats MiB for people: `512MiB`, `10GiB`, `1.5GiB`.
+pub fn format_mib(mib: u64) -> String {
+    if mib >= 1024 && mib % 1024 == 0 {
+        format!("{}GiB", mib / 1024)
+    } else if mib >= 1024 {
+        format!("{:.1}GiB", mib as f64 / MIB_PER_GIB)
+    } else {
+        format!("{mib}MiB")
+    }
+}
+
+/// Parses a duration such as `50ms`, `30s`, `10m` or `1h 30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{text:?} is not a duration like 50ms or 10m ({e})"))?;
+    if d.is_zero() {
+        return Err(format!("{text:?} must be greater than zero"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_units() {
+        assert_eq!(parse_memory_mib("512"), Ok(512));
+        assert_eq!(parse_memory_mib("512MiB"), Ok(512));
+        assert_eq!(parse_memory_mib("10GiB"), Ok(10 * 1024));
+        assert_eq!(parse_memory_mib("10gb"), Ok(10 * 1024));
+        assert_eq!(parse_memory_mib("1.5G"), Ok(1536));
+        assert_eq!(parse_memory_mib(" 2 TiB "), Ok(2 * 1024 * 1024));
+    }
+
+    #[test]
+    fn bad_memory_is_refused_with_the_reason() {
+        assert!(parse_memory_mib("-5GiB").unwrap_err().contains("greater than zero"));
+        assert!(parse_memory_mib("0").unwrap_err().contains("greater than zero"));
+        assert!(parse_memory_mib("ten").unwrap_err().contains("not a size"));
+        assert!(parse_memory_mib("10PB").unwrap_err().contains("unknown unit"));
+        assert!(parse_memory_mib("").is_err());
+    }
+
+    #[test]
+    fn formats_round_trip_for_whole_units() {
+        assert_eq!(format_mib(40 * 1024), "40GiB");
+        assert_eq!(format_mib(512), "512MiB");
+        assert_eq!(format_mib(1536), "1.5GiB");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("50ms"), Ok(Duration::from_millis(50)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}

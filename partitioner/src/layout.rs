@@ -1,0 +1,238 @@
+//! GPU instances on memory slices, and the rules a layout must keep.
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::catalog::{GpuModel, Profile};
+
+/// Where an instance sits: `size` memory slices from `start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Placement {
+    pub start: u8,
+    pub size: u8,
+}
+
+impl Placement {
+    pub fn end(self) -> u8 {
+        self.start + self.size
+    }
+
+    pub fn overlaps(self, other: Placement) -> bool {
+        self.start < other.end() && other.start < self.end()
+    }
+}
+
+/// A GPU instance as it exists on a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Instance {
+    /// The GPU instance ID the driver assigned.
+    pub id: u32,
+    pub profile_id: u32,
+    pub placement: Placement,
+    /// The instance's device UUID (`MIG-...`), what `CUDA_VISIBLE_DEVICES` names.
+    pub uuid: String,
+}
+
+/// One GPU as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuState {
+    pub index: u32,
+    pub uuid: String,
+    pub model: GpuModel,
+    /// With MIG off the whole GPU is one partition and the layout never changes.
+    pub mig_enabled: bool,
+    pub instances: Vec<Instance>,
+}
+
+/// Why a layout is not valid for its GPU model.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LayoutError {
+    #[error("gpu model {model} has no profile {profile}")]
+    UnknownProfile { model: String, profile: u32 },
+    #[error("profile {profile} cannot start at memory slice {start}")]
+    BadStart { profile: String, start: u8 },
+    #[error("profile {profile} at slice {start} overlaps {other} at slice {other_start}")]
+    Overlap {
+        profile: String,
+        start: u8,
+        other: String,
+        other_start: u8,
+    },
+    #[error("profile {profile} is allowed {max} times per gpu")]
+    TooMany { profile: String, max: u8 },
+    #[error("only one +me profile fits on a gpu")]
+    MediaExtensionsTaken,
+    #[error("the layout uses {used} compute slices of {available}")]
+    ComputeExhausted { used: u32, available: u8 },
+}
+
+/// Checks that instances `(profile id, start slice)` can coexist on a GPU of `model`.
+pub fn validate(model: &GpuModel, instances: &[(u32, u8)]) -> Result<(), LayoutError> {
+    let mut placed: Vec<(&Profile, Placement)> = Vec::with_capacity(instances.len());
+    for &(pid, start) in instances {
+        let p = model.profile(pid).ok_or_else(|| LayoutError::UnknownProfile {
+            model: model.key.clone(),
+            profile: pid,
+        })?;
+        if !p.starts.contains(&start) {
+            return Err(LayoutError::BadStart {
+                profile: p.name.clone(),
+                start,
+            });
+        }
+        let here = Placement {
+            start,
+            size: p.memory_slices,
+        };
+        if let Some((q, there)) = placed.iter().find(|(_, there)| there.overlaps(here)) {
+            return Err(LayoutError::Overlap {
+                profile: p.name.clone(),
+                start,
+                other: q.name.clone(),
+                other_start: there.start,
+            });
+        }
+        let same = placed.iter().filter(|(q, _)| q.id == p.id).count();
+        if same >= usize::from(p.max_count) {
+            return Err(LayoutError::TooMany {
+                profile: p.name.clone(),
+                max: p.max_count,
+            });
+        }
+        if p.media_extensions && placed.iter().any(|(q, _)| q.media_extensions) {
+            return Err(LayoutError::MediaExtensionsTaken);
+        }
+        placed.push((p, here));
+    }
+    let used: u32 = placed.iter().map(|(p, _)| u32::from(p.compute_slices)).sum();
+    if used > u32::from(model.compute_slices) {
+        return Err(LayoutError::ComputeExhausted {
+            used,
+            available: model.compute_slices,
+        });
+    }
+    Ok(())
+}
+
+/// Every valid layout of a model, each as a sorted list of `(profile id, start)`: a brute
+/// force over placements, used by tests and by tools that list what a GPU can hold.
+pub fn enumerate(model: &GpuModel) -> Vec<Vec<(u32, u8)>> {
+    let options: Vec<(u32, u8, u8)> = model
+        .profiles
+        .iter()
+        .flat_map(|p| p.starts.iter().map(move |&s| (p.id, s, p.memory_slices)))
+        .collect();
+    let mut out = Vec::new();
+    let mut current = Vec::new();
+    extend(model, &options, 0, &mut current, &mut out);
+    out
+}
+
+fn extend(
+    model: &GpuModel,
+    options: &[(u32, u8, u8)],
+    from: usize,
+    current: &mut Vec<(u32, u8)>,
+    out: &mut Vec<Vec<(u32, u8)>>,
+) {
+    out.push(current.clone());
+    for (i, &(pid, start, _)) in options.iter().enumerate().skip(from) {
+        current.push((pid, start));
+        if validate(model, current).is_ok() {
+            extend(model, options, i + 1, current, out);
+        }
+        current.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+
+    fn m(key: &str) -> GpuModel {
+        catalog::model(key).expect("known model")
+    }
+
+    fn id(model: &GpuModel, name: &str) -> u32 {
+        model.profile_by_name(name).expect("known profile").id
+    }
+
+    #[test]
+    fn the_papers_layouts() {
+        let a = m("a100-80gb");
+        // [4g.40gb, 3g.40gb] fills the GPU.
+        assert_eq!(validate(&a, &[(id(&a, "4g.40gb"), 0), (id(&a, "3g.40gb"), 4)]), Ok(()));
+        // [3g.40gb, 2g.20gb, 2g.20gb].
+        assert_eq!(
+            validate(&a, &[(id(&a, "3g.40gb"), 0), (id(&a, "2g.20gb"), 4), (id(&a, "2g.20gb"), 6)]),
+            Err(LayoutError::BadStart { profile: "2g.20gb".into(), start: 6 })
+        );
+        assert_eq!(
+            validate(&a, &[(id(&a, "3g.40gb"), 4), (id(&a, "2g.20gb"), 0), (id(&a, "2g.20gb"), 2)]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn rules_are_enforced() {
+        let a = m("a100-80gb");
+        let one = id(&a, "1g.10gb");
+        let seven: Vec<_> = (0..7).map(|s| (one, s)).collect();
+        assert_eq!(validate(&a, &seven), Ok(()));
+        assert!(matches!(
+            validate(&a, &[(id(&a, "4g.40gb"), 4)]),
+            Err(LayoutError::BadStart { .. })
+        ));
+        assert!(matches!(
+            validate(&a, &[(id(&a, "3g.40gb"), 0), (id(&a, "4g.40gb"), 0)]),
+            Err(LayoutError::Overlap { .. })
+        ));
+        let me = id(&a, "1g.10gb+me");
+        assert_eq!(
+            validate(&a, &[(me, 0), (me, 1)]),
+            Err(LayoutError::TooMany { profile: "1g.10gb+me".into(), max: 1 })
+        );
+        let a30 = m("a30-24gb");
+        assert_eq!(
+            validate(&a30, &[(id(&a30, "1g.6gb+me"), 0), (id(&a30, "2g.12gb+me"), 2)]),
+            Err(LayoutError::MediaExtensionsTaken)
+        );
+        assert!(matches!(
+            validate(&a, &[(999, 0)]),
+            Err(LayoutError::UnknownProfile { .. })
+        ));
+    }
+
+    /// Independent check of `enumerate`: each listed layout is valid, none repeats, and
+    /// every valid set of up to three placements is listed.
+    #[test]
+    fn enumeration_is_complete_and_valid() {
+        for model in catalog::models() {
+            let all = enumerate(&model);
+            let mut seen = std::collections::BTreeSet::new();
+            for layout in &all {
+                let mut sorted = layout.clone();
+                sorted.sort_unstable();
+                assert!(seen.insert(sorted), "{} repeats {layout:?}", model.key);
+                assert_eq!(validate(&model, layout), Ok(()));
+            }
+            let options: Vec<(u32, u8)> = model
+                .profiles
+                .iter()
+                .flat_map(|p| p.starts.iter().map(move |&s| (p.id, s)))
+                .collect();
+            for a in 0..options.len() {
+                for b in a + 1..options.len() {
+                    for c in b + 1..options.len() {
+                        let mut l = vec![options[a], options[b], options[c]];
+                        if validate(&model, &l).is_ok() {
+                            l.sort_unstable();
+                            assert!(seen.contains(&l), "{} misses {l:?}", model.key);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! The planner interface and the first-fit planner.
+//!
+//! A planner is a pure function from the node (GPUs and their instances) and the jobs
+//! (placed and waiting) to a [`Plan`]: the steps that change the MIG layout, where each job
+//! runs with which MPS share, and why the others wait. The daemon's reconciler applies it.
+
+use std::collections::BTreeMap;
+
+use mmk_core::units::format_mib;
+use mmk_core::JobClass;
+use serde::Serialize;
+
+use crate::layout::{self, GpuState, Placement};
+
+/// The node as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeState {
+    pub gpus: Vec<GpuState>,
+}
+
+/// A partition: a MIG instance identified by its GPU, start slice and profile, or a whole
+/// GPU with MIG off (`profile_id: None`). Slots are stable across daemon restarts, unlike
+/// the instance IDs the driver assigns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Slot {
+    pub gpu: u32,
+    pub start: u8,
+    pub profile_id: Option<u32>,
+}
+
+/// A job as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobDemand {
+    pub id: u64,
+    pub class: JobClass,
+    pub memory_mib: u64,
+    pub priority: i32,
+    /// Where the job runs now; `None` while it waits.
+    pub placed: Option<Slot>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct JobPlacement {
+    pub job: u64,
+    pub slot: Slot,
+    /// MPS active thread percentage, 10..=100.
+    pub mps_share: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueuedJob {
+    pub job: u64,
+    pub reason: String,
+}
+
+/// One change to a GPU's layout. Destroys come before creates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Step {
+    /// Destroy the instance the driver knows as `instance` (it hosts no job).
+    Destroy { slot: Slot, instance: u32 },
+    /// Create an instance of `slot.profile_id` at `slot.start`.
+    Create { slot: Slot },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    /// Every job that runs after the plan is applied: the ones already placed and the new.
+    pub placements: Vec<JobPlacement>,
+    pub queued: Vec<QueuedJob>,
+}
+
+/// Chooses layouts and placements. Implementations are pure and deterministic.
+pub trait Planner: Send + Sync + std::fmt::Debug {
+    fn name(&self) -> &'static str;
+    /// `jobs` are in submission order.
+    fn plan(&self, node: &NodeState, jobs: &[JobDemand]) -> Plan;
+}
+
+/// The simple planner of the foundation: placed jobs stay; each waiting job (by priority,
+/// then submission order) goes to the first partition with enough free memory, or into a
+/// new instance of the smallest profile that holds it, carved from slices that host no
+/// job (empty instances in the way are destroyed). Every job gets the whole partition's
+/// MPS share (100 %). When nothing fits the job waits, with the reason, and later jobs may
+/// still start (backfill).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FirstFit;
+
+#[derive(Debug, Clone)]
+struct SlotUse {
+    memory_mib: u64,
+    used_mib: u64,
+    jobs: usize,
+    /// The driver's instance ID when the instance exists now.
+    instance: Option<u32>,
+}
+
+impl Planner for FirstFit {
+    fn name(&self) -> &'static str {
+        "first-fit"
+    }
+
+    fn plan(&self, node: &NodeState, jobs: &[JobDemand]) -> Plan {
+        let mut slots = current_slots(node);
+        let mut plan = Plan::default();
+
+        for job in jobs.iter().filter(|j| j.placed.is_some()) {
+            let slot = job.placed.expect("filtered on placed");
+            if let Some(u) = slots.get_mut(&slot) {
+                u.used_mib += job.memory_mib;
+                u.jobs += 1;
+            }
+            plan.placements.push(JobPlacement {
+                job: job.id,
+                slot,
+                mps_share: 100,
+            });
+        }
+
+        let mut waiting: Vec<&JobDemand> = jobs.iter().filter(|j| j.placed.is_none()).collect();
+        waiting.sort_by_key(|j| std::cmp::Reverse(j.priority));
+
+        let largest = largest_partition_mib(node);
+        for job in waiting {
+            let fits = slots
+                .iter()
+                .find(|(_, u)| u.memory_mib - u.used_mib.min(u.memory_mib) >= job.memory_mib)
+                .map(|(s, _)| *s);
+            let slot = fits.or_else(|| carve(node, &mut slots, &mut plan.steps, job.memory_mib));
+            match slot {
+                Some(slot) => {
+                    if let Some(u) = slots.get_mut(&slot) {
+                        u.used_mib += job.memory_mib;
+                        u.jobs += 1;
+                    }
+                    plan.placements.push(JobPlacement {
+                        job: job.id,
+                        slot,
+                        mps_share: 100,
+                    });
+                }
+                None => plan.queued.push(QueuedJob {
+                    job: job.id,
+                    reason: if job.memory_mib > largest {
+                        format!(
+                            "needs {} of GPU memory; the largest partition this node can make has {}",
+                            format_mib(job.memory_mib),
+                            format_mib(largest)
+                        )
+                    } else {
+                        format!(
+                            "waiting for {} of GPU memory: no partition has that much free and busy partitions leave no room for a new one",
+                            format_mib(job.memory_mib)
+                        )
+                    },
+                }),
+            }
+        }
+        plan.steps.sort_by_key(|s| matches!(s, Step::Create { .. }));
+        plan
+    }
+}
+
+/// The partitions the node has now.
+fn current_slots(node: &NodeState) -> BTreeMap<Slot, SlotUse> {
+    let mut slots = BTreeMap::new();
+    for gpu in &node.gpus {
+        if !gpu.mig_enabled {
+            slots.insert(
+                Slot {
+                    gpu: gpu.index,
+                    start: 0,
+                    profile_id: None,
+                },
+                SlotUse {
+                    memory_mib: gpu.model.memory_mib,
+                    used_mib: 0,
+                    jobs: 0,
+                    instance: None,
+                },
+            );
+            continue;
+        }
+        for inst in &gpu.instances {
+            let memory_mib = gpu
+                .model
+                .profile(inst.profile_id)
+                .map_or(0, |p| p.memory_mib);
+            slots.insert(
+                Slot {
+                    gpu: gpu.index,
+                    start: inst.placement.start,
+                    profile_id: Some(inst.profile_id),
+                },
+                SlotUse {
+                    memory_mib,
+                    used_mib: 0,
+                    jobs: 0,
+                    instance: Some(inst.id),
+                },
+            );
+        }
+    }
+    slots
+}
+
+/// The largest partition any GPU of the node has or can make.
+pub fn largest_partition_mib(node: &NodeState) -> u64 {
+    node.gpus
+        .iter()
+        .map(|g| {
+            if g.mig_enabled {
+                g.model.largest_instance_mib()
+            } else {
+                g.model.memory_mib
+            }
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Makes room for a new instance that holds `memory_mib`: the smallest profile, placed on
+/// slices that host no job, preferring placements that destroy nothing. Records the steps.
+fn carve(
+    node: &NodeState,
+    slots: &mut BTreeMap<Slot, SlotUse>,
+    steps: &mut Vec<Step>,
+    memory_mib: u64,
+) -> Option<Slot> {
+    // (destroys anything, profile memory, compute slices, destroy count, gpu, start,
+    // profile): lowest wins.
+    type Key = (bool, u64, u8, usize, u32, u8, u32);
+    let mut best: Option<(Key, Slot, Vec<Slot>)> = None;
+    for gpu in node.gpus.iter().filter(|g| g.mig_enabled) {
+        let on_gpu: Vec<(Slot, &SlotUse)> = slots
+            .iter()
+            .filter(|(s, _)| s.gpu == gpu.index)
+            .map(|(s, u)| (*s, u))
+            .collect();
+        for p in gpu.model.profiles.iter().filter(|p| p.memory_mib >= memory_mib) {
+            for &start in &p.starts {
+                let here = Placement {
+                    start,
+                    size: p.memory_slices,
+                };
+                let size_of = |s: &Slot| {
+                    s.profile_id
+                        .and_then(|id| gpu.model.profile(id))
+                        .map_or(0, |q| q.memory_slices)
+                };
+                let overlapped: Vec<(Slot, &SlotUse)> = on_gpu
+                    .iter()
+                    .filter(|(s, _)| {
+                        here.overlaps(Placement {
+                            start: s.start,
+                            size: size_of(s),
+                        })
+                    })
+                    .map(|(s, u)| (*s, *u))
+                    .collect();
+                if overlapped.iter().any(|(_, u)| u.jobs > 0) {
+                    continue;
+                }
+                let mut layout: Vec<(u32, u8)> = on_gpu
+                    .iter()
+                    .filter(|(s, _)| !overlapped.iter().any(|(o, _)| o == s))
+                    .filter_map(|(s, _)| s.profile_id.map(|id| (id, s.start)))
+                    .collect();
+                layout.push((p.id, start));
+                if layout::validate(&gpu.model, &layout).is_err() {
+                    continue;
+                }
+                let key = (
+                    !overlapped.is_empty(),
+                    p.memory_mib,
+                    p.compute_slices,
+                    overlapped.len(),
+                    gpu.index,
+                    start,
+                    p.id,
+                );
+                if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
+                    let slot = Slot {
+                        gpu: gpu.index,
+                        start,
+                        profile_id: Some(p.id),
+                    };
+                    best = Some((key, slot, overlapped.iter().map(|(s, _)| *s).collect()));
+                }
+            }
+        }
+    }
+    let (_, slot, destroy) = best?;
+    for s in destroy {
+        if let Some(SlotUse {
+            instance: Some(id), ..
+        }) = slots.remove(&s)
+        {
+            steps.push(Step::Destroy { slot: s, instance: id });
+        }
+    }
+    let memory = node
+        .gpus
+        .iter()
+        .find(|g| g.index == slot.gpu)
+        .and_then(|g| slot.profile_id.and_then(|id| g.model.profile(id)))
+        .map_or(0, |p| p.memory_mib);
+    slots.insert(
+        slot,
+        SlotUse {
+            memory_mib: memory,
+            used_mib: 0,
+            jobs: 0,
+            instance: None,
+        },
+    );
+    steps.push(Step::Create { slot });
+    Some(slot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+    use crate::layout::Instance;
+
+    fn gpu(key: &str, index: u32, mig: bool) -> GpuState {
+        GpuState {
+            index,
+            uuid: format!("GPU-{index}"),
+            model: catalog::model(key).expect("known model"),
+            mig_enabled: mig,
+            instances: vec![],
+        }
+    }
+
+    fn job(id: u64, gib: u64, placed: Option<Slot>) -> JobDemand {
+        JobDemand {
+            id,
+            class: JobClass::Offline,
+            memory_mib: gib * 1024,
+            priority: 0,
+            placed,
+        }
+    }
+
+    fn profile_name(node: &NodeState, slot: Slot) -> String {
+        let g = &node.gpus[slot.gpu as usize];
+        slot.profile_id
+            .and_then(|id| g.model.profile(id))
+            .map_or("whole".into(), |p| p.name.clone())
+    }
+
+    #[test]
+    fn an_empty_gpu_gets_the_smallest_instance_that_fits() {
+        let node = NodeState {
+            gpus: vec![gpu("a100-80gb", 0, true)],
+        };
+        let plan = FirstFit.plan(&node, &[job(1, 15, None), job(2, 30, None)]);
+        assert!(plan.queued.is_empty());
+        let names: Vec<_> = plan
+            .placements
+            .iter()
+            .map(|p| profile_name(&node, p.slot))
+            .collect();
+        assert_eq!(names, ["1g.20gb", "3g.40gb"]);
+        assert_eq!(plan.steps.len(), 2);
+        assert!(plan.steps.iter().all(|s| matches!(s, Step::Create { .. })));
+    }
+
+    #[test]
+    fn jobs_share_an_instance_while_memory_lasts() {
+        let mut g = gpu("a100-80gb", 0, true);
+        g.instances.push(Instance {
+            id: 1,
+            profile_id: 0,
+            placement: Placement { start: 0, size: 8 },
+            uuid: "MIG-1".into(),
+        });
+        let node = NodeState { gpus: vec![g] };
+        let whole = Slot {
+            gpu: 0,
+            start: 0,
+            profile_id: Some(0),
+        };
+        let plan = FirstFit.plan(&node, &[job(1, 60, Some(whole)), job(2, 10, None), job(3, 30, None)]);
+        assert_eq!(plan.placements.len(), 2);
+        assert_eq!(plan.placements[1].slot, whole);
+        assert_eq!(plan.queued.len(), 1);
+        assert_eq!(plan.queued[0].job, 3);
+        assert!(plan.queued[0].reason.contains("30GiB"), "{}", plan.queued[0].reason);
+        assert!(plan.steps.is_empty(), "a busy instance is never destroyed");
+    }
+
+    #[test]
+    fn empty_instances_in_the_way_are_destroyed() {
+        let mut g = gpu("a100-80gb", 0, true);
+        for (id, start) in [(1, 0), (2, 1)] {
+            g.instances.push(Instance {
+                id,
+                profile_id: 19,
+                placement: Placement { start, size: 1 },
+                uuid: format!("MIG-{id}"),
+            });
+        }
+        g.instances.push(Instance {
+            id: 3,
+            profile_id: 9,
+            placement: Placement { start: 4, size: 4 },
+            uuid: "MIG-3".into(),
+        });
+        let node = NodeState { gpus: vec![g] };
+        let busy = Slot {
+            gpu: 0,
+            start: 4,
+            profile_id: Some(9),
+        };
+        let plan = FirstFit.plan(&node, &[job(1, 35, Some(busy)), job(2, 35, None)]);
+        assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+        assert_eq!(
+            plan.steps,
+            vec![
+                Step::Destroy {
+                    slot: Slot { gpu: 0, start: 0, profile_id: Some(19) },
+                    instance: 1
+                },
+                Step::Destroy {
+                    slot: Slot { gpu: 0, start: 1, profile_id: Some(19) },
+                    instance: 2
+                },
+                Step::Create {
+                    slot: Slot { gpu: 0, start: 0, profile_id: Some(9) }
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_job_larger_than_any_partition_says_so() {
+        let node = NodeState {
+            gpus: vec![gpu("a30-24gb", 0, true)],
+        };
+        let plan = FirstFit.plan(&node, &[job(1, 40, None)]);
+        assert_eq!(plan.queued.len(), 1);
+        assert!(plan.queued[0].reason.contains("largest partition"));
+    }
+
+    #[test]
+    fn mig_off_gpu_is_one_partition() {
+        let node = NodeState {
+            gpus: vec![gpu("h100-80gb", 0, false)],
+        };
+        let plan = FirstFit.plan(&node, &[job(1, 40, None), job(2, 30, None), job(3, 20, None)]);
+        assert!(plan.steps.is_empty());
+        assert_eq!(plan.placements.len(), 2);
+        assert!(plan.placements.iter().all(|p| p.slot.profile_id.is_none()));
+        assert_eq!(plan.queued.len(), 1);
+    }
+
+    #[test]
+    fn priority_goes_first_then_backfill() {
+        let node = NodeState {
+            gpus: vec![gpu("a100-40gb", 0, true)],
+        };
+        let mut urgent = job(3, 35, None);
+        urgent.priority = 10;
+        let plan = FirstFit.plan(&node, &[job(1, 30, None), job(2, 4, None), urgent]);
+        assert_eq!(plan.placements[0].job, 3, "the urgent job is placed first");
+        assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [1]);
+        assert!(plan.placements.iter().any(|p| p.job == 2), "a small job backfills");
+    }
+
+    #[test]
+    fn plans_are_deterministic() {
+        let node = NodeState {
+            gpus: vec![gpu("h200-141gb", 0, true), gpu("h200-141gb", 1, true)],
+        };
+        let jobs: Vec<_> = (0..20).map(|i| job(i, 5 + (i * 7) % 60, None)).collect();
+        assert_eq!(FirstFit.plan(&node, &jobs), FirstFit.plan(&node, &jobs));
+    }
+}
