@@ -6,11 +6,21 @@
 //! - [`units`]: memory sizes and durations as users write them;
 //! - [`workload`]: the named workload profiles that simulated jobs run.
 
+pub mod error;
 pub mod job;
+pub mod paths;
 pub mod spec;
 pub mod units;
 pub mod workload;
 pub mod yaml;
 
+pub use error::{ServiceError, ServiceResult};
 pub use job::{JobClass, JobState};
 pub use spec::{CommandSpec, FieldError, JobSpec, RestartPolicy, Task, WorkloadSpec};
+
+/// Unix time in milliseconds, the unit of every timestamp mmk stores.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,1 +1,62 @@
+//! mmkd, the mmk node daemon: a gRPC control plane over a node store, a GPU backend
+//! (NVML or the simulated node), a planner and a job runner.
+//!
+//! `main` parses flags and calls [`server::run`]; see docs/mmkd.md.
 
+pub mod backend;
+pub mod config;
+pub mod grpc;
+pub mod node;
+pub mod runner;
+pub mod server;
+pub mod store;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// The whole `mmkd` program: flags, logging, runtime, run until SIGINT/SIGTERM.
+pub fn main() -> ExitCode {
+    let args = config::Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match config::Config::resolve(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mmkd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mmkd: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(server::run(config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mmkd: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        tracing::warn!("cannot install signal handlers; stop mmkd with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,1 +1,27 @@
+//! `mmk.v1`: generated gRPC code, conversions between protobuf and domain types, and the
+//! single mapping from [`ServiceError`] to [`tonic::Status`].
+
+#![allow(missing_debug_implementations)]
+
+pub mod v1 {
+    #![allow(clippy::all, clippy::pedantic, clippy::unwrap_used)]
+    tonic::include_proto!("mmk.v1");
+}
+
+mod convert;
+mod status;
+
+pub use convert::{
+    class_from_proto, class_to_proto, spec_from_proto, spec_to_proto, state_from_proto,
+    state_to_proto, timestamp,
+};
+pub use status::{FIELD_METADATA, service_error_to_status, status_to_service_error};
+
+/// The encoded file descriptor set of `mmk.v1`, for server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/mmk_v1_descriptor.bin"));
+
+/// The protobuf package name.
+pub const PACKAGE: &str = "mmk.v1";
+
 

@@ -1,1 +1,5 @@
-fn main() {}
+//! `mmkd`: the mmk node daemon. Everything lives in the `mmkd` library.
+
+fn main() -> std::process::ExitCode {
+    mmkd::main()
+}

@@ -1,0 +1,33 @@
+//! The errors mmkd's services return. `mmk-proto` maps each to a gRPC code, in one place.
+
+use thiserror::Error;
+
+use crate::spec::FieldError;
+
+#[derive(Debug, Error)]
+pub enum ServiceError {
+    /// A field of the request is wrong; nothing was stored.
+    #[error("{0}")]
+    InvalidArgument(FieldError),
+    #[error("{what} {id} not found")]
+    NotFound { what: &'static str, id: String },
+    /// The request is well-formed but the node's state refuses it (cancelling a job that
+    /// has ended, a job larger than any partition the node can make).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The GPU, the store or another part of the node is not available now.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Something failed inside mmkd. The message is for the client and holds no internals;
+    /// details are in mmkd's log.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<FieldError> for ServiceError {
+    fn from(e: FieldError) -> Self {
+        ServiceError::InvalidArgument(e)
+    }
+}
+
+pub type ServiceResult<T> = Result<T, ServiceError>;

@@ -1,0 +1,62 @@
+//! GPU backends: what the node has and the MIG instance operations, behind one trait.
+//!
+//! - [`sim::SimBackend`]: a simulated node built from the MIG catalog, with the driver's
+//!   rules (placements, `IN_USE` on a busy instance) and reconfiguration latency;
+//! - [`nvml::NvmlBackend`]: the real GPUs through NVML, read-only in this version.
+//!
+//! Calls block (as driver calls do); async code calls them through `spawn_blocking`.
+
+pub mod nvml;
+pub mod sim;
+
+use mmk_partitioner::{GpuState, Instance};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BackendError {
+    #[error("gpu {gpu} does not exist")]
+    NoSuchGpu { gpu: u32 },
+    #[error("gpu {gpu} has MIG mode off; its layout cannot change")]
+    MigDisabled { gpu: u32 },
+    #[error("gpu {gpu}: cannot create profile {profile} at slice {start}: {why}")]
+    InvalidPlacement {
+        gpu: u32,
+        profile: u32,
+        start: u8,
+        why: String,
+    },
+    #[error("gpu {gpu}: instance {instance} does not exist")]
+    NoSuchInstance { gpu: u32, instance: u32 },
+    #[error("gpu {gpu}: instance {instance} is in use")]
+    InUse { gpu: u32, instance: u32 },
+    #[error("the {backend} backend does not change MIG layouts")]
+    ReadOnly { backend: &'static str },
+    #[error("nvml: {context}")]
+    Nvml {
+        context: String,
+        #[source]
+        source: nvml_wrapper::error::NvmlError,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// The GPUs of one node.
+pub trait GpuBackend: Send + Sync + std::fmt::Debug {
+    /// `sim` or `nvml`.
+    fn kind(&self) -> &'static str;
+
+    /// Every GPU with its model, MIG mode and current instances.
+    fn gpus(&self) -> Result<Vec<GpuState>>;
+
+    /// Creates a GPU instance (and its compute instance) of `profile_id` at memory slice
+    /// `start`; returns it with the IDs the driver assigned.
+    fn create_instance(&self, gpu: u32, profile_id: u32, start: u8) -> Result<Instance>;
+
+    /// Destroys an instance. Fails with [`BackendError::InUse`] while a process uses it.
+    fn destroy_instance(&self, gpu: u32, instance: u32) -> Result<()>;
+
+    /// Tells the backend that a job process uses (or stopped using) an instance. Real
+    /// drivers see processes themselves; the simulated node needs to be told.
+    fn set_in_use(&self, _gpu: u32, _instance: u32, _in_use: bool) {}
+}

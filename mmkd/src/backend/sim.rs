@@ -1,0 +1,253 @@
+//! The simulated node: GPUs from the MIG catalog that behave like the driver.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use mmk_partitioner::{catalog, layout, GpuModel, GpuState, Instance, Placement};
+
+use super::{BackendError, GpuBackend, Result};
+
+/// How long the simulated driver takes to create and destroy an instance, before
+/// `--sim-speed` scaling. Real MIG reconfiguration takes a fraction of a second to seconds.
+pub const CREATE_LATENCY: Duration = Duration::from_millis(400);
+pub const DESTROY_LATENCY: Duration = Duration::from_millis(200);
+
+#[derive(Debug)]
+struct SimGpu {
+    index: u32,
+    uuid: String,
+    model: GpuModel,
+    mig_enabled: bool,
+    instances: BTreeMap<u32, Instance>,
+    /// Processes per instance.
+    users: BTreeMap<u32, u32>,
+    next_id: u32,
+}
+
+#[derive(Debug)]
+pub struct SimBackend {
+    gpus: Mutex<Vec<SimGpu>>,
+    create_latency: Duration,
+    destroy_latency: Duration,
+}
+
+/// Parses `--sim-gpus`: `MODEL:N[,MODEL:N]` (`a100-80gb:2,h100-80gb:1`); `:N` may be left
+/// out for one GPU.
+pub fn parse_sim_gpus(text: &str) -> std::result::Result<Vec<GpuModel>, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, count) = match part.split_once(':') {
+            Some((k, n)) => (
+                k,
+                n.parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=64).contains(n))
+                    .ok_or_else(|| format!("{part:?}: the count must be 1..=64"))?,
+            ),
+            None => (part, 1),
+        };
+        let model = catalog::model(key).ok_or_else(|| {
+            format!(
+                "unknown GPU model {key:?}; known: {}",
+                catalog::keys().join(", ")
+            )
+        })?;
+        out.extend(std::iter::repeat_n(model, count as usize));
+    }
+    if out.is_empty() {
+        return Err("no GPUs given; write MODEL:N like a100-80gb:1".into());
+    }
+    if out.len() > 64 {
+        return Err(format!("{} GPUs; a node has at most 64", out.len()));
+    }
+    Ok(out)
+}
+
+/// The stable UUID of simulated GPU `index` (the same across restarts, so that the
+/// recorded layout maps back onto it).
+pub fn sim_gpu_uuid(index: u32) -> String {
+    format!("GPU-5e1a0000-0000-4000-8000-{index:012x}")
+}
+
+fn sim_instance_uuid(gpu: u32, start: u8, id: u32) -> String {
+    format!("MIG-5e1a{gpu:04x}-{start:04x}-4000-8000-{id:012x}")
+}
+
+impl SimBackend {
+    /// A node of `models` with MIG on, holding the `restored` instances (gpu index,
+    /// instance) that the store recorded; instances that no longer fit are dropped.
+    pub fn new(models: Vec<GpuModel>, restored: Vec<(u32, Instance)>, speed: f64) -> SimBackend {
+        let mut gpus: Vec<SimGpu> = models
+            .into_iter()
+            .enumerate()
+            .map(|(i, model)| SimGpu {
+                index: i as u32,
+                uuid: sim_gpu_uuid(i as u32),
+                model,
+                mig_enabled: true,
+                instances: BTreeMap::new(),
+                users: BTreeMap::new(),
+                next_id: 1,
+            })
+            .collect();
+        for (gpu, inst) in restored {
+            let Some(g) = gpus.get_mut(gpu as usize) else {
+                tracing::warn!(gpu, "recorded instance on a gpu the simulated node lacks; dropped");
+                continue;
+            };
+            let mut layout: Vec<(u32, u8)> = g
+                .instances
+                .values()
+                .map(|i| (i.profile_id, i.placement.start))
+                .collect();
+            layout.push((inst.profile_id, inst.placement.start));
+            if layout::validate(&g.model, &layout).is_err() {
+                tracing::warn!(gpu, start = inst.placement.start, "recorded instance does not fit the simulated gpu; dropped");
+                continue;
+            }
+            g.next_id = g.next_id.max(inst.id + 1);
+            g.instances.insert(inst.id, inst);
+        }
+        let speed = if speed.is_finite() && speed > 0.0 { speed } else { 1.0 };
+        SimBackend {
+            gpus: Mutex::new(gpus),
+            create_latency: CREATE_LATENCY.div_f64(speed),
+            destroy_latency: DESTROY_LATENCY.div_f64(speed),
+        }
+    }
+
+    fn with_gpu<T>(&self, gpu: u32, f: impl FnOnce(&mut SimGpu) -> Result<T>) -> Result<T> {
+        let mut gpus = self.gpus.lock().unwrap_or_else(|p| p.into_inner());
+        let g = gpus
+            .get_mut(gpu as usize)
+            .ok_or(BackendError::NoSuchGpu { gpu })?;
+        f(g)
+    }
+}
+
+impl GpuBackend for SimBackend {
+    fn kind(&self) -> &'static str {
+        "sim"
+    }
+
+    fn gpus(&self) -> Result<Vec<GpuState>> {
+        let gpus = self.gpus.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(gpus
+            .iter()
+            .map(|g| GpuState {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                mig_enabled: g.mig_enabled,
+                instances: g.instances.values().cloned().collect(),
+            })
+            .collect())
+    }
+
+    fn create_instance(&self, gpu: u32, profile_id: u32, start: u8) -> Result<Instance> {
+        std::thread::sleep(self.create_latency);
+        self.with_gpu(gpu, |g| {
+            if !g.mig_enabled {
+                return Err(BackendError::MigDisabled { gpu });
+            }
+            let mut layout: Vec<(u32, u8)> = g
+                .instances
+                .values()
+                .map(|i| (i.profile_id, i.placement.start))
+                .collect();
+            layout.push((profile_id, start));
+            layout::validate(&g.model, &layout).map_err(|e| BackendError::InvalidPlacement {
+                gpu,
+                profile: profile_id,
+                start,
+                why: e.to_string(),
+            })?;
+            let size = g
+                .model
+                .profile(profile_id)
+                .map_or(0, |p| p.memory_slices);
+            let id = g.next_id;
+            g.next_id += 1;
+            let inst = Instance {
+                id,
+                profile_id,
+                placement: Placement { start, size },
+                uuid: sim_instance_uuid(gpu, start, id),
+            };
+            g.instances.insert(id, inst.clone());
+            Ok(inst)
+        })
+    }
+
+    fn destroy_instance(&self, gpu: u32, instance: u32) -> Result<()> {
+        std::thread::sleep(self.destroy_latency);
+        self.with_gpu(gpu, |g| {
+            if !g.instances.contains_key(&instance) {
+                return Err(BackendError::NoSuchInstance { gpu, instance });
+            }
+            if g.users.get(&instance).copied().unwrap_or(0) > 0 {
+                return Err(BackendError::InUse { gpu, instance });
+            }
+            g.instances.remove(&instance);
+            Ok(())
+        })
+    }
+
+    fn set_in_use(&self, gpu: u32, instance: u32, in_use: bool) {
+        let _ = self.with_gpu(gpu, |g| {
+            let n = g.users.entry(instance).or_insert(0);
+            *n = if in_use { *n + 1 } else { n.saturating_sub(1) };
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(spec: &str) -> SimBackend {
+        SimBackend::new(parse_sim_gpus(spec).expect("valid"), vec![], 1e6)
+    }
+
+    #[test]
+    fn parses_gpu_lists() {
+        let m = parse_sim_gpus("a100-80gb:2, h100-80gb").expect("valid");
+        let keys: Vec<_> = m.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["a100-80gb", "a100-80gb", "h100-80gb"]);
+        assert!(parse_sim_gpus("v100:1").unwrap_err().contains("unknown GPU model"));
+        assert!(parse_sim_gpus("a100-80gb:0").is_err());
+        assert!(parse_sim_gpus("").is_err());
+    }
+
+    #[test]
+    fn creates_and_destroys_with_driver_rules() {
+        let b = node("a100-80gb:1");
+        let three = b.create_instance(0, 9, 4).expect("3g at 4");
+        assert_eq!(three.placement, Placement { start: 4, size: 4 });
+        assert!(three.uuid.starts_with("MIG-"));
+        let err = b.create_instance(0, 0, 0).expect_err("7g overlaps");
+        assert!(matches!(err, BackendError::InvalidPlacement { .. }), "{err}");
+        b.set_in_use(0, three.id, true);
+        assert!(matches!(b.destroy_instance(0, three.id), Err(BackendError::InUse { .. })));
+        b.set_in_use(0, three.id, false);
+        b.destroy_instance(0, three.id).expect("idle instance");
+        assert!(matches!(b.destroy_instance(0, three.id), Err(BackendError::NoSuchInstance { .. })));
+        assert!(matches!(b.create_instance(5, 9, 0), Err(BackendError::NoSuchGpu { gpu: 5 })));
+    }
+
+    #[test]
+    fn restores_recorded_instances_and_keeps_ids_unique() {
+        let inst = Instance {
+            id: 7,
+            profile_id: 9,
+            placement: Placement { start: 0, size: 4 },
+            uuid: "MIG-r".into(),
+        };
+        let b = SimBackend::new(parse_sim_gpus("a100-80gb").expect("valid"), vec![(0, inst.clone())], 1e6);
+        assert_eq!(b.gpus().expect("gpus")[0].instances, vec![inst]);
+        let next = b.create_instance(0, 9, 4).expect("second 3g");
+        assert_eq!(next.id, 8);
+    }
+}

@@ -1,0 +1,211 @@
+//! mmkd's configuration: command-line flags over a YAML config file over defaults.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use mmk_core::paths;
+use mmk_partitioner::GpuModel;
+use serde::Deserialize;
+
+use crate::backend::sim::parse_sim_gpus;
+
+/// The simulated node when neither the flag nor the file names one.
+pub const DEFAULT_SIM_GPUS: &str = "a100-80gb:1";
+/// How long a job gets between SIGTERM and SIGKILL when it is cancelled or mmkd stops.
+pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// NVML when libnvidia-ml.so.1 loads and finds a GPU, else the simulated node.
+    Auto,
+    /// Real GPUs through NVML; fail if there are none.
+    Nvml,
+    /// The simulated node (--sim-gpus).
+    Sim,
+}
+
+/// mmkd: the mmk node daemon.
+#[derive(Debug, Parser)]
+#[command(name = "mmkd", version, about, long_about = None)]
+pub struct Args {
+    /// YAML config file; flags override its values (docs/mmkd.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Unix socket to listen on [default: /run/mmk/mmkd.sock for root,
+    /// $XDG_RUNTIME_DIR/mmk/mmkd.sock or /tmp/mmk-$UID/mmkd.sock otherwise].
+    #[arg(long, value_name = "PATH", env = paths::SOCKET_ENV)]
+    pub socket: Option<PathBuf>,
+    /// Also listen on this TCP address (loopback only).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Where the node store and job logs live [default: /var/lib/mmk for root,
+    /// ~/.local/share/mmk otherwise].
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Which GPUs to manage [default: auto].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+    /// The simulated node's GPUs, MODEL:N[,MODEL:N] [default: a100-80gb:1]. Models:
+    /// a100-40gb, a100-80gb, h100-80gb, h100-94gb, h200-141gb, a30-24gb.
+    #[arg(long, value_name = "MODEL:N,...")]
+    pub sim_gpus: Option<String>,
+    /// How much faster than real time simulated jobs and MIG changes run [default: 1].
+    #[arg(long, value_name = "X")]
+    pub sim_speed: Option<f64>,
+    /// Time between SIGTERM and SIGKILL when a job is stopped [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
+    pub stop_grace: Option<Duration>,
+}
+
+fn parse_grace(s: &str) -> Result<Duration, String> {
+    mmk_core::units::parse_duration(s)
+}
+
+/// The config file: the same settings as the flags, in snake_case.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    socket: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    backend: Option<BackendChoice>,
+    sim_gpus: Option<String>,
+    sim_speed: Option<f64>,
+    stop_grace: Option<String>,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub listen: Option<SocketAddr>,
+    pub data_dir: PathBuf,
+    pub backend: BackendChoice,
+    pub sim_gpus: Vec<GpuModel>,
+    pub sim_speed: f64,
+    pub stop_grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{field}: {message}")]
+    Invalid { field: &'static str, message: String },
+}
+
+impl Config {
+    pub fn resolve(args: Args) -> Result<Config, ConfigError> {
+        let file = match &args.config {
+            Some(p) => read_file(p)?,
+            None => FileConfig::default(),
+        };
+        let sim_text = args
+            .sim_gpus
+            .or(file.sim_gpus)
+            .unwrap_or_else(|| DEFAULT_SIM_GPUS.to_owned());
+        let sim_gpus = parse_sim_gpus(&sim_text).map_err(|message| ConfigError::Invalid {
+            field: "sim_gpus",
+            message,
+        })?;
+        let sim_speed = args.sim_speed.or(file.sim_speed).unwrap_or(1.0);
+        if !(sim_speed.is_finite() && sim_speed > 0.0 && sim_speed <= 1e9) {
+            return Err(ConfigError::Invalid {
+                field: "sim_speed",
+                message: format!("{sim_speed} must be a number above 0"),
+            });
+        }
+        let listen = args.listen.or(file.listen);
+        if let Some(addr) = listen {
+            if !addr.ip().is_loopback() {
+                return Err(ConfigError::Invalid {
+                    field: "listen",
+                    message: format!(
+                        "{addr} is not a loopback address; TCP needs TLS, which this version lacks"
+                    ),
+                });
+            }
+        }
+        let stop_grace = match (args.stop_grace, file.stop_grace) {
+            (Some(d), _) => d,
+            (None, Some(text)) => parse_grace(&text).map_err(|message| ConfigError::Invalid {
+                field: "stop_grace",
+                message,
+            })?,
+            (None, None) => DEFAULT_STOP_GRACE,
+        };
+        Ok(Config {
+            socket: args
+                .socket
+                .or(file.socket)
+                .unwrap_or_else(paths::default_socket),
+            listen,
+            data_dir: args
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(paths::default_data_dir),
+            backend: args.backend.or(file.backend).unwrap_or(BackendChoice::Auto),
+            sim_gpus,
+            sim_speed,
+            stop_grace,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.display().to_string(),
+        message: e.without_snippet().to_string().lines().next().unwrap_or_default().to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut v = vec!["mmkd"];
+        v.extend_from_slice(extra);
+        Args::try_parse_from(v).expect("flags parse")
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("mmkd.yaml");
+        std::fs::write(&f, "backend: sim\nsim_gpus: h100-80gb:2\nsim_speed: 10\nstop_grace: 3s\n").expect("write");
+        let c = Config::resolve(args(&["--config", f.to_str().expect("utf-8"), "--sim-speed", "50"])).expect("valid");
+        assert_eq!(c.backend, BackendChoice::Sim);
+        assert_eq!(c.sim_gpus.len(), 2);
+        assert_eq!(c.sim_speed, 50.0);
+        assert_eq!(c.stop_grace, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        let e = Config::resolve(args(&["--sim-gpus", "v100:1"])).expect_err("unknown model");
+        assert!(e.to_string().starts_with("sim_gpus:"), "{e}");
+        let e = Config::resolve(args(&["--listen", "0.0.0.0:7000"])).expect_err("not loopback");
+        assert!(e.to_string().starts_with("listen:"), "{e}");
+        let e = Config::resolve(args(&["--sim-speed=-1"])).expect_err("negative");
+        assert!(e.to_string().starts_with("sim_speed:"), "{e}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("mmkd.yaml");
+        std::fs::write(&f, "backend: sim\nsim_gpu: a\n").expect("write");
+        let e = Config::resolve(args(&["--config", f.to_str().expect("utf-8")])).expect_err("unknown key");
+        assert!(e.to_string().contains("sim_gpu"), "{e}");
+    }
+}

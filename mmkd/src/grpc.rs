@@ -1,0 +1,371 @@
+//! tonic adapters: each handler extracts, calls the node, converts. No logic lives here.
+
+use std::pin::Pin;
+
+use mmk_core::{FieldError, JobState, ServiceError};
+use mmk_partitioner::{layout, GpuState};
+use mmk_proto::v1::{self, job_service_server::JobService, node_service_server::NodeService, partition_service_server::PartitionService};
+use mmk_proto::{class_from_proto, class_to_proto, service_error_to_status, spec_from_proto, spec_to_proto, state_from_proto, state_to_proto, timestamp};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::node::{JobEvent, Node};
+use crate::store::JobRecord;
+
+fn status(e: ServiceError) -> Status {
+    service_error_to_status(e)
+}
+
+fn invalid(field: &str, message: &str) -> Status {
+    status(ServiceError::InvalidArgument(FieldError::new(field, message)))
+}
+
+/// A job as the API shows it.
+pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
+    let is_command = matches!(j.spec.task, mmk_core::Task::Command(_));
+    v1::Job {
+        id: j.id,
+        spec: Some(spec_to_proto(&j.spec)),
+        state: state_to_proto(j.state) as i32,
+        reason: j.reason.clone(),
+        submitted_at: Some(timestamp(j.submitted_at)),
+        started_at: j.started_at.map(timestamp),
+        finished_at: j.finished_at.map(timestamp),
+        updated_at: Some(timestamp(j.updated_at)),
+        assignment: j.assignment.as_ref().map(|a| v1::Assignment {
+            gpu_index: a.slot.gpu,
+            gpu_uuid: a.gpu_uuid.clone(),
+            instance_id: a.instance_id,
+            device_uuid: a.device_uuid.clone(),
+            profile: a.profile.clone(),
+            start_slice: u32::from(a.slot.start),
+            mps_share: u32::from(a.mps_share),
+        }),
+        exit_code: j.exit_code,
+        restarts: j.restarts,
+        log_dir: if is_command {
+            node.runner().log_dir(j.id).display().to_string()
+        } else {
+            String::new()
+        },
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JobApi {
+    pub node: Node,
+    /// Becomes true when mmkd shuts down; open watch streams end then.
+    pub stopping: watch::Receiver<bool>,
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<v1::JobEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl JobService for JobApi {
+    async fn submit_job(
+        &self,
+        req: Request<v1::SubmitJobRequest>,
+    ) -> Result<Response<v1::SubmitJobResponse>, Status> {
+        let spec = req
+            .into_inner()
+            .spec
+            .ok_or_else(|| invalid("spec", "missing"))?;
+        let spec = spec_from_proto(spec).map_err(|e| status(e.into()))?;
+        let job = self.node.submit(spec).await.map_err(status)?;
+        Ok(Response::new(v1::SubmitJobResponse {
+            job: Some(job_to_proto(&self.node, &job)),
+        }))
+    }
+
+    async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::Job>, Status> {
+        let job = self.node.get(req.into_inner().id).await.map_err(status)?;
+        Ok(Response::new(job_to_proto(&self.node, &job)))
+    }
+
+    async fn list_jobs(
+        &self,
+        req: Request<v1::ListJobsRequest>,
+    ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        let req = req.into_inner();
+        let states = req
+            .states
+            .iter()
+            .map(|s| state_from_proto(*s).ok_or_else(|| invalid("states", &format!("unknown state {s}"))))
+            .collect::<Result<Vec<JobState>, Status>>()?;
+        let class = match req.class {
+            0 => None,
+            c => Some(class_from_proto(c).ok_or_else(|| invalid("class", &format!("unknown class {c}")))?),
+        };
+        let jobs = self.node.list(&states, class).await.map_err(status)?;
+        Ok(Response::new(v1::ListJobsResponse {
+            jobs: jobs.iter().map(|j| job_to_proto(&self.node, j)).collect(),
+        }))
+    }
+
+    async fn cancel_job(
+        &self,
+        req: Request<v1::CancelJobRequest>,
+    ) -> Result<Response<v1::Job>, Status> {
+        let req = req.into_inner();
+        let job = self.node.cancel(req.id, &req.reason).await.map_err(status)?;
+        Ok(Response::new(job_to_proto(&self.node, &job)))
+    }
+
+    type WatchJobsStream = EventStream;
+
+    async fn watch_jobs(
+        &self,
+        req: Request<v1::WatchJobsRequest>,
+    ) -> Result<Response<Self::WatchJobsStream>, Status> {
+        let req = req.into_inner();
+        // Subscribe before reading the current jobs, so no change falls in between.
+        let mut events = self.node.subscribe();
+        let current = if req.include_current {
+            let jobs = self.node.list(&[], None).await.map_err(status)?;
+            jobs.into_iter()
+                .filter(|j| req.job_id == 0 || j.id == req.job_id)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let (tx, rx) = mpsc::channel(64);
+        let node = self.node.clone();
+        let stopping = until_true(self.stopping.clone());
+        tokio::spawn(async move {
+            tokio::pin!(stopping);
+            for j in current {
+                let ev = v1::JobEvent {
+                    seq: 0,
+                    at: Some(timestamp(j.updated_at)),
+                    job: Some(job_to_proto(&node, &j)),
+                };
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let ev: JobEvent = tokio::select! {
+                    () = &mut stopping => return,
+                    () = tx.closed() => return,
+                    ev = events.recv() => match ev {
+                        Ok(ev) => ev,
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            let _ = tx.send(Err(Status::resource_exhausted(format!(
+                                "the watch fell {n} events behind; watch again with include_current"
+                            )))).await;
+                            return;
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                };
+                if req.job_id != 0 && ev.job.id != req.job_id {
+                    continue;
+                }
+                let msg = v1::JobEvent {
+                    seq: ev.seq,
+                    at: Some(timestamp(ev.at)),
+                    job: Some(job_to_proto(&node, &ev.job)),
+                };
+                if tx.send(Ok(msg)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Resolves once the flag is true (or its sender is gone).
+async fn until_true(mut flag: watch::Receiver<bool>) {
+    loop {
+        let set = *flag.borrow_and_update();
+        if set || flag.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PartitionApi {
+    pub node: Node,
+}
+
+/// Memory slices no instance holds.
+fn free_slices(g: &GpuState) -> u32 {
+    if !g.mig_enabled {
+        return 0;
+    }
+    let used: u32 = g.instances.iter().map(|i| u32::from(i.placement.size)).sum();
+    u32::from(g.model.memory_slices).saturating_sub(used)
+}
+
+async fn active_jobs(node: &Node) -> Result<Vec<JobRecord>, Status> {
+    node.list(&[JobState::Starting, JobState::Running], None)
+        .await
+        .map_err(status)
+}
+
+fn partitions_of(g: &GpuState, jobs: &[JobRecord]) -> Vec<v1::Partition> {
+    let jobs_in = |instance: Option<u32>, start: u8| -> Vec<v1::PartitionJob> {
+        jobs.iter()
+            .filter(|j| {
+                j.assignment.as_ref().is_some_and(|a| {
+                    a.slot.gpu == g.index && a.slot.profile_id == instance && a.slot.start == start
+                })
+            })
+            .map(|j| v1::PartitionJob {
+                job_id: j.id,
+                name: j.spec.name.clone(),
+                class: class_to_proto(j.spec.class) as i32,
+                state: state_to_proto(j.state) as i32,
+                mps_share: j.assignment.as_ref().map_or(0, |a| u32::from(a.mps_share)),
+                gpu_memory_mib: j.spec.gpu_memory_mib,
+            })
+            .collect()
+    };
+    let used = |js: &[v1::PartitionJob]| js.iter().map(|j| j.gpu_memory_mib).sum();
+    if !g.mig_enabled {
+        let js = jobs_in(None, 0);
+        return vec![v1::Partition {
+            instance_id: 0,
+            device_uuid: g.uuid.clone(),
+            profile: "whole".into(),
+            profile_id: 0,
+            start_slice: 0,
+            size_slices: u32::from(g.model.memory_slices),
+            memory_mib: g.model.memory_mib,
+            sm_count: g.model.sm_count,
+            used_memory_mib: used(&js),
+            jobs: js,
+        }];
+    }
+    g.instances
+        .iter()
+        .map(|i| {
+            let p = g.model.profile(i.profile_id);
+            let js = jobs_in(Some(i.profile_id), i.placement.start);
+            v1::Partition {
+                instance_id: i.id,
+                device_uuid: i.uuid.clone(),
+                profile: p.map_or_else(|| i.profile_id.to_string(), |p| p.name.clone()),
+                profile_id: i.profile_id,
+                start_slice: u32::from(i.placement.start),
+                size_slices: u32::from(i.placement.size),
+                memory_mib: p.map_or(0, |p| p.memory_mib),
+                sm_count: p.map_or(0, |p| p.sm_count),
+                used_memory_mib: used(&js),
+                jobs: js,
+            }
+        })
+        .collect()
+}
+
+#[tonic::async_trait]
+impl PartitionService for PartitionApi {
+    async fn list_partitions(
+        &self,
+        _req: Request<v1::ListPartitionsRequest>,
+    ) -> Result<Response<v1::ListPartitionsResponse>, Status> {
+        let gpus = self.node.gpus().await.map_err(status)?;
+        let jobs = active_jobs(&self.node).await?;
+        Ok(Response::new(v1::ListPartitionsResponse {
+            gpus: gpus
+                .iter()
+                .map(|g| v1::GpuPartitions {
+                    gpu_index: g.index,
+                    gpu_uuid: g.uuid.clone(),
+                    model: g.model.product_name.clone(),
+                    mig_enabled: g.mig_enabled,
+                    memory_slices: u32::from(g.model.memory_slices),
+                    partitions: partitions_of(g, &jobs),
+                })
+                .collect(),
+        }))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeApi {
+    pub node: Node,
+}
+
+#[tonic::async_trait]
+impl NodeService for NodeApi {
+    async fn get_node(&self, _req: Request<v1::GetNodeRequest>) -> Result<Response<v1::Node>, Status> {
+        let gpus = self.node.gpus().await.map_err(status)?;
+        let jobs = active_jobs(&self.node).await?;
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_default();
+        Ok(Response::new(v1::Node {
+            hostname,
+            backend: self.node.backend_kind().into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            planner: self.node.planner_name().into(),
+            gpus: gpus.iter().map(|g| gpu_to_proto(g, &jobs)).collect(),
+        }))
+    }
+}
+
+fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
+    let existing: Vec<(u32, u8)> = g
+        .instances
+        .iter()
+        .map(|i| (i.profile_id, i.placement.start))
+        .collect();
+    let partitions = partitions_of(g, jobs);
+    let free_in_partitions: u64 = partitions
+        .iter()
+        .map(|p| p.memory_mib.saturating_sub(p.used_memory_mib))
+        .sum();
+    let slice_mib = g
+        .model
+        .profiles
+        .iter()
+        .filter(|p| p.memory_slices == 1)
+        .map(|p| p.memory_mib)
+        .max()
+        .unwrap_or(0);
+    v1::Gpu {
+        index: g.index,
+        uuid: g.uuid.clone(),
+        model: g.model.product_name.clone(),
+        memory_mib: g.model.memory_mib,
+        sm_count: g.model.sm_count,
+        mig_enabled: g.mig_enabled,
+        free_memory_mib: free_in_partitions + u64::from(free_slices(g)) * slice_mib,
+        free_memory_slices: free_slices(g),
+        memory_slices: u32::from(g.model.memory_slices),
+        profiles: g
+            .model
+            .profiles
+            .iter()
+            .map(|p| v1::GpuProfile {
+                id: p.id,
+                name: p.name.clone(),
+                compute_slices: u32::from(p.compute_slices),
+                memory_slices: u32::from(p.memory_slices),
+                memory_mib: p.memory_mib,
+                sm_count: p.sm_count,
+                max_count: u32::from(p.max_count),
+                starts: p.starts.iter().map(|s| u32::from(*s)).collect(),
+                free_starts: if g.mig_enabled {
+                    p.starts
+                        .iter()
+                        .filter(|&&s| {
+                            let mut l = existing.clone();
+                            l.push((p.id, s));
+                            layout::validate(&g.model, &l).is_ok()
+                        })
+                        .map(|s| u32::from(*s))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                media_extensions: p.media_extensions,
+            })
+            .collect(),
+    }
+}

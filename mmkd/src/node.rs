@@ -1,0 +1,541 @@
+//! The node controller: admits jobs, runs the planner, applies its plan through the GPU
+//! backend and the runner, and records every state change in the store.
+//!
+//! One scheduling pass at a time (`sched` lock). A pass runs after every admission, exit
+//! and cancellation. Intent (the plan) and observed state (the backend's instances, the
+//! runner's processes) stay apart: the pass reads both, then changes one step at a time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mmk_core::spec::RestartPolicy;
+use mmk_core::units::format_mib;
+use mmk_core::{now_ms, FieldError, JobClass, JobSpec, JobState, ServiceError, ServiceResult};
+use mmk_partitioner::plan::largest_partition_mib;
+use mmk_partitioner::{GpuState, JobDemand, NodeState, Planner, Slot, Step};
+use tokio::sync::{broadcast, mpsc, Notify};
+use tokio::task::JoinHandle;
+use tracing::{info, instrument, warn};
+
+use crate::backend::GpuBackend;
+use crate::runner::{self, Exit, Launch, Runner};
+use crate::store::{Assignment, Change, InstanceRecord, JobRecord, Store, StoreError};
+
+/// A state change, as watchers see it.
+#[derive(Debug, Clone)]
+pub struct JobEvent {
+    pub seq: u64,
+    pub at: i64,
+    pub job: JobRecord,
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    backend: Arc<dyn GpuBackend>,
+    planner: Box<dyn Planner>,
+    runner: Runner,
+    events: broadcast::Sender<JobEvent>,
+    sched: tokio::sync::Mutex<()>,
+    kick: Notify,
+    /// Jobs being cancelled, with the reason to record when they stop.
+    cancelling: Mutex<HashMap<u64, String>>,
+}
+
+/// How long `cancel` waits for a stopped job's final state beyond the runner's stop.
+const CANCEL_SETTLE: Duration = Duration::from_secs(10);
+
+impl Node {
+    /// Reconciles what a previous mmkd left (jobs that were running when it stopped),
+    /// then starts the scheduling loop. The loop ends when `shutdown` is notified.
+    pub async fn start(
+        store: Store,
+        backend: Arc<dyn GpuBackend>,
+        planner: Box<dyn Planner>,
+        runner: Runner,
+        exits: mpsc::UnboundedReceiver<Exit>,
+        shutdown: Arc<Notify>,
+    ) -> Result<(Node, JoinHandle<()>), StoreError> {
+        let (events, _) = broadcast::channel(1024);
+        let node = Node {
+            inner: Arc::new(Inner {
+                store,
+                backend,
+                planner,
+                runner,
+                events,
+                sched: tokio::sync::Mutex::new(()),
+                kick: Notify::new(),
+                cancelling: Mutex::default(),
+            }),
+        };
+        node.recover().await?;
+        let looping = node.clone();
+        let handle = tokio::spawn(async move { looping.run(exits, shutdown).await });
+        node.inner.kick.notify_one();
+        Ok((node, handle))
+    }
+
+    pub fn backend_kind(&self) -> &'static str {
+        self.inner.backend.kind()
+    }
+
+    pub fn planner_name(&self) -> &'static str {
+        self.inner.planner.name()
+    }
+
+    pub fn runner(&self) -> &Runner {
+        &self.inner.runner
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<JobEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Admits a validated job: it is stored QUEUED and the planner runs.
+    #[instrument(skip_all, fields(job = %spec.name, class = %spec.class))]
+    pub async fn submit(&self, spec: JobSpec) -> ServiceResult<JobRecord> {
+        spec.validate()?;
+        let gpus = self.gpus().await?;
+        let largest = largest_partition_mib(&NodeState { gpus });
+        if spec.gpu_memory_mib > largest {
+            return Err(ServiceError::InvalidArgument(FieldError::new(
+                "gpu_memory",
+                format!(
+                    "{} is more than the largest partition this node can make ({})",
+                    format_mib(spec.gpu_memory_mib),
+                    format_mib(largest)
+                ),
+            )));
+        }
+        let (job, ev) = self
+            .inner
+            .store
+            .insert_job(&spec, now_ms())
+            .await
+            .map_err(store_error)?;
+        info!(job = job.id, "job admitted");
+        self.emit(ev.seq, ev.at, job.clone());
+        self.inner.kick.notify_one();
+        Ok(job)
+    }
+
+    pub async fn get(&self, id: u64) -> ServiceResult<JobRecord> {
+        self.inner.store.get_job(id).await.map_err(store_error)
+    }
+
+    pub async fn list(
+        &self,
+        states: &[JobState],
+        class: Option<JobClass>,
+    ) -> ServiceResult<Vec<JobRecord>> {
+        self.inner
+            .store
+            .list_jobs(states, class)
+            .await
+            .map_err(store_error)
+    }
+
+    /// Cancels a job. A queued job is cancelled at once; a running one is stopped first
+    /// (SIGTERM, then SIGKILL after the grace period) and the call returns once it ended.
+    #[instrument(skip(self, reason))]
+    pub async fn cancel(&self, id: u64, reason: &str) -> ServiceResult<JobRecord> {
+        let reason = if reason.trim().is_empty() {
+            "cancelled by user".to_owned()
+        } else {
+            format!("cancelled: {}", reason.trim())
+        };
+        let mut events = self.subscribe();
+        {
+            let _pass = self.inner.sched.lock().await;
+            let job = self.get(id).await?;
+            if job.state.is_terminal() {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "job {id} has already ended ({})",
+                    job.state
+                )));
+            }
+            if job.state == JobState::Queued || !self.inner.runner.is_running(id) {
+                let job = self.transition(id, JobState::Cancelled, &reason, Change::default()).await?;
+                self.release(&job);
+                self.inner.kick.notify_one();
+                return Ok(job);
+            }
+            self.inner
+                .cancelling
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, reason);
+        }
+        self.inner.runner.stop(id).await;
+        let settle = tokio::time::timeout(CANCEL_SETTLE, async {
+            loop {
+                match events.recv().await {
+                    Ok(ev) if ev.job.id == id && ev.job.state.is_terminal() => return,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                    _ => {}
+                }
+            }
+        });
+        let _ = settle.await;
+        self.get(id).await
+    }
+
+    /// The GPUs as the backend reports them now.
+    pub async fn gpus(&self) -> ServiceResult<Vec<GpuState>> {
+        let backend = Arc::clone(&self.inner.backend);
+        tokio::task::spawn_blocking(move || backend.gpus())
+            .await
+            .map_err(|e| ServiceError::Internal(format!("gpu inventory task failed: {e}")))?
+            .map_err(|e| {
+                warn!(error = %e, "cannot read the gpus");
+                ServiceError::Unavailable(format!("cannot read the gpus: {e}"))
+            })
+    }
+
+    fn emit(&self, seq: u64, at: i64, job: JobRecord) {
+        // No receivers is fine: nobody watches.
+        let _ = self.inner.events.send(JobEvent { seq, at, job });
+    }
+
+    async fn transition(
+        &self,
+        id: u64,
+        to: JobState,
+        reason: &str,
+        change: Change,
+    ) -> ServiceResult<JobRecord> {
+        let (job, ev) = self
+            .inner
+            .store
+            .transition(id, to, reason, change, now_ms())
+            .await
+            .map_err(store_error)?;
+        info!(job = id, state = %to, reason, "job state changed");
+        self.emit(ev.seq, ev.at, job.clone());
+        Ok(job)
+    }
+
+    /// Tells the backend that the job no longer uses its instance.
+    fn release(&self, job: &JobRecord) {
+        if let Some(a) = &job.assignment {
+            if a.slot.profile_id.is_some() {
+                self.inner.backend.set_in_use(a.slot.gpu, a.instance_id, false);
+            }
+        }
+    }
+
+    /// Jobs that were STARTING or RUNNING when the last mmkd stopped have lost their
+    /// process: back to the queue if their restart policy allows, else FAILED.
+    async fn recover(&self) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        for job in store.list_jobs(&[JobState::Starting, JobState::Running], None).await? {
+            if let Some(pid) = job.pid {
+                if runner::kill_leftover(pid, job.id) {
+                    warn!(job = job.id, pid, "killed a job process left by the previous mmkd");
+                }
+            }
+            let requeue = job.spec.restart_policy == RestartPolicy::OnFailure
+                && job.restarts < job.spec.max_restarts;
+            let (to, reason, restart) = if requeue {
+                (
+                    JobState::Queued,
+                    format!(
+                        "requeued: mmkd restarted while the job was {} (restart {} of {})",
+                        job.state.as_str().to_lowercase(),
+                        job.restarts + 1,
+                        job.spec.max_restarts
+                    ),
+                    true,
+                )
+            } else {
+                (
+                    JobState::Failed,
+                    format!(
+                        "mmkd restarted while the job was {}; its process is gone",
+                        job.state.as_str().to_lowercase()
+                    ),
+                    false,
+                )
+            };
+            store
+                .transition(job.id, to, &reason, Change { restart, ..Change::default() }, now_ms())
+                .await?;
+            info!(job = job.id, state = %to, reason, "reconciled after restart");
+        }
+        Ok(())
+    }
+
+    async fn run(self, mut exits: mpsc::UnboundedReceiver<Exit>, shutdown: Arc<Notify>) {
+        loop {
+            tokio::select! {
+                () = shutdown.notified() => break,
+                () = self.inner.kick.notified() => {}
+                exit = exits.recv() => match exit {
+                    Some(exit) => self.handle_exit(exit).await,
+                    None => break,
+                },
+            }
+            self.schedule().await;
+        }
+    }
+
+    #[instrument(skip(self), fields(job = exit.job))]
+    async fn handle_exit(&self, exit: Exit) {
+        let _pass = self.inner.sched.lock().await;
+        let job = match self.inner.store.get_job(exit.job).await {
+            Ok(j) => j,
+            Err(e) => {
+                warn!(error = %e, "exit of a job the store cannot read");
+                return;
+            }
+        };
+        if !job.state.is_active() {
+            return;
+        }
+        self.release(&job);
+        let cancelled = self
+            .inner
+            .cancelling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&exit.job);
+        let change = Change {
+            exit_code: exit.outcome.exit_code(),
+            ..Change::default()
+        };
+        let result = if let Some(reason) = cancelled {
+            self.transition(job.id, JobState::Cancelled, &reason, change).await
+        } else if exit.outcome.success() {
+            self.transition(job.id, JobState::Succeeded, &exit.outcome.describe(), change)
+                .await
+        } else if job.spec.restart_policy == RestartPolicy::OnFailure
+            && job.restarts < job.spec.max_restarts
+        {
+            let reason = format!(
+                "requeued after it {} (restart {} of {})",
+                exit.outcome.describe(),
+                job.restarts + 1,
+                job.spec.max_restarts
+            );
+            self.transition(job.id, JobState::Queued, &reason, Change { restart: true, ..change })
+                .await
+        } else {
+            self.transition(job.id, JobState::Failed, &exit.outcome.describe(), change)
+                .await
+        };
+        if let Err(e) = result {
+            warn!(error = %e, "cannot record a job's end");
+        }
+    }
+
+    /// One scheduling pass: plan, change the layout step by step, start placed jobs.
+    async fn schedule(&self) {
+        let _pass = self.inner.sched.lock().await;
+        if let Err(e) = self.schedule_locked().await {
+            warn!(error = %e, "scheduling pass failed; jobs stay queued");
+        }
+    }
+
+    async fn schedule_locked(&self) -> ServiceResult<()> {
+        let store = &self.inner.store;
+        let jobs = store
+            .list_jobs(&[JobState::Queued, JobState::Starting, JobState::Running], None)
+            .await
+            .map_err(store_error)?;
+        if jobs.iter().all(|j| j.state != JobState::Queued) {
+            return Ok(());
+        }
+        let gpus = self.gpus().await?;
+        let demands: Vec<JobDemand> = jobs
+            .iter()
+            .map(|j| JobDemand {
+                id: j.id,
+                class: j.spec.class,
+                memory_mib: j.spec.gpu_memory_mib,
+                priority: j.spec.priority,
+                placed: if j.state.is_active() {
+                    j.assignment.as_ref().map(|a| a.slot)
+                } else {
+                    None
+                },
+            })
+            .collect();
+        let node = NodeState { gpus };
+        let plan = self.inner.planner.plan(&node, &demands);
+
+        for step in &plan.steps {
+            if let Err(e) = self.apply(&node, step).await {
+                let reason = format!("waiting: reconfiguration failed ({e})");
+                for j in jobs.iter().filter(|j| j.state == JobState::Queued) {
+                    let _ = store.set_reason(j.id, &reason, now_ms()).await;
+                }
+                return Err(e);
+            }
+        }
+        let gpus = if plan.steps.is_empty() { node.gpus } else { self.gpus().await? };
+
+        let by_id: HashMap<u64, &JobRecord> = jobs.iter().map(|j| (j.id, j)).collect();
+        for p in &plan.placements {
+            let Some(job) = by_id.get(&p.job).filter(|j| j.state == JobState::Queued) else {
+                continue;
+            };
+            match assignment(&gpus, p.slot, p.mps_share) {
+                Some(a) => self.launch(job, a).await?,
+                None => {
+                    let _ = store
+                        .set_reason(job.id, "waiting: the planned partition does not exist", now_ms())
+                        .await;
+                }
+            }
+        }
+        for q in &plan.queued {
+            store
+                .set_reason(q.job, &q.reason, now_ms())
+                .await
+                .map_err(store_error)?;
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, node: &NodeState, step: &Step) -> ServiceResult<()> {
+        let backend = Arc::clone(&self.inner.backend);
+        let store = &self.inner.store;
+        match step.clone() {
+            Step::Destroy { slot, instance } => {
+                let gpu_uuid = gpu_uuid(node, slot.gpu);
+                tokio::task::spawn_blocking(move || backend.destroy_instance(slot.gpu, instance))
+                    .await
+                    .map_err(|e| ServiceError::Internal(e.to_string()))?
+                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+                store
+                    .remove_instance(&gpu_uuid, slot.start)
+                    .await
+                    .map_err(store_error)?;
+                info!(gpu = slot.gpu, instance, start = slot.start, "destroyed gpu instance");
+            }
+            Step::Create { slot } => {
+                let Some(profile) = slot.profile_id else {
+                    return Ok(());
+                };
+                let inst = tokio::task::spawn_blocking(move || {
+                    backend.create_instance(slot.gpu, profile, slot.start)
+                })
+                .await
+                .map_err(|e| ServiceError::Internal(e.to_string()))?
+                .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+                info!(gpu = slot.gpu, instance = inst.id, profile, start = slot.start, "created gpu instance");
+                store
+                    .add_instance(
+                        &InstanceRecord {
+                            gpu_uuid: gpu_uuid(node, slot.gpu),
+                            gpu_index: slot.gpu,
+                            instance: inst,
+                        },
+                        now_ms(),
+                    )
+                    .await
+                    .map_err(store_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn launch(&self, job: &JobRecord, a: Assignment) -> ServiceResult<()> {
+        let placed = format!("placed on gpu {} {}@{}", a.slot.gpu, a.profile, a.slot.start);
+        self.transition(
+            job.id,
+            JobState::Starting,
+            &placed,
+            Change {
+                assignment: Some(a.clone()),
+                ..Change::default()
+            },
+        )
+        .await?;
+        let launch = Launch {
+            job: job.id,
+            name: job.spec.name.clone(),
+            class: job.spec.class,
+            task: job.spec.task.clone(),
+            assignment: a.clone(),
+            restarts: job.restarts,
+        };
+        match self.inner.runner.start(&launch) {
+            Ok(pid) => {
+                if a.slot.profile_id.is_some() {
+                    self.inner.backend.set_in_use(a.slot.gpu, a.instance_id, true);
+                }
+                let change = Change {
+                    pid,
+                    ..Change::default()
+                };
+                self.transition(job.id, JobState::Running, "running", change).await?;
+            }
+            Err(why) => {
+                self.transition(job.id, JobState::Failed, &why, Change::default()).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn gpu_uuid(node: &NodeState, gpu: u32) -> String {
+    node.gpus
+        .iter()
+        .find(|g| g.index == gpu)
+        .map(|g| g.uuid.clone())
+        .unwrap_or_default()
+}
+
+/// The assignment of a slot on the GPUs as they are now; `None` when it does not exist.
+fn assignment(gpus: &[GpuState], slot: Slot, mps_share: u8) -> Option<Assignment> {
+    let g = gpus.iter().find(|g| g.index == slot.gpu)?;
+    match slot.profile_id {
+        None => Some(Assignment {
+            slot,
+            gpu_uuid: g.uuid.clone(),
+            instance_id: 0,
+            device_uuid: g.uuid.clone(),
+            profile: "whole".into(),
+            mps_share,
+        }),
+        Some(pid) => {
+            let inst = g
+                .instances
+                .iter()
+                .find(|i| i.profile_id == pid && i.placement.start == slot.start)?;
+            Some(Assignment {
+                slot,
+                gpu_uuid: g.uuid.clone(),
+                instance_id: inst.id,
+                device_uuid: inst.uuid.clone(),
+                profile: g.model.profile(pid).map_or_else(|| pid.to_string(), |p| p.name.clone()),
+                mps_share,
+            })
+        }
+    }
+}
+
+/// Maps a store error for a client, logging internals once here.
+fn store_error(e: StoreError) -> ServiceError {
+    match e {
+        StoreError::NotFound(id) => ServiceError::NotFound {
+            what: "job",
+            id: id.to_string(),
+        },
+        StoreError::BadTransition { id, from, to } => ServiceError::FailedPrecondition(format!(
+            "job {id} is {from}; it cannot become {to}"
+        )),
+        other => {
+            tracing::error!(error = %other, source = ?std::error::Error::source(&other), "node store error");
+            ServiceError::Internal("the node store failed; see mmkd's log".into())
+        }
+    }
+}

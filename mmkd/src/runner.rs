@@ -1,0 +1,429 @@
+//! Runs placed jobs: a `workload` job progresses in simulated time; a `command` job is a
+//! real child process with its output in files under the data dir. When a job ends the
+//! runner reports an [`Exit`] on a channel; it never decides what the job's state becomes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mmk_core::spec::{CommandSpec, Task};
+use mmk_core::{workload, JobClass};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::store::Assignment;
+
+/// How a job's run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A simulated workload ran its full duration.
+    Finished,
+    /// The process exited with this code.
+    Exited(i32),
+    /// The process was killed by this signal.
+    Signaled(i32),
+    /// mmk stopped the job (cancel or shutdown) before it ended by itself.
+    Stopped,
+}
+
+impl Outcome {
+    pub fn success(&self) -> bool {
+        matches!(self, Outcome::Finished | Outcome::Exited(0))
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Outcome::Finished => "finished".into(),
+            Outcome::Exited(c) => format!("exited with code {c}"),
+            Outcome::Signaled(s) => format!("killed by signal {s}"),
+            Outcome::Stopped => "stopped by mmk".into(),
+        }
+    }
+
+    pub fn exit_code(&self) -> Option<i32> {
+        match self {
+            Outcome::Exited(c) => Some(*c),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Exit {
+    pub job: u64,
+    pub outcome: Outcome,
+}
+
+/// What the runner needs to start a job.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub job: u64,
+    pub name: String,
+    pub class: JobClass,
+    pub task: Task,
+    pub assignment: Assignment,
+    pub restarts: u32,
+}
+
+#[derive(Debug)]
+enum Stopper {
+    Workload(Option<oneshot::Sender<()>>),
+    /// Process group ID (the child leads its own group).
+    Process(i32),
+}
+
+#[derive(Debug)]
+struct Running {
+    stopper: Stopper,
+    done: watch::Receiver<bool>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Runner {
+    jobs_dir: PathBuf,
+    sim_speed: f64,
+    grace: Duration,
+    exits: mpsc::UnboundedSender<Exit>,
+    running: Arc<Mutex<HashMap<u64, Running>>>,
+}
+
+/// The environment variables a job process inherits from mmkd; everything else comes
+/// from the job spec and from mmk.
+const INHERITED_ENV: [&str; 6] = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ"];
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+impl Runner {
+    pub fn new(
+        jobs_dir: PathBuf,
+        sim_speed: f64,
+        grace: Duration,
+        exits: mpsc::UnboundedSender<Exit>,
+    ) -> Runner {
+        Runner {
+            jobs_dir,
+            sim_speed,
+            grace,
+            exits,
+            running: Arc::default(),
+        }
+    }
+
+    /// Where a job's stdout.log and stderr.log go.
+    pub fn log_dir(&self, job: u64) -> PathBuf {
+        self.jobs_dir.join(job.to_string())
+    }
+
+    /// Starts a job; returns the pid of a command job. Must be called from a runtime
+    /// worker thread: a child dies with the thread that spawned it (PR_SET_PDEATHSIG), so
+    /// that a crashed mmkd leaves no job behind.
+    pub fn start(&self, l: &Launch) -> Result<Option<u32>, String> {
+        let (done_tx, done_rx) = watch::channel(false);
+        let (stopper, pid, run) = match &l.task {
+            Task::Workload(w) => {
+                let nominal = workload::find(&w.name)
+                    .map(|wl| wl.nominal_duration_ms(w.batch_size.unwrap_or(wl.default_batch())))
+                    .unwrap_or(60_000);
+                let sim_ms = w.duration_ms.unwrap_or(nominal);
+                let wall = Duration::from_millis(sim_ms).div_f64(self.sim_speed);
+                let (tx, rx) = oneshot::channel::<()>();
+                let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
+                    Box::pin(async move {
+                        tokio::select! {
+                            () = tokio::time::sleep(wall) => Outcome::Finished,
+                            _ = rx => Outcome::Stopped,
+                        }
+                    });
+                (Stopper::Workload(Some(tx)), None, fut)
+            }
+            Task::Command(c) => {
+                let mut child = self.spawn(l, c)?;
+                let pid = child.id().ok_or("the process exited before it could be watched")?;
+                let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
+                    Box::pin(async move {
+                        match child.wait().await {
+                            Ok(st) => {
+                                use std::os::unix::process::ExitStatusExt;
+                                match (st.code(), st.signal()) {
+                                    (Some(c), _) => Outcome::Exited(c),
+                                    (None, Some(s)) => Outcome::Signaled(s),
+                                    (None, None) => Outcome::Exited(-1),
+                                }
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "cannot wait for a job process");
+                                Outcome::Exited(-1)
+                            }
+                        }
+                    });
+                (Stopper::Process(pid as i32), Some(pid), fut)
+            }
+        };
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                l.job,
+                Running {
+                    stopper,
+                    done: done_rx,
+                },
+            );
+        let job = l.job;
+        let running = Arc::clone(&self.running);
+        let exits = self.exits.clone();
+        tokio::spawn(async move {
+            let outcome = run.await;
+            running.lock().unwrap_or_else(|p| p.into_inner()).remove(&job);
+            let _ = exits.send(Exit { job, outcome });
+            let _ = done_tx.send(true);
+        });
+        Ok(pid)
+    }
+
+    fn spawn(&self, l: &Launch, c: &CommandSpec) -> Result<tokio::process::Child, String> {
+        let dir = self.log_dir(l.job);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(name))
+                .map_err(|e| format!("cannot open {}: {e}", dir.join(name).display()))
+        };
+        let (stdout, stderr) = (open("stdout.log")?, open("stderr.log")?);
+        let program = c.args.first().ok_or("the command names no program")?;
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(&c.args[1..])
+            .env_clear()
+            .envs(job_env(l, c))
+            .current_dir(c.workdir.as_deref().map_or(dir.as_path(), Path::new))
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .kill_on_drop(false);
+        // SAFETY: only async-signal-safe calls (prctl, setpgid) between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn()
+            .map_err(|e| format!("cannot start {program:?}: {e}"))
+    }
+
+    pub fn is_running(&self, job: u64) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&job)
+    }
+
+    /// Stops a job: a workload at once; a process with SIGTERM to its process group, then
+    /// SIGKILL after the grace period. Returns when the job has ended (its [`Exit`] is
+    /// sent), or after the grace period and a few seconds more.
+    pub async fn stop(&self, job: u64) {
+        let done = {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(r) = running.get_mut(&job) else {
+                return;
+            };
+            match &mut r.stopper {
+                Stopper::Workload(tx) => {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Stopper::Process(pgid) => signal_group(*pgid, libc::SIGTERM),
+            }
+            (r.done.clone(), matches!(r.stopper, Stopper::Process(_)).then_some(()))
+        };
+        let (mut done, is_process) = done;
+        if tokio::time::timeout(self.grace, done.wait_for(|d| *d))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        if is_process.is_some() {
+            if let Some(Running {
+                stopper: Stopper::Process(pgid),
+                ..
+            }) = self
+                .running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&job)
+            {
+                tracing::warn!(job, "job ignored SIGTERM for the grace period; sending SIGKILL");
+                signal_group(*pgid, libc::SIGKILL);
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d)).await;
+        }
+    }
+
+    /// Stops every running job (on mmkd's shutdown).
+    pub async fn stop_all(&self) {
+        let jobs: Vec<u64> = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        let stops: Vec<_> = jobs.into_iter().map(|j| self.stop(j)).collect();
+        for s in stops {
+            s.await;
+        }
+    }
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    if pgid > 1 {
+        // SAFETY: kill(2) with a negative pid signals the process group; no memory involved.
+        unsafe {
+            libc::kill(-pgid, sig);
+        }
+    }
+}
+
+/// The environment of a job process: a few variables inherited from mmkd, the spec's own,
+/// then mmk's (which the spec cannot override).
+pub fn job_env(l: &Launch, c: &CommandSpec) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = INHERITED_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
+        .collect();
+    env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
+    env.extend(c.env.clone());
+    let a = &l.assignment;
+    env.insert("MMK_JOB_ID".into(), l.job.to_string());
+    env.insert("MMK_JOB_NAME".into(), l.name.clone());
+    env.insert("MMK_JOB_CLASS".into(), l.class.as_str().into());
+    env.insert("MMK_PARTITION".into(), format!("gpu{}/{}@{}", a.slot.gpu, a.profile, a.slot.start));
+    env.insert("CUDA_VISIBLE_DEVICES".into(), a.device_uuid.clone());
+    env.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), a.mps_share.to_string());
+    if l.restarts > 0 {
+        env.insert("MMK_RESUME".into(), "1".into());
+    }
+    env
+}
+
+/// Kills what is left of a job process from an earlier mmkd (normally PR_SET_PDEATHSIG
+/// already did): only if the pid still belongs to that job, read from its environment.
+pub fn kill_leftover(pid: u32, job: u64) -> bool {
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let marker = format!("MMK_JOB_ID={job}");
+    let ours = environ
+        .split(|b| *b == 0)
+        .any(|kv| kv == marker.as_bytes());
+    if ours {
+        signal_group(pid as i32, libc::SIGKILL);
+    }
+    ours
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mmk_core::spec::WorkloadSpec;
+    use mmk_partitioner::Slot;
+
+    fn launch(job: u64, task: Task) -> Launch {
+        Launch {
+            job,
+            name: format!("job{job}"),
+            class: JobClass::Offline,
+            task,
+            assignment: Assignment {
+                slot: Slot {
+                    gpu: 0,
+                    start: 0,
+                    profile_id: Some(9),
+                },
+                gpu_uuid: "GPU-0".into(),
+                instance_id: 1,
+                device_uuid: "MIG-abc".into(),
+                profile: "3g.40gb".into(),
+                mps_share: 50,
+            },
+            restarts: 0,
+        }
+    }
+
+    fn runner(dir: &Path) -> (Runner, mpsc::UnboundedReceiver<Exit>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Runner::new(dir.to_path_buf(), 1000.0, Duration::from_secs(2), tx), rx)
+    }
+
+    fn cmd(args: &[&str]) -> Task {
+        Task::Command(CommandSpec {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: [("GREETING".to_string(), "hi".to_string())].into(),
+            workdir: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_process_gets_its_environment_and_logs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (r, mut rx) = runner(dir.path());
+        let pid = r
+            .start(&launch(1, cmd(&["/bin/sh", "-c", "echo $GREETING $MMK_JOB_ID $CUDA_VISIBLE_DEVICES $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo oops >&2; exit 3"])))
+            .expect("started");
+        assert!(pid.is_some());
+        let exit = rx.recv().await.expect("exit");
+        assert_eq!(exit.outcome, Outcome::Exited(3));
+        let out = std::fs::read_to_string(dir.path().join("1/stdout.log")).expect("stdout");
+        assert_eq!(out, "hi 1 MIG-abc 50\n");
+        let err = std::fs::read_to_string(dir.path().join("1/stderr.log")).expect("stderr");
+        assert_eq!(err, "oops\n");
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_refused_with_the_reason() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (r, _rx) = runner(dir.path());
+        let err = r.start(&launch(2, cmd(&["/no/such/program"]))).expect_err("must fail");
+        assert!(err.contains("/no/such/program") && err.contains("No such file"), "{err}");
+        assert!(!r.is_running(2));
+    }
+
+    #[tokio::test]
+    async fn stop_terminates_a_process_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (r, mut rx) = runner(dir.path());
+        r.start(&launch(3, cmd(&["/bin/sh", "-c", "sleep 30 & wait"]))).expect("started");
+        r.stop(3).await;
+        let exit = rx.recv().await.expect("exit");
+        assert_eq!(exit.outcome, Outcome::Signaled(libc::SIGTERM));
+        assert!(!r.is_running(3));
+    }
+
+    #[tokio::test]
+    async fn workloads_finish_in_scaled_time_or_stop() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (r, mut rx) = runner(dir.path());
+        let w = |ms| {
+            Task::Workload(WorkloadSpec {
+                name: "resnet50-train".into(),
+                batch_size: None,
+                duration_ms: Some(ms),
+            })
+        };
+        r.start(&launch(4, w(50))).expect("started");
+        assert_eq!(rx.recv().await.expect("exit").outcome, Outcome::Finished);
+        r.start(&launch(5, w(3_600_000))).expect("started");
+        r.stop(5).await;
+        assert_eq!(rx.recv().await.expect("exit").outcome, Outcome::Stopped);
+    }
+}

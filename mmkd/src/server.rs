@@ -1,0 +1,212 @@
+//! Wiring: open the store, pick the backend, start the node, serve gRPC until shutdown.
+
+use std::fs::File;
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use mmk_partitioner::FirstFit;
+use mmk_proto::v1::job_service_server::JobServiceServer;
+use mmk_proto::v1::node_service_server::NodeServiceServer;
+use mmk_proto::v1::partition_service_server::PartitionServiceServer;
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tracing::{info, warn};
+
+use crate::backend::nvml::NvmlBackend;
+use crate::backend::sim::{sim_gpu_uuid, SimBackend};
+use crate::backend::GpuBackend;
+use crate::config::{BackendChoice, Config};
+use crate::grpc::{JobApi, NodeApi, PartitionApi};
+use crate::node::Node;
+use crate::runner::Runner;
+use crate::store::Store;
+
+/// Runs mmkd until `shutdown` resolves, then stops cleanly: stop accepting, end watch
+/// streams, stop running jobs (their records are reconciled at the next start), close the
+/// store, remove the socket.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create the data dir {}", config.data_dir.display()))?;
+    let _lock = lock_data_dir(&config.data_dir)?;
+    let store = Store::open(&config.data_dir.join("mmk.db")).await?;
+
+    let backend = choose_backend(&config, &store).await?;
+    let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+    let runner = Runner::new(
+        config.data_dir.join("jobs"),
+        config.sim_speed,
+        config.stop_grace,
+        exits_tx,
+    );
+    let stop_loop = Arc::new(Notify::new());
+    let (node, loop_handle) = Node::start(
+        store.clone(),
+        backend,
+        Box::new(FirstFit),
+        runner,
+        exits_rx,
+        Arc::clone(&stop_loop),
+    )
+    .await?;
+
+    let uds = bind_socket(&config.socket)?;
+    info!(socket = %config.socket.display(), data_dir = %config.data_dir.display(), "listening");
+    let tcp = match config.listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            info!(addr = %l.local_addr()?, "listening on tcp (loopback)");
+            Some(l)
+        }
+        None => None,
+    };
+
+    let (stopping_tx, stopping_rx) = watch::channel(false);
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<JobServiceServer<JobApi>>()
+        .await;
+    health_reporter
+        .set_serving::<PartitionServiceServer<PartitionApi>>()
+        .await;
+    health_reporter
+        .set_serving::<NodeServiceServer<NodeApi>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let router = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(reflection)
+        .add_service(JobServiceServer::new(JobApi {
+            node: node.clone(),
+            stopping: stopping_rx,
+        }))
+        .add_service(PartitionServiceServer::new(PartitionApi { node: node.clone() }))
+        .add_service(NodeServiceServer::new(NodeApi { node: node.clone() }));
+
+    let (closed_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let closed = |tx: &tokio::sync::broadcast::Sender<()>| {
+        let mut rx = tx.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    };
+    let uds_server = router
+        .clone()
+        .serve_with_incoming_shutdown(UnixListenerStream::new(uds), closed(&closed_tx));
+    let tcp_server = async {
+        match tcp {
+            Some(l) => {
+                router
+                    .serve_with_incoming_shutdown(TcpListenerStream::new(l), closed(&closed_tx))
+                    .await
+            }
+            None => Ok(()),
+        }
+    };
+    let servers = async { tokio::try_join!(uds_server, tcp_server) };
+    tokio::pin!(servers);
+    tokio::select! {
+        res = &mut servers => { res?; }
+        () = shutdown => {
+            info!("shutting down");
+            health_reporter.set_not_serving::<JobServiceServer<JobApi>>().await;
+            let _ = stopping_tx.send(true);
+            let _ = closed_tx.send(());
+            servers.await?;
+        }
+    }
+    stop_loop.notify_one();
+    let _ = loop_handle.await;
+    node.runner().stop_all().await;
+    store.close().await;
+    let _ = std::fs::remove_file(&config.socket);
+    info!("stopped");
+    Ok(())
+}
+
+async fn choose_backend(config: &Config, store: &Store) -> anyhow::Result<Arc<dyn GpuBackend>> {
+    let nvml = match config.backend {
+        BackendChoice::Sim => None,
+        BackendChoice::Nvml | BackendChoice::Auto => {
+            match tokio::task::spawn_blocking(NvmlBackend::new).await? {
+                Ok(b) => Some(b),
+                Err(e) if config.backend == BackendChoice::Nvml => {
+                    return Err(e).context("--backend nvml: no usable GPU");
+                }
+                Err(e) => {
+                    info!(reason = %e, "no NVML GPU; using the simulated node");
+                    None
+                }
+            }
+        }
+    };
+    if let Some(b) = nvml {
+        let gpus = b.gpus()?;
+        info!(backend = "nvml", gpus = gpus.len(), models = %gpus.iter().map(|g| g.model.product_name.as_str()).collect::<Vec<_>>().join(","), "backend: nvml (real GPUs)");
+        return Ok(Arc::new(b));
+    }
+    let restored: Vec<_> = store
+        .instances()
+        .await?
+        .into_iter()
+        .filter_map(|r| {
+            if r.gpu_uuid == sim_gpu_uuid(r.gpu_index) {
+                Some((r.gpu_index, r.instance))
+            } else {
+                warn!(gpu = %r.gpu_uuid, "recorded instance of a gpu this node lacks; ignored");
+                None
+            }
+        })
+        .collect();
+    let b = SimBackend::new(config.sim_gpus.clone(), restored, config.sim_speed);
+    let models: Vec<&str> = config.sim_gpus.iter().map(|m| m.key.as_str()).collect();
+    info!(backend = "sim", gpus = %models.join(","), speed = config.sim_speed, "backend: sim (simulated node)");
+    Ok(Arc::new(b))
+}
+
+/// One mmkd per data dir: an exclusive lock on `mmkd.lock`, held while mmkd runs.
+fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
+    let path = dir.join("mmkd.lock");
+    let f = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        bail!(
+            "another mmkd is using the data dir {} (it holds {})",
+            dir.display(),
+            path.display()
+        );
+    }
+    Ok(f)
+}
+
+/// Binds the Unix socket (mode 0660), replacing a stale socket file but never a live one.
+fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
+    if let Some(parent) = path.parent() {
+        if !parent.exists() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+            let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
+        }
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!("another mmkd is listening on {}", path.display());
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
+    }
+    let l = UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("cannot set the mode of {}", path.display()))?;
+    Ok(l)
+}

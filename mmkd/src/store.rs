@@ -1,0 +1,585 @@
+//! The node store: jobs, their state transitions and the GPU instance layout, in SQLite
+//! through sqlx. Every query of the daemon lives here.
+//!
+//! A state change and its event row are written in one transaction, so a crash never
+//! leaves a job in a state without the event that explains it.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use mmk_core::{JobClass, JobSpec, JobState};
+use mmk_partitioner::{Instance, Placement, Slot};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("cannot open the node store at {path}")]
+    Open {
+        path: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("cannot apply the node store's migrations")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+    #[error("node store query failed")]
+    Query(#[from] sqlx::Error),
+    #[error("job {id} in the store is unreadable: {what}")]
+    Corrupt { id: i64, what: String },
+    #[error("job {0} not found")]
+    NotFound(u64),
+    #[error("job {id} is {from}; it cannot become {to}")]
+    BadTransition {
+        id: u64,
+        from: JobState,
+        to: JobState,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Where a job runs: the partition and the MPS share the planner gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub slot: Slot,
+    pub gpu_uuid: String,
+    /// Driver's GPU instance ID; 0 for a whole GPU.
+    pub instance_id: u32,
+    /// What CUDA_VISIBLE_DEVICES names.
+    pub device_uuid: String,
+    /// MIG profile name, or "whole".
+    pub profile: String,
+    pub mps_share: u8,
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub id: u64,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub reason: String,
+    pub submitted_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub updated_at: i64,
+    pub assignment: Option<Assignment>,
+    pub exit_code: Option<i32>,
+    pub restarts: u32,
+    pub pid: Option<u32>,
+}
+
+/// What a transition changes besides the state and the reason.
+#[derive(Debug, Default, Clone)]
+pub struct Change {
+    pub assignment: Option<Assignment>,
+    pub exit_code: Option<i32>,
+    pub pid: Option<u32>,
+    /// Count one more restart (a requeue after failure or daemon restart).
+    pub restart: bool,
+}
+
+/// An event row: a state change of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    pub seq: u64,
+    pub job_id: u64,
+    pub state: JobState,
+    pub reason: String,
+    pub at: i64,
+}
+
+/// A recorded GPU instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceRecord {
+    pub gpu_uuid: String,
+    pub gpu_index: u32,
+    pub instance: Instance,
+}
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+/// The columns a [`JobRecord`] is read from.
+macro_rules! job_columns {
+    () => {
+        "id, spec, state, reason, submitted_at, started_at, finished_at, updated_at, \
+         gpu_index, gpu_uuid, slot_start, slot_profile, profile, instance_id, device_uuid, \
+         mps_share, exit_code, restarts, pid"
+    };
+}
+
+impl Store {
+    /// Opens (creating if needed) the store file and applies the migrations.
+    pub async fn open(path: &Path) -> Result<Store> {
+        let opts = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await
+            .map_err(|source| StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            })?;
+        sqlx::migrate!("../migrations")
+            .run(&pool)
+            .await
+            .map_err(StoreError::Migrate)?;
+        Ok(Store { pool })
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Stores a new QUEUED job and its first event.
+    pub async fn insert_job(&self, spec: &JobSpec, now: i64) -> Result<(JobRecord, EventRecord)> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Corrupt {
+            id: 0,
+            what: e.to_string(),
+        })?;
+        let mut tx = self.pool.begin().await?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO jobs (name, class, spec, state, reason, priority, gpu_memory_mib, submitted_at, updated_at) \
+             VALUES (?, ?, ?, 'QUEUED', 'submitted', ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(&spec.name)
+        .bind(spec.class.as_str())
+        .bind(spec_json)
+        .bind(spec.priority)
+        .bind(i64::try_from(spec.gpu_memory_mib).unwrap_or(i64::MAX))
+        .bind(now)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let seq = insert_event(&mut tx, id, JobState::Queued, "submitted", now).await?;
+        tx.commit().await?;
+        let id = id as u64;
+        let job = self.get_job(id).await?;
+        Ok((
+            job,
+            EventRecord {
+                seq,
+                job_id: id,
+                state: JobState::Queued,
+                reason: "submitted".into(),
+                at: now,
+            },
+        ))
+    }
+
+    pub async fn get_job(&self, id: u64) -> Result<JobRecord> {
+        let row = sqlx::query(concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = ?"))
+            .bind(i64::try_from(id).unwrap_or(-1))
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound(id))?;
+        job_from_row(&row)
+    }
+
+    /// Jobs in submission order, optionally only those in `states` and of `class`.
+    pub async fn list_jobs(
+        &self,
+        states: &[JobState],
+        class: Option<JobClass>,
+    ) -> Result<Vec<JobRecord>> {
+        // ?1: a JSON array of states, or '' for every state; ?2: a class, or NULL.
+        let states_json = if states.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = states.iter().map(|s| format!("\"{}\"", s.as_str())).collect();
+            format!("[{}]", list.join(","))
+        };
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE (?1 = '' OR state IN (SELECT value FROM json_each(?1))) \
+             AND (?2 IS NULL OR class = ?2) ORDER BY id"
+        ))
+        .bind(states_json)
+        .bind(class.map(JobClass::as_str))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(job_from_row)
+            .collect()
+    }
+
+    /// Moves a job to `to`, checking the state machine, and records the event.
+    pub async fn transition(
+        &self,
+        id: u64,
+        to: JobState,
+        reason: &str,
+        change: Change,
+        now: i64,
+    ) -> Result<(JobRecord, EventRecord)> {
+        let mut tx = self.pool.begin().await?;
+        let sid = i64::try_from(id).unwrap_or(-1);
+        let state: Option<String> = sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?")
+            .bind(sid)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let from = state
+            .ok_or(StoreError::NotFound(id))
+            .and_then(|s| parse_state(sid, &s))?;
+        if !from.can_become(to) {
+            return Err(StoreError::BadTransition { id, from, to });
+        }
+        sqlx::query("UPDATE jobs SET state = ?, reason = ?, updated_at = ? WHERE id = ?")
+            .bind(to.as_str())
+            .bind(reason)
+            .bind(now)
+            .bind(sid)
+            .execute(&mut *tx)
+            .await?;
+        if to == JobState::Starting {
+            sqlx::query("UPDATE jobs SET exit_code = NULL, pid = NULL, finished_at = NULL WHERE id = ?")
+                .bind(sid)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if to == JobState::Running {
+            sqlx::query("UPDATE jobs SET started_at = ? WHERE id = ?")
+                .bind(now)
+                .bind(sid)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if to.is_terminal() {
+            sqlx::query("UPDATE jobs SET finished_at = ? WHERE id = ?")
+                .bind(now)
+                .bind(sid)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some(a) = &change.assignment {
+            sqlx::query(
+                "UPDATE jobs SET gpu_index = ?, gpu_uuid = ?, slot_start = ?, slot_profile = ?, \
+                 profile = ?, instance_id = ?, device_uuid = ?, mps_share = ? WHERE id = ?",
+            )
+            .bind(a.slot.gpu)
+            .bind(&a.gpu_uuid)
+            .bind(a.slot.start)
+            .bind(a.slot.profile_id)
+            .bind(&a.profile)
+            .bind(a.instance_id)
+            .bind(&a.device_uuid)
+            .bind(a.mps_share)
+            .bind(sid)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if let Some(code) = change.exit_code {
+            sqlx::query("UPDATE jobs SET exit_code = ? WHERE id = ?")
+                .bind(code)
+                .bind(sid)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some(pid) = change.pid {
+            sqlx::query("UPDATE jobs SET pid = ? WHERE id = ?")
+                .bind(pid)
+                .bind(sid)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if change.restart {
+            sqlx::query("UPDATE jobs SET restarts = restarts + 1 WHERE id = ?")
+                .bind(sid)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let seq = insert_event(&mut tx, sid, to, reason, now).await?;
+        tx.commit().await?;
+        let job = self.get_job(id).await?;
+        Ok((
+            job,
+            EventRecord {
+                seq,
+                job_id: id,
+                state: to,
+                reason: reason.to_owned(),
+                at: now,
+            },
+        ))
+    }
+
+    /// Updates why a queued job waits (no event: the state did not change).
+    pub async fn set_reason(&self, id: u64, reason: &str, now: i64) -> Result<()> {
+        sqlx::query("UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ? AND reason <> ?")
+            .bind(reason)
+            .bind(now)
+            .bind(i64::try_from(id).unwrap_or(-1))
+            .bind(reason)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Records the pid of a started process.
+    pub async fn set_pid(&self, id: u64, pid: u32) -> Result<()> {
+        sqlx::query("UPDATE jobs SET pid = ? WHERE id = ?")
+            .bind(pid)
+            .bind(i64::try_from(id).unwrap_or(-1))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The events of one job, oldest first.
+    pub async fn job_events(&self, id: u64) -> Result<Vec<EventRecord>> {
+        let rows = sqlx::query("SELECT seq, job_id, state, reason, at FROM job_events WHERE job_id = ? ORDER BY seq")
+            .bind(i64::try_from(id).unwrap_or(-1))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let job_id: i64 = r.try_get("job_id")?;
+                Ok(EventRecord {
+                    seq: r.try_get::<i64, _>("seq")? as u64,
+                    job_id: job_id as u64,
+                    state: parse_state(job_id, &r.try_get::<String, _>("state")?)?,
+                    reason: r.try_get("reason")?,
+                    at: r.try_get("at")?,
+                })
+            })
+            .collect()
+    }
+
+    pub async fn instances(&self) -> Result<Vec<InstanceRecord>> {
+        let rows = sqlx::query(
+            "SELECT gpu_uuid, gpu_index, start_slice, profile_id, size_slices, instance_id, device_uuid \
+             FROM gpu_instances ORDER BY gpu_index, start_slice",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(InstanceRecord {
+                    gpu_uuid: r.try_get("gpu_uuid")?,
+                    gpu_index: r.try_get("gpu_index")?,
+                    instance: Instance {
+                        id: r.try_get("instance_id")?,
+                        profile_id: r.try_get("profile_id")?,
+                        placement: Placement {
+                            start: r.try_get("start_slice")?,
+                            size: r.try_get("size_slices")?,
+                        },
+                        uuid: r.try_get("device_uuid")?,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    pub async fn add_instance(&self, rec: &InstanceRecord, now: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT OR REPLACE INTO gpu_instances (gpu_uuid, gpu_index, start_slice, profile_id, size_slices, instance_id, device_uuid, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&rec.gpu_uuid)
+        .bind(rec.gpu_index)
+        .bind(rec.instance.placement.start)
+        .bind(rec.instance.profile_id)
+        .bind(rec.instance.placement.size)
+        .bind(rec.instance.id)
+        .bind(&rec.instance.uuid)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn remove_instance(&self, gpu_uuid: &str, start: u8) -> Result<()> {
+        sqlx::query("DELETE FROM gpu_instances WHERE gpu_uuid = ? AND start_slice = ?")
+            .bind(gpu_uuid)
+            .bind(start)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+async fn insert_event(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    job_id: i64,
+    state: JobState,
+    reason: &str,
+    at: i64,
+) -> Result<u64> {
+    let seq: i64 = sqlx::query_scalar(
+        "INSERT INTO job_events (job_id, state, reason, at) VALUES (?, ?, ?, ?) RETURNING seq",
+    )
+    .bind(job_id)
+    .bind(state.as_str())
+    .bind(reason)
+    .bind(at)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(seq as u64)
+}
+
+fn parse_state(id: i64, s: &str) -> Result<JobState> {
+    JobState::from_str(s).map_err(|what| StoreError::Corrupt { id, what })
+}
+
+fn job_from_row(r: &SqliteRow) -> Result<JobRecord> {
+    let id: i64 = r.try_get("id")?;
+    let spec_json: String = r.try_get("spec")?;
+    let spec: JobSpec = serde_json::from_str(&spec_json).map_err(|e| StoreError::Corrupt {
+        id,
+        what: format!("spec: {e}"),
+    })?;
+    let state = parse_state(id, &r.try_get::<String, _>("state")?)?;
+    let gpu_index: Option<u32> = r.try_get("gpu_index")?;
+    let assignment = match gpu_index {
+        Some(gpu) => Some(Assignment {
+            slot: Slot {
+                gpu,
+                start: r.try_get::<Option<u8>, _>("slot_start")?.unwrap_or(0),
+                profile_id: r.try_get("slot_profile")?,
+            },
+            gpu_uuid: r.try_get::<Option<String>, _>("gpu_uuid")?.unwrap_or_default(),
+            instance_id: r.try_get::<Option<u32>, _>("instance_id")?.unwrap_or(0),
+            device_uuid: r.try_get::<Option<String>, _>("device_uuid")?.unwrap_or_default(),
+            profile: r.try_get::<Option<String>, _>("profile")?.unwrap_or_default(),
+            mps_share: r.try_get::<Option<u8>, _>("mps_share")?.unwrap_or(100),
+        }),
+        None => None,
+    };
+    Ok(JobRecord {
+        id: id as u64,
+        spec,
+        state,
+        reason: r.try_get("reason")?,
+        submitted_at: r.try_get("submitted_at")?,
+        started_at: r.try_get("started_at")?,
+        finished_at: r.try_get("finished_at")?,
+        updated_at: r.try_get("updated_at")?,
+        assignment,
+        exit_code: r.try_get("exit_code")?,
+        restarts: r.try_get::<i64, _>("restarts")? as u32,
+        pid: r.try_get("pid")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mmk_core::spec::{RestartPolicy, Task, WorkloadSpec};
+
+    fn spec(name: &str) -> JobSpec {
+        JobSpec {
+            name: name.into(),
+            class: JobClass::Offline,
+            gpu_memory_mib: 1024,
+            slo_ms: None,
+            priority: 0,
+            task: Task::Workload(WorkloadSpec {
+                name: "resnet50-train".into(),
+                batch_size: None,
+                duration_ms: None,
+            }),
+            checkpoint: false,
+            restart_policy: RestartPolicy::Never,
+            max_restarts: 0,
+        }
+    }
+
+    async fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(&dir.path().join("mmk.db")).await.expect("open");
+        (dir, s)
+    }
+
+    #[tokio::test]
+    async fn migrations_apply_to_an_empty_database_and_reopen() {
+        let (dir, s) = store().await;
+        s.insert_job(&spec("a"), 1).await.expect("insert");
+        s.close().await;
+        let s = Store::open(&dir.path().join("mmk.db")).await.expect("reopen");
+        assert_eq!(s.list_jobs(&[], None).await.expect("list").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn transitions_follow_the_state_machine_and_leave_events() {
+        let (_dir, s) = store().await;
+        let (job, ev) = s.insert_job(&spec("a"), 10).await.expect("insert");
+        assert_eq!((job.state, ev.state), (JobState::Queued, JobState::Queued));
+        let err = s
+            .transition(job.id, JobState::Succeeded, "x", Change::default(), 11)
+            .await
+            .expect_err("QUEUED cannot become SUCCEEDED");
+        assert!(matches!(err, StoreError::BadTransition { .. }));
+        let a = Assignment {
+            slot: Slot { gpu: 0, start: 4, profile_id: Some(9) },
+            gpu_uuid: "GPU-x".into(),
+            instance_id: 2,
+            device_uuid: "MIG-y".into(),
+            profile: "3g.40gb".into(),
+            mps_share: 100,
+        };
+        s.transition(job.id, JobState::Starting, "placed", Change { assignment: Some(a.clone()), ..Change::default() }, 12)
+            .await
+            .expect("start");
+        s.transition(job.id, JobState::Running, "running", Change::default(), 13).await.expect("run");
+        let (done, _) = s
+            .transition(job.id, JobState::Failed, "exited with code 3", Change { exit_code: Some(3), ..Change::default() }, 14)
+            .await
+            .expect("fail");
+        assert_eq!(done.assignment, Some(a));
+        assert_eq!((done.started_at, done.finished_at, done.exit_code), (Some(13), Some(14), Some(3)));
+        let states: Vec<_> = s.job_events(job.id).await.expect("events").iter().map(|e| e.state).collect();
+        assert_eq!(states, [JobState::Queued, JobState::Starting, JobState::Running, JobState::Failed]);
+    }
+
+    #[tokio::test]
+    async fn list_filters_by_state_and_class() {
+        let (_dir, s) = store().await;
+        let (a, _) = s.insert_job(&spec("a"), 1).await.expect("insert");
+        let mut on = spec("b");
+        on.class = JobClass::Online;
+        s.insert_job(&on, 2).await.expect("insert");
+        s.transition(a.id, JobState::Cancelled, "user", Change::default(), 3).await.expect("cancel");
+        let q = s.list_jobs(&[JobState::Queued], None).await.expect("list");
+        assert_eq!(q.iter().map(|j| j.spec.name.as_str()).collect::<Vec<_>>(), ["b"]);
+        let off = s.list_jobs(&[], Some(JobClass::Offline)).await.expect("list");
+        assert_eq!(off.iter().map(|j| j.spec.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    }
+
+    #[tokio::test]
+    async fn a_missing_job_is_not_found() {
+        let (_dir, s) = store().await;
+        assert!(matches!(s.get_job(42).await, Err(StoreError::NotFound(42))));
+    }
+
+    #[tokio::test]
+    async fn instances_round_trip() {
+        let (_dir, s) = store().await;
+        let rec = InstanceRecord {
+            gpu_uuid: "GPU-1".into(),
+            gpu_index: 0,
+            instance: Instance {
+                id: 3,
+                profile_id: 9,
+                placement: Placement { start: 4, size: 4 },
+                uuid: "MIG-z".into(),
+            },
+        };
+        s.add_instance(&rec, 1).await.expect("add");
+        assert_eq!(s.instances().await.expect("list"), vec![rec]);
+        s.remove_instance("GPU-1", 4).await.expect("remove");
+        assert!(s.instances().await.expect("list").is_empty());
+    }
+}
