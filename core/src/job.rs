@@ -35,7 +35,9 @@ impl FromStr for JobClass {
         match s.to_ascii_lowercase().as_str() {
             "online" => Ok(JobClass::Online),
             "offline" => Ok(JobClass::Offline),
-            other => Err(format!("unknown job class {other:?} (expected online or offline)")),
+            other => Err(format!(
+                "unknown job class {other:?} (expected online or offline)"
+            )),
         }
     }
 }
@@ -99,12 +101,12 @@ impl JobState {
     /// happens only on daemon restart or when a restart policy says so.
     pub fn can_become(self, next: JobState) -> bool {
         use JobState::*;
-        match (self, next) {
-            (Queued, Starting | Cancelled | Failed) => true,
-            (Starting, Running | Failed | Cancelled | Queued) => true,
-            (Running, Succeeded | Failed | Cancelled | Queued) => true,
-            _ => false,
-        }
+        matches!(
+            (self, next),
+            (Queued, Starting | Cancelled | Failed)
+                | (Starting, Running | Failed | Cancelled | Queued)
+                | (Running, Succeeded | Failed | Cancelled | Queued)
+        )
     }
 }
 

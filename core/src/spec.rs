@@ -139,7 +139,10 @@ impl JobSpec {
         if self.gpu_memory_mib > MAX_GPU_MEMORY_MIB {
             return Err(FieldError::new(
                 "gpu_memory",
-                format!("{} MiB is larger than any GPU (at most 16TiB)", self.gpu_memory_mib),
+                format!(
+                    "{} MiB is larger than any GPU (at most 16TiB)",
+                    self.gpu_memory_mib
+                ),
             ));
         }
         match (self.class, self.slo_ms) {
@@ -188,7 +191,9 @@ fn validate_name(name: &str) -> Result<(), FieldError> {
     if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) || !name.chars().all(ok_char) {
         return Err(FieldError::new(
             "name",
-            format!("{name:?} may hold only letters, digits, '-', '_' and '.', and starts with a letter or digit"),
+            format!(
+                "{name:?} may hold only letters, digits, '-', '_' and '.', and starts with a letter or digit"
+            ),
         ));
     }
     Ok(())
@@ -246,13 +251,13 @@ fn validate_command(c: &CommandSpec) -> Result<(), FieldError> {
             ));
         }
     }
-    if let Some(dir) = &c.workdir {
-        if !dir.starts_with('/') || dir.contains('\0') {
-            return Err(FieldError::new(
-                "command.workdir",
-                format!("{dir:?} must be an absolute path"),
-            ));
-        }
+    if let Some(dir) = &c.workdir
+        && (!dir.starts_with('/') || dir.contains('\0'))
+    {
+        return Err(FieldError::new(
+            "command.workdir",
+            format!("{dir:?} must be an absolute path"),
+        ));
     }
     Ok(())
 }
@@ -268,13 +273,13 @@ fn validate_workload(w: &WorkloadSpec) -> Result<(), FieldError> {
             ),
         ));
     }
-    if let Some(b) = w.batch_size {
-        if b == 0 || b > MAX_BATCH {
-            return Err(FieldError::new(
-                "workload.batch_size",
-                format!("{b} is outside 1..={MAX_BATCH}"),
-            ));
-        }
+    if let Some(b) = w.batch_size
+        && (b == 0 || b > MAX_BATCH)
+    {
+        return Err(FieldError::new(
+            "workload.batch_size",
+            format!("{b} is outside 1..={MAX_BATCH}"),
+        ));
     }
     if w.duration_ms == Some(0) {
         return Err(FieldError::new(

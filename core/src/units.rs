@@ -44,7 +44,7 @@ pub fn parse_memory_mib(text: &str) -> Result<u64, String> {
 
 /// Formats MiB for people: `512MiB`, `10GiB`, `1.5GiB`.
 pub fn format_mib(mib: u64) -> String {
-    if mib >= 1024 && mib % 1024 == 0 {
+    if mib >= 1024 && mib.is_multiple_of(1024) {
         format!("{}GiB", mib / 1024)
     } else if mib >= 1024 {
         format!("{:.1}GiB", mib as f64 / MIB_PER_GIB)
@@ -79,10 +79,22 @@ mod tests {
 
     #[test]
     fn bad_memory_is_refused_with_the_reason() {
-        assert!(parse_memory_mib("-5GiB").unwrap_err().contains("greater than zero"));
-        assert!(parse_memory_mib("0").unwrap_err().contains("greater than zero"));
+        assert!(
+            parse_memory_mib("-5GiB")
+                .unwrap_err()
+                .contains("greater than zero")
+        );
+        assert!(
+            parse_memory_mib("0")
+                .unwrap_err()
+                .contains("greater than zero")
+        );
         assert!(parse_memory_mib("ten").unwrap_err().contains("not a size"));
-        assert!(parse_memory_mib("10PB").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_memory_mib("10PB")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
         assert!(parse_memory_mib("").is_err());
     }
 

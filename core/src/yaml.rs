@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 use serde_saphyr::Spanned;
 
 use crate::job::JobClass;
@@ -291,7 +291,11 @@ fn convert_workload(
         Some(b) => {
             lines.note("workload.batch_size", b);
             Some(u32::try_from(b.value).map_err(|_| {
-                at("workload.batch_size", b, format!("{} is not a batch size", b.value))
+                at(
+                    "workload.batch_size",
+                    b,
+                    format!("{} is not a batch size", b.value),
+                )
             })?)
         }
         None => None,
@@ -299,7 +303,8 @@ fn convert_workload(
     let duration_ms = match &w.duration {
         Some(d) => {
             lines.note("workload.duration", d);
-            let dur = units::parse_duration(&d.value.0).map_err(|m| at("workload.duration", d, m))?;
+            let dur =
+                units::parse_duration(&d.value.0).map_err(|m| at("workload.duration", d, m))?;
             Some(u64::try_from(dur.as_millis()).unwrap_or(u64::MAX).max(1))
         }
         None => None,
@@ -364,14 +369,16 @@ workload:
 
     #[test]
     fn negative_memory_names_field_and_line() {
-        let e = err("name: a\nclass: offline\ngpu_memory: -5GiB\nworkload:\n  name: resnet50-train\n");
+        let e =
+            err("name: a\nclass: offline\ngpu_memory: -5GiB\nworkload:\n  name: resnet50-train\n");
         assert_eq!((e.field.as_str(), e.line), ("gpu_memory", Some(3)));
         assert!(e.to_string().contains("line 3: gpu_memory"), "{e}");
     }
 
     #[test]
     fn empty_name_names_field_and_line() {
-        let e = err("class: offline\nname: ''\ngpu_memory: 1GiB\nworkload:\n  name: resnet50-train\n");
+        let e =
+            err("class: offline\nname: ''\ngpu_memory: 1GiB\nworkload:\n  name: resnet50-train\n");
         assert_eq!((e.field.as_str(), e.line), ("name", Some(2)));
     }
 
@@ -383,7 +390,9 @@ workload:
 
     #[test]
     fn unknown_field_is_refused_with_its_name_and_line() {
-        let e = err("name: a\nclass: offline\ngpu_memory: 1GiB\ngpu_mem: 3\nworkload:\n  name: resnet50-train\n");
+        let e = err(
+            "name: a\nclass: offline\ngpu_memory: 1GiB\ngpu_mem: 3\nworkload:\n  name: resnet50-train\n",
+        );
         assert!(e.message.contains("gpu_mem"), "{e}");
         assert_eq!(e.line, Some(4), "{e}");
     }

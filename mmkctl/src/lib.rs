@@ -1,1 +1,37 @@
+//! mmkctl, the mmk command-line client. `main` parses flags and calls [`run`]; each
+//! command is a gRPC call and a rendering of its answer (docs/mmkctl.md).
+//!
+//! Exit codes: 0 ok; 1 not found; 2 usage, input or server error.
 
+mod cli;
+pub mod client;
+mod output;
+mod picture;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+pub use cli::Cli;
+
+/// The whole `mmkctl` program.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mmkctl: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(cli::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mmkctl: {}", e.message);
+            ExitCode::from(e.exit_code)
+        }
+    }
+}

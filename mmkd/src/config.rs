@@ -100,7 +100,10 @@ pub enum ConfigError {
     #[error("config file {path}: {message}")]
     Parse { path: String, message: String },
     #[error("{field}: {message}")]
-    Invalid { field: &'static str, message: String },
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
 }
 
 impl Config {
@@ -125,15 +128,15 @@ impl Config {
             });
         }
         let listen = args.listen.or(file.listen);
-        if let Some(addr) = listen {
-            if !addr.ip().is_loopback() {
-                return Err(ConfigError::Invalid {
-                    field: "listen",
-                    message: format!(
-                        "{addr} is not a loopback address; TCP needs TLS, which this version lacks"
-                    ),
-                });
-            }
+        if let Some(addr) = listen
+            && !addr.ip().is_loopback()
+        {
+            return Err(ConfigError::Invalid {
+                field: "listen",
+                message: format!(
+                    "{addr} is not a loopback address; TCP needs TLS, which this version lacks"
+                ),
+            });
         }
         let stop_grace = match (args.stop_grace, file.stop_grace) {
             (Some(d), _) => d,
@@ -168,7 +171,13 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
     })?;
     serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.display().to_string(),
-        message: e.without_snippet().to_string().lines().next().unwrap_or_default().to_owned(),
+        message: e
+            .without_snippet()
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
     })
 }
 
@@ -186,8 +195,18 @@ mod tests {
     fn flags_override_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("mmkd.yaml");
-        std::fs::write(&f, "backend: sim\nsim_gpus: h100-80gb:2\nsim_speed: 10\nstop_grace: 3s\n").expect("write");
-        let c = Config::resolve(args(&["--config", f.to_str().expect("utf-8"), "--sim-speed", "50"])).expect("valid");
+        std::fs::write(
+            &f,
+            "backend: sim\nsim_gpus: h100-80gb:2\nsim_speed: 10\nstop_grace: 3s\n",
+        )
+        .expect("write");
+        let c = Config::resolve(args(&[
+            "--config",
+            f.to_str().expect("utf-8"),
+            "--sim-speed",
+            "50",
+        ]))
+        .expect("valid");
         assert_eq!(c.backend, BackendChoice::Sim);
         assert_eq!(c.sim_gpus.len(), 2);
         assert_eq!(c.sim_speed, 50.0);
@@ -205,7 +224,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("mmkd.yaml");
         std::fs::write(&f, "backend: sim\nsim_gpu: a\n").expect("write");
-        let e = Config::resolve(args(&["--config", f.to_str().expect("utf-8")])).expect_err("unknown key");
+        let e = Config::resolve(args(&["--config", f.to_str().expect("utf-8")]))
+            .expect_err("unknown key");
         assert!(e.to_string().contains("sim_gpu"), "{e}");
     }
 }

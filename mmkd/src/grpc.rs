@@ -3,12 +3,18 @@
 use std::pin::Pin;
 
 use mmk_core::{FieldError, JobState, ServiceError};
-use mmk_partitioner::{layout, GpuState};
-use mmk_proto::v1::{self, job_service_server::JobService, node_service_server::NodeService, partition_service_server::PartitionService};
-use mmk_proto::{class_from_proto, class_to_proto, service_error_to_status, spec_from_proto, spec_to_proto, state_from_proto, state_to_proto, timestamp};
+use mmk_partitioner::{GpuState, layout};
+use mmk_proto::v1::{
+    self, job_service_server::JobService, node_service_server::NodeService,
+    partition_service_server::PartitionService,
+};
+use mmk_proto::{
+    class_from_proto, class_to_proto, service_error_to_status, spec_from_proto, spec_to_proto,
+    state_from_proto, state_to_proto, timestamp,
+};
 use tokio::sync::{broadcast, mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::node::{JobEvent, Node};
@@ -19,7 +25,9 @@ fn status(e: ServiceError) -> Status {
 }
 
 fn invalid(field: &str, message: &str) -> Status {
-    status(ServiceError::InvalidArgument(FieldError::new(field, message)))
+    status(ServiceError::InvalidArgument(FieldError::new(
+        field, message,
+    )))
 }
 
 /// A job as the API shows it.
@@ -92,11 +100,16 @@ impl JobService for JobApi {
         let states = req
             .states
             .iter()
-            .map(|s| state_from_proto(*s).ok_or_else(|| invalid("states", &format!("unknown state {s}"))))
+            .map(|s| {
+                state_from_proto(*s).ok_or_else(|| invalid("states", &format!("unknown state {s}")))
+            })
             .collect::<Result<Vec<JobState>, Status>>()?;
         let class = match req.class {
             0 => None,
-            c => Some(class_from_proto(c).ok_or_else(|| invalid("class", &format!("unknown class {c}")))?),
+            c => Some(
+                class_from_proto(c)
+                    .ok_or_else(|| invalid("class", &format!("unknown class {c}")))?,
+            ),
         };
         let jobs = self.node.list(&states, class).await.map_err(status)?;
         Ok(Response::new(v1::ListJobsResponse {
@@ -109,7 +122,11 @@ impl JobService for JobApi {
         req: Request<v1::CancelJobRequest>,
     ) -> Result<Response<v1::Job>, Status> {
         let req = req.into_inner();
-        let job = self.node.cancel(req.id, &req.reason).await.map_err(status)?;
+        let job = self
+            .node
+            .cancel(req.id, &req.reason)
+            .await
+            .map_err(status)?;
         Ok(Response::new(job_to_proto(&self.node, &job)))
     }
 
@@ -197,7 +214,11 @@ fn free_slices(g: &GpuState) -> u32 {
     if !g.mig_enabled {
         return 0;
     }
-    let used: u32 = g.instances.iter().map(|i| u32::from(i.placement.size)).sum();
+    let used: u32 = g
+        .instances
+        .iter()
+        .map(|i| u32::from(i.placement.size))
+        .sum();
     u32::from(g.model.memory_slices).saturating_sub(used)
 }
 
@@ -293,7 +314,10 @@ pub struct NodeApi {
 
 #[tonic::async_trait]
 impl NodeService for NodeApi {
-    async fn get_node(&self, _req: Request<v1::GetNodeRequest>) -> Result<Response<v1::Node>, Status> {
+    async fn get_node(
+        &self,
+        _req: Request<v1::GetNodeRequest>,
+    ) -> Result<Response<v1::Node>, Status> {
         let gpus = self.node.gpus().await.map_err(status)?;
         let jobs = active_jobs(&self.node).await?;
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")

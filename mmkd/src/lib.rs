@@ -24,6 +24,7 @@ pub fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = match config::Config::resolve(args) {
         Ok(c) => c,
@@ -39,7 +40,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(server::run(config, shutdown_signal())) {
+    let result = rt.block_on(async {
+        let shutdown = shutdown_signal()
+            .map_err(|e| anyhow::anyhow!("cannot install signal handlers: {e}"))?;
+        server::run(config, shutdown).await
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mmkd: {e:#}");
@@ -48,15 +54,16 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        tracing::warn!("cannot install signal handlers; stop mmkd with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
-    }
+/// Installs the SIGINT and SIGTERM handlers now (before mmkd says it listens), and returns
+/// a future that resolves on either signal.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
 }

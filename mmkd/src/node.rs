@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use mmk_core::spec::RestartPolicy;
 use mmk_core::units::format_mib;
-use mmk_core::{now_ms, FieldError, JobClass, JobSpec, JobState, ServiceError, ServiceResult};
+use mmk_core::{FieldError, JobClass, JobSpec, JobState, ServiceError, ServiceResult, now_ms};
 use mmk_partitioner::plan::largest_partition_mib;
 use mmk_partitioner::{GpuState, JobDemand, NodeState, Planner, Slot, Step};
-use tokio::sync::{broadcast, mpsc, Notify};
+use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{info, instrument, warn};
 
@@ -162,7 +162,9 @@ impl Node {
                 )));
             }
             if job.state == JobState::Queued || !self.inner.runner.is_running(id) {
-                let job = self.transition(id, JobState::Cancelled, &reason, Change::default()).await?;
+                let job = self
+                    .transition(id, JobState::Cancelled, &reason, Change::default())
+                    .await?;
                 self.release(&job);
                 self.inner.kick.notify_one();
                 return Ok(job);
@@ -224,10 +226,12 @@ impl Node {
 
     /// Tells the backend that the job no longer uses its instance.
     fn release(&self, job: &JobRecord) {
-        if let Some(a) = &job.assignment {
-            if a.slot.profile_id.is_some() {
-                self.inner.backend.set_in_use(a.slot.gpu, a.instance_id, false);
-            }
+        if let Some(a) = &job.assignment
+            && a.slot.profile_id.is_some()
+        {
+            self.inner
+                .backend
+                .set_in_use(a.slot.gpu, a.instance_id, false);
         }
     }
 
@@ -235,11 +239,17 @@ impl Node {
     /// process: back to the queue if their restart policy allows, else FAILED.
     async fn recover(&self) -> Result<(), StoreError> {
         let store = &self.inner.store;
-        for job in store.list_jobs(&[JobState::Starting, JobState::Running], None).await? {
-            if let Some(pid) = job.pid {
-                if runner::kill_leftover(pid, job.id) {
-                    warn!(job = job.id, pid, "killed a job process left by the previous mmkd");
-                }
+        for job in store
+            .list_jobs(&[JobState::Starting, JobState::Running], None)
+            .await?
+        {
+            if let Some(pid) = job.pid
+                && runner::kill_leftover(pid, job.id)
+            {
+                warn!(
+                    job = job.id,
+                    pid, "killed a job process left by the previous mmkd"
+                );
             }
             let requeue = job.spec.restart_policy == RestartPolicy::OnFailure
                 && job.restarts < job.spec.max_restarts;
@@ -265,7 +275,16 @@ impl Node {
                 )
             };
             store
-                .transition(job.id, to, &reason, Change { restart, ..Change::default() }, now_ms())
+                .transition(
+                    job.id,
+                    to,
+                    &reason,
+                    Change {
+                        restart,
+                        ..Change::default()
+                    },
+                    now_ms(),
+                )
                 .await?;
             info!(job = job.id, state = %to, reason, "reconciled after restart");
         }
@@ -311,10 +330,16 @@ impl Node {
             ..Change::default()
         };
         let result = if let Some(reason) = cancelled {
-            self.transition(job.id, JobState::Cancelled, &reason, change).await
-        } else if exit.outcome.success() {
-            self.transition(job.id, JobState::Succeeded, &exit.outcome.describe(), change)
+            self.transition(job.id, JobState::Cancelled, &reason, change)
                 .await
+        } else if exit.outcome.success() {
+            self.transition(
+                job.id,
+                JobState::Succeeded,
+                &exit.outcome.describe(),
+                change,
+            )
+            .await
         } else if job.spec.restart_policy == RestartPolicy::OnFailure
             && job.restarts < job.spec.max_restarts
         {
@@ -324,8 +349,16 @@ impl Node {
                 job.restarts + 1,
                 job.spec.max_restarts
             );
-            self.transition(job.id, JobState::Queued, &reason, Change { restart: true, ..change })
-                .await
+            self.transition(
+                job.id,
+                JobState::Queued,
+                &reason,
+                Change {
+                    restart: true,
+                    ..change
+                },
+            )
+            .await
         } else {
             self.transition(job.id, JobState::Failed, &exit.outcome.describe(), change)
                 .await
@@ -346,7 +379,10 @@ impl Node {
     async fn schedule_locked(&self) -> ServiceResult<()> {
         let store = &self.inner.store;
         let jobs = store
-            .list_jobs(&[JobState::Queued, JobState::Starting, JobState::Running], None)
+            .list_jobs(
+                &[JobState::Queued, JobState::Starting, JobState::Running],
+                None,
+            )
             .await
             .map_err(store_error)?;
         if jobs.iter().all(|j| j.state != JobState::Queued) {
@@ -379,7 +415,11 @@ impl Node {
                 return Err(e);
             }
         }
-        let gpus = if plan.steps.is_empty() { node.gpus } else { self.gpus().await? };
+        let gpus = if plan.steps.is_empty() {
+            node.gpus
+        } else {
+            self.gpus().await?
+        };
 
         let by_id: HashMap<u64, &JobRecord> = jobs.iter().map(|j| (j.id, j)).collect();
         for p in &plan.placements {
@@ -390,7 +430,11 @@ impl Node {
                 Some(a) => self.launch(job, a).await?,
                 None => {
                     let _ = store
-                        .set_reason(job.id, "waiting: the planned partition does not exist", now_ms())
+                        .set_reason(
+                            job.id,
+                            "waiting: the planned partition does not exist",
+                            now_ms(),
+                        )
                         .await;
                 }
             }
@@ -418,7 +462,12 @@ impl Node {
                     .remove_instance(&gpu_uuid, slot.start)
                     .await
                     .map_err(store_error)?;
-                info!(gpu = slot.gpu, instance, start = slot.start, "destroyed gpu instance");
+                info!(
+                    gpu = slot.gpu,
+                    instance,
+                    start = slot.start,
+                    "destroyed gpu instance"
+                );
             }
             Step::Create { slot } => {
                 let Some(profile) = slot.profile_id else {
@@ -430,7 +479,13 @@ impl Node {
                 .await
                 .map_err(|e| ServiceError::Internal(e.to_string()))?
                 .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-                info!(gpu = slot.gpu, instance = inst.id, profile, start = slot.start, "created gpu instance");
+                info!(
+                    gpu = slot.gpu,
+                    instance = inst.id,
+                    profile,
+                    start = slot.start,
+                    "created gpu instance"
+                );
                 store
                     .add_instance(
                         &InstanceRecord {
@@ -448,7 +503,10 @@ impl Node {
     }
 
     async fn launch(&self, job: &JobRecord, a: Assignment) -> ServiceResult<()> {
-        let placed = format!("placed on gpu {} {}@{}", a.slot.gpu, a.profile, a.slot.start);
+        let placed = format!(
+            "placed on gpu {} {}@{}",
+            a.slot.gpu, a.profile, a.slot.start
+        );
         self.transition(
             job.id,
             JobState::Starting,
@@ -470,16 +528,20 @@ impl Node {
         match self.inner.runner.start(&launch) {
             Ok(pid) => {
                 if a.slot.profile_id.is_some() {
-                    self.inner.backend.set_in_use(a.slot.gpu, a.instance_id, true);
+                    self.inner
+                        .backend
+                        .set_in_use(a.slot.gpu, a.instance_id, true);
                 }
                 let change = Change {
                     pid,
                     ..Change::default()
                 };
-                self.transition(job.id, JobState::Running, "running", change).await?;
+                self.transition(job.id, JobState::Running, "running", change)
+                    .await?;
             }
             Err(why) => {
-                self.transition(job.id, JobState::Failed, &why, Change::default()).await?;
+                self.transition(job.id, JobState::Failed, &why, Change::default())
+                    .await?;
             }
         }
         Ok(())
@@ -516,7 +578,10 @@ fn assignment(gpus: &[GpuState], slot: Slot, mps_share: u8) -> Option<Assignment
                 gpu_uuid: g.uuid.clone(),
                 instance_id: inst.id,
                 device_uuid: inst.uuid.clone(),
-                profile: g.model.profile(pid).map_or_else(|| pid.to_string(), |p| p.name.clone()),
+                profile: g
+                    .model
+                    .profile(pid)
+                    .map_or_else(|| pid.to_string(), |p| p.name.clone()),
                 mps_share,
             })
         }
@@ -530,9 +595,9 @@ fn store_error(e: StoreError) -> ServiceError {
             what: "job",
             id: id.to_string(),
         },
-        StoreError::BadTransition { id, from, to } => ServiceError::FailedPrecondition(format!(
-            "job {id} is {from}; it cannot become {to}"
-        )),
+        StoreError::BadTransition { id, from, to } => {
+            ServiceError::FailedPrecondition(format!("job {id} is {from}; it cannot become {to}"))
+        }
         other => {
             tracing::error!(error = %other, source = ?std::error::Error::source(&other), "node store error");
             ServiceError::Internal("the node store failed; see mmkd's log".into())

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mmk_core::spec::{CommandSpec, Task};
-use mmk_core::{workload, JobClass};
+use mmk_core::{JobClass, workload};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::store::Assignment;
@@ -138,7 +138,9 @@ impl Runner {
             }
             Task::Command(c) => {
                 let mut child = self.spawn(l, c)?;
-                let pid = child.id().ok_or("the process exited before it could be watched")?;
+                let pid = child
+                    .id()
+                    .ok_or("the process exited before it could be watched")?;
                 let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
                     Box::pin(async move {
                         match child.wait().await {
@@ -174,7 +176,10 @@ impl Runner {
         let exits = self.exits.clone();
         tokio::spawn(async move {
             let outcome = run.await;
-            running.lock().unwrap_or_else(|p| p.into_inner()).remove(&job);
+            running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&job);
             let _ = exits.send(Exit { job, outcome });
             let _ = done_tx.send(true);
         });
@@ -243,7 +248,10 @@ impl Runner {
                 }
                 Stopper::Process(pgid) => signal_group(*pgid, libc::SIGTERM),
             }
-            (r.done.clone(), matches!(r.stopper, Stopper::Process(_)).then_some(()))
+            (
+                r.done.clone(),
+                matches!(r.stopper, Stopper::Process(_)).then_some(()),
+            )
         };
         let (mut done, is_process) = done;
         if tokio::time::timeout(self.grace, done.wait_for(|d| *d))
@@ -262,7 +270,10 @@ impl Runner {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&job)
             {
-                tracing::warn!(job, "job ignored SIGTERM for the grace period; sending SIGKILL");
+                tracing::warn!(
+                    job,
+                    "job ignored SIGTERM for the grace period; sending SIGKILL"
+                );
                 signal_group(*pgid, libc::SIGKILL);
             }
             let _ = tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d)).await;
@@ -301,15 +312,22 @@ pub fn job_env(l: &Launch, c: &CommandSpec) -> BTreeMap<String, String> {
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
         .collect();
-    env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
+    env.entry("PATH".into())
+        .or_insert_with(|| DEFAULT_PATH.into());
     env.extend(c.env.clone());
     let a = &l.assignment;
     env.insert("MMK_JOB_ID".into(), l.job.to_string());
     env.insert("MMK_JOB_NAME".into(), l.name.clone());
     env.insert("MMK_JOB_CLASS".into(), l.class.as_str().into());
-    env.insert("MMK_PARTITION".into(), format!("gpu{}/{}@{}", a.slot.gpu, a.profile, a.slot.start));
+    env.insert(
+        "MMK_PARTITION".into(),
+        format!("gpu{}/{}@{}", a.slot.gpu, a.profile, a.slot.start),
+    );
     env.insert("CUDA_VISIBLE_DEVICES".into(), a.device_uuid.clone());
-    env.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), a.mps_share.to_string());
+    env.insert(
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
+        a.mps_share.to_string(),
+    );
     if l.restarts > 0 {
         env.insert("MMK_RESUME".into(), "1".into());
     }
@@ -323,9 +341,7 @@ pub fn kill_leftover(pid: u32, job: u64) -> bool {
         return false;
     };
     let marker = format!("MMK_JOB_ID={job}");
-    let ours = environ
-        .split(|b| *b == 0)
-        .any(|kv| kv == marker.as_bytes());
+    let ours = environ.split(|b| *b == 0).any(|kv| kv == marker.as_bytes());
     if ours {
         signal_group(pid as i32, libc::SIGKILL);
     }
@@ -362,7 +378,10 @@ mod tests {
 
     fn runner(dir: &Path) -> (Runner, mpsc::UnboundedReceiver<Exit>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Runner::new(dir.to_path_buf(), 1000.0, Duration::from_secs(2), tx), rx)
+        (
+            Runner::new(dir.to_path_buf(), 1000.0, Duration::from_secs(2), tx),
+            rx,
+        )
     }
 
     fn cmd(args: &[&str]) -> Task {
@@ -393,8 +412,13 @@ mod tests {
     async fn a_missing_program_is_refused_with_the_reason() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (r, _rx) = runner(dir.path());
-        let err = r.start(&launch(2, cmd(&["/no/such/program"]))).expect_err("must fail");
-        assert!(err.contains("/no/such/program") && err.contains("No such file"), "{err}");
+        let err = r
+            .start(&launch(2, cmd(&["/no/such/program"])))
+            .expect_err("must fail");
+        assert!(
+            err.contains("/no/such/program") && err.contains("No such file"),
+            "{err}"
+        );
         assert!(!r.is_running(2));
     }
 
@@ -402,7 +426,8 @@ mod tests {
     async fn stop_terminates_a_process_group() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (r, mut rx) = runner(dir.path());
-        r.start(&launch(3, cmd(&["/bin/sh", "-c", "sleep 30 & wait"]))).expect("started");
+        r.start(&launch(3, cmd(&["/bin/sh", "-c", "sleep 30 & wait"])))
+            .expect("started");
         r.stop(3).await;
         let exit = rx.recv().await.expect("exit");
         assert_eq!(exit.outcome, Outcome::Signaled(libc::SIGTERM));

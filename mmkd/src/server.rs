@@ -7,19 +7,19 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use mmk_partitioner::FirstFit;
 use mmk_proto::v1::job_service_server::JobServiceServer;
 use mmk_proto::v1::node_service_server::NodeServiceServer;
 use mmk_proto::v1::partition_service_server::PartitionServiceServer;
 use tokio::net::UnixListener;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tracing::{info, warn};
 
-use crate::backend::nvml::NvmlBackend;
-use crate::backend::sim::{sim_gpu_uuid, SimBackend};
 use crate::backend::GpuBackend;
+use crate::backend::nvml::NvmlBackend;
+use crate::backend::sim::{SimBackend, sim_gpu_uuid};
 use crate::config::{BackendChoice, Config};
 use crate::grpc::{JobApi, NodeApi, PartitionApi};
 use crate::node::Node;
@@ -89,7 +89,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             node: node.clone(),
             stopping: stopping_rx,
         }))
-        .add_service(PartitionServiceServer::new(PartitionApi { node: node.clone() }))
+        .add_service(PartitionServiceServer::new(PartitionApi {
+            node: node.clone(),
+        }))
         .add_service(NodeServiceServer::new(NodeApi { node: node.clone() }));
 
     let (closed_tx, _) = tokio::sync::broadcast::channel::<()>(1);
@@ -191,12 +193,12 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
 
 /// Binds the Unix socket (mode 0660), replacing a stale socket file but never a live one.
 fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
-    if let Some(parent) = path.parent() {
-        if !parent.exists() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-            let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
-        }
+    if let Some(parent) = path.parent()
+        && !parent.exists()
+    {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
     }
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -205,7 +207,8 @@ fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
         std::fs::remove_file(path)
             .with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
     }
-    let l = UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+    let l =
+        UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("cannot set the mode of {}", path.display()))?;
     Ok(l)

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use mmk_core::{JobClass, JobSpec, JobState};
 use mmk_partitioner::{Instance, Placement, Slot};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{Row, SqlitePool};
 use thiserror::Error;
 
@@ -179,11 +181,15 @@ impl Store {
     }
 
     pub async fn get_job(&self, id: u64) -> Result<JobRecord> {
-        let row = sqlx::query(concat!("SELECT ", job_columns!(), " FROM jobs WHERE id = ?"))
-            .bind(i64::try_from(id).unwrap_or(-1))
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound(id))?;
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE id = ?"
+        ))
+        .bind(i64::try_from(id).unwrap_or(-1))
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound(id))?;
         job_from_row(&row)
     }
 
@@ -197,7 +203,10 @@ impl Store {
         let states_json = if states.is_empty() {
             String::new()
         } else {
-            let list: Vec<String> = states.iter().map(|s| format!("\"{}\"", s.as_str())).collect();
+            let list: Vec<String> = states
+                .iter()
+                .map(|s| format!("\"{}\"", s.as_str()))
+                .collect();
             format!("[{}]", list.join(","))
         };
         sqlx::query(concat!(
@@ -212,7 +221,7 @@ impl Store {
         .await?
         .iter()
         .map(job_from_row)
-            .collect()
+        .collect()
     }
 
     /// Moves a job to `to`, checking the state machine, and records the event.
@@ -244,10 +253,12 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         if to == JobState::Starting {
-            sqlx::query("UPDATE jobs SET exit_code = NULL, pid = NULL, finished_at = NULL WHERE id = ?")
-                .bind(sid)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "UPDATE jobs SET exit_code = NULL, pid = NULL, finished_at = NULL WHERE id = ?",
+            )
+            .bind(sid)
+            .execute(&mut *tx)
+            .await?;
         }
         if to == JobState::Running {
             sqlx::query("UPDATE jobs SET started_at = ? WHERE id = ?")
@@ -339,10 +350,12 @@ impl Store {
 
     /// The events of one job, oldest first.
     pub async fn job_events(&self, id: u64) -> Result<Vec<EventRecord>> {
-        let rows = sqlx::query("SELECT seq, job_id, state, reason, at FROM job_events WHERE job_id = ? ORDER BY seq")
-            .bind(i64::try_from(id).unwrap_or(-1))
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT seq, job_id, state, reason, at FROM job_events WHERE job_id = ? ORDER BY seq",
+        )
+        .bind(i64::try_from(id).unwrap_or(-1))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|r| {
                 let job_id: i64 = r.try_get("job_id")?;
@@ -450,10 +463,16 @@ fn job_from_row(r: &SqliteRow) -> Result<JobRecord> {
                 start: r.try_get::<Option<u8>, _>("slot_start")?.unwrap_or(0),
                 profile_id: r.try_get("slot_profile")?,
             },
-            gpu_uuid: r.try_get::<Option<String>, _>("gpu_uuid")?.unwrap_or_default(),
+            gpu_uuid: r
+                .try_get::<Option<String>, _>("gpu_uuid")?
+                .unwrap_or_default(),
             instance_id: r.try_get::<Option<u32>, _>("instance_id")?.unwrap_or(0),
-            device_uuid: r.try_get::<Option<String>, _>("device_uuid")?.unwrap_or_default(),
-            profile: r.try_get::<Option<String>, _>("profile")?.unwrap_or_default(),
+            device_uuid: r
+                .try_get::<Option<String>, _>("device_uuid")?
+                .unwrap_or_default(),
+            profile: r
+                .try_get::<Option<String>, _>("profile")?
+                .unwrap_or_default(),
             mps_share: r.try_get::<Option<u8>, _>("mps_share")?.unwrap_or(100),
         }),
         None => None,
@@ -508,7 +527,9 @@ mod tests {
         let (dir, s) = store().await;
         s.insert_job(&spec("a"), 1).await.expect("insert");
         s.close().await;
-        let s = Store::open(&dir.path().join("mmk.db")).await.expect("reopen");
+        let s = Store::open(&dir.path().join("mmk.db"))
+            .await
+            .expect("reopen");
         assert_eq!(s.list_jobs(&[], None).await.expect("list").len(), 1);
     }
 
@@ -523,25 +544,66 @@ mod tests {
             .expect_err("QUEUED cannot become SUCCEEDED");
         assert!(matches!(err, StoreError::BadTransition { .. }));
         let a = Assignment {
-            slot: Slot { gpu: 0, start: 4, profile_id: Some(9) },
+            slot: Slot {
+                gpu: 0,
+                start: 4,
+                profile_id: Some(9),
+            },
             gpu_uuid: "GPU-x".into(),
             instance_id: 2,
             device_uuid: "MIG-y".into(),
             profile: "3g.40gb".into(),
             mps_share: 100,
         };
-        s.transition(job.id, JobState::Starting, "placed", Change { assignment: Some(a.clone()), ..Change::default() }, 12)
+        s.transition(
+            job.id,
+            JobState::Starting,
+            "placed",
+            Change {
+                assignment: Some(a.clone()),
+                ..Change::default()
+            },
+            12,
+        )
+        .await
+        .expect("start");
+        s.transition(job.id, JobState::Running, "running", Change::default(), 13)
             .await
-            .expect("start");
-        s.transition(job.id, JobState::Running, "running", Change::default(), 13).await.expect("run");
+            .expect("run");
         let (done, _) = s
-            .transition(job.id, JobState::Failed, "exited with code 3", Change { exit_code: Some(3), ..Change::default() }, 14)
+            .transition(
+                job.id,
+                JobState::Failed,
+                "exited with code 3",
+                Change {
+                    exit_code: Some(3),
+                    ..Change::default()
+                },
+                14,
+            )
             .await
             .expect("fail");
         assert_eq!(done.assignment, Some(a));
-        assert_eq!((done.started_at, done.finished_at, done.exit_code), (Some(13), Some(14), Some(3)));
-        let states: Vec<_> = s.job_events(job.id).await.expect("events").iter().map(|e| e.state).collect();
-        assert_eq!(states, [JobState::Queued, JobState::Starting, JobState::Running, JobState::Failed]);
+        assert_eq!(
+            (done.started_at, done.finished_at, done.exit_code),
+            (Some(13), Some(14), Some(3))
+        );
+        let states: Vec<_> = s
+            .job_events(job.id)
+            .await
+            .expect("events")
+            .iter()
+            .map(|e| e.state)
+            .collect();
+        assert_eq!(
+            states,
+            [
+                JobState::Queued,
+                JobState::Starting,
+                JobState::Running,
+                JobState::Failed
+            ]
+        );
     }
 
     #[tokio::test]
@@ -551,11 +613,22 @@ mod tests {
         let mut on = spec("b");
         on.class = JobClass::Online;
         s.insert_job(&on, 2).await.expect("insert");
-        s.transition(a.id, JobState::Cancelled, "user", Change::default(), 3).await.expect("cancel");
+        s.transition(a.id, JobState::Cancelled, "user", Change::default(), 3)
+            .await
+            .expect("cancel");
         let q = s.list_jobs(&[JobState::Queued], None).await.expect("list");
-        assert_eq!(q.iter().map(|j| j.spec.name.as_str()).collect::<Vec<_>>(), ["b"]);
-        let off = s.list_jobs(&[], Some(JobClass::Offline)).await.expect("list");
-        assert_eq!(off.iter().map(|j| j.spec.name.as_str()).collect::<Vec<_>>(), ["a"]);
+        assert_eq!(
+            q.iter().map(|j| j.spec.name.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
+        let off = s
+            .list_jobs(&[], Some(JobClass::Offline))
+            .await
+            .expect("list");
+        assert_eq!(
+            off.iter().map(|j| j.spec.name.as_str()).collect::<Vec<_>>(),
+            ["a"]
+        );
     }
 
     #[tokio::test]

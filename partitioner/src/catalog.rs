@@ -92,17 +92,19 @@ fn seven_slice(names: [&str; 7], memory_mib: [u64; 7], sms: [u32; 7]) -> Vec<Pro
         .zip(names)
         .zip(memory_mib)
         .zip(sms)
-        .map(|((((id, c, m, max, starts, me), mem_name), mem), sm)| Profile {
-            id: *id,
-            name: format!("{c}g.{mem_name}{}", if *me { "+me" } else { "" }),
-            compute_slices: *c,
-            memory_slices: *m,
-            memory_mib: mem,
-            sm_count: sm,
-            max_count: *max,
-            starts: starts.to_vec(),
-            media_extensions: *me,
-        })
+        .map(
+            |((((id, c, m, max, starts, me), mem_name), mem), sm)| Profile {
+                id: *id,
+                name: format!("{c}g.{mem_name}{}", if *me { "+me" } else { "" }),
+                compute_slices: *c,
+                memory_slices: *m,
+                memory_mib: mem,
+                sm_count: sm,
+                max_count: *max,
+                starts: starts.to_vec(),
+                media_extensions: *me,
+            },
+        )
         .collect()
 }
 
@@ -128,7 +130,8 @@ pub fn models() -> Vec<GpuModel> {
                 [4864, 4864, 9856, 9856, 19968, 19968, 40192],
                 AMPERE_SMS,
             ),
-            memory_source: "nvidia-smi mig -lgip as documented for A100-40GB (not read here)".into(),
+            memory_source: "nvidia-smi mig -lgip as documented for A100-40GB (not read here)"
+                .into(),
         },
         GpuModel {
             key: "a100-80gb".into(),
@@ -142,7 +145,8 @@ pub fn models() -> Vec<GpuModel> {
                 [9728, 9728, 19968, 19968, 40192, 40192, 80384],
                 AMPERE_SMS,
             ),
-            memory_source: "nvidia-smi mig -lgip as documented for A100-80GB (not read here)".into(),
+            memory_source: "nvidia-smi mig -lgip as documented for A100-80GB (not read here)"
+                .into(),
         },
         GpuModel {
             key: "h100-80gb".into(),
@@ -153,10 +157,19 @@ pub fn models() -> Vec<GpuModel> {
             memory_slices: 8,
             profiles: seven_slice(
                 ["10gb", "10gb", "20gb", "20gb", "40gb", "40gb", "80gb"],
-                [gib(9.75), gib(9.75), gib(19.625), gib(19.625), gib(39.5), gib(39.5), gib(79.25)],
+                [
+                    gib(9.75),
+                    gib(9.75),
+                    gib(19.625),
+                    gib(19.625),
+                    gib(39.5),
+                    gib(39.5),
+                    gib(79.25),
+                ],
                 HOPPER_SMS,
             ),
-            memory_source: "nvidia-smi mig -lgip as documented for H100-80GB (not read here)".into(),
+            memory_source: "nvidia-smi mig -lgip as documented for H100-80GB (not read here)"
+                .into(),
         },
         GpuModel {
             key: "h100-94gb".into(),
@@ -167,7 +180,15 @@ pub fn models() -> Vec<GpuModel> {
             memory_slices: 8,
             profiles: seven_slice(
                 ["12gb", "12gb", "24gb", "24gb", "47gb", "47gb", "94gb"],
-                [gib(11.0), gib(11.0), gib(22.5), gib(22.5), gib(46.0), gib(46.0), gib(93.0)],
+                [
+                    gib(11.0),
+                    gib(11.0),
+                    gib(22.5),
+                    gib(22.5),
+                    gib(46.0),
+                    gib(46.0),
+                    gib(93.0),
+                ],
                 HOPPER_SMS,
             ),
             memory_source: "estimated from the profile names (H100-94GB not read here)".into(),
@@ -181,10 +202,19 @@ pub fn models() -> Vec<GpuModel> {
             memory_slices: 8,
             profiles: seven_slice(
                 ["18gb", "18gb", "35gb", "35gb", "71gb", "71gb", "141gb"],
-                [gib(16.0), gib(16.0), gib(32.5), gib(32.5), gib(69.75), gib(69.75), gib(140.0)],
+                [
+                    gib(16.0),
+                    gib(16.0),
+                    gib(32.5),
+                    gib(32.5),
+                    gib(69.75),
+                    gib(69.75),
+                    gib(140.0),
+                ],
                 HOPPER_SMS,
             ),
-            memory_source: "read with nvidia-smi on an H200, driver 580 (shared/REFERENCE.md)".into(),
+            memory_source: "read with nvidia-smi on an H200, driver 580 (shared/REFERENCE.md)"
+                .into(),
         },
         GpuModel {
             key: "a30-24gb".into(),
@@ -258,23 +288,63 @@ mod tests {
     fn profile_names_match_the_reference_table() {
         assert_eq!(
             names("a100-40gb"),
-            ["1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
+            [
+                "1g.5gb",
+                "1g.5gb+me",
+                "1g.10gb",
+                "2g.10gb",
+                "3g.20gb",
+                "4g.20gb",
+                "7g.40gb"
+            ]
         );
         assert_eq!(
             names("a100-80gb"),
-            ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+            [
+                "1g.10gb",
+                "1g.10gb+me",
+                "1g.20gb",
+                "2g.20gb",
+                "3g.40gb",
+                "4g.40gb",
+                "7g.80gb"
+            ]
         );
         assert_eq!(
             names("h100-80gb"),
-            ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+            [
+                "1g.10gb",
+                "1g.10gb+me",
+                "1g.20gb",
+                "2g.20gb",
+                "3g.40gb",
+                "4g.40gb",
+                "7g.80gb"
+            ]
         );
         assert_eq!(
             names("h100-94gb"),
-            ["1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"]
+            [
+                "1g.12gb",
+                "1g.12gb+me",
+                "1g.24gb",
+                "2g.24gb",
+                "3g.47gb",
+                "4g.47gb",
+                "7g.94gb"
+            ]
         );
         assert_eq!(
             names("h200-141gb"),
-            ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"]
+            [
+                "1g.18gb",
+                "1g.18gb+me",
+                "1g.35gb",
+                "2g.35gb",
+                "3g.71gb",
+                "4g.71gb",
+                "7g.141gb"
+            ]
         );
         assert_eq!(
             names("a30-24gb"),
@@ -294,13 +364,27 @@ mod tests {
             (5, 4, 4, 1, &[0]),
             (0, 7, 8, 1, &[0]),
         ];
-        for key in ["a100-40gb", "a100-80gb", "h100-80gb", "h100-94gb", "h200-141gb"] {
+        for key in [
+            "a100-40gb",
+            "a100-80gb",
+            "h100-80gb",
+            "h100-94gb",
+            "h200-141gb",
+        ] {
             let m = model(key).expect("known model");
             assert_eq!((m.compute_slices, m.memory_slices), (7, 8), "{key}");
             let got: Vec<_> = m
                 .profiles
                 .iter()
-                .map(|p| (p.id, p.compute_slices, p.memory_slices, p.max_count, p.starts.as_slice()))
+                .map(|p| {
+                    (
+                        p.id,
+                        p.compute_slices,
+                        p.memory_slices,
+                        p.max_count,
+                        p.starts.as_slice(),
+                    )
+                })
                 .collect();
             assert_eq!(got, expect, "{key}");
         }
@@ -313,7 +397,14 @@ mod tests {
         let got: Vec<_> = m
             .profiles
             .iter()
-            .map(|p| (p.name.as_str(), p.max_count, p.starts.as_slice(), p.media_extensions))
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.max_count,
+                    p.starts.as_slice(),
+                    p.media_extensions,
+                )
+            })
             .collect();
         assert_eq!(
             got,
@@ -354,13 +445,24 @@ mod tests {
                 assert!(p.memory_mib <= m.memory_mib, "{} {}", m.key, p.name);
                 assert!(p.sm_count <= m.sm_count, "{} {}", m.key, p.name);
                 let last = p.starts.iter().max().copied().unwrap_or(0);
-                assert!(last + p.memory_slices <= m.memory_slices, "{} {}", m.key, p.name);
+                assert!(
+                    last + p.memory_slices <= m.memory_slices,
+                    "{} {}",
+                    m.key,
+                    p.name
+                );
                 assert!(p.compute_slices <= m.compute_slices);
             }
             for a in &m.profiles {
                 for b in &m.profiles {
                     if a.memory_slices < b.memory_slices {
-                        assert!(a.memory_mib < b.memory_mib, "{} {} {}", m.key, a.name, b.name);
+                        assert!(
+                            a.memory_mib < b.memory_mib,
+                            "{} {} {}",
+                            m.key,
+                            a.name,
+                            b.name
+                        );
                     }
                 }
             }

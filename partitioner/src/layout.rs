@@ -70,10 +70,12 @@ pub enum LayoutError {
 pub fn validate(model: &GpuModel, instances: &[(u32, u8)]) -> Result<(), LayoutError> {
     let mut placed: Vec<(&Profile, Placement)> = Vec::with_capacity(instances.len());
     for &(pid, start) in instances {
-        let p = model.profile(pid).ok_or_else(|| LayoutError::UnknownProfile {
-            model: model.key.clone(),
-            profile: pid,
-        })?;
+        let p = model
+            .profile(pid)
+            .ok_or_else(|| LayoutError::UnknownProfile {
+                model: model.key.clone(),
+                profile: pid,
+            })?;
         if !p.starts.contains(&start) {
             return Err(LayoutError::BadStart {
                 profile: p.name.clone(),
@@ -104,7 +106,10 @@ pub fn validate(model: &GpuModel, instances: &[(u32, u8)]) -> Result<(), LayoutE
         }
         placed.push((p, here));
     }
-    let used: u32 = placed.iter().map(|(p, _)| u32::from(p.compute_slices)).sum();
+    let used: u32 = placed
+        .iter()
+        .map(|(p, _)| u32::from(p.compute_slices))
+        .sum();
     if used > u32::from(model.compute_slices) {
         return Err(LayoutError::ComputeExhausted {
             used,
@@ -162,14 +167,34 @@ mod tests {
     fn the_papers_layouts() {
         let a = m("a100-80gb");
         // [4g.40gb, 3g.40gb] fills the GPU.
-        assert_eq!(validate(&a, &[(id(&a, "4g.40gb"), 0), (id(&a, "3g.40gb"), 4)]), Ok(()));
+        assert_eq!(
+            validate(&a, &[(id(&a, "4g.40gb"), 0), (id(&a, "3g.40gb"), 4)]),
+            Ok(())
+        );
         // [3g.40gb, 2g.20gb, 2g.20gb].
         assert_eq!(
-            validate(&a, &[(id(&a, "3g.40gb"), 0), (id(&a, "2g.20gb"), 4), (id(&a, "2g.20gb"), 6)]),
-            Err(LayoutError::BadStart { profile: "2g.20gb".into(), start: 6 })
+            validate(
+                &a,
+                &[
+                    (id(&a, "3g.40gb"), 0),
+                    (id(&a, "2g.20gb"), 4),
+                    (id(&a, "2g.20gb"), 6)
+                ]
+            ),
+            Err(LayoutError::BadStart {
+                profile: "2g.20gb".into(),
+                start: 6
+            })
         );
         assert_eq!(
-            validate(&a, &[(id(&a, "3g.40gb"), 4), (id(&a, "2g.20gb"), 0), (id(&a, "2g.20gb"), 2)]),
+            validate(
+                &a,
+                &[
+                    (id(&a, "3g.40gb"), 4),
+                    (id(&a, "2g.20gb"), 0),
+                    (id(&a, "2g.20gb"), 2)
+                ]
+            ),
             Ok(())
         );
     }
@@ -191,11 +216,17 @@ mod tests {
         let me = id(&a, "1g.10gb+me");
         assert_eq!(
             validate(&a, &[(me, 0), (me, 1)]),
-            Err(LayoutError::TooMany { profile: "1g.10gb+me".into(), max: 1 })
+            Err(LayoutError::TooMany {
+                profile: "1g.10gb+me".into(),
+                max: 1
+            })
         );
         let a30 = m("a30-24gb");
         assert_eq!(
-            validate(&a30, &[(id(&a30, "1g.6gb+me"), 0), (id(&a30, "2g.12gb+me"), 2)]),
+            validate(
+                &a30,
+                &[(id(&a30, "1g.6gb+me"), 0), (id(&a30, "2g.12gb+me"), 2)]
+            ),
             Err(LayoutError::MediaExtensionsTaken)
         );
         assert!(matches!(

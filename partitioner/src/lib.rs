@@ -11,4 +11,6 @@ pub mod plan;
 
 pub use catalog::{GpuModel, Profile};
 pub use layout::{GpuState, Instance, LayoutError, Placement};
-pub use plan::{FirstFit, JobDemand, JobPlacement, NodeState, Plan, Planner, QueuedJob, Slot, Step};
+pub use plan::{
+    FirstFit, JobDemand, JobPlacement, NodeState, Plan, Planner, QueuedJob, Slot, Step,
+};

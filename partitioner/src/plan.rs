@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use mmk_core::units::format_mib;
 use mmk_core::JobClass;
+use mmk_core::units::format_mib;
 use serde::Serialize;
 
 use crate::layout::{self, GpuState, Placement};
@@ -237,7 +237,12 @@ fn carve(
             .filter(|(s, _)| s.gpu == gpu.index)
             .map(|(s, u)| (*s, u))
             .collect();
-        for p in gpu.model.profiles.iter().filter(|p| p.memory_mib >= memory_mib) {
+        for p in gpu
+            .model
+            .profiles
+            .iter()
+            .filter(|p| p.memory_mib >= memory_mib)
+        {
             for &start in &p.starts {
                 let here = Placement {
                     start,
@@ -296,7 +301,10 @@ fn carve(
             instance: Some(id), ..
         }) = slots.remove(&s)
         {
-            steps.push(Step::Destroy { slot: s, instance: id });
+            steps.push(Step::Destroy {
+                slot: s,
+                instance: id,
+            });
         }
     }
     let memory = node
@@ -383,12 +391,19 @@ mod tests {
             start: 0,
             profile_id: Some(0),
         };
-        let plan = FirstFit.plan(&node, &[job(1, 60, Some(whole)), job(2, 10, None), job(3, 30, None)]);
+        let plan = FirstFit.plan(
+            &node,
+            &[job(1, 60, Some(whole)), job(2, 10, None), job(3, 30, None)],
+        );
         assert_eq!(plan.placements.len(), 2);
         assert_eq!(plan.placements[1].slot, whole);
         assert_eq!(plan.queued.len(), 1);
         assert_eq!(plan.queued[0].job, 3);
-        assert!(plan.queued[0].reason.contains("30GiB"), "{}", plan.queued[0].reason);
+        assert!(
+            plan.queued[0].reason.contains("30GiB"),
+            "{}",
+            plan.queued[0].reason
+        );
         assert!(plan.steps.is_empty(), "a busy instance is never destroyed");
     }
 
@@ -421,15 +436,27 @@ mod tests {
             plan.steps,
             vec![
                 Step::Destroy {
-                    slot: Slot { gpu: 0, start: 0, profile_id: Some(19) },
+                    slot: Slot {
+                        gpu: 0,
+                        start: 0,
+                        profile_id: Some(19)
+                    },
                     instance: 1
                 },
                 Step::Destroy {
-                    slot: Slot { gpu: 0, start: 1, profile_id: Some(19) },
+                    slot: Slot {
+                        gpu: 0,
+                        start: 1,
+                        profile_id: Some(19)
+                    },
                     instance: 2
                 },
                 Step::Create {
-                    slot: Slot { gpu: 0, start: 0, profile_id: Some(9) }
+                    slot: Slot {
+                        gpu: 0,
+                        start: 0,
+                        profile_id: Some(9)
+                    }
                 },
             ]
         );
@@ -450,7 +477,10 @@ mod tests {
         let node = NodeState {
             gpus: vec![gpu("h100-80gb", 0, false)],
         };
-        let plan = FirstFit.plan(&node, &[job(1, 40, None), job(2, 30, None), job(3, 20, None)]);
+        let plan = FirstFit.plan(
+            &node,
+            &[job(1, 40, None), job(2, 30, None), job(3, 20, None)],
+        );
         assert!(plan.steps.is_empty());
         assert_eq!(plan.placements.len(), 2);
         assert!(plan.placements.iter().all(|p| p.slot.profile_id.is_none()));
@@ -467,7 +497,10 @@ mod tests {
         let plan = FirstFit.plan(&node, &[job(1, 30, None), job(2, 4, None), urgent]);
         assert_eq!(plan.placements[0].job, 3, "the urgent job is placed first");
         assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [1]);
-        assert!(plan.placements.iter().any(|p| p.job == 2), "a small job backfills");
+        assert!(
+            plan.placements.iter().any(|p| p.job == 2),
+            "a small job backfills"
+        );
     }
 
     #[test]

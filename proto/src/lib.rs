@@ -15,6 +15,7 @@ pub use convert::{
     class_from_proto, class_to_proto, spec_from_proto, spec_to_proto, state_from_proto,
     state_to_proto, timestamp,
 };
+pub use prost_types::Timestamp;
 pub use status::{FIELD_METADATA, service_error_to_status, status_to_service_error};
 
 /// The encoded file descriptor set of `mmk.v1`, for server reflection.
@@ -23,5 +24,3 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 /// The protobuf package name.
 pub const PACKAGE: &str = "mmk.v1";
-
-

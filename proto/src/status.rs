@@ -56,7 +56,10 @@ mod tests {
         )));
         assert_eq!(s.code(), Code::InvalidArgument);
         assert_eq!(s.message(), "gpu_memory: must be greater than zero");
-        let field = s.metadata().get(FIELD_METADATA).and_then(|v| v.to_str().ok());
+        let field = s
+            .metadata()
+            .get(FIELD_METADATA)
+            .and_then(|v| v.to_str().ok());
         assert_eq!(field, Some("gpu_memory"));
         let s = service_error_to_status(ServiceError::NotFound {
             what: "job",
@@ -73,7 +76,9 @@ mod tests {
 
     #[test]
     fn the_client_side_reads_the_field_back() {
-        let s = service_error_to_status(ServiceError::InvalidArgument(FieldError::new("name", "empty")));
+        let s = service_error_to_status(ServiceError::InvalidArgument(FieldError::new(
+            "name", "empty",
+        )));
         match status_to_service_error(&s) {
             ServiceError::InvalidArgument(f) => assert_eq!(f.field, "name"),
             other => panic!("unexpected {other:?}"),

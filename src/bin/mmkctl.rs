@@ -1,1 +1,5 @@
-fn main() {}
+//! `mmkctl`: the mmk command-line client. Everything lives in the `mmkctl` library.
+
+fn main() -> std::process::ExitCode {
+    mmkctl::main()
+}

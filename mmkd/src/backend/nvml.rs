@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use mmk_partitioner::{catalog, GpuModel, GpuState, Instance, Profile};
+use mmk_partitioner::{GpuModel, GpuState, Instance, Profile, catalog};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::NVML_GPU_INSTANCE_PROFILE_COUNT;
@@ -40,7 +40,9 @@ impl NvmlBackend {
         }
         let mut static_gpus = Vec::new();
         for i in 0..count {
-            let d = nvml.device_by_index(i).map_err(nvml_err(format!("gpu {i}")))?;
+            let d = nvml
+                .device_by_index(i)
+                .map_err(nvml_err(format!("gpu {i}")))?;
             let uuid = d.uuid().map_err(nvml_err(format!("gpu {i} uuid")))?;
             static_gpus.push((uuid, read_model(&nvml, &d, i)?));
         }
@@ -164,13 +166,13 @@ mod raw {
     use std::ptr;
 
     use mmk_partitioner::{Instance, Placement};
-    use nvml_wrapper::error::{nvml_try, NvmlError};
+    use nvml_wrapper::error::{NvmlError, nvml_try};
     use nvml_wrapper::{Device, Nvml};
     use nvml_wrapper_sys::bindings::{
-        nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t, nvmlGpuInstance_t,
+        nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
     };
 
-    use super::{nvml_err, Result};
+    use super::{Result, nvml_err};
 
     /// The most instances of one profile a GPU can hold (seven 1g on 7-slice GPUs).
     const MAX_INSTANCES: usize = 8;
@@ -267,5 +269,4 @@ mod raw {
         out.sort_by_key(|i| i.placement.start);
         Ok(out)
     }
-
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mmk_partitioner::{catalog, layout, GpuModel, GpuState, Instance, Placement};
+use mmk_partitioner::{GpuModel, GpuState, Instance, Placement, catalog, layout};
 
 use super::{BackendError, GpuBackend, Result};
 
@@ -93,7 +93,10 @@ impl SimBackend {
             .collect();
         for (gpu, inst) in restored {
             let Some(g) = gpus.get_mut(gpu as usize) else {
-                tracing::warn!(gpu, "recorded instance on a gpu the simulated node lacks; dropped");
+                tracing::warn!(
+                    gpu,
+                    "recorded instance on a gpu the simulated node lacks; dropped"
+                );
                 continue;
             };
             let mut layout: Vec<(u32, u8)> = g
@@ -103,13 +106,21 @@ impl SimBackend {
                 .collect();
             layout.push((inst.profile_id, inst.placement.start));
             if layout::validate(&g.model, &layout).is_err() {
-                tracing::warn!(gpu, start = inst.placement.start, "recorded instance does not fit the simulated gpu; dropped");
+                tracing::warn!(
+                    gpu,
+                    start = inst.placement.start,
+                    "recorded instance does not fit the simulated gpu; dropped"
+                );
                 continue;
             }
             g.next_id = g.next_id.max(inst.id + 1);
             g.instances.insert(inst.id, inst);
         }
-        let speed = if speed.is_finite() && speed > 0.0 { speed } else { 1.0 };
+        let speed = if speed.is_finite() && speed > 0.0 {
+            speed
+        } else {
+            1.0
+        };
         SimBackend {
             gpus: Mutex::new(gpus),
             create_latency: CREATE_LATENCY.div_f64(speed),
@@ -163,10 +174,7 @@ impl GpuBackend for SimBackend {
                 start,
                 why: e.to_string(),
             })?;
-            let size = g
-                .model
-                .profile(profile_id)
-                .map_or(0, |p| p.memory_slices);
+            let size = g.model.profile(profile_id).map_or(0, |p| p.memory_slices);
             let id = g.next_id;
             g.next_id += 1;
             let inst = Instance {
@@ -216,7 +224,11 @@ mod tests {
         let m = parse_sim_gpus("a100-80gb:2, h100-80gb").expect("valid");
         let keys: Vec<_> = m.iter().map(|g| g.key.as_str()).collect();
         assert_eq!(keys, ["a100-80gb", "a100-80gb", "h100-80gb"]);
-        assert!(parse_sim_gpus("v100:1").unwrap_err().contains("unknown GPU model"));
+        assert!(
+            parse_sim_gpus("v100:1")
+                .unwrap_err()
+                .contains("unknown GPU model")
+        );
         assert!(parse_sim_gpus("a100-80gb:0").is_err());
         assert!(parse_sim_gpus("").is_err());
     }
@@ -228,13 +240,25 @@ mod tests {
         assert_eq!(three.placement, Placement { start: 4, size: 4 });
         assert!(three.uuid.starts_with("MIG-"));
         let err = b.create_instance(0, 0, 0).expect_err("7g overlaps");
-        assert!(matches!(err, BackendError::InvalidPlacement { .. }), "{err}");
+        assert!(
+            matches!(err, BackendError::InvalidPlacement { .. }),
+            "{err}"
+        );
         b.set_in_use(0, three.id, true);
-        assert!(matches!(b.destroy_instance(0, three.id), Err(BackendError::InUse { .. })));
+        assert!(matches!(
+            b.destroy_instance(0, three.id),
+            Err(BackendError::InUse { .. })
+        ));
         b.set_in_use(0, three.id, false);
         b.destroy_instance(0, three.id).expect("idle instance");
-        assert!(matches!(b.destroy_instance(0, three.id), Err(BackendError::NoSuchInstance { .. })));
-        assert!(matches!(b.create_instance(5, 9, 0), Err(BackendError::NoSuchGpu { gpu: 5 })));
+        assert!(matches!(
+            b.destroy_instance(0, three.id),
+            Err(BackendError::NoSuchInstance { .. })
+        ));
+        assert!(matches!(
+            b.create_instance(5, 9, 0),
+            Err(BackendError::NoSuchGpu { gpu: 5 })
+        ));
     }
 
     #[test]
@@ -245,7 +269,11 @@ mod tests {
             placement: Placement { start: 0, size: 4 },
             uuid: "MIG-r".into(),
         };
-        let b = SimBackend::new(parse_sim_gpus("a100-80gb").expect("valid"), vec![(0, inst.clone())], 1e6);
+        let b = SimBackend::new(
+            parse_sim_gpus("a100-80gb").expect("valid"),
+            vec![(0, inst.clone())],
+            1e6,
+        );
         assert_eq!(b.gpus().expect("gpus")[0].instances, vec![inst]);
         let next = b.create_instance(0, 9, 4).expect("second 3g");
         assert_eq!(next.id, 8);

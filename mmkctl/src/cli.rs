@@ -1,0 +1,296 @@
+//! The commands: flags (clap derive) and what each one does.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mmk_core::spec::Task;
+use mmk_core::yaml::{MAX_JOB_FILE_BYTES, parse_job_yaml};
+use mmk_core::{JobClass, JobState, paths};
+use mmk_proto::v1;
+use mmk_proto::{class_to_proto, spec_to_proto, state_to_proto};
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+use crate::client::{Target, connect};
+use crate::output;
+
+/// mmkctl: submit and watch GPU jobs, and see how mmk partitions the node's GPUs.
+#[derive(Debug, Parser)]
+#[command(name = "mmkctl", version, about, long_about = None)]
+pub struct Cli {
+    /// mmkd's Unix socket [default: /run/mmk/mmkd.sock for root,
+    /// $XDG_RUNTIME_DIR/mmk/mmkd.sock or /tmp/mmk-$UID/mmkd.sock otherwise].
+    #[arg(long, global = true, value_name = "PATH", env = paths::SOCKET_ENV, conflicts_with = "endpoint")]
+    pub socket: Option<PathBuf>,
+    /// mmkd's TCP endpoint, such as http://127.0.0.1:7400.
+    #[arg(long, global = true, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// Output format: a table for people, or JSON for scripts (docs/mmkctl.md).
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Submit a job described by a job.yaml (docs/job-spec.md).
+    Submit(SubmitArgs),
+    /// List jobs, or get, cancel and watch them.
+    Jobs(JobsArgs),
+    /// Show how the GPUs are partitioned.
+    Partitions {
+        #[command(subcommand)]
+        command: PartitionsCommand,
+    },
+    /// List the node's GPUs, their MIG profiles and free capacity.
+    Gpus,
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The job is online (latency-sensitive).
+    #[arg(long, conflicts_with = "offline")]
+    pub online: bool,
+    /// The job is offline (batch).
+    #[arg(long)]
+    pub offline: bool,
+    /// The job file.
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct JobsArgs {
+    #[command(subcommand)]
+    pub command: Option<JobsCommand>,
+    /// Only jobs in this state (repeatable).
+    #[arg(long, value_parser = parse_state)]
+    pub state: Vec<JobState>,
+    /// Only jobs of this class.
+    #[arg(long, value_parser = parse_class)]
+    pub class: Option<JobClass>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Show one job, with where it runs or why it waits.
+    Get { id: u64 },
+    /// Cancel a job; a running job is stopped first (SIGTERM, then SIGKILL).
+    Cancel {
+        id: u64,
+        /// Recorded with the job.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Print job events as they happen, until interrupted.
+    Watch {
+        /// Only this job.
+        id: Option<u64>,
+        /// First print every job's current state.
+        #[arg(long)]
+        current: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PartitionsCommand {
+    /// Draw each GPU's memory slices with the instances placed on them and their jobs.
+    Show,
+}
+
+fn parse_state(s: &str) -> Result<JobState, String> {
+    s.parse()
+}
+
+fn parse_class(s: &str) -> Result<JobClass, String> {
+    s.parse()
+}
+
+/// A failed command: what to print and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub message: String,
+    pub exit_code: u8,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            exit_code: 2,
+        }
+    }
+
+    pub fn server(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            exit_code: 2,
+        }
+    }
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Failure {
+        let exit_code = if s.code() == Code::NotFound { 1 } else { 2 };
+        let message = match s.code() {
+            Code::InvalidArgument | Code::NotFound | Code::FailedPrecondition => {
+                s.message().to_owned()
+            }
+            Code::Unavailable => format!("mmkd is unavailable: {}", s.message()),
+            code => format!("mmkd answered {code:?}: {}", s.message()),
+        };
+        Failure { message, exit_code }
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<(), Failure> {
+    let target = match (&cli.endpoint, cli.socket) {
+        (Some(e), _) => Target::Endpoint(e.clone()),
+        (None, Some(p)) => Target::Socket(p),
+        (None, None) => Target::Socket(paths::default_socket()),
+    };
+    let fmt = cli.output;
+    match cli.command {
+        Command::Submit(args) => submit(&target, fmt, args).await,
+        Command::Jobs(args) => match args.command {
+            None => list(&target, fmt, &args.state, args.class).await,
+            Some(JobsCommand::Get { id }) => {
+                let mut c = connect(&target).await?;
+                let job = c.jobs.get_job(v1::GetJobRequest { id }).await?.into_inner();
+                output::job_detail(fmt, &job);
+                Ok(())
+            }
+            Some(JobsCommand::Cancel { id, reason }) => {
+                let mut c = connect(&target).await?;
+                let job = c
+                    .jobs
+                    .cancel_job(v1::CancelJobRequest {
+                        id,
+                        reason: reason.unwrap_or_default(),
+                    })
+                    .await?
+                    .into_inner();
+                output::job_line(fmt, "cancelled", &job);
+                Ok(())
+            }
+            Some(JobsCommand::Watch { id, current }) => watch(&target, fmt, id, current).await,
+        },
+        Command::Partitions {
+            command: PartitionsCommand::Show,
+        } => {
+            let mut c = connect(&target).await?;
+            let resp = c
+                .partitions
+                .list_partitions(v1::ListPartitionsRequest {})
+                .await?
+                .into_inner();
+            output::partitions(fmt, &resp);
+            Ok(())
+        }
+        Command::Gpus => {
+            let mut c = connect(&target).await?;
+            let node = c.node.get_node(v1::GetNodeRequest {}).await?.into_inner();
+            output::gpus(fmt, &node);
+            Ok(())
+        }
+    }
+}
+
+async fn submit(target: &Target, fmt: Format, args: SubmitArgs) -> Result<(), Failure> {
+    let path = args.file.display().to_string();
+    let meta = std::fs::metadata(&args.file)
+        .map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))?;
+    if meta.len() > MAX_JOB_FILE_BYTES as u64 {
+        return Err(Failure::usage(format!(
+            "{path}: file: is {} bytes; a job file is at most {MAX_JOB_FILE_BYTES} bytes",
+            meta.len()
+        )));
+    }
+    let text = std::fs::read_to_string(&args.file)
+        .map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))?;
+    let class = match (args.online, args.offline) {
+        (true, _) => Some(JobClass::Online),
+        (_, true) => Some(JobClass::Offline),
+        _ => None,
+    };
+    let mut spec =
+        parse_job_yaml(&text, class).map_err(|e| Failure::usage(format!("{path}: {e}")))?;
+    if let Task::Command(c) = &mut spec.task
+        && c.workdir.is_none()
+    {
+        let cwd = std::env::current_dir()
+            .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?;
+        c.workdir = Some(cwd.display().to_string());
+    }
+    let mut c = connect(target).await?;
+    let resp = c
+        .jobs
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec_to_proto(&spec)),
+        })
+        .await
+        .map_err(|s| {
+            let mut f = Failure::from(s);
+            f.message = format!("{path}: {}", f.message);
+            f
+        })?
+        .into_inner();
+    let job = resp
+        .job
+        .ok_or_else(|| Failure::server("mmkd answered without the job"))?;
+    output::job_line(fmt, "submitted", &job);
+    Ok(())
+}
+
+async fn list(
+    target: &Target,
+    fmt: Format,
+    states: &[JobState],
+    class: Option<JobClass>,
+) -> Result<(), Failure> {
+    let mut c = connect(target).await?;
+    let resp = c
+        .jobs
+        .list_jobs(v1::ListJobsRequest {
+            states: states.iter().map(|s| state_to_proto(*s) as i32).collect(),
+            class: class.map_or(0, |c| class_to_proto(c) as i32),
+        })
+        .await?
+        .into_inner();
+    output::job_table(fmt, &resp.jobs);
+    Ok(())
+}
+
+async fn watch(
+    target: &Target,
+    fmt: Format,
+    id: Option<u64>,
+    current: bool,
+) -> Result<(), Failure> {
+    let mut c = connect(target).await?;
+    let mut stream = c
+        .jobs
+        .watch_jobs(v1::WatchJobsRequest {
+            job_id: id.unwrap_or(0),
+            include_current: current,
+        })
+        .await?
+        .into_inner();
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            ev = stream.next() => match ev {
+                Some(Ok(ev)) => output::event(fmt, &ev),
+                Some(Err(s)) => return Err(s.into()),
+                None => return Ok(()),
+            },
+        }
+    }
+}

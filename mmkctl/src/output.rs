@@ -1,0 +1,494 @@
+//! What mmkctl prints: tables for people, JSON for scripts.
+//!
+//! The JSON shapes are a documented contract (docs/mmkctl.md): fields are only added,
+//! never renamed or removed, within `mmk.v1`.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use mmk_core::units::format_mib;
+use mmk_proto::v1;
+use mmk_proto::{Timestamp, class_from_proto, state_from_proto};
+use serde::Serialize;
+
+use crate::cli::Format;
+use crate::picture;
+
+#[derive(Debug, Serialize)]
+pub struct JobOut {
+    pub id: u64,
+    pub name: String,
+    pub class: String,
+    pub state: String,
+    pub reason: String,
+    pub gpu_memory_mib: u64,
+    pub priority: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_ms: Option<u64>,
+    pub task: TaskOut,
+    pub submitted_at: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub assignment: Option<AssignmentOut>,
+    pub exit_code: Option<i32>,
+    pub restarts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_dir: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum TaskOut {
+    Command {
+        args: Vec<String>,
+        workdir: String,
+    },
+    Workload {
+        name: String,
+        batch_size: Option<u32>,
+        duration_ms: Option<u64>,
+    },
+    Unknown,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AssignmentOut {
+    pub gpu: u32,
+    pub gpu_uuid: String,
+    pub instance_id: u32,
+    pub device_uuid: String,
+    pub profile: String,
+    pub start_slice: u32,
+    pub mps_share: u32,
+}
+
+pub fn state_name(s: i32) -> String {
+    state_from_proto(s).map_or_else(|| format!("UNKNOWN({s})"), |s| s.as_str().to_owned())
+}
+
+pub fn class_name(c: i32) -> String {
+    class_from_proto(c).map_or_else(|| format!("unknown({c})"), |c| c.as_str().to_owned())
+}
+
+fn time(ts: Option<&Timestamp>) -> Option<String> {
+    let ts = ts?;
+    let secs = u64::try_from(ts.seconds).ok()?;
+    let t = UNIX_EPOCH + Duration::from_secs(secs);
+    Some(humantime::format_rfc3339_seconds(t).to_string())
+}
+
+pub fn job_out(j: &v1::Job) -> JobOut {
+    let spec = j.spec.clone().unwrap_or_default();
+    JobOut {
+        id: j.id,
+        name: spec.name,
+        class: class_name(spec.class),
+        state: state_name(j.state),
+        reason: j.reason.clone(),
+        gpu_memory_mib: spec.gpu_memory_mib,
+        priority: spec.priority,
+        slo_ms: (spec.slo_ms != 0).then_some(spec.slo_ms),
+        task: match spec.task {
+            Some(v1::job_spec::Task::Command(c)) => TaskOut::Command {
+                args: c.args,
+                workdir: c.workdir,
+            },
+            Some(v1::job_spec::Task::Workload(w)) => TaskOut::Workload {
+                name: w.name,
+                batch_size: (w.batch_size != 0).then_some(w.batch_size),
+                duration_ms: (w.duration_ms != 0).then_some(w.duration_ms),
+            },
+            None => TaskOut::Unknown,
+        },
+        submitted_at: time(j.submitted_at.as_ref()),
+        started_at: time(j.started_at.as_ref()),
+        finished_at: time(j.finished_at.as_ref()),
+        assignment: j.assignment.as_ref().map(|a| AssignmentOut {
+            gpu: a.gpu_index,
+            gpu_uuid: a.gpu_uuid.clone(),
+            instance_id: a.instance_id,
+            device_uuid: a.device_uuid.clone(),
+            profile: a.profile.clone(),
+            start_slice: a.start_slice,
+            mps_share: a.mps_share,
+        }),
+        exit_code: j.exit_code,
+        restarts: j.restarts,
+        log_dir: (!j.log_dir.is_empty()).then(|| j.log_dir.clone()),
+    }
+}
+
+fn print_json<T: Serialize>(v: &T) {
+    match serde_json::to_string_pretty(v) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("mmkctl: cannot encode JSON: {e}"),
+    }
+}
+
+/// `0:3g.40gb@4` (GPU 0, a 3g.40gb at slice 4), or `-` when the job has no partition.
+fn partition_label(j: &v1::Job) -> String {
+    j.assignment.as_ref().map_or_else(
+        || "-".into(),
+        |a| format!("{}:{}@{}", a.gpu_index, a.profile, a.start_slice),
+    )
+}
+
+fn clip(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        s.to_owned()
+    } else {
+        let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+        out.push('~');
+        out
+    }
+}
+
+/// The one line after `submit` and `cancel`.
+pub fn job_line(fmt: Format, verb: &str, j: &v1::Job) {
+    match fmt {
+        Format::Json => print_json(&job_out(j)),
+        Format::Table => {
+            let name = j.spec.as_ref().map_or("", |s| s.name.as_str());
+            println!(
+                "{verb} job {} ({name}): {} {}",
+                j.id,
+                state_name(j.state),
+                j.reason
+            );
+        }
+    }
+}
+
+pub fn job_table(fmt: Format, jobs: &[v1::Job]) {
+    if fmt == Format::Json {
+        print_json(&jobs.iter().map(job_out).collect::<Vec<_>>());
+        return;
+    }
+    // 80 columns: 4+16+7+9+6+15 and six spaces leave 17 for the reason; `jobs get` shows
+    // all of it.
+    println!(
+        "{:<4} {:<16} {:<7} {:<9} {:>6} {:<15} REASON",
+        "ID", "NAME", "CLASS", "STATE", "MEMORY", "PARTITION"
+    );
+    for j in jobs {
+        let o = job_out(j);
+        println!(
+            "{:<4} {:<16} {:<7} {:<9} {:>6} {:<15} {}",
+            o.id,
+            clip(&o.name, 16),
+            o.class,
+            o.state,
+            format_mib(o.gpu_memory_mib),
+            clip(&partition_label(j), 15),
+            clip(&o.reason, 17)
+        );
+    }
+}
+
+pub fn job_detail(fmt: Format, j: &v1::Job) {
+    let o = job_out(j);
+    if fmt == Format::Json {
+        print_json(&o);
+        return;
+    }
+    let row = |k: &str, v: &str| println!("{k:<13} {v}");
+    row("id:", &o.id.to_string());
+    row("name:", &o.name);
+    row("class:", &o.class);
+    row("state:", &o.state);
+    row("reason:", &o.reason);
+    row("gpu memory:", &format_mib(o.gpu_memory_mib));
+    row("priority:", &o.priority.to_string());
+    if let Some(slo) = o.slo_ms {
+        row("slo:", &format!("{slo}ms"));
+    }
+    match &o.task {
+        TaskOut::Command { args, workdir } => {
+            row("command:", &args.join(" "));
+            row("workdir:", workdir);
+        }
+        TaskOut::Workload {
+            name, batch_size, ..
+        } => {
+            let batch = batch_size.map_or_else(String::new, |b| format!(" (batch {b})"));
+            row("workload:", &format!("{name}{batch}"));
+        }
+        TaskOut::Unknown => {}
+    }
+    if let Some(a) = &o.assignment {
+        row(
+            "partition:",
+            &format!(
+                "gpu {} {} at slice {} (instance {})",
+                a.gpu, a.profile, a.start_slice, a.instance_id
+            ),
+        );
+        row("device:", &a.device_uuid);
+        row("mps share:", &format!("{}%", a.mps_share));
+    }
+    for (k, v) in [
+        ("submitted:", &o.submitted_at),
+        ("started:", &o.started_at),
+        ("finished:", &o.finished_at),
+    ] {
+        if let Some(v) = v {
+            row(k, v);
+        }
+    }
+    if let Some(code) = o.exit_code {
+        row("exit code:", &code.to_string());
+    }
+    if o.restarts > 0 {
+        row("restarts:", &o.restarts.to_string());
+    }
+    if let Some(d) = &o.log_dir {
+        row("logs:", d);
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct EventOut {
+    seq: u64,
+    at: Option<String>,
+    job: JobOut,
+}
+
+pub fn event(fmt: Format, ev: &v1::JobEvent) {
+    let Some(j) = &ev.job else {
+        return;
+    };
+    let o = job_out(j);
+    match fmt {
+        Format::Json => {
+            // One object per line, so that scripts can read the stream as it comes.
+            let e = EventOut {
+                seq: ev.seq,
+                at: time(ev.at.as_ref()),
+                job: o,
+            };
+            if let Ok(s) = serde_json::to_string(&e) {
+                println!("{s}");
+            }
+        }
+        Format::Table => println!(
+            "{}  job {} {:<18} {:<9} {}",
+            time(ev.at.as_ref()).unwrap_or_default(),
+            o.id,
+            clip(&o.name, 18),
+            o.state,
+            o.reason
+        ),
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct GpuPartitionsOut {
+    pub gpu: u32,
+    pub uuid: String,
+    pub model: String,
+    pub mig_enabled: bool,
+    pub memory_slices: u32,
+    pub partitions: Vec<PartitionOut>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PartitionOut {
+    pub instance_id: u32,
+    pub device_uuid: String,
+    pub profile: String,
+    pub start_slice: u32,
+    pub size_slices: u32,
+    pub memory_mib: u64,
+    pub used_memory_mib: u64,
+    pub sm_count: u32,
+    pub jobs: Vec<PartitionJobOut>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PartitionJobOut {
+    pub id: u64,
+    pub name: String,
+    pub class: String,
+    pub state: String,
+    pub mps_share: u32,
+    pub gpu_memory_mib: u64,
+}
+
+pub fn partitions_out(r: &v1::ListPartitionsResponse) -> Vec<GpuPartitionsOut> {
+    r.gpus
+        .iter()
+        .map(|g| GpuPartitionsOut {
+            gpu: g.gpu_index,
+            uuid: g.gpu_uuid.clone(),
+            model: g.model.clone(),
+            mig_enabled: g.mig_enabled,
+            memory_slices: g.memory_slices,
+            partitions: g
+                .partitions
+                .iter()
+                .map(|p| PartitionOut {
+                    instance_id: p.instance_id,
+                    device_uuid: p.device_uuid.clone(),
+                    profile: p.profile.clone(),
+                    start_slice: p.start_slice,
+                    size_slices: p.size_slices,
+                    memory_mib: p.memory_mib,
+                    used_memory_mib: p.used_memory_mib,
+                    sm_count: p.sm_count,
+                    jobs: p
+                        .jobs
+                        .iter()
+                        .map(|j| PartitionJobOut {
+                            id: j.job_id,
+                            name: j.name.clone(),
+                            class: class_name(j.class),
+                            state: state_name(j.state),
+                            mps_share: j.mps_share,
+                            gpu_memory_mib: j.gpu_memory_mib,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+pub fn partitions(fmt: Format, r: &v1::ListPartitionsResponse) {
+    let out = partitions_out(r);
+    match fmt {
+        Format::Json => print_json(&out),
+        Format::Table => {
+            for (i, g) in out.iter().enumerate() {
+                if i > 0 {
+                    println!();
+                }
+                print!("{}", picture::gpu(g));
+            }
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct NodeOut {
+    hostname: String,
+    backend: String,
+    planner: String,
+    version: String,
+    gpus: Vec<GpuOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct GpuOut {
+    index: u32,
+    uuid: String,
+    model: String,
+    memory_mib: u64,
+    sm_count: u32,
+    mig_enabled: bool,
+    memory_slices: u32,
+    free_memory_mib: u64,
+    free_memory_slices: u32,
+    profiles: Vec<ProfileOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct ProfileOut {
+    id: u32,
+    name: String,
+    compute_slices: u32,
+    memory_slices: u32,
+    memory_mib: u64,
+    sm_count: u32,
+    max_count: u32,
+    starts: Vec<u32>,
+    free_starts: Vec<u32>,
+    media_extensions: bool,
+}
+
+pub fn gpus(fmt: Format, n: &v1::Node) {
+    let out = NodeOut {
+        hostname: n.hostname.clone(),
+        backend: n.backend.clone(),
+        planner: n.planner.clone(),
+        version: n.version.clone(),
+        gpus: n
+            .gpus
+            .iter()
+            .map(|g| GpuOut {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                memory_mib: g.memory_mib,
+                sm_count: g.sm_count,
+                mig_enabled: g.mig_enabled,
+                memory_slices: g.memory_slices,
+                free_memory_mib: g.free_memory_mib,
+                free_memory_slices: g.free_memory_slices,
+                profiles: g
+                    .profiles
+                    .iter()
+                    .map(|p| ProfileOut {
+                        id: p.id,
+                        name: p.name.clone(),
+                        compute_slices: p.compute_slices,
+                        memory_slices: p.memory_slices,
+                        memory_mib: p.memory_mib,
+                        sm_count: p.sm_count,
+                        max_count: p.max_count,
+                        starts: p.starts.clone(),
+                        free_starts: p.free_starts.clone(),
+                        media_extensions: p.media_extensions,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    if fmt == Format::Json {
+        print_json(&out);
+        return;
+    }
+    println!(
+        "node {} (backend {}, planner {}, mmk {})",
+        out.hostname, out.backend, out.planner, out.version
+    );
+    for g in &out.gpus {
+        println!();
+        println!(
+            "GPU {}  {}  {}  {} SMs  {}  MIG {}",
+            g.index,
+            g.model,
+            format_mib(g.memory_mib),
+            g.sm_count,
+            g.uuid,
+            if g.mig_enabled { "on" } else { "off" }
+        );
+        println!(
+            "  free: {} of memory, {} of {} memory slices unpartitioned",
+            format_mib(g.free_memory_mib),
+            g.free_memory_slices,
+            g.memory_slices
+        );
+        println!(
+            "  {:<4} {:<12} {:>7} {:>5} {:>4}  {:<15} FREE NOW",
+            "ID", "PROFILE", "MEMORY", "SMS", "MAX", "STARTS"
+        );
+        for p in &g.profiles {
+            let list = |v: &[u32]| {
+                if v.is_empty() {
+                    "-".to_owned()
+                } else {
+                    v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                }
+            };
+            println!(
+                "  {:<4} {:<12} {:>7} {:>5} {:>4}  {:<15} {}",
+                p.id,
+                p.name,
+                format_mib(p.memory_mib),
+                p.sm_count,
+                p.max_count,
+                list(&p.starts),
+                list(&p.free_starts)
+            );
+        }
+    }
+}

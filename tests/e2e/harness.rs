@@ -1,0 +1,223 @@
+//! Starting mmkd, running mmkctl, and waiting for job states through WatchJobs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use mmk_proto::v1;
+use mmkctl::client::{Clients, Target, connect};
+use tokio_stream::StreamExt;
+
+/// How long any wait in these tests may take before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Daemon {
+    dir: Option<tempfile::TempDir>,
+    pub child: Child,
+    /// mmkd's stderr lines, as they come.
+    pub log: mpsc::Receiver<String>,
+    pub sim_gpus: String,
+}
+
+impl Daemon {
+    /// Starts mmkd with the simulated node, 100x faster than real time.
+    pub fn start(sim_gpus: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Daemon::start_in(dir, sim_gpus)
+    }
+
+    /// Starts mmkd on an existing data dir (a restart) and waits until it listens.
+    pub fn start_in(dir: tempfile::TempDir, sim_gpus: &str) -> Daemon {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+            .args([
+                "--backend",
+                "sim",
+                "--sim-gpus",
+                sim_gpus,
+                "--sim-speed",
+                "100",
+                "--stop-grace",
+                "2s",
+            ])
+            .arg("--socket")
+            .arg(dir.path().join("mmkd.sock"))
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("RUST_LOG", "info")
+            .env_remove("MMK_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mmkd starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let d = Daemon {
+            dir: Some(dir),
+            child,
+            log,
+            sim_gpus: sim_gpus.to_owned(),
+        };
+        d.wait_log("listening");
+        d
+    }
+
+    /// Waits for a log line containing `needle`; returns every line read until then.
+    pub fn wait_log(&self, needle: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + PATIENCE;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.log.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    seen.push(line);
+                    if hit {
+                        return seen;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "mmkd never logged {needle:?}; it logged:\n{}",
+            seen.join("\n")
+        );
+    }
+
+    /// The test's temporary directory (socket, data dir, job files).
+    pub fn path(&self) -> &Path {
+        self.dir.as_ref().expect("the daemon owns its dir").path()
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.path().join("mmkd.sock")
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.path().join("data")
+    }
+
+    /// Runs mmkctl against this daemon.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .env_remove("MMK_SOCKET")
+            .current_dir(self.path())
+            .output()
+            .expect("mmkctl runs")
+    }
+
+    /// Runs mmkctl with `--output json` and parses what it printed.
+    pub fn ctl_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = vec!["--output", "json"];
+        all.extend_from_slice(args);
+        let out = self.ctl(&all);
+        assert!(
+            out.status.success(),
+            "mmkctl {args:?} failed: {}",
+            text(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("mmkctl prints JSON")
+    }
+
+    /// Writes a job file into the test's directory.
+    pub fn job_file(&self, name: &str, yaml: &str) -> String {
+        let p = self.path().join(name);
+        std::fs::write(&p, yaml).expect("write job file");
+        p.display().to_string()
+    }
+
+    /// Submits a job file with mmkctl; returns the new job's ID.
+    pub fn submit(&self, flag: &str, yaml: &str) -> u64 {
+        let file = self.job_file(&format!("job-{}.yaml", rand_suffix()), yaml);
+        let v = self.ctl_json(&["submit", flag, &file]);
+        v["id"].as_u64().expect("job id")
+    }
+
+    pub async fn clients(&self) -> Clients {
+        connect(&Target::Socket(self.socket()))
+            .await
+            .unwrap_or_else(|e| panic!("connect: {}", e.message))
+    }
+
+    /// SIGKILL: the crash case.
+    pub fn kill_9(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir.take().expect("the daemon owns its dir")
+    }
+
+    /// SIGTERM and wait for the exit status.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, tempfile::TempDir) {
+        // SAFETY: signalling our own child.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let status = self.child.wait().expect("mmkd exits");
+        (status, self.dir.take().expect("the daemon owns its dir"))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed).to_string()
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Waits, through WatchJobs, until job `id` is in `state`; returns the job then.
+pub async fn wait_state(c: &mut Clients, id: u64, state: v1::JobState) -> v1::Job {
+    let fut = async {
+        let mut stream = c
+            .jobs
+            .watch_jobs(v1::WatchJobsRequest {
+                job_id: id,
+                include_current: true,
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        let mut seen = Vec::new();
+        while let Some(ev) = stream.next().await {
+            let job = ev.expect("event").job.expect("job in event");
+            if job.state == state as i32 {
+                return job;
+            }
+            seen.push((job.state, job.reason.clone()));
+            let st = v1::JobState::try_from(job.state).unwrap_or(v1::JobState::Unspecified);
+            assert!(
+                !matches!(
+                    st,
+                    v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
+                ),
+                "job {id} ended as {st:?} ({}) while waiting for {state:?}",
+                job.reason
+            );
+        }
+        panic!("watch ended before job {id} became {state:?}; saw {seen:?}");
+    };
+    tokio::time::timeout(PATIENCE, fut)
+        .await
+        .unwrap_or_else(|_| panic!("job {id} did not become {state:?} in time"))
+}

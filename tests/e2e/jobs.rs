@@ -1,0 +1,338 @@
+//! Submitting, listing, getting, watching and cancelling jobs; partitions and GPUs.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use mmk_proto::v1;
+use serde_json::Value;
+
+use crate::harness::{Daemon, text, wait_state};
+
+const ONLINE: &str = "\
+name: resnet50-serving
+gpu_memory: 8GiB
+slo: 50ms
+workload:
+  name: resnet50-inference
+  duration: 10h
+";
+
+#[tokio::test]
+async fn submit_list_get_partitions_and_cancel() {
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+
+    let file = d.job_file("online.yaml", ONLINE);
+    let out = d.ctl(&["submit", "--online", &file]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "submitted job 1 (resnet50-serving): QUEUED submitted\n"
+    );
+
+    let job = wait_state(&mut c, 1, v1::JobState::Running).await;
+    let a = job.assignment.expect("a running job has a partition");
+    assert_eq!(
+        (a.gpu_index, a.profile.as_str(), a.mps_share),
+        (0, "1g.10gb", 100)
+    );
+    assert!(a.device_uuid.starts_with("MIG-"), "{}", a.device_uuid);
+
+    // The list, as a table and as JSON.
+    let out = d.ctl(&["jobs"]);
+    let table = text(&out.stdout);
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|h| h.starts_with("ID   NAME")),
+        "{table}"
+    );
+    assert!(
+        table.contains("resnet50-serving") && table.contains("RUNNING"),
+        "{table}"
+    );
+    assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
+    let list = d.ctl_json(&["jobs"]);
+    assert_eq!(list[0]["id"], 1);
+    assert_eq!(list[0]["state"], "RUNNING");
+    assert_eq!(list[0]["class"], "online");
+    assert_eq!(list[0]["slo_ms"], 50);
+    assert_eq!(list[0]["assignment"]["profile"], "1g.10gb");
+    assert_eq!(
+        d.ctl_json(&["jobs", "--state", "queued"]),
+        Value::Array(vec![])
+    );
+    assert_eq!(
+        d.ctl_json(&["jobs", "--class", "online"])
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+
+    // One job.
+    let out = d.ctl(&["jobs", "get", "1"]);
+    let detail = text(&out.stdout);
+    assert!(detail.contains("state:        RUNNING"), "{detail}");
+    assert!(
+        detail.contains("partition:    gpu 0 1g.10gb at slice 0"),
+        "{detail}"
+    );
+    let out = d.ctl(&["jobs", "get", "42"]);
+    assert_eq!(out.status.code(), Some(1), "not found is exit 1");
+    assert!(text(&out.stderr).contains("job 42 not found"));
+
+    // The partitions, as a picture and as JSON.
+    let out = d.ctl(&["partitions", "show"]);
+    let pic = text(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        pic.contains("GPU 0  NVIDIA A100-SXM4-80GB  MIG on"),
+        "{pic}"
+    );
+    assert!(pic.contains("      |1g.10gb|free   |"), "{pic}");
+    assert!(pic.contains("job 1     resnet50-serving"), "{pic}");
+    let parts = d.ctl_json(&["partitions", "show"]);
+    assert_eq!(parts[0]["mig_enabled"], true);
+    assert_eq!(parts[0]["memory_slices"], 8);
+    assert_eq!(parts[0]["partitions"][0]["profile"], "1g.10gb");
+    assert_eq!(parts[0]["partitions"][0]["jobs"][0]["id"], 1);
+    assert_eq!(parts[0]["partitions"][0]["jobs"][0]["mps_share"], 100);
+
+    // GPUs.
+    let node = d.ctl_json(&["gpus"]);
+    assert_eq!(node["backend"], "sim");
+    assert_eq!(node["gpus"][0]["model"], "NVIDIA A100-SXM4-80GB");
+    assert_eq!(node["gpus"][0]["free_memory_slices"], 7);
+    let seven = node["gpus"][0]["profiles"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "7g.80gb"))
+        .expect("7g profile");
+    assert_eq!(
+        seven["free_starts"],
+        Value::Array(vec![]),
+        "the 1g blocks the 7g"
+    );
+
+    // Cancel: the job ends CANCELLED; cancelling again is refused.
+    let out = d.ctl(&["jobs", "cancel", "1", "--reason", "maintenance"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "cancelled job 1 (resnet50-serving): CANCELLED cancelled: maintenance\n"
+    );
+    let out = d.ctl(&["jobs", "cancel", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("already ended (CANCELLED)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let parts = d.ctl_json(&["partitions", "show"]);
+    assert_eq!(parts[0]["partitions"][0]["jobs"], Value::Array(vec![]));
+}
+
+#[tokio::test]
+async fn watch_prints_events_as_they_happen() {
+    let d = Daemon::start("h100-80gb:1");
+    let mut c = d.clients().await;
+    let first = d.submit("--online", ONLINE);
+    wait_state(&mut c, first, v1::JobState::Running).await;
+
+    // With --current the watch prints the jobs that exist, and mmkd subscribes before it
+    // reads them: once job 1's line is out, no later event can be missed.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["--output", "json", "jobs", "watch", "--current"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("watch runs");
+    let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    let current: Value =
+        serde_json::from_str(&lines.next().expect("a line").expect("utf-8")).expect("JSON");
+    assert_eq!(
+        (current["seq"].as_u64(), current["job"]["state"].as_str()),
+        (Some(0), Some("RUNNING"))
+    );
+
+    let short = d.submit(
+        "--offline",
+        "name: short\ngpu_memory: 4GiB\nworkload:\n  name: resnet18-inference\n  duration: 1s\n",
+    );
+    let mut states = Vec::new();
+    let mut last_seq = 0;
+    for line in lines.map_while(Result::ok) {
+        let v: Value = serde_json::from_str(&line).expect("one JSON object per line");
+        assert_eq!(v["job"]["id"].as_u64(), Some(short), "{line}");
+        let seq = v["seq"].as_u64().expect("seq");
+        assert!(seq > last_seq, "event numbers increase: {line}");
+        last_seq = seq;
+        let st = v["job"]["state"].as_str().unwrap_or_default().to_owned();
+        let done = st == "SUCCEEDED";
+        states.push(st);
+        if done {
+            break;
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert_eq!(states, ["QUEUED", "STARTING", "RUNNING", "SUCCEEDED"]);
+}
+
+#[tokio::test]
+async fn a_job_that_does_not_fit_waits_and_starts_when_another_ends() {
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    let big = d.submit(
+        "--offline",
+        "name: big\ngpu_memory: 70GiB\nworkload:\n  name: bert-train\n  duration: 10h\n",
+    );
+    wait_state(&mut c, big, v1::JobState::Running).await;
+    let next = d.submit(
+        "--offline",
+        "name: next\ngpu_memory: 50GiB\nworkload:\n  name: resnet152-train\n  duration: 10h\n",
+    );
+    // It stays queued, and says why.
+    let small = d.submit(
+        "--offline",
+        "name: small\ngpu_memory: 5GiB\nworkload:\n  name: resnet18-inference\n  duration: 10h\n",
+    );
+    wait_state(&mut c, small, v1::JobState::Running).await;
+    let job = c
+        .jobs
+        .get_job(v1::GetJobRequest { id: next })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(job.state, v1::JobState::Queued as i32);
+    assert!(job.reason.contains("waiting for 50GiB"), "{}", job.reason);
+    let out = d.ctl(&["jobs", "get", &next.to_string()]);
+    assert!(
+        text(&out.stdout).contains("reason:       waiting for 50GiB"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // When the big job ends, the waiting one starts in the freed memory.
+    let out = d.ctl(&["jobs", "cancel", &big.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let job = wait_state(&mut c, next, v1::JobState::Running).await;
+    assert_eq!(job.assignment.map(|a| a.gpu_index), Some(0));
+}
+
+#[tokio::test]
+async fn command_jobs_run_as_processes_with_logs_and_exit_codes() {
+    let d = Daemon::start("a30-24gb:1");
+    let mut c = d.clients().await;
+    let ok = d.submit(
+        "--offline",
+        "name: hello\ngpu_memory: 1GiB\ncommand:\n  args: [sh, -c, 'echo hello from $MMK_JOB_NAME on $CUDA_VISIBLE_DEVICES']\n",
+    );
+    let job = wait_state(&mut c, ok, v1::JobState::Succeeded).await;
+    assert_eq!(job.exit_code, Some(0));
+    let a = job.assignment.expect("assignment");
+    let log = std::fs::read_to_string(std::path::Path::new(&job.log_dir).join("stdout.log"))
+        .expect("stdout.log");
+    assert_eq!(log, format!("hello from hello on {}\n", a.device_uuid));
+
+    let bad = d.submit(
+        "--offline",
+        "name: fails\ngpu_memory: 1GiB\ncommand:\n  args: [sh, -c, 'exit 7']\n",
+    );
+    let job = wait_state(&mut c, bad, v1::JobState::Failed).await;
+    assert_eq!(
+        (job.exit_code, job.reason.as_str()),
+        (Some(7), "exited with code 7")
+    );
+
+    let missing = d.submit(
+        "--offline",
+        "name: missing\ngpu_memory: 1GiB\ncommand:\n  args: [/no/such/program]\n",
+    );
+    let job = wait_state(&mut c, missing, v1::JobState::Failed).await;
+    assert!(
+        job.reason.contains("cannot start \"/no/such/program\""),
+        "{}",
+        job.reason
+    );
+
+    let retried = d.submit(
+        "--offline",
+        "name: retried\ngpu_memory: 1GiB\nrestart_policy: on-failure\nmax_restarts: 2\ncommand:\n  args: [sh, -c, 'echo run; exit 1']\n",
+    );
+    let job = wait_state(&mut c, retried, v1::JobState::Failed).await;
+    assert_eq!(job.restarts, 2);
+    let log = std::fs::read_to_string(std::path::Path::new(&job.log_dir).join("stdout.log"))
+        .expect("stdout.log");
+    assert_eq!(log, "run\nrun\nrun\n", "the first run and two restarts");
+}
+
+#[tokio::test]
+async fn health_and_reflection_answer_standard_tools() {
+    use tokio_stream::StreamExt;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let d = Daemon::start("h200-141gb:2");
+    let c = d.clients().await;
+    let channel = c.channel.clone();
+    let mut health = HealthClient::new(channel.clone());
+    let resp = health
+        .check(HealthCheckRequest {
+            service: "mmk.v1.JobService".into(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(resp.status, ServingStatus::Serving as i32);
+
+    let mut refl = ServerReflectionClient::new(channel);
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = refl
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let resp = stream.next().await.expect("a response").expect("ok");
+    let Some(MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+        panic!("expected a service list");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for s in [
+        "mmk.v1.JobService",
+        "mmk.v1.PartitionService",
+        "mmk.v1.NodeService",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(names.iter().any(|n| n == s), "{s} missing from {names:?}");
+    }
+
+    let node = d.ctl_json(&["gpus"]);
+    assert_eq!(node["gpus"].as_array().map(Vec::len), Some(2));
+    let sms: Vec<u64> = node["gpus"][1]["profiles"]
+        .as_array()
+        .expect("profiles")
+        .iter()
+        .map(|p| p["sm_count"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(sms, [16, 16, 26, 32, 60, 64, 132]);
+}
+
+#[tokio::test]
+async fn sigterm_stops_mmkd_cleanly() {
+    let d = Daemon::start("a100-40gb:1");
+    let socket = d.socket();
+    let (status, _dir) = d.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(!socket.exists(), "the socket is removed on shutdown");
+}

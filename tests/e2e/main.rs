@@ -1,0 +1,8 @@
+//! End-to-end tests: the real `mmkd` on a temporary socket with the simulated node, driven
+//! by the real `mmkctl` and by a tonic client. One test binary; each test owns its daemon.
+
+mod harness;
+
+mod bad_input;
+mod jobs;
+mod restart;

@@ -1,0 +1,160 @@
+//! A crash of mmkd (kill -9) loses nothing: every job is there after the restart, jobs
+//! that were running are reconciled, and the simulated node's layout comes back.
+
+use mmk_proto::v1;
+use serde_json::Value;
+
+use crate::harness::{Daemon, PATIENCE, text, wait_state};
+
+#[tokio::test]
+async fn kill_9_then_restart_loses_nothing() {
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    let online = d.submit(
+        "--online",
+        "name: serving\ngpu_memory: 8GiB\nworkload:\n  name: resnet50-inference\n  duration: 10h\n",
+    );
+    let trainer = d.submit(
+        "--offline",
+        "name: trainer\ngpu_memory: 10GiB\nrestart_policy: on-failure\nmax_restarts: 3\n\
+         command:\n  args: [sh, -c, 'echo $$; exec sleep 300']\n",
+    );
+    let done = d.submit(
+        "--offline",
+        "name: done\ngpu_memory: 1GiB\nworkload:\n  name: resnet18-inference\n  duration: 1s\n",
+    );
+    wait_state(&mut c, online, v1::JobState::Running).await;
+    let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
+    wait_state(&mut c, done, v1::JobState::Succeeded).await;
+    let waiting = d.submit(
+        "--offline",
+        "name: waiting\ngpu_memory: 75GiB\nworkload:\n  name: bert-train\n  duration: 10h\n",
+    );
+    let before_parts = d.ctl_json(&["partitions", "show"]);
+
+    // The trainer wrote its pid; it must die with mmkd.
+    let stdout = std::path::Path::new(&t.log_dir).join("stdout.log");
+    let pid: u32 = std::fs::read_to_string(&stdout)
+        .expect("stdout.log")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    drop(c);
+
+    let sim = d.sim_gpus.clone();
+    let dir = d.kill_9();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job process outlived mmkd"
+        );
+        std::thread::yield_now();
+    }
+
+    let d = Daemon::start_in(dir, &sim);
+    let mut c = d.clients().await;
+    let jobs = d.ctl_json(&["jobs"]);
+    let states: Vec<(u64, String)> = jobs
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_u64().unwrap_or(0),
+                j["state"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(states.len(), 4, "every job is still there: {states:?}");
+
+    let j = c
+        .jobs
+        .get_job(v1::GetJobRequest { id: online })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(j.state, v1::JobState::Failed as i32);
+    assert_eq!(
+        j.reason,
+        "mmkd restarted while the job was running; its process is gone"
+    );
+
+    let j = wait_state(&mut c, trainer, v1::JobState::Running).await;
+    assert_eq!(j.restarts, 1, "requeued once by its restart policy");
+    let j = c
+        .jobs
+        .get_job(v1::GetJobRequest { id: done })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(j.state, v1::JobState::Succeeded as i32);
+    let j = c
+        .jobs
+        .get_job(v1::GetJobRequest { id: waiting })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(j.state, v1::JobState::Queued as i32);
+
+    // The layout the simulated node had is back (the instances, not the jobs in them).
+    let after_parts = d.ctl_json(&["partitions", "show"]);
+    let layout = |v: &Value| -> Vec<(String, u64)> {
+        v[0]["partitions"]
+            .as_array()
+            .expect("partitions")
+            .iter()
+            .map(|p| {
+                (
+                    p["profile"].as_str().unwrap_or("").to_owned(),
+                    p["start_slice"].as_u64().unwrap_or(99),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(layout(&after_parts), layout(&before_parts));
+
+    // The restarted trainer runs with MMK_RESUME=1 and logs to the same file.
+    let lines = std::fs::read_to_string(&stdout).expect("stdout.log");
+    assert_eq!(lines.lines().count(), 2, "{lines}");
+    let out = d.ctl(&["jobs", "get", &trainer.to_string()]);
+    assert!(
+        text(&out.stdout).contains("restarts:     1"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[tokio::test]
+async fn a_second_mmkd_on_the_same_data_dir_is_refused() {
+    let d = Daemon::start("a100-80gb:1");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .args(["--backend", "sim", "--socket"])
+        .arg(d.path().join("other.sock"))
+        .arg("--data-dir")
+        .arg(d.data_dir())
+        .output()
+        .expect("mmkd runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("another mmkd is using the data dir"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .args(["--backend", "sim", "--socket"])
+        .arg(d.socket())
+        .arg("--data-dir")
+        .arg(d.path().join("other-data"))
+        .output()
+        .expect("mmkd runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("another mmkd is listening on"),
+        "{}",
+        text(&out.stderr)
+    );
+}
