@@ -51,7 +51,8 @@ impl FromStr for JobClass {
 /// ```
 ///
 /// A job that was STARTING or RUNNING when mmkd died goes back to QUEUED (restart policy
-/// allows it) or to FAILED when mmkd starts again.
+/// allows it) or to FAILED when mmkd starts again. A STARTING job may also end directly
+/// (a process that exits before it was recorded as running).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
@@ -104,7 +105,7 @@ impl JobState {
         matches!(
             (self, next),
             (Queued, Starting | Cancelled | Failed)
-                | (Starting, Running | Failed | Cancelled | Queued)
+                | (Starting, Running | Succeeded | Failed | Cancelled | Queued)
                 | (Running, Succeeded | Failed | Cancelled | Queued)
         )
     }

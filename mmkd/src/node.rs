@@ -50,6 +50,8 @@ struct Inner {
 
 /// How long `cancel` waits for a stopped job's final state beyond the runner's stop.
 const CANCEL_SETTLE: Duration = Duration::from_secs(10);
+/// Pause before a failed scheduling pass runs again.
+const RETRY_PASS: Duration = Duration::from_secs(1);
 
 impl Node {
     /// Reconciles what a previous mmkd left (jobs that were running when it stopped),
@@ -368,11 +370,17 @@ impl Node {
         }
     }
 
-    /// One scheduling pass: plan, change the layout step by step, start placed jobs.
+    /// One scheduling pass: plan, change the layout step by step, start placed jobs. A
+    /// pass that fails (the store or the GPU refused a step) runs again after a pause.
     async fn schedule(&self) {
         let _pass = self.inner.sched.lock().await;
         if let Err(e) = self.schedule_locked().await {
-            warn!(error = %e, "scheduling pass failed; jobs stay queued");
+            warn!(error = %e, retry_in = ?RETRY_PASS, "scheduling pass failed; jobs stay queued");
+            let node = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY_PASS).await;
+                node.inner.kick.notify_one();
+            });
         }
     }
 

@@ -140,6 +140,13 @@ impl Store {
         Ok(Store { pool })
     }
 
+    /// A write transaction. `BEGIN IMMEDIATE` takes the write lock up front: a deferred
+    /// transaction that reads and then writes gets SQLITE_BUSY at once (no busy wait) when
+    /// another connection wrote in between.
+    async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
     pub async fn close(&self) {
         self.pool.close().await;
     }
@@ -150,7 +157,7 @@ impl Store {
             id: 0,
             what: e.to_string(),
         })?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write().await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO jobs (name, class, spec, state, reason, priority, gpu_memory_mib, submitted_at, updated_at) \
              VALUES (?, ?, ?, 'QUEUED', 'submitted', ?, ?, ?, ?) RETURNING id",
@@ -233,7 +240,7 @@ impl Store {
         change: Change,
         now: i64,
     ) -> Result<(JobRecord, EventRecord)> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write().await?;
         let sid = i64::try_from(id).unwrap_or(-1);
         let state: Option<String> = sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?")
             .bind(sid)

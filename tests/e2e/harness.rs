@@ -173,6 +173,13 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let lines: Vec<String> = self.log.try_iter().collect();
+            eprintln!(
+                "--- mmkd's log ---\n{}\n--- end of mmkd's log ---",
+                lines.join("\n")
+            );
+        }
     }
 }
 
