@@ -336,3 +336,36 @@ async fn sigterm_stops_mmkd_cleanly() {
     assert!(status.success(), "{status:?}");
     assert!(!socket.exists(), "the socket is removed on shutdown");
 }
+
+#[tokio::test]
+async fn the_examples_in_the_repo_are_accepted() {
+    let d = Daemon::start("a100-80gb:1,h100-80gb:1");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut submitted = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples/") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        if name == "mmkd.yaml" || !name.ends_with(".yaml") {
+            continue;
+        }
+        let out = d.ctl(&["submit", path.to_str().expect("utf-8")]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        submitted += 1;
+    }
+    assert_eq!(submitted, 3);
+    // The daemon's own example config is valid too.
+    let cfg = dir.join("mmkd.yaml");
+    let dir2 = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--socket")
+        .arg(d.path().join("mmkd.sock"))
+        .arg("--data-dir")
+        .arg(dir2.path())
+        .output()
+        .expect("mmkd runs");
+    // It parses the file, then refuses the socket that the running daemon holds.
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("another mmkd is listening"), "{}", text(&out.stderr));
+}
