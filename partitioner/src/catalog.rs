@@ -196,7 +196,8 @@ pub fn models() -> Vec<GpuModel> {
         GpuModel {
             key: "h200-141gb".into(),
             product_name: "NVIDIA H200".into(),
-            memory_mib: 141 * 1024,
+            // As NVML reports it on an H200 (driver 580.159).
+            memory_mib: 143_771,
             sm_count: 132,
             compute_slices: 7,
             memory_slices: 8,

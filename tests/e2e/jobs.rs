@@ -344,7 +344,11 @@ async fn the_examples_in_the_repo_are_accepted() {
     let mut submitted = 0;
     for entry in std::fs::read_dir(&dir).expect("examples/") {
         let path = entry.expect("entry").path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
         if name == "mmkd.yaml" || !name.ends_with(".yaml") {
             continue;
         }
@@ -367,5 +371,9 @@ async fn the_examples_in_the_repo_are_accepted() {
         .expect("mmkd runs");
     // It parses the file, then refuses the socket that the running daemon holds.
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("another mmkd is listening"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("another mmkd is listening"),
+        "{}",
+        text(&out.stderr)
+    );
 }

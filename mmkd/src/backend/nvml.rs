@@ -100,6 +100,15 @@ fn read_model(nvml: &Nvml, d: &Device<'_>, index: u32) -> Result<GpuModel> {
             media_extensions,
         });
     }
+    // NVML lists profiles by its enum; show them in the catalog's order when the model is
+    // known, else by size.
+    let rank = |p: &Profile| {
+        known
+            .as_ref()
+            .and_then(|m| m.profiles.iter().position(|q| q.id == p.id))
+            .unwrap_or(usize::MAX)
+    };
+    profiles.sort_by_key(|p| (rank(p), p.memory_mib, p.compute_slices, p.media_extensions));
     let compute_slices = profiles.iter().map(|p| p.compute_slices).max().unwrap_or(0);
     let memory_slices = profiles
         .iter()
