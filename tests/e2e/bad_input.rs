@@ -185,3 +185,42 @@ async fn the_grpc_api_refuses_what_job_yaml_refuses() {
         .into_inner();
     assert!(list.jobs.is_empty());
 }
+
+#[test]
+fn help_lists_every_command_and_flag() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--help")
+        .output()
+        .expect("mmkctl runs");
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for word in [
+        "submit",
+        "jobs",
+        "partitions",
+        "gpus",
+        "--socket",
+        "--endpoint",
+        "--output",
+    ] {
+        assert!(help.contains(word), "mmkctl --help lacks {word}:\n{help}");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .arg("--help")
+        .output()
+        .expect("mmkd runs");
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for word in [
+        "--config",
+        "--socket",
+        "--listen",
+        "--data-dir",
+        "--backend",
+        "--sim-gpus",
+        "--sim-speed",
+        "--stop-grace",
+    ] {
+        assert!(help.contains(word), "mmkd --help lacks {word}:\n{help}");
+    }
+}
