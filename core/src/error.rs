@@ -15,6 +15,9 @@ pub enum ServiceError {
     /// has ended, a job larger than any partition the node can make).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The operation did not finish in time; its effect may still come.
+    #[error("{0}")]
+    Timeout(String),
     /// The GPU, the store or another part of the node is not available now.
     #[error("{0}")]
     Unavailable(String),

@@ -22,6 +22,8 @@ pub const MAX_ENV: usize = 1024;
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 pub const MAX_RESTARTS: u32 = 100;
 pub const MAX_BATCH: u32 = 65_536;
+/// The longest simulated workload: 30 days.
+pub const MAX_WORKLOAD_MS: u64 = 30 * 24 * 3600 * 1000;
 
 /// A validated job specification.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -285,6 +287,12 @@ fn validate_workload(w: &WorkloadSpec) -> Result<(), FieldError> {
         return Err(FieldError::new(
             "workload.duration",
             "must be greater than zero",
+        ));
+    }
+    if w.duration_ms.is_some_and(|d| d > MAX_WORKLOAD_MS) {
+        return Err(FieldError::new(
+            "workload.duration",
+            "is longer than 30 days",
         ));
     }
     Ok(())

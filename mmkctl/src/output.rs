@@ -71,7 +71,10 @@ pub fn class_name(c: i32) -> String {
 
 fn time(ts: Option<&Timestamp>) -> Option<String> {
     let ts = ts?;
-    let secs = u64::try_from(ts.seconds).ok()?;
+    // RFC 3339 has four-digit years: beyond 9999-12-31 show nothing rather than fail.
+    let secs = u64::try_from(ts.seconds)
+        .ok()
+        .filter(|s| *s <= 253_402_300_799)?;
     let t = UNIX_EPOCH + Duration::from_secs(secs);
     Some(humantime::format_rfc3339_seconds(t).to_string())
 }

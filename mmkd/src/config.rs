@@ -121,10 +121,10 @@ impl Config {
             message,
         })?;
         let sim_speed = args.sim_speed.or(file.sim_speed).unwrap_or(1.0);
-        if !(sim_speed.is_finite() && sim_speed > 0.0 && sim_speed <= 1e9) {
+        if !(sim_speed.is_finite() && (0.001..=1e9).contains(&sim_speed)) {
             return Err(ConfigError::Invalid {
                 field: "sim_speed",
-                message: format!("{sim_speed} must be a number above 0"),
+                message: format!("{sim_speed} must be between 0.001 and 1e9"),
             });
         }
         let listen = args.listen.or(file.listen);

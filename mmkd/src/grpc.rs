@@ -137,30 +137,39 @@ impl JobService for JobApi {
         req: Request<v1::WatchJobsRequest>,
     ) -> Result<Response<Self::WatchJobsStream>, Status> {
         let req = req.into_inner();
-        // Subscribe before reading the current jobs, so no change falls in between.
-        let mut events = self.node.subscribe();
-        let current = if req.include_current {
-            let jobs = self.node.list(&[], None).await.map_err(status)?;
-            jobs.into_iter()
+        // Subscribe and read the current jobs under the pass lock: no change falls in
+        // between, and every later event is newer than the snapshot.
+        let (mut events, current) = if req.include_current {
+            let (rx, jobs) = self.node.subscribe_with_snapshot().await.map_err(status)?;
+            let jobs: Vec<JobRecord> = jobs
+                .into_iter()
                 .filter(|j| req.job_id == 0 || j.id == req.job_id)
-                .collect()
+                .collect();
+            (rx, jobs)
         } else {
-            Vec::new()
+            (self.node.subscribe(), Vec::new())
         };
         let (tx, rx) = mpsc::channel(64);
         let node = self.node.clone();
         let stopping = until_true(self.stopping.clone());
         tokio::spawn(async move {
             tokio::pin!(stopping);
+            // Every send also watches for shutdown, so a client that stops reading cannot
+            // hold mmkd's shutdown up.
+            macro_rules! send {
+                ($msg:expr) => {
+                    tokio::select! {
+                        r = tx.send($msg) => if r.is_err() { return; },
+                        () = &mut stopping => return,
+                    }
+                };
+            }
             for j in current {
-                let ev = v1::JobEvent {
+                send!(Ok(v1::JobEvent {
                     seq: 0,
                     at: Some(timestamp(j.updated_at)),
                     job: Some(job_to_proto(&node, &j)),
-                };
-                if tx.send(Ok(ev)).await.is_err() {
-                    return;
-                }
+                }));
             }
             loop {
                 let ev: JobEvent = tokio::select! {
@@ -169,9 +178,9 @@ impl JobService for JobApi {
                     ev = events.recv() => match ev {
                         Ok(ev) => ev,
                         Err(broadcast::error::RecvError::Lagged(n)) => {
-                            let _ = tx.send(Err(Status::resource_exhausted(format!(
+                            send!(Err(Status::resource_exhausted(format!(
                                 "the watch fell {n} events behind; watch again with include_current"
-                            )))).await;
+                            ))));
                             return;
                         }
                         Err(broadcast::error::RecvError::Closed) => return,
@@ -180,14 +189,11 @@ impl JobService for JobApi {
                 if req.job_id != 0 && ev.job.id != req.job_id {
                     continue;
                 }
-                let msg = v1::JobEvent {
+                send!(Ok(v1::JobEvent {
                     seq: ev.seq,
                     at: Some(timestamp(ev.at)),
                     job: Some(job_to_proto(&node, &ev.job)),
-                };
-                if tx.send(Ok(msg)).await.is_err() {
-                    return;
-                }
+                }));
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

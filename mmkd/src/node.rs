@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, instrument, warn};
 
 use crate::backend::GpuBackend;
-use crate::runner::{self, Exit, Launch, Runner};
+use crate::runner::{self, Exit, Launch, Outcome, Runner};
 use crate::store::{Assignment, Change, InstanceRecord, JobRecord, Store, StoreError};
 
 /// A state change, as watchers see it.
@@ -46,12 +46,17 @@ struct Inner {
     kick: Notify,
     /// Jobs being cancelled, with the reason to record when they stop.
     cancelling: Mutex<HashMap<u64, String>>,
+    /// Exits whose recording failed (the store refused), tried again before each pass.
+    pending_exits: Mutex<Vec<Exit>>,
+    /// The pause before a failed pass runs again; doubles up to RETRY_MAX, reset on success.
+    retry_delay: Mutex<Duration>,
 }
 
 /// How long `cancel` waits for a stopped job's final state beyond the runner's stop.
 const CANCEL_SETTLE: Duration = Duration::from_secs(10);
-/// Pause before a failed scheduling pass runs again.
-const RETRY_PASS: Duration = Duration::from_secs(1);
+/// Pause before a failed scheduling pass runs again, doubling up to RETRY_MAX.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 impl Node {
     /// Reconciles what a previous mmkd left (jobs that were running when it stopped),
@@ -75,6 +80,8 @@ impl Node {
                 sched: tokio::sync::Mutex::new(()),
                 kick: Notify::new(),
                 cancelling: Mutex::default(),
+                pending_exits: Mutex::default(),
+                retry_delay: Mutex::new(RETRY_FIRST),
             }),
         };
         node.recover().await?;
@@ -116,6 +123,10 @@ impl Node {
                 ),
             )));
         }
+        // Under the pass lock, so that this job's QUEUED event goes out before any event
+        // of a pass that places it: every change of state is stored and announced under
+        // this lock, in order.
+        let _pass = self.inner.sched.lock().await;
         let (job, ev) = self
             .inner
             .store
@@ -126,6 +137,17 @@ impl Node {
         self.emit(ev.seq, ev.at, job.clone());
         self.inner.kick.notify_one();
         Ok(job)
+    }
+
+    /// Subscribes to job events and reads the jobs as they are, with no change in between:
+    /// what WatchJobs with `include_current` sends.
+    pub async fn subscribe_with_snapshot(
+        &self,
+    ) -> ServiceResult<(broadcast::Receiver<JobEvent>, Vec<JobRecord>)> {
+        let _pass = self.inner.sched.lock().await;
+        let rx = self.subscribe();
+        let jobs = self.list(&[], None).await?;
+        Ok((rx, jobs))
     }
 
     pub async fn get(&self, id: u64) -> ServiceResult<JobRecord> {
@@ -154,7 +176,7 @@ impl Node {
             format!("cancelled: {}", reason.trim())
         };
         let mut events = self.subscribe();
-        {
+        let stopping = {
             let _pass = self.inner.sched.lock().await;
             let job = self.get(id).await?;
             if job.state.is_terminal() {
@@ -163,22 +185,27 @@ impl Node {
                     job.state
                 )));
             }
-            if job.state == JobState::Queued || !self.inner.runner.is_running(id) {
-                let job = self
+            if job.state == JobState::Queued {
+                return self
                     .transition(id, JobState::Cancelled, &reason, Change::default())
-                    .await?;
-                self.release(&job);
-                self.inner.kick.notify_one();
-                return Ok(job);
+                    .await;
             }
-            self.inner
-                .cancelling
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id, reason);
+            // Active. If its run already ended, its exit is on the way and decides the
+            // state (a job that succeeded stays SUCCEEDED); otherwise stop it.
+            let running = self.inner.runner.is_running(id);
+            if running {
+                self.inner
+                    .cancelling
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, reason);
+            }
+            running
+        };
+        if stopping {
+            self.inner.runner.stop(id).await;
         }
-        self.inner.runner.stop(id).await;
-        let settle = tokio::time::timeout(CANCEL_SETTLE, async {
+        let settled = tokio::time::timeout(CANCEL_SETTLE, async {
             loop {
                 match events.recv().await {
                     Ok(ev) if ev.job.id == id && ev.job.state.is_terminal() => return,
@@ -186,9 +213,16 @@ impl Node {
                     _ => {}
                 }
             }
-        });
-        let _ = settle.await;
-        self.get(id).await
+        })
+        .await;
+        let job = self.get(id).await?;
+        if settled.is_err() && !job.state.is_terminal() {
+            return Err(ServiceError::Timeout(format!(
+                "job {id} did not stop in time; it is still {}",
+                job.state
+            )));
+        }
+        Ok(job)
     }
 
     /// The GPUs as the backend reports them now.
@@ -245,13 +279,14 @@ impl Node {
             .list_jobs(&[JobState::Starting, JobState::Running], None)
             .await?
         {
-            if let Some(pid) = job.pid
-                && runner::kill_leftover(pid, job.id)
-            {
-                warn!(
-                    job = job.id,
-                    pid, "killed a job process left by the previous mmkd"
-                );
+            if matches!(job.spec.task, mmk_core::Task::Command(_)) {
+                let killed = runner::kill_leftovers(job.id, &self.inner.runner.log_dir(job.id));
+                if killed > 0 {
+                    warn!(
+                        job = job.id,
+                        killed, "killed processes the previous mmkd left"
+                    );
+                }
             }
             let requeue = job.spec.restart_policy == RestartPolicy::OnFailure
                 && job.restarts < job.spec.max_restarts;
@@ -303,6 +338,16 @@ impl Node {
                     None => break,
                 },
             }
+            let pending: Vec<Exit> = std::mem::take(
+                &mut *self
+                    .inner
+                    .pending_exits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()),
+            );
+            for exit in pending {
+                self.handle_exit(exit).await;
+            }
             self.schedule().await;
         }
     }
@@ -334,6 +379,9 @@ impl Node {
         let result = if let Some(reason) = cancelled {
             self.transition(job.id, JobState::Cancelled, &reason, change)
                 .await
+        } else if let Outcome::NotStarted(why) = &exit.outcome {
+            // Starting again would fail the same way: no restart.
+            self.transition(job.id, JobState::Failed, why, change).await
         } else if exit.outcome.success() {
             self.transition(
                 job.id,
@@ -366,21 +414,51 @@ impl Node {
                 .await
         };
         if let Err(e) = result {
-            warn!(error = %e, "cannot record a job's end");
+            warn!(error = %e, "cannot record a job's end; trying again");
+            self.inner
+                .pending_exits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(exit);
+            self.retry_later();
         }
+    }
+
+    /// Runs a pass again after a pause that doubles with each failure.
+    fn retry_later(&self) {
+        let delay = {
+            let mut d = self
+                .inner
+                .retry_delay
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let now = *d;
+            *d = (*d * 2).min(RETRY_MAX);
+            now
+        };
+        let node = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            node.inner.kick.notify_one();
+        });
     }
 
     /// One scheduling pass: plan, change the layout step by step, start placed jobs. A
     /// pass that fails (the store or the GPU refused a step) runs again after a pause.
     async fn schedule(&self) {
         let _pass = self.inner.sched.lock().await;
-        if let Err(e) = self.schedule_locked().await {
-            warn!(error = %e, retry_in = ?RETRY_PASS, "scheduling pass failed; jobs stay queued");
-            let node = self.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(RETRY_PASS).await;
-                node.inner.kick.notify_one();
-            });
+        match self.schedule_locked().await {
+            Ok(()) => {
+                *self
+                    .inner
+                    .retry_delay
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = RETRY_FIRST
+            }
+            Err(e) => {
+                warn!(error = %e, "scheduling pass failed; affected jobs stay queued");
+                self.retry_later();
+            }
         }
     }
 
@@ -414,13 +492,12 @@ impl Node {
         let node = NodeState { gpus };
         let plan = self.inner.planner.plan(&node, &demands);
 
+        // A step that fails leaves its partition missing; placements elsewhere go ahead.
+        let mut failed: Option<ServiceError> = None;
         for step in &plan.steps {
             if let Err(e) = self.apply(&node, step).await {
-                let reason = format!("waiting: reconfiguration failed ({e})");
-                for j in jobs.iter().filter(|j| j.state == JobState::Queued) {
-                    let _ = store.set_reason(j.id, &reason, now_ms()).await;
-                }
-                return Err(e);
+                warn!(error = %e, ?step, "reconfiguration step failed");
+                failed.get_or_insert(e);
             }
         }
         let gpus = if plan.steps.is_empty() {
@@ -437,13 +514,14 @@ impl Node {
             match assignment(&gpus, p.slot, p.mps_share) {
                 Some(a) => self.launch(job, a).await?,
                 None => {
-                    let _ = store
-                        .set_reason(
-                            job.id,
-                            "waiting: the planned partition does not exist",
-                            now_ms(),
-                        )
-                        .await;
+                    let why = failed.as_ref().map_or_else(
+                        || "waiting: the planned partition does not exist".to_owned(),
+                        |e| format!("waiting: reconfiguration failed ({e})"),
+                    );
+                    store
+                        .set_reason(job.id, &why, now_ms())
+                        .await
+                        .map_err(store_error)?;
                 }
             }
         }
@@ -453,7 +531,7 @@ impl Node {
                 .await
                 .map_err(store_error)?;
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     async fn apply(&self, node: &NodeState, step: &Step) -> ServiceResult<()> {
@@ -548,8 +626,17 @@ impl Node {
                     .await?;
             }
             Err(why) => {
-                self.transition(job.id, JobState::Failed, &why, Change::default())
-                    .await?;
+                // Recorded through the exit path (next loop turn), so that a store failure
+                // here cannot leave the job STARTING with nothing to end it.
+                self.inner
+                    .pending_exits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(Exit {
+                        job: job.id,
+                        outcome: Outcome::NotStarted(why),
+                    });
+                self.inner.kick.notify_one();
             }
         }
         Ok(())

@@ -25,6 +25,8 @@ pub enum Outcome {
     Signaled(i32),
     /// mmk stopped the job (cancel or shutdown) before it ended by itself.
     Stopped,
+    /// The job could not be started (the program does not exist, ...): the reason.
+    NotStarted(String),
 }
 
 impl Outcome {
@@ -38,6 +40,7 @@ impl Outcome {
             Outcome::Exited(c) => format!("exited with code {c}"),
             Outcome::Signaled(s) => format!("killed by signal {s}"),
             Outcome::Stopped => "stopped by mmk".into(),
+            Outcome::NotStarted(why) => why.clone(),
         }
     }
 
@@ -125,7 +128,10 @@ impl Runner {
                     .map(|wl| wl.nominal_duration_ms(w.batch_size.unwrap_or(wl.default_batch())))
                     .unwrap_or(60_000);
                 let sim_ms = w.duration_ms.unwrap_or(nominal);
-                let wall = Duration::from_millis(sim_ms).div_f64(self.sim_speed);
+                // Durations are bounded (30 days) and the speed is at least 0.001, so this
+                // fits a Duration; the fallback only guards against a bad caller.
+                let wall = Duration::try_from_secs_f64(sim_ms as f64 / 1000.0 / self.sim_speed)
+                    .unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
                 let (tx, rx) = oneshot::channel::<()>();
                 let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
                     Box::pin(async move {
@@ -141,9 +147,14 @@ impl Runner {
                 let pid = child
                     .id()
                     .ok_or("the process exited before it could be watched")?;
+                let grace = self.grace;
                 let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
                     Box::pin(async move {
-                        match child.wait().await {
+                        let status = child.wait().await;
+                        // The job is over when its main process is; what it left in its
+                        // process group gets SIGTERM, the grace period, then SIGKILL.
+                        end_group(pid as i32, grace).await;
+                        match status {
                             Ok(st) => {
                                 use std::os::unix::process::ExitStatusExt;
                                 match (st.code(), st.signal()) {
@@ -202,7 +213,7 @@ impl Runner {
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&c.args[1..])
             .env_clear()
-            .envs(job_env(l, c))
+            .envs(job_env(l, c, &dir))
             .current_dir(c.workdir.as_deref().map_or(dir.as_path(), Path::new))
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -246,7 +257,9 @@ impl Runner {
                         let _ = tx.send(());
                     }
                 }
-                Stopper::Process(pgid) => signal_group(*pgid, libc::SIGTERM),
+                Stopper::Process(pgid) => {
+                    signal_group(*pgid, libc::SIGTERM);
+                }
             }
             (
                 r.done.clone(),
@@ -296,18 +309,65 @@ impl Runner {
     }
 }
 
-fn signal_group(pgid: i32, sig: i32) {
-    if pgid > 1 {
-        // SAFETY: kill(2) with a negative pid signals the process group; no memory involved.
-        unsafe {
-            libc::kill(-pgid, sig);
+fn signal_group(pgid: i32, sig: i32) -> bool {
+    // SAFETY: kill(2) with a negative pid signals the process group; no memory involved.
+    pgid > 1 && unsafe { libc::kill(-pgid, sig) } == 0
+}
+
+/// Whether a live process of the group is left. Signal 0 checks without sending, but it
+/// also counts zombies, which wait for their new parent to reap them: those are read from
+/// /proc and do not count.
+fn group_alive(pgid: i32) -> bool {
+    signal_group(pgid, 0) && live_member(pgid)
+}
+
+fn live_member(pgid: i32) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    procs.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // After the command name in parentheses: state, ppid, pgrp, ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != Some("Z")
+    })
+}
+
+/// Ends what is left of a job's process group after its main process exited: SIGTERM, up
+/// to `grace` for the rest to exit, then SIGKILL. Returns at once when nothing is left.
+async fn end_group(pgid: i32, grace: Duration) {
+    if !group_alive(pgid) {
+        return;
+    }
+    signal_group(pgid, libc::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    while group_alive(pgid) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if group_alive(pgid) {
+        tracing::warn!(
+            pgid,
+            "processes of a job outlived it and the grace period; sending SIGKILL"
+        );
+        signal_group(pgid, libc::SIGKILL);
+        // SIGKILL lands asynchronously: report the job's end once its processes are gone.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while group_alive(pgid) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }
 
 /// The environment of a job process: a few variables inherited from mmkd, the spec's own,
 /// then mmk's (which the spec cannot override).
-pub fn job_env(l: &Launch, c: &CommandSpec) -> BTreeMap<String, String> {
+pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = INHERITED_ENV
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
@@ -319,6 +379,8 @@ pub fn job_env(l: &Launch, c: &CommandSpec) -> BTreeMap<String, String> {
     env.insert("MMK_JOB_ID".into(), l.job.to_string());
     env.insert("MMK_JOB_NAME".into(), l.name.clone());
     env.insert("MMK_JOB_CLASS".into(), l.class.as_str().into());
+    // Also the marker by which a restarted mmkd finds this job's processes.
+    env.insert("MMK_LOG_DIR".into(), log_dir.display().to_string());
     env.insert(
         "MMK_PARTITION".into(),
         format!("gpu{}/{}@{}", a.slot.gpu, a.profile, a.slot.start),
@@ -334,18 +396,36 @@ pub fn job_env(l: &Launch, c: &CommandSpec) -> BTreeMap<String, String> {
     env
 }
 
-/// Kills what is left of a job process from an earlier mmkd (normally PR_SET_PDEATHSIG
-/// already did): only if the pid still belongs to that job, read from its environment.
-pub fn kill_leftover(pid: u32, job: u64) -> bool {
-    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return false;
+/// Kills what is left of a job's processes from an earlier mmkd (its main process died with
+/// that mmkd through PR_SET_PDEATHSIG; processes it started may not have). A process is
+/// the job's when its environment holds both the job's `MMK_JOB_ID` and its `MMK_LOG_DIR`.
+/// Returns how many processes were killed.
+pub fn kill_leftovers(job: u64, log_dir: &Path) -> usize {
+    let id_marker = format!("MMK_JOB_ID={job}");
+    let dir_marker = format!("MMK_LOG_DIR={}", log_dir.display());
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
     };
-    let marker = format!("MMK_JOB_ID={job}");
-    let ours = environ.split(|b| *b == 0).any(|kv| kv == marker.as_bytes());
-    if ours {
-        signal_group(pid as i32, libc::SIGKILL);
+    let mut killed = 0;
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Processes of other users are unreadable: not ours.
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let has = |m: &str| environ.split(|b| *b == 0).any(|kv| kv == m.as_bytes());
+        // SAFETY: kill(2) on a pid read from /proc; no memory involved.
+        if has(&id_marker) && has(&dir_marker) && unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+            killed += 1;
+        }
     }
-    ours
+    killed
 }
 
 #[cfg(test)]
@@ -422,16 +502,88 @@ mod tests {
         assert!(!r.is_running(2));
     }
 
+    fn gone(pid: i32) -> bool {
+        // Gone, or a zombie waiting for its new parent to reap it.
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+    }
+
+    async fn first_line(path: &Path) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tokio::time::Instant::now() < deadline {
+            if let Some(l) = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|s| s.lines().next().map(str::to_owned))
+            {
+                return l;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{} stayed empty", path.display());
+    }
+
     #[tokio::test]
-    async fn stop_terminates_a_process_group() {
+    async fn stop_terminates_the_whole_process_group() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (r, mut rx) = runner(dir.path());
-        r.start(&launch(3, cmd(&["/bin/sh", "-c", "sleep 30 & wait"])))
-            .expect("started");
+        r.start(&launch(
+            3,
+            cmd(&["/bin/sh", "-c", "sleep 30 & echo $!; wait"]),
+        ))
+        .expect("started");
+        let child: i32 = first_line(&dir.path().join("3/stdout.log"))
+            .await
+            .parse()
+            .expect("pid");
+        assert!(!gone(child));
         r.stop(3).await;
         let exit = rx.recv().await.expect("exit");
         assert_eq!(exit.outcome, Outcome::Signaled(libc::SIGTERM));
         assert!(!r.is_running(3));
+        assert!(gone(child), "the background sleep was signalled too");
+    }
+
+    #[tokio::test]
+    async fn what_a_job_leaves_behind_is_ended_with_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (r, mut rx) = runner(dir.path());
+        // The main process exits at once and leaves a child that ignores SIGTERM.
+        let script = "sh -c 'trap \"\" TERM; echo $$; sleep 30' & sleep 0.2";
+        r.start(&launch(6, cmd(&["/bin/sh", "-c", script])))
+            .expect("started");
+        let child: i32 = first_line(&dir.path().join("6/stdout.log"))
+            .await
+            .parse()
+            .expect("pid");
+        let exit = rx.recv().await.expect("exit");
+        assert_eq!(exit.outcome, Outcome::Exited(0));
+        assert!(
+            gone(child),
+            "the leftover got SIGKILL after the grace period"
+        );
+    }
+
+    #[tokio::test]
+    async fn leftovers_of_an_earlier_mmkd_are_found_by_their_markers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log_dir = dir.path().join("7");
+        let mut p = std::process::Command::new("sleep")
+            .arg("30")
+            .env("MMK_JOB_ID", "7")
+            .env("MMK_LOG_DIR", &log_dir)
+            .spawn()
+            .expect("sleep");
+        assert_eq!(
+            kill_leftovers(7, &dir.path().join("other")),
+            0,
+            "another node's job 7"
+        );
+        assert_eq!(kill_leftovers(8, &log_dir), 0, "another job");
+        assert_eq!(kill_leftovers(7, &log_dir), 1);
+        let st = p.wait().expect("wait");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&st),
+            Some(libc::SIGKILL)
+        );
     }
 
     #[tokio::test]

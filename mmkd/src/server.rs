@@ -116,24 +116,47 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     let servers = async { tokio::try_join!(uds_server, tcp_server) };
     tokio::pin!(servers);
+    let mut loop_handle = loop_handle;
+    let mut loop_died = None;
     tokio::select! {
         res = &mut servers => { res?; }
+        res = &mut loop_handle => {
+            // The scheduling loop never ends by itself: without it no job would start
+            // or end, so mmkd stops rather than accept work it cannot do.
+            loop_died = Some(match res {
+                Err(e) if e.is_panic() => "the scheduling loop panicked".to_owned(),
+                _ => "the scheduling loop ended".to_owned(),
+            });
+            let _ = stopping_tx.send(true);
+            let _ = closed_tx.send(());
+            let _ = tokio::time::timeout(DRAIN, &mut servers).await;
+        }
         () = shutdown => {
             info!("shutting down");
             health_reporter.set_not_serving::<JobServiceServer<JobApi>>().await;
             let _ = stopping_tx.send(true);
             let _ = closed_tx.send(());
-            servers.await?;
+            if tokio::time::timeout(DRAIN, &mut servers).await.is_err() {
+                warn!(after = ?DRAIN, "requests still open at shutdown; closing them");
+            }
         }
     }
-    stop_loop.notify_one();
-    let _ = loop_handle.await;
+    if loop_died.is_none() {
+        stop_loop.notify_one();
+        let _ = loop_handle.await;
+    }
     node.runner().stop_all().await;
     store.close().await;
     let _ = std::fs::remove_file(&config.socket);
+    if let Some(why) = loop_died {
+        bail!("{why}; job records are reconciled at the next start");
+    }
     info!("stopped");
     Ok(())
 }
+
+/// How long open requests get to finish at shutdown.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn choose_backend(config: &Config, store: &Store) -> anyhow::Result<Arc<dyn GpuBackend>> {
     let nvml = match config.backend {
@@ -193,12 +216,24 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
 
 /// Binds the Unix socket (mode 0660), replacing a stale socket file but never a live one.
 fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
-    if let Some(parent) = path.parent()
-        && !parent.exists()
-    {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create {}", parent.display()))?;
-        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
+    if let Some(parent) = path.parent() {
+        if !parent.exists() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+            let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
+        }
+        // Whoever can write the directory can swap the socket for their own: refuse a
+        // directory that others may write, unless it is sticky (like /tmp).
+        let meta = std::fs::metadata(parent)
+            .with_context(|| format!("cannot read {}", parent.display()))?;
+        let mode = meta.permissions().mode();
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            bail!(
+                "{} is writable by other users (mode {:o}); choose another --socket or fix its mode",
+                parent.display(),
+                mode & 0o7777
+            );
+        }
     }
     if path.exists() {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {

@@ -13,12 +13,12 @@ pub struct Placement {
 }
 
 impl Placement {
-    pub fn end(self) -> u8 {
-        self.start + self.size
+    pub fn end(self) -> u16 {
+        u16::from(self.start) + u16::from(self.size)
     }
 
     pub fn overlaps(self, other: Placement) -> bool {
-        self.start < other.end() && other.start < self.end()
+        u16::from(self.start) < other.end() && u16::from(other.start) < self.end()
     }
 }
 
@@ -41,6 +41,9 @@ pub struct GpuState {
     pub model: GpuModel,
     /// With MIG off the whole GPU is one partition and the layout never changes.
     pub mig_enabled: bool,
+    /// The backend cannot create or destroy instances on this GPU (read-only NVML): the
+    /// planner uses the instances that exist and nothing else.
+    pub layout_fixed: bool,
     pub instances: Vec<Instance>,
 }
 

@@ -209,10 +209,17 @@ pub fn largest_partition_mib(node: &NodeState) -> u64 {
     node.gpus
         .iter()
         .map(|g| {
-            if g.mig_enabled {
-                g.model.largest_instance_mib()
-            } else {
+            if !g.mig_enabled {
                 g.model.memory_mib
+            } else if g.layout_fixed {
+                g.instances
+                    .iter()
+                    .filter_map(|i| g.model.profile(i.profile_id))
+                    .map(|p| p.memory_mib)
+                    .max()
+                    .unwrap_or(0)
+            } else {
+                g.model.largest_instance_mib()
             }
         })
         .max()
@@ -231,7 +238,11 @@ fn carve(
     // profile): lowest wins.
     type Key = (bool, u64, u8, usize, u32, u8, u32);
     let mut best: Option<(Key, Slot, Vec<Slot>)> = None;
-    for gpu in node.gpus.iter().filter(|g| g.mig_enabled) {
+    for gpu in node
+        .gpus
+        .iter()
+        .filter(|g| g.mig_enabled && !g.layout_fixed)
+    {
         let on_gpu: Vec<(Slot, &SlotUse)> = slots
             .iter()
             .filter(|(s, _)| s.gpu == gpu.index)
@@ -338,6 +349,7 @@ mod tests {
             uuid: format!("GPU-{index}"),
             model: catalog::model(key).expect("known model"),
             mig_enabled: mig,
+            layout_fixed: false,
             instances: vec![],
         }
     }
@@ -470,6 +482,27 @@ mod tests {
         let plan = FirstFit.plan(&node, &[job(1, 40, None)]);
         assert_eq!(plan.queued.len(), 1);
         assert!(plan.queued[0].reason.contains("largest partition"));
+    }
+
+    #[test]
+    fn a_fixed_layout_is_used_as_it_is() {
+        let mut g = gpu("a100-80gb", 0, true);
+        g.layout_fixed = true;
+        g.instances.push(Instance {
+            id: 1,
+            profile_id: 14,
+            placement: Placement { start: 0, size: 2 },
+            uuid: "MIG-1".into(),
+        });
+        let node = NodeState { gpus: vec![g] };
+        assert_eq!(largest_partition_mib(&node), 19968);
+        let plan = FirstFit.plan(&node, &[job(1, 15, None), job(2, 15, None)]);
+        assert!(
+            plan.steps.is_empty(),
+            "nothing is created on a fixed layout"
+        );
+        assert_eq!(plan.placements.len(), 1);
+        assert_eq!(plan.queued.len(), 1);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub fn service_error_to_status(e: ServiceError) -> Status {
         ServiceError::NotFound { .. } => Status::not_found(e.to_string()),
         ServiceError::FailedPrecondition(m) => Status::failed_precondition(m),
         ServiceError::Unavailable(m) => Status::unavailable(m),
+        ServiceError::Timeout(m) => Status::deadline_exceeded(m),
         ServiceError::Internal(m) => Status::internal(m),
     }
 }
@@ -40,6 +41,7 @@ pub fn status_to_service_error(s: &Status) -> ServiceError {
         },
         Code::FailedPrecondition => ServiceError::FailedPrecondition(msg),
         Code::Unavailable => ServiceError::Unavailable(msg),
+        Code::DeadlineExceeded => ServiceError::Timeout(msg),
         _ => ServiceError::Internal(msg),
     }
 }

@@ -329,12 +329,51 @@ async fn health_and_reflection_answer_standard_tools() {
 }
 
 #[tokio::test]
-async fn sigterm_stops_mmkd_cleanly() {
+async fn sigterm_stops_jobs_and_watches_and_exits_cleanly() {
+    use tokio_stream::StreamExt;
     let d = Daemon::start("a100-40gb:1");
+    let mut c = d.clients().await;
+    let id = d.submit(
+        "--offline",
+        "name: sleeper\ngpu_memory: 1GiB\ncommand:\n  args: [sh, -c, 'echo $$; exec sleep 300']\n",
+    );
+    let job = wait_state(&mut c, id, v1::JobState::Running).await;
+    let log = std::path::Path::new(&job.log_dir).join("stdout.log");
+    let pid = loop {
+        if let Some(p) = std::fs::read_to_string(&log)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+        {
+            break p;
+        }
+        tokio::task::yield_now().await;
+    };
+    let mut watch = c
+        .jobs
+        .watch_jobs(v1::WatchJobsRequest {
+            job_id: 0,
+            include_current: true,
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    assert!(watch.next().await.is_some(), "the current job");
+
     let socket = d.socket();
-    let (status, _dir) = d.terminate();
+    // Wait off the runtime, so that this client keeps answering while mmkd drains.
+    let (status, _dir) = tokio::task::spawn_blocking(move || d.terminate())
+        .await
+        .expect("terminate");
     assert!(status.success(), "{status:?}");
     assert!(!socket.exists(), "the socket is removed on shutdown");
+    let alive =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+    assert!(!alive, "the job process was stopped");
+    let end = tokio::time::timeout(crate::harness::PATIENCE, async {
+        while let Some(Ok(_)) = watch.next().await {}
+    })
+    .await;
+    assert!(end.is_ok(), "the watch stream ended");
 }
 
 #[tokio::test]

@@ -17,7 +17,13 @@ async fn kill_9_then_restart_loses_nothing() {
     let trainer = d.submit(
         "--offline",
         "name: trainer\ngpu_memory: 10GiB\nrestart_policy: on-failure\nmax_restarts: 3\n\
-         command:\n  args: [sh, -c, 'echo $$; exec sleep 300']\n",
+         command:\n  args: [sh, -c, 'echo $$ ${MMK_RESUME:-0}; exec sleep 300']\n",
+    );
+    // This one leaves a child behind when mmkd dies (only the main process gets
+    // PR_SET_PDEATHSIG); the next mmkd finds it by its markers and kills it.
+    let spawner = d.submit(
+        "--offline",
+        "name: spawner\ngpu_memory: 1GiB\ncommand:\n  args: [sh, -c, 'sleep 300 & echo $!; wait']\n",
     );
     let done = d.submit(
         "--offline",
@@ -26,6 +32,7 @@ async fn kill_9_then_restart_loses_nothing() {
     wait_state(&mut c, online, v1::JobState::Running).await;
     let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
     wait_state(&mut c, done, v1::JobState::Succeeded).await;
+    let sp = wait_state(&mut c, spawner, v1::JobState::Running).await;
     let waiting = d.submit(
         "--offline",
         "name: waiting\ngpu_memory: 75GiB\nworkload:\n  name: bert-train\n  duration: 10h\n",
@@ -34,12 +41,19 @@ async fn kill_9_then_restart_loses_nothing() {
 
     // The trainer wrote its pid; it must die with mmkd.
     let stdout = std::path::Path::new(&t.log_dir).join("stdout.log");
-    let pid: u32 = std::fs::read_to_string(&stdout)
-        .expect("stdout.log")
-        .trim()
-        .parse()
+    let first = std::fs::read_to_string(&stdout).expect("stdout.log");
+    assert!(
+        first.ends_with(" 0\n"),
+        "first run without MMK_RESUME: {first:?}"
+    );
+    let pid: u32 = first
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
         .expect("a pid");
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let sp_log = std::path::Path::new(&sp.log_dir).join("stdout.log");
+    let orphan: u32 = read_first_line(&sp_log).parse().expect("the child's pid");
     drop(c);
 
     let sim = d.sim_gpus.clone();
@@ -55,7 +69,16 @@ async fn kill_9_then_restart_loses_nothing() {
         std::thread::yield_now();
     }
 
+    assert!(
+        alive(orphan),
+        "the spawner's child outlives mmkd (no PDEATHSIG)"
+    );
+
     let d = Daemon::start_in(dir, &sim);
+    assert!(
+        !alive(orphan),
+        "the restarted mmkd killed the job's leftover process"
+    );
     let mut c = d.clients().await;
     let jobs = d.ctl_json(&["jobs"]);
     let states: Vec<(u64, String)> = jobs
@@ -69,7 +92,7 @@ async fn kill_9_then_restart_loses_nothing() {
             )
         })
         .collect();
-    assert_eq!(states.len(), 4, "every job is still there: {states:?}");
+    assert_eq!(states.len(), 5, "every job is still there: {states:?}");
 
     let j = c
         .jobs
@@ -118,8 +141,20 @@ async fn kill_9_then_restart_loses_nothing() {
     assert_eq!(layout(&after_parts), layout(&before_parts));
 
     // The restarted trainer runs with MMK_RESUME=1 and logs to the same file.
-    let lines = std::fs::read_to_string(&stdout).expect("stdout.log");
-    assert_eq!(lines.lines().count(), 2, "{lines}");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let lines = loop {
+        let lines = std::fs::read_to_string(&stdout).expect("stdout.log");
+        if lines.lines().count() >= 2 || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::yield_now();
+    };
+    let runs: Vec<&str> = lines.lines().collect();
+    assert_eq!(runs.len(), 2, "{lines}");
+    assert!(
+        runs[1].ends_with(" 1"),
+        "the second run has MMK_RESUME=1: {lines}"
+    );
     let out = d.ctl(&["jobs", "get", &trainer.to_string()]);
     assert!(
         text(&out.stdout).contains("restarts:     1"),
@@ -157,4 +192,27 @@ async fn a_second_mmkd_on_the_same_data_dir_is_refused() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// Whether a process runs (a zombie counts as gone).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+fn read_first_line(path: &std::path::Path) -> String {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(l) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.lines().next().map(str::to_owned))
+        {
+            return l;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} stayed empty",
+            path.display()
+        );
+        std::thread::yield_now();
+    }
 }

@@ -112,7 +112,11 @@ fn read_model(nvml: &Nvml, d: &Device<'_>, index: u32) -> Result<GpuModel> {
     let compute_slices = profiles.iter().map(|p| p.compute_slices).max().unwrap_or(0);
     let memory_slices = profiles
         .iter()
-        .flat_map(|p| p.starts.iter().map(move |s| s + p.memory_slices))
+        .flat_map(|p| {
+            p.starts
+                .iter()
+                .map(move |s| s.saturating_add(p.memory_slices))
+        })
         .max()
         .unwrap_or(0);
     Ok(GpuModel {
@@ -153,6 +157,8 @@ impl GpuBackend for NvmlBackend {
                 uuid: uuid.clone(),
                 model: model.clone(),
                 mig_enabled,
+                // This version does not create or destroy instances on real GPUs.
+                layout_fixed: true,
                 instances,
             });
         }

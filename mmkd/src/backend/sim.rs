@@ -151,6 +151,7 @@ impl GpuBackend for SimBackend {
                 uuid: g.uuid.clone(),
                 model: g.model.clone(),
                 mig_enabled: g.mig_enabled,
+                layout_fixed: false,
                 instances: g.instances.values().cloned().collect(),
             })
             .collect())
