@@ -27,6 +27,12 @@ pub struct Workload {
     pub nominal_secs: u32,
     /// Nominal GPU memory at the first batch size, in MiB.
     pub nominal_memory_mib: u64,
+    /// Fraction of a whole GPU's SMs the workload keeps busy alone at the first batch size.
+    pub sm_demand: f64,
+    /// Fraction of the time it would keep the whole GPU's memory bandwidth busy alone.
+    pub bw_demand: f64,
+    /// Inference: latency of one batch alone on a whole GPU, in ms; `None` for training.
+    pub solo_latency_ms: Option<f64>,
 }
 
 impl Workload {
@@ -41,6 +47,7 @@ impl Workload {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 const fn w(
     name: &'static str,
     model: &'static str,
@@ -48,6 +55,8 @@ const fn w(
     batch_sizes: [u32; 4],
     nominal_secs: u32,
     nominal_memory_mib: u64,
+    (sm_demand, bw_demand): (f64, f64),
+    solo_latency_ms: Option<f64>,
 ) -> Workload {
     Workload {
         name,
@@ -56,118 +65,38 @@ const fn w(
         batch_sizes,
         nominal_secs,
         nominal_memory_mib,
+        sm_demand,
+        bw_demand,
+        solo_latency_ms,
     }
 }
 
 use Phase::{Inference, Train};
 
-/// Every workload the simulated node knows, sorted by name.
+const I32: [u32; 4] = [32, 64, 128, 256];
+const T16: [u32; 4] = [16, 32, 64, 128];
+const GIB: u64 = 1024;
+
+/// Every workload the simulated node knows, sorted by name. The last two columns (SM and
+/// bandwidth demand, solo batch latency) feed the planner's analytic performance model
+/// until measured profiles exist; they are nominal, chosen so that small inference models
+/// leave SMs idle and large training jobs fill a GPU (MMK paper, Fig. 2 and 4).
+#[rustfmt::skip]
 pub const WORKLOADS: &[Workload] = &[
-    w("bert-train", "BERT", Train, [2, 4, 8, 16], 1800, 12 * 1024),
-    w(
-        "densenet121-inference",
-        "DenseNet121",
-        Inference,
-        [32, 64, 128, 256],
-        300,
-        3 * 1024,
-    ),
-    w(
-        "densenet121-train",
-        "DenseNet121",
-        Train,
-        [32, 64, 128, 256],
-        1500,
-        9 * 1024,
-    ),
-    w(
-        "densenet201-train",
-        "DenseNet201",
-        Train,
-        [16, 32, 64, 128],
-        2100,
-        10 * 1024,
-    ),
-    w(
-        "mobilenet-inference",
-        "MobileNet",
-        Inference,
-        [32, 64, 128, 256],
-        120,
-        2 * 1024,
-    ),
-    w(
-        "resnet152-train",
-        "ResNet152",
-        Train,
-        [16, 32, 64, 128],
-        2400,
-        14 * 1024,
-    ),
-    w(
-        "resnet18-inference",
-        "ResNet18",
-        Inference,
-        [32, 64, 128, 256],
-        150,
-        2 * 1024,
-    ),
-    w(
-        "resnet50-inference",
-        "ResNet50",
-        Inference,
-        [32, 64, 128, 256],
-        240,
-        4 * 1024,
-    ),
-    w(
-        "resnet50-train",
-        "ResNet50",
-        Train,
-        [32, 64, 128, 256],
-        1200,
-        10 * 1024,
-    ),
-    w(
-        "transformer-inference",
-        "Transformer",
-        Inference,
-        [16, 32, 64, 128],
-        300,
-        5 * 1024,
-    ),
-    w(
-        "transformer-train",
-        "Transformer",
-        Train,
-        [16, 32, 64, 128],
-        1800,
-        16 * 1024,
-    ),
-    w(
-        "vgg16-inference",
-        "VGG16",
-        Inference,
-        [32, 64, 128, 256],
-        200,
-        5 * 1024,
-    ),
-    w(
-        "vgg19-inference",
-        "VGG19",
-        Inference,
-        [32, 64, 128, 256],
-        220,
-        6 * 1024,
-    ),
-    w(
-        "vgg19-train",
-        "VGG19",
-        Train,
-        [32, 64, 128, 256],
-        1500,
-        14 * 1024,
-    ),
+    w("bert-train", "BERT", Train, [2, 4, 8, 16], 1800, 12 * GIB, (0.80, 0.55), None),
+    w("densenet121-inference", "DenseNet121", Inference, I32, 300, 3 * GIB, (0.35, 0.40), Some(8.0)),
+    w("densenet121-train", "DenseNet121", Train, I32, 1500, 9 * GIB, (0.70, 0.50), None),
+    w("densenet201-train", "DenseNet201", Train, T16, 2100, 10 * GIB, (0.70, 0.50), None),
+    w("mobilenet-inference", "MobileNet", Inference, I32, 120, 2 * GIB, (0.20, 0.45), Some(3.0)),
+    w("resnet152-train", "ResNet152", Train, T16, 2400, 14 * GIB, (0.85, 0.45), None),
+    w("resnet18-inference", "ResNet18", Inference, I32, 150, 2 * GIB, (0.25, 0.35), Some(3.0)),
+    w("resnet50-inference", "ResNet50", Inference, I32, 240, 4 * GIB, (0.40, 0.35), Some(6.0)),
+    w("resnet50-train", "ResNet50", Train, I32, 1200, 10 * GIB, (0.75, 0.45), None),
+    w("transformer-inference", "Transformer", Inference, T16, 300, 5 * GIB, (0.45, 0.50), Some(10.0)),
+    w("transformer-train", "Transformer", Train, T16, 1800, 16 * GIB, (0.85, 0.60), None),
+    w("vgg16-inference", "VGG16", Inference, I32, 200, 5 * GIB, (0.45, 0.55), Some(10.0)),
+    w("vgg19-inference", "VGG19", Inference, I32, 220, 6 * GIB, (0.50, 0.55), Some(12.0)),
+    w("vgg19-train", "VGG19", Train, I32, 1500, 14 * GIB, (0.85, 0.60), None),
 ];
 
 /// Looks a workload up by name.

@@ -2,15 +2,39 @@
 //!
 //! - [`catalog`]: the MIG profiles and placements of each GPU model, as data;
 //! - [`layout`]: GPU instances on memory slices, and what makes a layout valid;
-//! - [`plan`]: the planner interface (`Planner::plan`) and the first-fit planner that the
-//!   daemon uses until MMK's hybrid scheduler replaces it.
+//! - [`model`]: the performance-model interface the planners ask, and an analytic model;
+//! - [`plan`]: the planner interface (`Planner::plan`) and the first-fit planner;
+//! - [`hybrid`]: MMK's hybrid partition scheduler (Algorithm 1 with the fixes in
+//!   DESIGN.md), and the MIGER and MISO baselines as readings of the same search;
+//! - [`baselines`]: the Default (one job per GPU) and MPS (everything shared) baselines.
 
+pub mod baselines;
 pub mod catalog;
+pub mod hybrid;
 pub mod layout;
+pub mod model;
 pub mod plan;
 
 pub use catalog::{GpuModel, Profile};
+pub use hybrid::{Hybrid, HybridOptions};
 pub use layout::{GpuState, Instance, LayoutError, Placement};
+pub use model::{AnalyticModel, CoRunner, JobProfile, PartitionShape, PerfModel};
 pub use plan::{
     FirstFit, JobDemand, JobPlacement, NodeState, Plan, Planner, QueuedJob, Slot, Step,
 };
+
+/// The planners by name, as `mmkd --planner` and `mmkctl simulate` take them.
+pub const PLANNERS: [&str; 6] = ["mmk", "miger", "miso", "mps", "default", "first-fit"];
+
+/// A planner by name, with `model` for those that predict.
+pub fn planner(name: &str, model: std::sync::Arc<dyn PerfModel>) -> Option<Box<dyn Planner>> {
+    Some(match name {
+        "mmk" => Box::new(Hybrid::mmk(model)),
+        "miger" => Box::new(Hybrid::miger(model)),
+        "miso" => Box::new(Hybrid::miso(model)),
+        "mps" => Box::new(baselines::MpsOnly),
+        "default" => Box::new(baselines::OneJobPerGpu),
+        "first-fit" => Box::new(FirstFit),
+        _ => return None,
+    })
+}

@@ -11,6 +11,7 @@ use mmk_core::units::format_mib;
 use serde::Serialize;
 
 use crate::layout::{self, GpuState, Placement};
+use crate::model::JobProfile;
 
 /// The node as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -29,7 +30,7 @@ pub struct Slot {
 }
 
 /// A job as the planner sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobDemand {
     pub id: u64,
     pub class: JobClass,
@@ -37,6 +38,27 @@ pub struct JobDemand {
     pub priority: i32,
     /// Where the job runs now; `None` while it waits.
     pub placed: Option<Slot>,
+    /// The MPS share of a placed job. A running MPS client's share cannot change.
+    pub mps_share: u8,
+    /// Online jobs: the latency objective, in ms.
+    pub slo_ms: Option<u64>,
+    pub profile: JobProfile,
+}
+
+impl JobDemand {
+    /// A waiting job with an unknown profile: the least a planner needs.
+    pub fn waiting(id: u64, class: JobClass, memory_mib: u64) -> JobDemand {
+        JobDemand {
+            id,
+            class,
+            memory_mib,
+            priority: 0,
+            placed: None,
+            mps_share: 100,
+            slo_ms: None,
+            profile: JobProfile::unknown(class),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -62,12 +84,15 @@ pub enum Step {
     Create { slot: Slot },
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Plan {
     pub steps: Vec<Step>,
     /// Every job that runs after the plan is applied: the ones already placed and the new.
     pub placements: Vec<JobPlacement>,
     pub queued: Vec<QueuedJob>,
+    /// Predicted system throughput after the plan (sum of normalized performance), when
+    /// the planner uses a performance model.
+    pub stp: Option<f64>,
 }
 
 /// Chooses layouts and placements. Implementations are pure and deterministic.
@@ -113,7 +138,7 @@ impl Planner for FirstFit {
             plan.placements.push(JobPlacement {
                 job: job.id,
                 slot,
-                mps_share: 100,
+                mps_share: job.mps_share,
             });
         }
 
@@ -356,11 +381,8 @@ mod tests {
 
     fn job(id: u64, gib: u64, placed: Option<Slot>) -> JobDemand {
         JobDemand {
-            id,
-            class: JobClass::Offline,
-            memory_mib: gib * 1024,
-            priority: 0,
             placed,
+            ..JobDemand::waiting(id, JobClass::Offline, gib * 1024)
         }
     }
 

@@ -1,0 +1,1004 @@
+//! MMK's hybrid partition scheduler (MMK paper, Algorithm 1) with the fixes of
+//! shared/DESIGN.md items 5 to 9, and the MIGER and MISO baselines as readings of the same
+//! search with different options.
+//!
+//! One pass, for the jobs waiting now (placed jobs never move in this version: a running
+//! MPS client's share cannot change, and moving means checkpoint and restart):
+//!
+//! 1. Waiting jobs are sorted by priority, then by memory, largest first (Algorithm 1,
+//!    line 1).
+//! 2. **MPS first** (lines 3-10): each job goes, if it can, into an existing partition of
+//!    any GPU, the one where it adds the most predicted system throughput (STP). A
+//!    partition meets a job when its free memory holds the job and the MPS shares of its
+//!    jobs leave at least 10 % (DESIGN item 5). `MPSConfig` chooses the new job's share.
+//! 3. **MIG reconfiguration** (lines 11-21), for the jobs still waiting: for each GPU, every
+//!    maximal MIG layout that keeps each busy instance where it is (so no slice that hosts
+//!    a job, online or not, changes) is a candidate. Each candidate re-packs the waiting
+//!    jobs first-fit decreasing on memory and runs `MPSConfig` per partition (DESIGN
+//!    item 6). Its score is the GPU's predicted STP minus `reconfig_cost` per instance
+//!    created or destroyed. The GPU whose best candidate gains the most takes its jobs;
+//!    this repeats while some GPU gains.
+//! 4. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
+//!
+//! `MPSConfig` (lines 24-35) here: each new job starts at 10 %; online jobs with an SLO
+//! are raised until their predicted latency meets it; then the remaining share goes 10 % at
+//! a time to the job whose raise adds the most STP, until no raise helps. Shares of jobs
+//! already running stay.
+//!
+//! Baselines, as we read their papers:
+//! - **MIGER** packs jobs into MIG partitions and tunes MPS shares, like MMK, but its model
+//!   ignores co-runners (it is not contention-aware), it does not prefer the current layout
+//!   (no MPS-first step, no reconfiguration cost), and it has no kernel scheduler.
+//! - **MISO** gives each job a MIG partition of its own (MPS is used only to profile jobs,
+//!   which the simulator models, not the planner) and picks the layout that maximizes
+//!   predicted throughput; jobs wait FCFS when nothing fits.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use mmk_core::JobClass;
+use mmk_core::units::format_mib;
+
+use crate::catalog::GpuModel;
+use crate::layout::{self, GpuState, Placement};
+use crate::model::{CoRunner, PartitionShape, PerfModel};
+use crate::plan::{
+    JobDemand, JobPlacement, NodeState, Plan, Planner, QueuedJob, Slot, Step, largest_partition_mib,
+};
+
+/// What distinguishes MMK from the baselines that share its search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HybridOptions {
+    /// Several jobs share a partition through MPS (false: one job per partition).
+    pub share_partitions: bool,
+    /// The model sees a job's co-runners.
+    pub contention_aware: bool,
+    /// Predicted STP a plan pays for each instance it creates or destroys.
+    pub reconfig_cost: f64,
+    /// Try the current layout before any reconfiguration.
+    pub mps_first: bool,
+}
+
+/// MPS shares are chosen in steps of this many percent (DESIGN item 6).
+const SHARE_STEP: u8 = 10;
+
+#[derive(Debug)]
+pub struct Hybrid {
+    name: &'static str,
+    model: Arc<dyn PerfModel>,
+    options: HybridOptions,
+    /// Maximal layouts (without `+me` profiles) per GPU model, computed once.
+    layouts: Mutex<BTreeMap<String, Arc<Vec<Vec<(u32, u8)>>>>>,
+}
+
+impl Hybrid {
+    pub fn new(name: &'static str, model: Arc<dyn PerfModel>, options: HybridOptions) -> Hybrid {
+        Hybrid {
+            name,
+            model,
+            options,
+            layouts: Mutex::default(),
+        }
+    }
+
+    /// MMK: MPS first, contention-aware, reconfiguration must pay for itself.
+    pub fn mmk(model: Arc<dyn PerfModel>) -> Hybrid {
+        Hybrid::new(
+            "mmk",
+            model,
+            HybridOptions {
+                share_partitions: true,
+                contention_aware: true,
+                reconfig_cost: 0.05,
+                mps_first: true,
+            },
+        )
+    }
+
+    /// MIGER, as we read it (module docs).
+    pub fn miger(model: Arc<dyn PerfModel>) -> Hybrid {
+        Hybrid::new(
+            "miger",
+            model,
+            HybridOptions {
+                share_partitions: true,
+                contention_aware: false,
+                reconfig_cost: 0.0,
+                mps_first: false,
+            },
+        )
+    }
+
+    /// MISO, as we read it (module docs).
+    pub fn miso(model: Arc<dyn PerfModel>) -> Hybrid {
+        Hybrid::new(
+            "miso",
+            model,
+            HybridOptions {
+                share_partitions: false,
+                contention_aware: false,
+                reconfig_cost: 0.0,
+                mps_first: false,
+            },
+        )
+    }
+
+    pub fn options(&self) -> HybridOptions {
+        self.options
+    }
+
+    fn candidates(&self, model: &GpuModel) -> Arc<Vec<Vec<(u32, u8)>>> {
+        let mut cache = self.layouts.lock().unwrap_or_else(|p| p.into_inner());
+        let key = format!(
+            "{}/{:?}",
+            model.key,
+            model.profiles.iter().map(|p| p.id).collect::<Vec<_>>()
+        );
+        Arc::clone(
+            cache
+                .entry(key)
+                .or_insert_with(|| Arc::new(maximal_layouts(model))),
+        )
+    }
+}
+
+/// Every maximal layout of `model` built from profiles without media extensions (a `+me`
+/// profile computes like its twin; mmk creates the plain one).
+pub fn maximal_layouts(model: &GpuModel) -> Vec<Vec<(u32, u8)>> {
+    let mut plain = model.clone();
+    plain.profiles.retain(|p| !p.media_extensions);
+    let all = layout::enumerate(&plain);
+    all.into_iter()
+        .filter(|l| {
+            !plain.profiles.iter().any(|p| {
+                p.starts.iter().any(|&s| {
+                    let mut more = l.clone();
+                    more.push((p.id, s));
+                    layout::validate(&plain, &more).is_ok()
+                })
+            })
+        })
+        .collect()
+}
+
+/// A job in a partition.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    job: usize,
+    share: u8,
+}
+
+/// A partition during the search.
+#[derive(Debug, Clone)]
+struct Part {
+    slot: Slot,
+    shape: PartitionShape,
+    memory_mib: u64,
+    /// The instance exists now (its driver ID); `None`: it would be created.
+    existing: Option<u32>,
+    members: Vec<Member>,
+}
+
+impl Part {
+    fn free_mib(&self, jobs: &[JobDemand]) -> u64 {
+        let used: u64 = self.members.iter().map(|m| jobs[m.job].memory_mib).sum();
+        self.memory_mib.saturating_sub(used)
+    }
+
+    fn share_left(&self) -> u8 {
+        let used: u32 = self.members.iter().map(|m| u32::from(m.share)).sum();
+        100u32.saturating_sub(used) as u8
+    }
+
+    fn placement(&self, model: &GpuModel) -> Placement {
+        let size = self
+            .slot
+            .profile_id
+            .and_then(|id| model.profile(id))
+            .map_or(model.memory_slices, |p| p.memory_slices);
+        Placement {
+            start: self.slot.start,
+            size,
+        }
+    }
+}
+
+/// Why a partition refused a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    Room,
+    Slo,
+}
+
+/// The partitions of one GPU during the search.
+#[derive(Debug, Clone)]
+struct GpuPlan {
+    parts: Vec<Part>,
+    /// Instances the plan destroys (slot, driver ID).
+    destroyed: Vec<(Slot, u32)>,
+}
+
+fn shape_of(gpu: &GpuState, profile_id: Option<u32>) -> (PartitionShape, u64) {
+    let m = &gpu.model;
+    match profile_id.and_then(|id| m.profile(id)) {
+        Some(p) => (
+            PartitionShape {
+                sm_count: p.sm_count,
+                gpu_sm_count: m.sm_count,
+                memory_slices: p.memory_slices,
+                gpu_memory_slices: m.memory_slices,
+            },
+            p.memory_mib,
+        ),
+        None => (
+            PartitionShape {
+                sm_count: m.sm_count,
+                gpu_sm_count: m.sm_count,
+                memory_slices: m.memory_slices,
+                gpu_memory_slices: m.memory_slices,
+            },
+            m.memory_mib,
+        ),
+    }
+}
+
+/// A `+me` profile computes like the plain profile of the same slices.
+fn twin(model: &GpuModel, profile_id: u32) -> u32 {
+    match model.profile(profile_id) {
+        Some(p) if p.media_extensions => model
+            .profiles
+            .iter()
+            .find(|q| {
+                !q.media_extensions
+                    && q.compute_slices == p.compute_slices
+                    && q.memory_slices == p.memory_slices
+            })
+            .map_or(profile_id, |q| q.id),
+        _ => profile_id,
+    }
+}
+
+impl Hybrid {
+    /// Predicted performance of each member of a partition.
+    fn perf(&self, jobs: &[JobDemand], shape: &PartitionShape, members: &[Member]) -> Vec<f64> {
+        members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let co: Vec<CoRunner> = if self.options.contention_aware {
+                    members
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(_, o)| CoRunner {
+                            profile: jobs[o.job].profile,
+                            mps_share: o.share,
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                self.model
+                    .estimate(&jobs[m.job].profile, shape, m.share, &co)
+            })
+            .collect()
+    }
+
+    /// Whether every online member meets its SLO.
+    fn slos_met(jobs: &[JobDemand], members: &[Member], perf: &[f64]) -> bool {
+        members
+            .iter()
+            .zip(perf)
+            .all(|(m, p)| slo_met(&jobs[m.job], *p))
+    }
+
+    /// MPSConfig: the share of a new job `new` joining `part` (module docs), and the
+    /// partition's predicted STP with it.
+    fn mps_config(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        new: usize,
+    ) -> Result<(u8, f64), Refusal> {
+        if !self.options.share_partitions {
+            if !part.members.is_empty() {
+                return Err(Refusal::Room);
+            }
+            let members = [Member {
+                job: new,
+                share: 100,
+            }];
+            let perf = self.perf(jobs, &part.shape, &members);
+            return if Self::slos_met(jobs, &members, &perf) {
+                Ok((100, perf.iter().sum()))
+            } else {
+                Err(Refusal::Slo)
+            };
+        }
+        let left = part.share_left();
+        if left < SHARE_STEP {
+            return Err(Refusal::Room);
+        }
+        let mut members = part.members.clone();
+        members.push(Member {
+            job: new,
+            share: SHARE_STEP,
+        });
+        let me = members.len() - 1;
+        let mut perf = self.perf(jobs, &part.shape, &members);
+        // Raise an online job until its SLO holds.
+        while !slo_met(&jobs[new], perf[me]) {
+            if members[me].share + SHARE_STEP > left {
+                return Err(Refusal::Slo);
+            }
+            members[me].share += SHARE_STEP;
+            perf = self.perf(jobs, &part.shape, &members);
+        }
+        if !Self::slos_met(jobs, &members, &perf) {
+            // The newcomer breaks a running job's SLO.
+            return Err(Refusal::Slo);
+        }
+        let mut stp: f64 = perf.iter().sum();
+        while members[me].share + SHARE_STEP <= left {
+            members[me].share += SHARE_STEP;
+            let raised = self.perf(jobs, &part.shape, &members);
+            let gain = raised.iter().sum::<f64>() - stp;
+            if gain <= 1e-9 || !Self::slos_met(jobs, &members, &raised) {
+                members[me].share -= SHARE_STEP;
+                break;
+            }
+            stp += gain;
+        }
+        Ok((members[me].share, stp))
+    }
+
+    fn part_stp(&self, jobs: &[JobDemand], part: &Part) -> f64 {
+        self.perf(jobs, &part.shape, &part.members).iter().sum()
+    }
+
+    /// The GPUs' partitions as they are, with the placed jobs in them.
+    fn current(&self, node: &NodeState, jobs: &[JobDemand]) -> Vec<GpuPlan> {
+        node.gpus
+            .iter()
+            .map(|g| {
+                let mut parts: Vec<Part> = if g.mig_enabled {
+                    g.instances
+                        .iter()
+                        .map(|i| {
+                            let (shape, memory_mib) = shape_of(g, Some(i.profile_id));
+                            Part {
+                                slot: Slot {
+                                    gpu: g.index,
+                                    start: i.placement.start,
+                                    profile_id: Some(i.profile_id),
+                                },
+                                shape,
+                                memory_mib,
+                                existing: Some(i.id),
+                                members: Vec::new(),
+                            }
+                        })
+                        .collect()
+                } else {
+                    let (shape, memory_mib) = shape_of(g, None);
+                    vec![Part {
+                        slot: Slot {
+                            gpu: g.index,
+                            start: 0,
+                            profile_id: None,
+                        },
+                        shape,
+                        memory_mib,
+                        existing: Some(0),
+                        members: Vec::new(),
+                    }]
+                };
+                parts.sort_by_key(|p| p.slot);
+                for (i, j) in jobs.iter().enumerate() {
+                    if let Some(slot) = j.placed.filter(|s| s.gpu == g.index) {
+                        if let Some(p) = parts.iter_mut().find(|p| p.slot == slot) {
+                            p.members.push(Member {
+                                job: i,
+                                share: j.mps_share,
+                            });
+                        }
+                    }
+                }
+                GpuPlan {
+                    parts,
+                    destroyed: Vec::new(),
+                }
+            })
+            .collect()
+    }
+
+    /// Step 2: each waiting job into the existing partition where it adds the most STP.
+    fn mps_first(
+        &self,
+        jobs: &[JobDemand],
+        plans: &mut [GpuPlan],
+        waiting: &mut Vec<usize>,
+        slo_blocked: &mut [bool],
+    ) {
+        let mut still = Vec::new();
+        for &j in waiting.iter() {
+            let mut best: Option<(f64, usize, usize, u8)> = None;
+            for (gi, gp) in plans.iter().enumerate() {
+                for (pi, part) in gp.parts.iter().enumerate() {
+                    if part.free_mib(jobs) < jobs[j].memory_mib {
+                        continue;
+                    }
+                    match self.mps_config(jobs, part, j) {
+                        Ok((share, stp)) => {
+                            let gain = stp - self.part_stp(jobs, part);
+                            if best.is_none_or(|(g, ..)| gain > g + 1e-12) {
+                                best = Some((gain, gi, pi, share));
+                            }
+                        }
+                        Err(Refusal::Slo) => slo_blocked[j] = true,
+                        Err(Refusal::Room) => {}
+                    }
+                }
+            }
+            match best {
+                Some((_, gi, pi, share)) => {
+                    plans[gi].parts[pi].members.push(Member { job: j, share })
+                }
+                None => still.push(j),
+            }
+        }
+        *waiting = still;
+    }
+
+    /// Step 3 for one GPU: the best candidate layout for the waiting jobs, as
+    /// (score gain over the GPU as it is, the GPU's new plan, jobs placed).
+    fn best_layout(
+        &self,
+        gpu: &GpuState,
+        jobs: &[JobDemand],
+        now: &GpuPlan,
+        waiting: &[usize],
+        slo_blocked: &mut [bool],
+    ) -> Option<(f64, GpuPlan, Vec<usize>)> {
+        let base: f64 = now.parts.iter().map(|p| self.part_stp(jobs, p)).sum();
+        let reconfigurable = gpu.mig_enabled && !gpu.layout_fixed;
+        let model = &gpu.model;
+        let busy: Vec<&Part> = now.parts.iter().filter(|p| !p.members.is_empty()).collect();
+        let empty: Vec<&Part> = now.parts.iter().filter(|p| p.members.is_empty()).collect();
+
+        // Candidate part lists: the current layout, then each maximal layout that keeps
+        // every busy instance, deduplicated by the profiles it adds (positions do not
+        // change predictions, only which empty instances must go).
+        let mut cands: Vec<(Vec<Part>, Vec<(Slot, u32)>)> = vec![(now.parts.clone(), Vec::new())];
+        if reconfigurable {
+            let mut seen: BTreeMap<Vec<u32>, usize> = BTreeMap::new();
+            for l in self.candidates(model).iter() {
+                let keeps_busy = busy.iter().all(|b| {
+                    let id = b.slot.profile_id.map(|id| twin(model, id));
+                    l.iter().any(|&(p, s)| Some(p) == id && s == b.slot.start)
+                });
+                if !keeps_busy {
+                    continue;
+                }
+                let mut parts: Vec<Part> = busy.iter().map(|p| (*p).clone()).collect();
+                let mut destroyed = Vec::new();
+                let mut added = Vec::new();
+                for &(pid, start) in l {
+                    if busy.iter().any(|b| b.slot.start == start) {
+                        continue;
+                    }
+                    // Reuse an empty instance of the same shape at the same place.
+                    if let Some(e) = empty.iter().find(|e| {
+                        e.slot.start == start
+                            && e.slot.profile_id.map(|id| twin(model, id)) == Some(pid)
+                    }) {
+                        parts.push((*e).clone());
+                        continue;
+                    }
+                    let (shape, memory_mib) = shape_of(gpu, Some(pid));
+                    let slot = Slot {
+                        gpu: gpu.index,
+                        start,
+                        profile_id: Some(pid),
+                    };
+                    added.push(pid);
+                    parts.push(Part {
+                        slot,
+                        shape,
+                        memory_mib,
+                        existing: None,
+                        members: Vec::new(),
+                    });
+                }
+                // Empty instances that a new one overlaps must go.
+                for e in &empty {
+                    let ep = e.placement(model);
+                    let kept = parts.iter().any(|p| p.slot == e.slot);
+                    if !kept
+                        && parts
+                            .iter()
+                            .any(|p| p.existing.is_none() && p.placement(model).overlaps(ep))
+                    {
+                        destroyed.push((e.slot, e.existing.unwrap_or(0)));
+                    } else if !kept {
+                        parts.push((*e).clone());
+                    }
+                }
+                added.sort_unstable();
+                let steps = added.len() + destroyed.len();
+                match seen.get(&added) {
+                    Some(&k) if cands[k].1.len() + count_new(&cands[k].0) <= steps => continue,
+                    Some(&k) => cands[k] = (parts, destroyed),
+                    None => {
+                        seen.insert(added, cands.len());
+                        cands.push((parts, destroyed));
+                    }
+                }
+            }
+        }
+
+        let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
+        for (mut parts, destroyed) in cands {
+            parts.sort_by_key(|p| p.slot);
+            let mut placed = Vec::new();
+            for &j in waiting {
+                let mut refused_for_slo = false;
+                let mut done = false;
+                for part in parts.iter_mut() {
+                    if part.free_mib(jobs) < jobs[j].memory_mib {
+                        continue;
+                    }
+                    match self.mps_config(jobs, part, j) {
+                        Ok((share, _)) => {
+                            part.members.push(Member { job: j, share });
+                            placed.push(j);
+                            done = true;
+                            break;
+                        }
+                        Err(Refusal::Slo) => refused_for_slo = true,
+                        Err(Refusal::Room) => {}
+                    }
+                }
+                if !done && refused_for_slo {
+                    slo_blocked[j] = true;
+                }
+            }
+            if placed.is_empty() {
+                continue;
+            }
+            // New instances that got no job are not created.
+            parts.retain(|p| p.existing.is_some() || !p.members.is_empty());
+            let mut destroyed = destroyed;
+            destroyed.retain(|(s, _)| {
+                let sp = Placement {
+                    start: s.start,
+                    size: s
+                        .profile_id
+                        .and_then(|id| model.profile(id))
+                        .map_or(0, |p| p.memory_slices),
+                };
+                parts
+                    .iter()
+                    .any(|p| p.existing.is_none() && p.placement(model).overlaps(sp))
+            });
+            // Empty instances that stayed out of the way of the used new ones are kept.
+            for e in &empty {
+                let ep = e.placement(model);
+                let gone = destroyed.iter().any(|(s, _)| *s == e.slot);
+                let present = parts.iter().any(|p| p.slot == e.slot);
+                if !gone && !present && !parts.iter().any(|p| p.placement(model).overlaps(ep)) {
+                    parts.push((*e).clone());
+                }
+            }
+            let layout_ids: Vec<(u32, u8)> = parts
+                .iter()
+                .filter_map(|p| p.slot.profile_id.map(|id| (id, p.slot.start)))
+                .collect();
+            if gpu.mig_enabled && layout::validate(model, &layout_ids).is_err() {
+                continue;
+            }
+            let steps = count_new(&parts) + destroyed.len();
+            let stp: f64 = parts.iter().map(|p| self.part_stp(jobs, p)).sum();
+            let gain = stp - self.options.reconfig_cost * steps as f64 - base;
+            let better = match &best {
+                None => true,
+                Some((g, s, ..)) => gain > *g + 1e-9 || ((gain - *g).abs() <= 1e-9 && steps < *s),
+            };
+            if better {
+                parts.sort_by_key(|p| p.slot);
+                best = Some((gain, steps, GpuPlan { parts, destroyed }, placed));
+            }
+        }
+        best.map(|(gain, _, plan, placed)| (gain, plan, placed))
+    }
+}
+
+fn count_new(parts: &[Part]) -> usize {
+    parts.iter().filter(|p| p.existing.is_none()).count()
+}
+
+/// An online job with an SLO and a known solo latency meets the SLO at this normalized
+/// performance; other jobs always do.
+fn slo_met(job: &JobDemand, perf: f64) -> bool {
+    match (job.class, job.slo_ms, job.profile.solo_latency_ms) {
+        (JobClass::Online, Some(slo), Some(solo)) => solo / perf.max(1e-9) <= slo as f64 + 1e-9,
+        _ => true,
+    }
+}
+
+impl Planner for Hybrid {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn plan(&self, node: &NodeState, jobs: &[JobDemand]) -> Plan {
+        let mut plans = self.current(node, jobs);
+        let mut waiting: Vec<usize> = (0..jobs.len())
+            .filter(|&i| jobs[i].placed.is_none())
+            .collect();
+        waiting.sort_by_key(|&i| {
+            (
+                std::cmp::Reverse(jobs[i].priority),
+                std::cmp::Reverse(jobs[i].memory_mib),
+                jobs[i].id,
+            )
+        });
+        let mut slo_blocked = vec![false; jobs.len()];
+
+        if self.options.mps_first {
+            self.mps_first(jobs, &mut plans, &mut waiting, &mut slo_blocked);
+        }
+        while !waiting.is_empty() {
+            let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
+            for (gi, gpu) in node.gpus.iter().enumerate() {
+                if let Some((gain, plan, placed)) =
+                    self.best_layout(gpu, jobs, &plans[gi], &waiting, &mut slo_blocked)
+                {
+                    if gain > 1e-9 && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9) {
+                        best = Some((gain, gi, plan, placed));
+                    }
+                }
+            }
+            let Some((_, gi, plan, placed)) = best else {
+                break;
+            };
+            let destroyed = std::mem::take(&mut plans[gi].destroyed);
+            plans[gi] = plan;
+            plans[gi].destroyed.extend(destroyed);
+            waiting.retain(|j| !placed.contains(j));
+        }
+
+        let mut out = Plan::default();
+        let mut stp = 0.0;
+        for gp in &plans {
+            for (slot, id) in &gp.destroyed {
+                out.steps.push(Step::Destroy {
+                    slot: *slot,
+                    instance: *id,
+                });
+            }
+            for part in &gp.parts {
+                if part.existing.is_none() {
+                    out.steps.push(Step::Create { slot: part.slot });
+                }
+                let perf = self.perf(jobs, &part.shape, &part.members);
+                stp += perf.iter().sum::<f64>();
+                for m in &part.members {
+                    out.placements.push(JobPlacement {
+                        job: jobs[m.job].id,
+                        slot: part.slot,
+                        mps_share: m.share,
+                    });
+                }
+            }
+        }
+        out.steps.sort_by_key(|s| match s {
+            Step::Destroy { slot, .. } => (0, *slot),
+            Step::Create { slot } => (1, *slot),
+        });
+        out.placements.sort_by_key(|p| p.job);
+        let largest = largest_partition_mib(node);
+        waiting.sort_by_key(|&j| jobs[j].id);
+        for j in waiting {
+            let job = &jobs[j];
+            let reason = if job.memory_mib > largest {
+                format!(
+                    "needs {} of GPU memory; the largest partition this node can make has {}",
+                    format_mib(job.memory_mib),
+                    format_mib(largest)
+                )
+            } else if slo_blocked[j] {
+                format!(
+                    "waiting: no partition can meet its SLO of {}ms now",
+                    job.slo_ms.unwrap_or(0)
+                )
+            } else {
+                format!(
+                    "waiting for {} of GPU memory and an SM share: no partition has room, and no layout that keeps the busy partitions holds it",
+                    format_mib(job.memory_mib)
+                )
+            };
+            out.queued.push(QueuedJob {
+                job: job.id,
+                reason,
+            });
+        }
+        out.stp = Some(stp);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog;
+    use crate::layout::Instance;
+    use crate::model::{AnalyticModel, JobProfile};
+
+    fn gpu(key: &str, index: u32) -> GpuState {
+        GpuState {
+            index,
+            uuid: format!("GPU-{index}"),
+            model: catalog::model(key).expect("model"),
+            mig_enabled: true,
+            layout_fixed: false,
+            instances: vec![],
+        }
+    }
+
+    fn job(id: u64, class: JobClass, gib: u64, sm: f64, bw: f64) -> JobDemand {
+        JobDemand {
+            profile: JobProfile {
+                class,
+                sm_demand: sm,
+                bw_demand: bw,
+                solo_latency_ms: None,
+            },
+            ..JobDemand::waiting(id, class, gib * 1024)
+        }
+    }
+
+    fn mmk() -> Hybrid {
+        Hybrid::mmk(Arc::new(AnalyticModel::default()))
+    }
+
+    fn names(node: &NodeState, plan: &Plan) -> Vec<String> {
+        let mut v: Vec<String> = plan
+            .placements
+            .iter()
+            .map(|p| {
+                let g = &node.gpus[p.slot.gpu as usize];
+                p.slot
+                    .profile_id
+                    .and_then(|id| g.model.profile(id))
+                    .map_or("whole".into(), |q| q.name.clone())
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn an_empty_gpu_is_partitioned_for_its_jobs() {
+        let node = NodeState {
+            gpus: vec![gpu("a100-80gb", 0)],
+        };
+        let jobs = [
+            job(1, JobClass::Offline, 30, 0.8, 0.5),
+            job(2, JobClass::Offline, 10, 0.3, 0.3),
+        ];
+        let plan = mmk().plan(&node, &jobs);
+        assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+        assert_eq!(plan.placements.len(), 2);
+        assert!(plan.stp.is_some_and(|s| s > 1.0), "{:?}", plan.stp);
+        assert!(plan.steps.iter().all(|s| matches!(s, Step::Create { .. })));
+        let shares: u32 = plan.placements.iter().map(|p| u32::from(p.mps_share)).sum();
+        assert!(shares <= 200);
+    }
+
+    #[test]
+    fn mps_first_uses_room_in_the_current_layout() {
+        let mut g = gpu("a100-80gb", 0);
+        g.instances.push(Instance {
+            id: 1,
+            profile_id: 0,
+            placement: Placement { start: 0, size: 8 },
+            uuid: "MIG-1".into(),
+        });
+        let node = NodeState { gpus: vec![g] };
+        let whole = Slot {
+            gpu: 0,
+            start: 0,
+            profile_id: Some(0),
+        };
+        let mut running = job(1, JobClass::Offline, 20, 0.4, 0.3);
+        running.placed = Some(whole);
+        running.mps_share = 50;
+        let plan = mmk().plan(&node, &[running, job(2, JobClass::Offline, 10, 0.3, 0.2)]);
+        assert!(
+            plan.steps.is_empty(),
+            "no reconfiguration: {:?}",
+            plan.steps
+        );
+        let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+        assert_eq!(new.slot, whole);
+        assert!(
+            new.mps_share <= 50,
+            "within what the running job leaves: {}",
+            new.mps_share
+        );
+    }
+
+    #[test]
+    fn busy_instances_are_never_touched() {
+        let mut g = gpu("a100-80gb", 0);
+        g.instances.push(Instance {
+            id: 4,
+            profile_id: 14,
+            placement: Placement { start: 2, size: 2 },
+            uuid: "MIG-4".into(),
+        });
+        let node = NodeState { gpus: vec![g] };
+        let slot = Slot {
+            gpu: 0,
+            start: 2,
+            profile_id: Some(14),
+        };
+        let mut online = job(1, JobClass::Online, 15, 0.2, 0.2);
+        online.placed = Some(slot);
+        online.mps_share = 100;
+        let plan = mmk().plan(&node, &[online, job(2, JobClass::Offline, 60, 0.9, 0.5)]);
+        // 60 GiB needs a 7g, which would take the online job's slices: it waits.
+        assert!(
+            plan.steps
+                .iter()
+                .all(|s| !matches!(s, Step::Destroy { instance: 4, .. }))
+        );
+        assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
+        assert!(
+            plan.queued[0].reason.contains("waiting for 60GiB"),
+            "{}",
+            plan.queued[0].reason
+        );
+    }
+
+    #[test]
+    fn online_slos_are_kept_or_the_job_waits() {
+        let node = NodeState {
+            gpus: vec![gpu("h100-80gb", 0)],
+        };
+        let mut serving = job(1, JobClass::Online, 8, 0.5, 0.3);
+        serving.profile.solo_latency_ms = Some(10.0);
+        serving.slo_ms = Some(12);
+        let plan = mmk().plan(&node, &[serving.clone()]);
+        let p = plan.placements.first().expect("placed");
+        let g = &node.gpus[0];
+        let (shape, _) = shape_of(g, p.slot.profile_id);
+        let perf = AnalyticModel::default().estimate(&serving.profile, &shape, p.mps_share, &[]);
+        assert!(10.0 / perf <= 12.0, "predicted latency {} ms", 10.0 / perf);
+
+        // An SLO no partition can meet: the job waits and says why.
+        serving.slo_ms = Some(9);
+        let plan = mmk().plan(&node, &[serving]);
+        assert_eq!(plan.queued.len(), 1);
+        assert!(
+            plan.queued[0].reason.contains("SLO of 9ms"),
+            "{}",
+            plan.queued[0].reason
+        );
+    }
+
+    #[test]
+    fn miso_gives_each_job_its_own_partition() {
+        let node = NodeState {
+            gpus: vec![gpu("a100-80gb", 0)],
+        };
+        let jobs: Vec<JobDemand> = (1..=4)
+            .map(|i| job(i, JobClass::Offline, 5, 0.2, 0.2))
+            .collect();
+        let plan = Hybrid::miso(Arc::new(AnalyticModel::default())).plan(&node, &jobs);
+        let mut slots: Vec<Slot> = plan.placements.iter().map(|p| p.slot).collect();
+        slots.dedup();
+        assert_eq!(
+            slots.len(),
+            plan.placements.len(),
+            "no two jobs share: {:?}",
+            plan.placements
+        );
+        assert!(plan.placements.iter().all(|p| p.mps_share == 100));
+    }
+
+    /// The MMK paper's observation 1: with ResNet152-, ResNet50- and VGG16-like jobs,
+    /// [4g.40gb, 3g.40gb] beats [3g.40gb, 2g.20gb, 2g.20gb]. A model that says so (small
+    /// jobs share well, the big job needs 4 compute slices) leads the planner there.
+    #[test]
+    fn observation_1_the_planner_follows_the_model_to_4g_3g() {
+        #[derive(Debug)]
+        struct Fig1;
+        impl PerfModel for Fig1 {
+            fn estimate(
+                &self,
+                job: &JobProfile,
+                p: &PartitionShape,
+                share: u8,
+                co: &[CoRunner],
+            ) -> f64 {
+                let compute = f64::from(p.sm_count) / f64::from(p.gpu_sm_count);
+                let got = compute * f64::from(share) / 100.0;
+                let speed = (got / job.sm_demand).min(1.0);
+                // Sharing costs little for the small jobs, much for the big one.
+                let penalty = if job.sm_demand > 0.5 { 0.3 } else { 0.02 };
+                speed * (1.0 - penalty * co.len() as f64).max(0.1)
+            }
+        }
+        let node = NodeState {
+            gpus: vec![gpu("a100-80gb", 0)],
+        };
+        let jobs = [
+            job(1, JobClass::Offline, 30, 0.55, 0.4), // ResNet152-like
+            job(2, JobClass::Offline, 15, 0.2, 0.3),  // ResNet50-like
+            job(3, JobClass::Offline, 15, 0.2, 0.3),  // VGG16-like
+        ];
+        let planner = Hybrid::mmk(Arc::new(Fig1));
+        let plan = planner.plan(&node, &jobs);
+        assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+        let mut made: Vec<String> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Create { slot } => slot.profile_id,
+                Step::Destroy { .. } => None,
+            })
+            .filter_map(|id| node.gpus[0].model.profile(id).map(|p| p.name.clone()))
+            .collect();
+        made.sort();
+        assert_eq!(
+            made,
+            ["3g.40gb", "4g.40gb"],
+            "placements {:?}",
+            names(&node, &plan)
+        );
+        let big = plan.placements.iter().find(|p| p.job == 1).expect("placed");
+        assert_eq!(
+            big.slot.profile_id,
+            Some(5),
+            "the ResNet152-like job gets the 4g"
+        );
+    }
+
+    #[test]
+    fn several_gpus_share_the_work() {
+        let node = NodeState {
+            gpus: (0..4).map(|i| gpu("h100-80gb", i)).collect(),
+        };
+        let jobs: Vec<JobDemand> = (1..=8)
+            .map(|i| job(i, JobClass::Offline, 35, 0.9, 0.5))
+            .collect();
+        let plan = mmk().plan(&node, &jobs);
+        assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+        let mut gpus: Vec<u32> = plan.placements.iter().map(|p| p.slot.gpu).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        assert_eq!(gpus, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn the_candidate_layouts_are_maximal() {
+        let m = catalog::model("a100-80gb").expect("model");
+        let layouts = maximal_layouts(&m);
+        assert!(!layouts.is_empty());
+        assert!(layouts.iter().any(|l| l == &vec![(0, 0)]), "the 7g alone");
+        for l in &layouts {
+            assert!(
+                l.iter()
+                    .all(|(id, _)| !m.profile(*id).is_some_and(|p| p.media_extensions))
+            );
+            let slices: u8 = l
+                .iter()
+                .filter_map(|(id, _)| m.profile(*id))
+                .map(|p| p.memory_slices)
+                .sum();
+            assert!(slices >= 7, "{l:?} leaves room");
+        }
+    }
+}
