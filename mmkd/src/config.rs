@@ -13,6 +13,10 @@ use crate::backend::sim::parse_sim_gpus;
 
 /// The simulated node when neither the flag nor the file names one.
 pub const DEFAULT_SIM_GPUS: &str = "a100-80gb:1";
+/// The planner when neither the flag nor the file names one. MMK's planner becomes the
+/// default once it can move checkpointable jobs (DESIGN.md item 8); without moves, its
+/// greedy MPS shares can keep later jobs waiting while memory is free.
+pub const DEFAULT_PLANNER: &str = "first-fit";
 /// How long a job gets between SIGTERM and SIGKILL when it is cancelled or mmkd stops.
 pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -58,6 +62,10 @@ pub struct Args {
     /// Time between SIGTERM and SIGKILL when a job is stopped [default: 10s].
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub stop_grace: Option<Duration>,
+    /// How jobs are placed: first-fit, mmk, miger, miso, mps or default
+    /// [default: first-fit] (docs/mmkd.md).
+    #[arg(long, value_name = "NAME")]
+    pub planner: Option<String>,
 }
 
 fn parse_grace(s: &str) -> Result<Duration, String> {
@@ -75,6 +83,7 @@ struct FileConfig {
     sim_gpus: Option<String>,
     sim_speed: Option<f64>,
     stop_grace: Option<String>,
+    planner: Option<String>,
 }
 
 /// The resolved configuration.
@@ -87,6 +96,7 @@ pub struct Config {
     pub sim_gpus: Vec<GpuModel>,
     pub sim_speed: f64,
     pub stop_grace: Duration,
+    pub planner: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +156,21 @@ impl Config {
             })?,
             (None, None) => DEFAULT_STOP_GRACE,
         };
+        let planner = args
+            .planner
+            .or(file.planner)
+            .unwrap_or_else(|| DEFAULT_PLANNER.to_owned());
+        if !mmk_partitioner::PLANNERS.contains(&planner.as_str()) {
+            return Err(ConfigError::Invalid {
+                field: "planner",
+                message: format!(
+                    "unknown planner {planner:?}; known: {}",
+                    mmk_partitioner::PLANNERS.join(", ")
+                ),
+            });
+        }
         Ok(Config {
+            planner,
             socket: args
                 .socket
                 .or(file.socket)

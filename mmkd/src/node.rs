@@ -13,7 +13,7 @@ use mmk_core::spec::RestartPolicy;
 use mmk_core::units::format_mib;
 use mmk_core::{FieldError, JobClass, JobSpec, JobState, ServiceError, ServiceResult, now_ms};
 use mmk_partitioner::plan::largest_partition_mib;
-use mmk_partitioner::{GpuState, JobDemand, NodeState, Planner, Slot, Step};
+use mmk_partitioner::{GpuState, JobDemand, JobProfile, NodeState, Planner, Slot, Step};
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{info, instrument, warn};
@@ -475,20 +475,7 @@ impl Node {
             return Ok(());
         }
         let gpus = self.gpus().await?;
-        let demands: Vec<JobDemand> = jobs
-            .iter()
-            .map(|j| JobDemand {
-                id: j.id,
-                class: j.spec.class,
-                memory_mib: j.spec.gpu_memory_mib,
-                priority: j.spec.priority,
-                placed: if j.state.is_active() {
-                    j.assignment.as_ref().map(|a| a.slot)
-                } else {
-                    None
-                },
-            })
-            .collect();
+        let demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
         let node = NodeState { gpus };
         let plan = self.inner.planner.plan(&node, &demands);
 
@@ -640,6 +627,39 @@ impl Node {
             }
         }
         Ok(())
+    }
+}
+
+/// A job as the planner sees it: its place and share when it runs, its SLO, and the
+/// profile of its workload (an unknown profile for command jobs until they are profiled).
+fn demand(j: &JobRecord) -> JobDemand {
+    let active = j.state.is_active();
+    let profile = match &j.spec.task {
+        mmk_core::Task::Workload(w) => mmk_core::workload::find(&w.name).map(|wl| JobProfile {
+            class: j.spec.class,
+            sm_demand: wl.sm_demand,
+            bw_demand: wl.bw_demand,
+            solo_latency_ms: wl.solo_latency_ms,
+        }),
+        mmk_core::Task::Command(_) => None,
+    };
+    JobDemand {
+        id: j.id,
+        class: j.spec.class,
+        memory_mib: j.spec.gpu_memory_mib,
+        priority: j.spec.priority,
+        placed: if active {
+            j.assignment.as_ref().map(|a| a.slot)
+        } else {
+            None
+        },
+        mps_share: j
+            .assignment
+            .as_ref()
+            .filter(|_| active)
+            .map_or(100, |a| a.mps_share),
+        slo_ms: j.spec.slo_ms,
+        profile: profile.unwrap_or_else(|| JobProfile::unknown(j.spec.class)),
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use mmk_partitioner::FirstFit;
+use mmk_partitioner::AnalyticModel;
 use mmk_proto::v1::job_service_server::JobServiceServer;
 use mmk_proto::v1::node_service_server::NodeServiceServer;
 use mmk_proto::v1::partition_service_server::PartitionServiceServer;
@@ -44,10 +44,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         exits_tx,
     );
     let stop_loop = Arc::new(Notify::new());
+    let model = Arc::new(AnalyticModel::default());
+    let planner = mmk_partitioner::planner(&config.planner, model)
+        .with_context(|| format!("unknown planner {}", config.planner))?;
+    info!(planner = planner.name(), "planner");
     let (node, loop_handle) = Node::start(
         store.clone(),
         backend,
-        Box::new(FirstFit),
+        planner,
         runner,
         exits_rx,
         Arc::clone(&stop_loop),

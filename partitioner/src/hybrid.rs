@@ -68,8 +68,14 @@ pub struct Hybrid {
     model: Arc<dyn PerfModel>,
     options: HybridOptions,
     /// Maximal layouts (without `+me` profiles) per GPU model, computed once.
-    layouts: Mutex<BTreeMap<String, Arc<Vec<Vec<(u32, u8)>>>>>,
+    layouts: Mutex<BTreeMap<String, Arc<Vec<Layout>>>>,
 }
+
+/// A MIG layout: (profile ID, start slice) per instance.
+type Layout = Vec<(u32, u8)>;
+
+/// A candidate: its partitions, and the empty instances it destroys (slot, driver ID).
+type Candidate = (Vec<Part>, Vec<(Slot, u32)>);
 
 impl Hybrid {
     pub fn new(name: &'static str, model: Arc<dyn PerfModel>, options: HybridOptions) -> Hybrid {
@@ -127,7 +133,7 @@ impl Hybrid {
         self.options
     }
 
-    fn candidates(&self, model: &GpuModel) -> Arc<Vec<Vec<(u32, u8)>>> {
+    fn candidates(&self, model: &GpuModel) -> Arc<Vec<Layout>> {
         let mut cache = self.layouts.lock().unwrap_or_else(|p| p.into_inner());
         let key = format!(
             "{}/{:?}",
@@ -144,7 +150,7 @@ impl Hybrid {
 
 /// Every maximal layout of `model` built from profiles without media extensions (a `+me`
 /// profile computes like its twin; mmk creates the plain one).
-pub fn maximal_layouts(model: &GpuModel) -> Vec<Vec<(u32, u8)>> {
+pub fn maximal_layouts(model: &GpuModel) -> Vec<Layout> {
     let mut plain = model.clone();
     plain.profiles.retain(|p| !p.media_extensions);
     let all = layout::enumerate(&plain);
@@ -395,13 +401,13 @@ impl Hybrid {
                 };
                 parts.sort_by_key(|p| p.slot);
                 for (i, j) in jobs.iter().enumerate() {
-                    if let Some(slot) = j.placed.filter(|s| s.gpu == g.index) {
-                        if let Some(p) = parts.iter_mut().find(|p| p.slot == slot) {
-                            p.members.push(Member {
-                                job: i,
-                                share: j.mps_share,
-                            });
-                        }
+                    if let Some(slot) = j.placed.filter(|s| s.gpu == g.index)
+                        && let Some(p) = parts.iter_mut().find(|p| p.slot == slot)
+                    {
+                        p.members.push(Member {
+                            job: i,
+                            share: j.mps_share,
+                        });
                     }
                 }
                 GpuPlan {
@@ -469,7 +475,7 @@ impl Hybrid {
         // Candidate part lists: the current layout, then each maximal layout that keeps
         // every busy instance, deduplicated by the profiles it adds (positions do not
         // change predictions, only which empty instances must go).
-        let mut cands: Vec<(Vec<Part>, Vec<(Slot, u32)>)> = vec![(now.parts.clone(), Vec::new())];
+        let mut cands: Vec<Candidate> = vec![(now.parts.clone(), Vec::new())];
         if reconfigurable {
             let mut seen: BTreeMap<Vec<u32>, usize> = BTreeMap::new();
             for l in self.candidates(model).iter() {
@@ -613,6 +619,37 @@ impl Hybrid {
     }
 }
 
+/// What decides a GPU's best layout, without its index: model, mode, instances (with
+/// their driver IDs) and the jobs in them.
+fn signature(gpu: &GpuState, plan: &GpuPlan) -> String {
+    let parts: Vec<String> = plan
+        .parts
+        .iter()
+        .map(|p| {
+            let members: Vec<(usize, u8)> = p.members.iter().map(|m| (m.job, m.share)).collect();
+            format!(
+                "{:?}@{}#{:?}{:?}",
+                p.slot.profile_id, p.slot.start, p.existing, members
+            )
+        })
+        .collect();
+    format!(
+        "{}|{}|{}|{:?}|{:?}",
+        gpu.model.key, gpu.mig_enabled, gpu.layout_fixed, parts, plan.destroyed
+    )
+}
+
+/// A plan computed for another GPU in the same state, moved to `gpu`.
+fn on_gpu(mut plan: GpuPlan, gpu: u32) -> GpuPlan {
+    for p in &mut plan.parts {
+        p.slot.gpu = gpu;
+    }
+    for (s, _) in &mut plan.destroyed {
+        s.gpu = gpu;
+    }
+    plan
+}
+
 fn count_new(parts: &[Part]) -> usize {
     parts.iter().filter(|p| p.existing.is_none()).count()
 }
@@ -650,13 +687,23 @@ impl Planner for Hybrid {
         }
         while !waiting.is_empty() {
             let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
+            // GPUs in the same state get the same answer: compute it once per round.
+            let mut seen: BTreeMap<String, Option<(f64, GpuPlan, Vec<usize>)>> = BTreeMap::new();
             for (gi, gpu) in node.gpus.iter().enumerate() {
-                if let Some((gain, plan, placed)) =
-                    self.best_layout(gpu, jobs, &plans[gi], &waiting, &mut slo_blocked)
-                {
-                    if gain > 1e-9 && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9) {
-                        best = Some((gain, gi, plan, placed));
+                let key = signature(gpu, &plans[gi]);
+                let answer = match seen.get(&key) {
+                    Some(a) => a.clone().map(|(g, p, j)| (g, on_gpu(p, gpu.index), j)),
+                    None => {
+                        let a = self.best_layout(gpu, jobs, &plans[gi], &waiting, &mut slo_blocked);
+                        seen.insert(key, a.clone());
+                        a
                     }
+                };
+                if let Some((gain, plan, placed)) = answer
+                    && gain > 1e-9
+                    && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9)
+                {
+                    best = Some((gain, gi, plan, placed));
                 }
             }
             let Some((_, gi, plan, placed)) = best else {

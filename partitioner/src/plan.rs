@@ -362,6 +362,60 @@ fn carve(
     Some(slot)
 }
 
+/// What the node looks like once `plan` is applied: the steps change the layouts (new
+/// instances get IDs after the largest in use) and the placements set each job's
+/// partition and share. The daemon's reconciler does this for real; the simulator and the
+/// benchmarks use this.
+pub fn apply(node: &NodeState, jobs: &[JobDemand], plan: &Plan) -> (NodeState, Vec<JobDemand>) {
+    let mut node = node.clone();
+    let mut next_id = node
+        .gpus
+        .iter()
+        .flat_map(|g| g.instances.iter().map(|i| i.id))
+        .max()
+        .unwrap_or(0)
+        + 1;
+    for step in &plan.steps {
+        match step {
+            Step::Destroy { slot, instance } => {
+                if let Some(g) = node.gpus.iter_mut().find(|g| g.index == slot.gpu) {
+                    g.instances.retain(|i| i.id != *instance);
+                }
+            }
+            Step::Create { slot } => {
+                if let (Some(g), Some(pid)) = (
+                    node.gpus.iter_mut().find(|g| g.index == slot.gpu),
+                    slot.profile_id,
+                ) {
+                    let size = g.model.profile(pid).map_or(0, |p| p.memory_slices);
+                    g.instances.push(crate::layout::Instance {
+                        id: next_id,
+                        profile_id: pid,
+                        placement: Placement {
+                            start: slot.start,
+                            size,
+                        },
+                        uuid: format!("MIG-{}-{next_id}", slot.gpu),
+                    });
+                    next_id += 1;
+                }
+            }
+        }
+    }
+    let jobs = jobs
+        .iter()
+        .map(|j| {
+            let mut j = j.clone();
+            if let Some(p) = plan.placements.iter().find(|p| p.job == j.id) {
+                j.placed = Some(p.slot);
+                j.mps_share = p.mps_share;
+            }
+            j
+        })
+        .collect();
+    (node, jobs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,9 +28,20 @@ impl Daemon {
         Daemon::start_in(dir, sim_gpus)
     }
 
+    /// Starts mmkd with extra flags (`--planner mmk`).
+    pub fn start_with(sim_gpus: &str, extra: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Daemon::launch(dir, sim_gpus, extra)
+    }
+
     /// Starts mmkd on an existing data dir (a restart) and waits until it listens.
     pub fn start_in(dir: tempfile::TempDir, sim_gpus: &str) -> Daemon {
+        Daemon::launch(dir, sim_gpus, &[])
+    }
+
+    fn launch(dir: tempfile::TempDir, sim_gpus: &str, extra: &[&str]) -> Daemon {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+            .args(extra)
             .args([
                 "--backend",
                 "sim",

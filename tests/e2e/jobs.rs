@@ -416,3 +416,57 @@ async fn the_examples_in_the_repo_are_accepted() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn the_mmk_planner_sets_mps_shares_that_reach_the_job() {
+    let d = Daemon::start_with("a100-80gb:1", &["--planner", "mmk"]);
+    let mut c = d.clients().await;
+    let node = d.ctl_json(&["gpus"]);
+    assert_eq!(node["planner"], "mmk");
+
+    let serving = d.submit("--online", ONLINE);
+    let s = wait_state(&mut c, serving, v1::JobState::Running).await;
+    let a = s.assignment.expect("placed");
+    assert!(
+        a.mps_share < 100,
+        "MMK gives the job the share it needs, not the whole partition: {}",
+        a.mps_share
+    );
+
+    // A second job joins the same partition (MPS first) with what the first one left.
+    let probe = d.submit(
+        "--offline",
+        "name: probe\ngpu_memory: 4GiB\ncommand:\n  args: [sh, -c, 'echo $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE']\n",
+    );
+    let p = wait_state(&mut c, probe, v1::JobState::Succeeded).await;
+    let pa = p.assignment.expect("placed");
+    assert_eq!(
+        (pa.gpu_index, pa.start_slice, pa.profile.as_str()),
+        (a.gpu_index, a.start_slice, a.profile.as_str())
+    );
+    assert!(
+        pa.mps_share + a.mps_share <= 100,
+        "{} + {}",
+        pa.mps_share,
+        a.mps_share
+    );
+    let log = std::fs::read_to_string(std::path::Path::new(&p.log_dir).join("stdout.log"))
+        .expect("stdout.log");
+    assert_eq!(
+        log.trim(),
+        pa.mps_share.to_string(),
+        "the job runs with the planned share"
+    );
+
+    // An unknown planner is refused at start, naming the setting.
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .args(["--backend", "sim", "--planner", "best"])
+        .output()
+        .expect("mmkd runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("planner: unknown planner \"best\""),
+        "{}",
+        text(&out.stderr)
+    );
+}
