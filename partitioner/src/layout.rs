@@ -238,6 +238,54 @@ mod tests {
         ));
     }
 
+    /// A second enumerator that walks the memory slices left to right: at each slice,
+    /// leave it or start any profile there. A different traversal from `enumerate`'s
+    /// subset recursion, so the two agree only if both are complete.
+    fn by_slices(
+        model: &GpuModel,
+        slice: u8,
+        cur: &mut Vec<(u32, u8)>,
+        out: &mut Vec<Vec<(u32, u8)>>,
+    ) {
+        if slice >= model.memory_slices {
+            let mut l = cur.clone();
+            l.sort_unstable();
+            out.push(l);
+            return;
+        }
+        by_slices(model, slice + 1, cur, out);
+        for p in &model.profiles {
+            if p.starts.contains(&slice) {
+                cur.push((p.id, slice));
+                if validate(model, cur).is_ok() {
+                    // Two instances never start on the same slice, so move on.
+                    by_slices(model, slice + 1, cur, out);
+                }
+                cur.pop();
+            }
+        }
+    }
+
+    #[test]
+    fn enumeration_matches_a_slice_by_slice_walk() {
+        for model in catalog::models() {
+            let mut a: Vec<Vec<(u32, u8)>> = enumerate(&model)
+                .into_iter()
+                .map(|mut l| {
+                    l.sort_unstable();
+                    l
+                })
+                .collect();
+            a.sort();
+            let mut b = Vec::new();
+            by_slices(&model, 0, &mut Vec::new(), &mut b);
+            b.sort();
+            b.dedup();
+            assert_eq!(a.len(), b.len(), "{}", model.key);
+            assert_eq!(a, b, "{}", model.key);
+        }
+    }
+
     /// Independent check of `enumerate`: each listed layout is valid, none repeats, and
     /// every valid set of up to three placements is listed.
     #[test]
