@@ -20,7 +20,7 @@ use tracing::{info, instrument, warn};
 
 use crate::backend::GpuBackend;
 use crate::runner::{self, Exit, Launch, Outcome, Runner};
-use crate::store::{Assignment, Change, InstanceRecord, JobRecord, Store, StoreError};
+use crate::store::{Assignment, Change, InstanceRecord, JobRecord, StepRecord, Store, StoreError};
 
 /// A state change, as watchers see it.
 #[derive(Debug, Clone)]
@@ -42,7 +42,11 @@ struct Inner {
     planner: Box<dyn Planner>,
     runner: Runner,
     events: broadcast::Sender<JobEvent>,
+    /// One scheduling pass (or exit, or cancel) at a time; held across GPU calls.
     sched: tokio::sync::Mutex<()>,
+    /// Held only around "write a state change, then announce it", so that events go out
+    /// in the order of their writes without making admissions wait for a pass.
+    emit: tokio::sync::Mutex<()>,
     kick: Notify,
     /// Jobs being cancelled, with the reason to record when they stop.
     cancelling: Mutex<HashMap<u64, String>>,
@@ -78,6 +82,7 @@ impl Node {
                 runner,
                 events,
                 sched: tokio::sync::Mutex::new(()),
+                emit: tokio::sync::Mutex::new(()),
                 kick: Notify::new(),
                 cancelling: Mutex::default(),
                 pending_exits: Mutex::default(),
@@ -123,10 +128,9 @@ impl Node {
                 ),
             )));
         }
-        // Under the pass lock, so that this job's QUEUED event goes out before any event
-        // of a pass that places it: every change of state is stored and announced under
-        // this lock, in order.
-        let _pass = self.inner.sched.lock().await;
+        // Stored and announced under the emit lock: a pass that sees this job can only
+        // announce its placement after this QUEUED event.
+        let _emit = self.inner.emit.lock().await;
         let (job, ev) = self
             .inner
             .store
@@ -144,7 +148,7 @@ impl Node {
     pub async fn subscribe_with_snapshot(
         &self,
     ) -> ServiceResult<(broadcast::Receiver<JobEvent>, Vec<JobRecord>)> {
-        let _pass = self.inner.sched.lock().await;
+        let _emit = self.inner.emit.lock().await;
         let rx = self.subscribe();
         let jobs = self.list(&[], None).await?;
         Ok((rx, jobs))
@@ -249,6 +253,7 @@ impl Node {
         reason: &str,
         change: Change,
     ) -> ServiceResult<JobRecord> {
+        let _emit = self.inner.emit.lock().await;
         let (job, ev) = self
             .inner
             .store
@@ -275,6 +280,7 @@ impl Node {
     /// process: back to the queue if their restart policy allows, else FAILED.
     async fn recover(&self) -> Result<(), StoreError> {
         let store = &self.inner.store;
+        self.reconcile_instances().await?;
         for job in store
             .list_jobs(&[JobState::Starting, JobState::Running], None)
             .await?
@@ -325,6 +331,79 @@ impl Node {
                 .await?;
             info!(job = job.id, state = %to, reason, "reconciled after restart");
         }
+        Ok(())
+    }
+
+    /// After a crash the store's record of the MIG instances and the GPUs can disagree (a
+    /// step happened but was not recorded, or was recorded but its effect is gone): steps
+    /// that were under way are marked interrupted, and the record follows the GPUs.
+    async fn reconcile_instances(&self) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        for step in store.interrupt_pending_steps(now_ms()).await? {
+            warn!(
+                gpu = step.gpu_index,
+                kind = %step.kind,
+                profile = step.profile_id,
+                start = step.start,
+                "a reconfiguration step was under way when mmkd stopped; the layout is re-read"
+            );
+        }
+        let backend = Arc::clone(&self.inner.backend);
+        let gpus = match tokio::task::spawn_blocking(move || backend.gpus()).await {
+            Ok(Ok(g)) => g,
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot read the gpus to reconcile the instance records");
+                return Ok(());
+            }
+            Err(e) => {
+                warn!(error = %e, "gpu inventory task failed");
+                return Ok(());
+            }
+        };
+        let recorded = store.instances().await?;
+        let now = now_ms();
+        let (mut adopted, mut dropped) = (0, 0);
+        // Records of instances the GPUs do not have go first (records are keyed by GPU
+        // and start slice), then the GPUs' instances the record lacks are adopted.
+        for r in &recorded {
+            let present = gpus.iter().any(|g| {
+                g.uuid == r.gpu_uuid
+                    && g.instances.iter().any(|i| {
+                        i.placement.start == r.instance.placement.start
+                            && i.profile_id == r.instance.profile_id
+                            && i.id == r.instance.id
+                    })
+            });
+            if !present {
+                store
+                    .remove_instance(&r.gpu_uuid, r.instance.placement.start)
+                    .await?;
+                dropped += 1;
+            }
+        }
+        for g in gpus.iter().filter(|g| g.mig_enabled) {
+            for inst in &g.instances {
+                let known = recorded.iter().any(|r| {
+                    r.gpu_uuid == g.uuid
+                        && r.instance.placement.start == inst.placement.start
+                        && r.instance.profile_id == inst.profile_id
+                        && r.instance.id == inst.id
+                });
+                if !known {
+                    let rec = InstanceRecord {
+                        gpu_uuid: g.uuid.clone(),
+                        gpu_index: g.index,
+                        instance: inst.clone(),
+                    };
+                    store.add_instance(&rec, now).await?;
+                    adopted += 1;
+                }
+            }
+        }
+        info!(
+            adopted,
+            dropped, "instance records reconciled with the gpus"
+        );
         Ok(())
     }
 
@@ -521,7 +600,44 @@ impl Node {
         failed.map_or(Ok(()), Err)
     }
 
+    /// Applies one layout step, recorded in the store before it starts and when it ends
+    /// (with the instance record in the same transaction), so that a crash in between is
+    /// found at the next start.
     async fn apply(&self, node: &NodeState, step: &Step) -> ServiceResult<()> {
+        let (slot, kind, instance_id) = match step {
+            Step::Destroy { slot, instance } => (*slot, "destroy", Some(*instance)),
+            Step::Create { slot } => (*slot, "create", None),
+        };
+        let Some(profile_id) = slot.profile_id else {
+            return Ok(());
+        };
+        let record = StepRecord {
+            id: 0,
+            gpu_uuid: gpu_uuid(node, slot.gpu),
+            gpu_index: slot.gpu,
+            kind: kind.into(),
+            profile_id,
+            start: slot.start,
+            instance_id,
+        };
+        let id = self
+            .inner
+            .store
+            .begin_step(&record, now_ms())
+            .await
+            .map_err(store_error)?;
+        let result = self.apply_step(node, step, id).await;
+        if let Err(e) = &result {
+            let _ = self
+                .inner
+                .store
+                .fail_step(id, &e.to_string(), now_ms())
+                .await;
+        }
+        result
+    }
+
+    async fn apply_step(&self, node: &NodeState, step: &Step, step_id: i64) -> ServiceResult<()> {
         let backend = Arc::clone(&self.inner.backend);
         let store = &self.inner.store;
         match step.clone() {
@@ -532,7 +648,7 @@ impl Node {
                     .map_err(|e| ServiceError::Internal(e.to_string()))?
                     .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
                 store
-                    .remove_instance(&gpu_uuid, slot.start)
+                    .finish_destroy(step_id, &gpu_uuid, slot.start, now_ms())
                     .await
                     .map_err(store_error)?;
                 info!(
@@ -560,7 +676,8 @@ impl Node {
                     "created gpu instance"
                 );
                 store
-                    .add_instance(
+                    .finish_create(
+                        step_id,
                         &InstanceRecord {
                             gpu_uuid: gpu_uuid(node, slot.gpu),
                             gpu_index: slot.gpu,

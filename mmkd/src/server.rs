@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::backend::GpuBackend;
 use crate::backend::nvml::NvmlBackend;
-use crate::backend::sim::{SimBackend, sim_gpu_uuid};
+use crate::backend::sim::SimBackend;
 use crate::config::{BackendChoice, Config};
 use crate::grpc::{JobApi, NodeApi, PartitionApi};
 use crate::node::Node;
@@ -35,7 +35,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let _lock = lock_data_dir(&config.data_dir)?;
     let store = Store::open(&config.data_dir.join("mmk.db")).await?;
 
-    let backend = choose_backend(&config, &store).await?;
+    let backend = choose_backend(&config).await?;
     let (exits_tx, exits_rx) = mpsc::unbounded_channel();
     let runner = Runner::new(
         config.data_dir.join("jobs"),
@@ -162,7 +162,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 /// How long open requests get to finish at shutdown.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-async fn choose_backend(config: &Config, store: &Store) -> anyhow::Result<Arc<dyn GpuBackend>> {
+async fn choose_backend(config: &Config) -> anyhow::Result<Arc<dyn GpuBackend>> {
     let nvml = match config.backend {
         BackendChoice::Sim => None,
         BackendChoice::Nvml | BackendChoice::Auto => {
@@ -183,20 +183,11 @@ async fn choose_backend(config: &Config, store: &Store) -> anyhow::Result<Arc<dy
         info!(backend = "nvml", gpus = gpus.len(), models = %gpus.iter().map(|g| g.model.product_name.as_str()).collect::<Vec<_>>().join(","), "backend: nvml (real GPUs)");
         return Ok(Arc::new(b));
     }
-    let restored: Vec<_> = store
-        .instances()
-        .await?
-        .into_iter()
-        .filter_map(|r| {
-            if r.gpu_uuid == sim_gpu_uuid(r.gpu_index) {
-                Some((r.gpu_index, r.instance))
-            } else {
-                warn!(gpu = %r.gpu_uuid, "recorded instance of a gpu this node lacks; ignored");
-                None
-            }
-        })
-        .collect();
-    let b = SimBackend::new(config.sim_gpus.clone(), restored, config.sim_speed);
+    let b = SimBackend::new(
+        config.sim_gpus.clone(),
+        Some(config.data_dir.join("sim-node.json")),
+        config.sim_speed,
+    );
     let models: Vec<&str> = config.sim_gpus.iter().map(|m| m.key.as_str()).collect();
     info!(backend = "sim", gpus = %models.join(","), speed = config.sim_speed, "backend: sim (simulated node)");
     Ok(Arc::new(b))

@@ -93,6 +93,19 @@ pub struct EventRecord {
     pub at: i64,
 }
 
+/// A MIG layout step as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    pub id: i64,
+    pub gpu_uuid: String,
+    pub gpu_index: u32,
+    /// `create` or `destroy`.
+    pub kind: String,
+    pub profile_id: u32,
+    pub start: u8,
+    pub instance_id: Option<u32>,
+}
+
 /// A recorded GPU instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceRecord {
@@ -421,6 +434,117 @@ impl Store {
         Ok(())
     }
 
+    /// Records a layout step before it is applied; returns its ID.
+    pub async fn begin_step(&self, step: &StepRecord, now: i64) -> Result<i64> {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO layout_steps (gpu_uuid, gpu_index, kind, profile_id, start_slice, instance_id, state, started_at) \
+             VALUES (?, ?, ?, ?, ?, ?, 'pending', ?) RETURNING id",
+        )
+        .bind(&step.gpu_uuid)
+        .bind(step.gpu_index)
+        .bind(&step.kind)
+        .bind(step.profile_id)
+        .bind(step.start)
+        .bind(step.instance_id)
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(id)
+    }
+
+    /// A create step succeeded: the instance and the step's end, in one transaction.
+    pub async fn finish_create(&self, step: i64, rec: &InstanceRecord, now: i64) -> Result<()> {
+        let mut tx = self.write().await?;
+        sqlx::query(
+            "INSERT OR REPLACE INTO gpu_instances (gpu_uuid, gpu_index, start_slice, profile_id, size_slices, instance_id, device_uuid, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&rec.gpu_uuid)
+        .bind(rec.gpu_index)
+        .bind(rec.instance.placement.start)
+        .bind(rec.instance.profile_id)
+        .bind(rec.instance.placement.size)
+        .bind(rec.instance.id)
+        .bind(&rec.instance.uuid)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE layout_steps SET state = 'done', instance_id = ?, finished_at = ? WHERE id = ?",
+        )
+        .bind(rec.instance.id)
+        .bind(now)
+        .bind(step)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A destroy step succeeded: the instance's record goes with the step's end.
+    pub async fn finish_destroy(
+        &self,
+        step: i64,
+        gpu_uuid: &str,
+        start: u8,
+        now: i64,
+    ) -> Result<()> {
+        let mut tx = self.write().await?;
+        sqlx::query("DELETE FROM gpu_instances WHERE gpu_uuid = ? AND start_slice = ?")
+            .bind(gpu_uuid)
+            .bind(start)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE layout_steps SET state = 'done', finished_at = ? WHERE id = ?")
+            .bind(now)
+            .bind(step)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn fail_step(&self, step: i64, error: &str, now: i64) -> Result<()> {
+        sqlx::query(
+            "UPDATE layout_steps SET state = 'failed', error = ?, finished_at = ? WHERE id = ?",
+        )
+        .bind(error)
+        .bind(now)
+        .bind(step)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Steps that were under way when mmkd stopped: marked interrupted and returned.
+    pub async fn interrupt_pending_steps(&self, now: i64) -> Result<Vec<StepRecord>> {
+        let mut tx = self.write().await?;
+        let rows = sqlx::query(
+            "SELECT id, gpu_uuid, gpu_index, kind, profile_id, start_slice, instance_id FROM layout_steps \
+             WHERE state = 'pending' ORDER BY id",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE layout_steps SET state = 'interrupted', finished_at = ? WHERE state = 'pending'")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StepRecord {
+                    id: r.try_get("id")?,
+                    gpu_uuid: r.try_get("gpu_uuid")?,
+                    gpu_index: r.try_get("gpu_index")?,
+                    kind: r.try_get("kind")?,
+                    profile_id: r.try_get("profile_id")?,
+                    start: r.try_get("start_slice")?,
+                    instance_id: r.try_get("instance_id")?,
+                })
+            })
+            .collect()
+    }
+
     pub async fn remove_instance(&self, gpu_uuid: &str, start: u8) -> Result<()> {
         sqlx::query("DELETE FROM gpu_instances WHERE gpu_uuid = ? AND start_slice = ?")
             .bind(gpu_uuid)
@@ -642,6 +766,52 @@ mod tests {
     async fn a_missing_job_is_not_found() {
         let (_dir, s) = store().await;
         assert!(matches!(s.get_job(42).await, Err(StoreError::NotFound(42))));
+    }
+
+    #[tokio::test]
+    async fn steps_are_recorded_before_and_after() {
+        let (_dir, s) = store().await;
+        let step = StepRecord {
+            id: 0,
+            gpu_uuid: "GPU-1".into(),
+            gpu_index: 0,
+            kind: "create".into(),
+            profile_id: 9,
+            start: 4,
+            instance_id: None,
+        };
+        let done = s.begin_step(&step, 1).await.expect("begin");
+        let rec = InstanceRecord {
+            gpu_uuid: "GPU-1".into(),
+            gpu_index: 0,
+            instance: Instance {
+                id: 3,
+                profile_id: 9,
+                placement: Placement { start: 4, size: 4 },
+                uuid: "MIG-z".into(),
+            },
+        };
+        s.finish_create(done, &rec, 2).await.expect("finish");
+        assert_eq!(s.instances().await.expect("list"), vec![rec]);
+        let cut = s
+            .begin_step(
+                &StepRecord {
+                    kind: "destroy".into(),
+                    instance_id: Some(3),
+                    ..step
+                },
+                3,
+            )
+            .await
+            .expect("begin");
+        let interrupted = s.interrupt_pending_steps(4).await.expect("interrupt");
+        assert_eq!(interrupted.iter().map(|x| x.id).collect::<Vec<_>>(), [cut]);
+        assert!(
+            s.interrupt_pending_steps(5)
+                .await
+                .expect("again")
+                .is_empty()
+        );
     }
 
     #[tokio::test]

@@ -18,6 +18,8 @@ pub struct Daemon {
     pub child: Child,
     /// mmkd's stderr lines, as they come.
     pub log: mpsc::Receiver<String>,
+    /// What mmkd logged up to "listening".
+    pub startup: Vec<String>,
     pub sim_gpus: String,
 }
 
@@ -31,27 +33,43 @@ impl Daemon {
     /// Starts mmkd with extra flags (`--planner mmk`).
     pub fn start_with(sim_gpus: &str, extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
-        Daemon::launch(dir, sim_gpus, extra)
+        Daemon::launch(dir, sim_gpus, extra, &[])
+    }
+
+    /// Starts mmkd with extra flags and environment variables.
+    pub fn start_with_env(sim_gpus: &str, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Daemon::launch(dir, sim_gpus, extra, env)
     }
 
     /// Starts mmkd on an existing data dir (a restart) and waits until it listens.
     pub fn start_in(dir: tempfile::TempDir, sim_gpus: &str) -> Daemon {
-        Daemon::launch(dir, sim_gpus, &[])
+        Daemon::launch(dir, sim_gpus, &[], &[])
     }
 
-    fn launch(dir: tempfile::TempDir, sim_gpus: &str, extra: &[&str]) -> Daemon {
+    fn launch(
+        dir: tempfile::TempDir,
+        sim_gpus: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+            .envs(env.iter().copied())
             .args(extra)
             .args([
                 "--backend",
                 "sim",
                 "--sim-gpus",
                 sim_gpus,
-                "--sim-speed",
-                "100",
                 "--stop-grace",
                 "2s",
             ])
+            // 100 times real time, unless the test says otherwise.
+            .args(if extra.contains(&"--sim-speed") {
+                &[][..]
+            } else {
+                &["--sim-speed", "100"][..]
+            })
             .arg("--socket")
             .arg(dir.path().join("mmkd.sock"))
             .arg("--data-dir")
@@ -72,13 +90,14 @@ impl Daemon {
                 }
             }
         });
-        let d = Daemon {
+        let mut d = Daemon {
             dir: Some(dir),
             child,
             log,
+            startup: Vec::new(),
             sim_gpus: sim_gpus.to_owned(),
         };
-        d.wait_log("listening");
+        d.startup = d.wait_log("listening");
         d
     }
 
@@ -160,6 +179,12 @@ impl Daemon {
         connect(&Target::Socket(self.socket()))
             .await
             .unwrap_or_else(|e| panic!("connect: {}", e.message))
+    }
+
+    /// Waits for mmkd to exit by itself (an injected crash); returns its directory.
+    pub fn wait_exit(mut self) -> (std::process::ExitStatus, tempfile::TempDir) {
+        let status = self.child.wait().expect("mmkd exits");
+        (status, self.dir.take().expect("the daemon owns its dir"))
     }
 
     /// SIGKILL: the crash case.

@@ -216,3 +216,66 @@ fn read_first_line(path: &std::path::Path) -> String {
         std::thread::yield_now();
     }
 }
+
+/// A crash in the middle of a reconfiguration: the simulated driver has made an instance
+/// that mmkd has not recorded. After the restart the record follows the GPU, the
+/// interrupted step is reported, and the node converges to running every job.
+#[tokio::test]
+async fn a_crash_between_layout_steps_converges_after_restart() {
+    let d = Daemon::start_with_env(
+        "a100-80gb:1",
+        // Real-time MIG latency (400 ms a creation): the three submissions are in before
+        // the second creation, which aborts mmkd.
+        &["--planner", "first-fit", "--sim-speed", "1"],
+        &[("MMK_SIM_ABORT_AFTER_CREATES", "2")],
+    );
+    let mut ids = Vec::new();
+    for (name, gib) in [("a", 30), ("b", 15), ("c", 8)] {
+        ids.push(d.submit(
+            "--offline",
+            &format!(
+                "name: {name}\ngpu_memory: {gib}GiB\nrestart_policy: on-failure\n\
+                 workload:\n  name: resnet50-train\n  duration: 10h\n"
+            ),
+        ));
+    }
+    // Each job needs an instance of its own; the second creation aborts mmkd.
+    let sim = d.sim_gpus.clone();
+    let (status, dir) = d.wait_exit();
+    assert!(!status.success(), "the injected crash: {status:?}");
+
+    let d = Daemon::start_in(dir, &sim);
+    let startup = d.startup.join("\n");
+    assert!(
+        startup.contains("a reconfiguration step was under way when mmkd stopped"),
+        "{startup}"
+    );
+    assert!(
+        startup.contains("adopted=1"),
+        "the unrecorded instance is adopted: {startup}"
+    );
+
+    let mut c = d.clients().await;
+    for id in &ids {
+        wait_state(&mut c, *id, v1::JobState::Running).await;
+    }
+    let parts = d.ctl_json(&["partitions", "show"]);
+    let partitions = parts[0]["partitions"].as_array().expect("partitions");
+    let jobs_in: Vec<u64> = partitions
+        .iter()
+        .flat_map(|p| p["jobs"].as_array().into_iter().flatten())
+        .filter_map(|j| j["id"].as_u64())
+        .collect();
+    assert_eq!(jobs_in.len(), 3, "every job runs in a partition: {parts}");
+    // The instance the crash left unrecorded is in use, not stray: every instance holds a
+    // job.
+    for p in partitions {
+        let n = p["jobs"].as_array().map_or(0, Vec::len);
+        assert!(n > 0, "an empty instance after recovery: {p}");
+    }
+    assert_eq!(
+        d.ctl_json(&["jobs"]).as_array().map(Vec::len),
+        Some(3),
+        "nothing lost"
+    );
+}

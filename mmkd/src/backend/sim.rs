@@ -1,10 +1,18 @@
 //! The simulated node: GPUs from the MIG catalog that behave like the driver.
+//!
+//! Like real MIG instances, which outlive the daemon that made them (not a reboot), the
+//! simulated node keeps its instances in a state file of its own (`sim-node.json` in the
+//! data dir), written after every change. mmkd's store is only mmkd's record of them: a
+//! crash between a change and its record leaves the two apart, and mmkd reconciles them
+//! at start, as it must with real hardware.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use mmk_partitioner::{GpuModel, GpuState, Instance, Placement, catalog, layout};
+use serde::{Deserialize, Serialize};
 
 use super::{BackendError, GpuBackend, Result};
 
@@ -30,7 +38,41 @@ pub struct SimBackend {
     gpus: Mutex<Vec<SimGpu>>,
     create_latency: Duration,
     destroy_latency: Duration,
+    /// Where the node's instances are kept between runs; `None`: in memory only.
+    state_file: Option<PathBuf>,
+    /// Creations left before the injected crash ([`ABORT_AFTER_CREATES_ENV`]).
+    abort_after: Mutex<Option<u32>>,
 }
+
+/// The state file's format.
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedNode {
+    version: u32,
+    gpus: Vec<SavedGpu>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedGpu {
+    model: String,
+    next_id: u32,
+    instances: Vec<SavedInstance>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SavedInstance {
+    id: u32,
+    profile_id: u32,
+    start: u8,
+    size: u8,
+    uuid: String,
+}
+
+const STATE_VERSION: u32 = 1;
+
+/// Fault injection for crash tests: with `MMK_SIM_ABORT_AFTER_CREATES=N` the simulated
+/// driver aborts the whole process right after its N-th instance creation is saved, the
+/// way a crash lands between a change on the GPU and mmkd's record of it.
+pub const ABORT_AFTER_CREATES_ENV: &str = "MMK_SIM_ABORT_AFTER_CREATES";
 
 /// Parses `--sim-gpus`: `MODEL:N[,MODEL:N]` (`a100-80gb:2,h100-80gb:1`); `:N` may be left
 /// out for one GPU.
@@ -75,9 +117,10 @@ fn sim_instance_uuid(gpu: u32, start: u8, id: u32) -> String {
 }
 
 impl SimBackend {
-    /// A node of `models` with MIG on, holding the `restored` instances (gpu index,
-    /// instance) that the store recorded; instances that no longer fit are dropped.
-    pub fn new(models: Vec<GpuModel>, restored: Vec<(u32, Instance)>, speed: f64) -> SimBackend {
+    /// A node of `models` with MIG on. With a `state_file`, the instances saved there
+    /// come back (when the file describes the same GPUs; otherwise the node starts empty,
+    /// as after a reboot) and every change is saved.
+    pub fn new(models: Vec<GpuModel>, state_file: Option<PathBuf>, speed: f64) -> SimBackend {
         let mut gpus: Vec<SimGpu> = models
             .into_iter()
             .enumerate()
@@ -91,30 +134,22 @@ impl SimBackend {
                 next_id: 1,
             })
             .collect();
-        for (gpu, inst) in restored {
-            let Some(g) = gpus.get_mut(gpu as usize) else {
+        if let Some(saved) = state_file.as_ref().and_then(|p| load(p)) {
+            let same = saved.gpus.len() == gpus.len()
+                && saved
+                    .gpus
+                    .iter()
+                    .zip(&gpus)
+                    .all(|(s, g)| s.model == g.model.key);
+            if same {
+                for (s, g) in saved.gpus.into_iter().zip(gpus.iter_mut()) {
+                    restore(g, s);
+                }
+            } else {
                 tracing::warn!(
-                    gpu,
-                    "recorded instance on a gpu the simulated node lacks; dropped"
+                    "the simulated node's saved state describes other gpus; starting empty"
                 );
-                continue;
-            };
-            let mut layout: Vec<(u32, u8)> = g
-                .instances
-                .values()
-                .map(|i| (i.profile_id, i.placement.start))
-                .collect();
-            layout.push((inst.profile_id, inst.placement.start));
-            if layout::validate(&g.model, &layout).is_err() {
-                tracing::warn!(
-                    gpu,
-                    start = inst.placement.start,
-                    "recorded instance does not fit the simulated gpu; dropped"
-                );
-                continue;
             }
-            g.next_id = g.next_id.max(inst.id + 1);
-            g.instances.insert(inst.id, inst);
         }
         let speed = if speed.is_finite() && speed > 0.0 {
             speed
@@ -125,6 +160,12 @@ impl SimBackend {
             gpus: Mutex::new(gpus),
             create_latency: CREATE_LATENCY.div_f64(speed),
             destroy_latency: DESTROY_LATENCY.div_f64(speed),
+            state_file,
+            abort_after: Mutex::new(
+                std::env::var(ABORT_AFTER_CREATES_ENV)
+                    .ok()
+                    .and_then(|v| v.parse().ok()),
+            ),
         }
     }
 
@@ -133,8 +174,98 @@ impl SimBackend {
         let g = gpus
             .get_mut(gpu as usize)
             .ok_or(BackendError::NoSuchGpu { gpu })?;
-        f(g)
+        let out = f(g)?;
+        self.save(&gpus);
+        Ok(out)
     }
+
+    /// Writes the node's instances (a temporary file renamed over the old one).
+    fn save(&self, gpus: &[SimGpu]) {
+        let Some(path) = &self.state_file else {
+            return;
+        };
+        let saved = SavedNode {
+            version: STATE_VERSION,
+            gpus: gpus
+                .iter()
+                .map(|g| SavedGpu {
+                    model: g.model.key.clone(),
+                    next_id: g.next_id,
+                    instances: g
+                        .instances
+                        .values()
+                        .map(|i| SavedInstance {
+                            id: i.id,
+                            profile_id: i.profile_id,
+                            start: i.placement.start,
+                            size: i.placement.size,
+                            uuid: i.uuid.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        };
+        let tmp = path.with_extension("json.tmp");
+        let written = serde_json::to_vec_pretty(&saved)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot save the simulated node's state");
+        }
+    }
+}
+
+fn load(path: &std::path::Path) -> Option<SavedNode> {
+    let bytes = std::fs::read(path).ok()?;
+    match serde_json::from_slice::<SavedNode>(&bytes) {
+        Ok(n) if n.version == STATE_VERSION => Some(n),
+        Ok(n) => {
+            tracing::warn!(
+                version = n.version,
+                "unknown simulated node state version; starting empty"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "unreadable simulated node state; starting empty");
+            None
+        }
+    }
+}
+
+/// Puts saved instances back on a GPU, keeping only those that form a valid layout.
+fn restore(g: &mut SimGpu, saved: SavedGpu) {
+    for s in saved.instances {
+        let mut l: Vec<(u32, u8)> = g
+            .instances
+            .values()
+            .map(|i| (i.profile_id, i.placement.start))
+            .collect();
+        l.push((s.profile_id, s.start));
+        if layout::validate(&g.model, &l).is_err() {
+            tracing::warn!(
+                gpu = g.index,
+                start = s.start,
+                "saved instance does not fit the gpu; dropped"
+            );
+            continue;
+        }
+        g.next_id = g.next_id.max(s.id.saturating_add(1));
+        g.instances.insert(
+            s.id,
+            Instance {
+                id: s.id,
+                profile_id: s.profile_id,
+                placement: Placement {
+                    start: s.start,
+                    size: s.size,
+                },
+                uuid: s.uuid,
+            },
+        );
+    }
+    g.next_id = g.next_id.max(saved.next_id);
 }
 
 impl GpuBackend for SimBackend {
@@ -159,7 +290,7 @@ impl GpuBackend for SimBackend {
 
     fn create_instance(&self, gpu: u32, profile_id: u32, start: u8) -> Result<Instance> {
         std::thread::sleep(self.create_latency);
-        self.with_gpu(gpu, |g| {
+        let created = self.with_gpu(gpu, |g| {
             if !g.mig_enabled {
                 return Err(BackendError::MigDisabled { gpu });
             }
@@ -186,7 +317,16 @@ impl GpuBackend for SimBackend {
             };
             g.instances.insert(id, inst.clone());
             Ok(inst)
-        })
+        })?;
+        let mut left = self.abort_after.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = left.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                tracing::error!("{ABORT_AFTER_CREATES_ENV}: aborting after an instance creation");
+                std::process::abort();
+            }
+        }
+        Ok(created)
     }
 
     fn destroy_instance(&self, gpu: u32, instance: u32) -> Result<()> {
@@ -217,7 +357,7 @@ mod tests {
     use super::*;
 
     fn node(spec: &str) -> SimBackend {
-        SimBackend::new(parse_sim_gpus(spec).expect("valid"), vec![], 1e6)
+        SimBackend::new(parse_sim_gpus(spec).expect("valid"), None, 1e6)
     }
 
     #[test]
@@ -263,20 +403,27 @@ mod tests {
     }
 
     #[test]
-    fn restores_recorded_instances_and_keeps_ids_unique() {
-        let inst = Instance {
-            id: 7,
-            profile_id: 9,
-            placement: Placement { start: 0, size: 4 },
-            uuid: "MIG-r".into(),
-        };
+    fn the_node_keeps_its_instances_across_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("sim-node.json");
+        let models = parse_sim_gpus("a100-80gb").expect("valid");
+        let b = SimBackend::new(models.clone(), Some(file.clone()), 1e6);
+        let first = b.create_instance(0, 9, 0).expect("3g");
+        drop(b);
+        let b = SimBackend::new(models, Some(file.clone()), 1e6);
+        assert_eq!(b.gpus().expect("gpus")[0].instances, vec![first.clone()]);
+        let next = b.create_instance(0, 9, 4).expect("second 3g");
+        assert!(next.id > first.id, "ids stay unique");
+        // Other GPUs than the file describes: a fresh node.
         let b = SimBackend::new(
-            parse_sim_gpus("a100-80gb").expect("valid"),
-            vec![(0, inst.clone())],
+            parse_sim_gpus("h100-80gb").expect("valid"),
+            Some(file.clone()),
             1e6,
         );
-        assert_eq!(b.gpus().expect("gpus")[0].instances, vec![inst]);
-        let next = b.create_instance(0, 9, 4).expect("second 3g");
-        assert_eq!(next.id, 8);
+        assert!(b.gpus().expect("gpus")[0].instances.is_empty());
+        // A damaged file: a fresh node, not a crash.
+        std::fs::write(&file, "{not json").expect("write");
+        let b = SimBackend::new(parse_sim_gpus("a100-80gb").expect("valid"), Some(file), 1e6);
+        assert!(b.gpus().expect("gpus")[0].instances.is_empty());
     }
 }
