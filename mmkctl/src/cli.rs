@@ -103,6 +103,19 @@ pub enum JobsCommand {
 pub enum PartitionsCommand {
     /// Draw each GPU's memory slices with the instances placed on them and their jobs.
     Show,
+    /// A dry run: how the planner would change the layout and place these jobs if they
+    /// were submitted now. Nothing changes on the node.
+    Plan {
+        /// The jobs are online.
+        #[arg(long, conflicts_with = "offline")]
+        online: bool,
+        /// The jobs are offline.
+        #[arg(long)]
+        offline: bool,
+        /// Job files (docs/job-spec.md).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 fn parse_state(s: &str) -> Result<JobState, String> {
@@ -183,6 +196,30 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
             Some(JobsCommand::Watch { id, current }) => watch(&target, fmt, id, current).await,
         },
         Command::Partitions {
+            command:
+                PartitionsCommand::Plan {
+                    online,
+                    offline,
+                    files,
+                },
+        } => {
+            let class = flag_class(online, offline);
+            let specs = files
+                .iter()
+                .map(|f| read_spec(f, class))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut c = connect(&target).await?;
+            let resp = c
+                .partitions
+                .plan_jobs(v1::PlanJobsRequest {
+                    specs: specs.iter().map(spec_to_proto).collect(),
+                })
+                .await?
+                .into_inner();
+            output::plan(fmt, &files, &resp);
+            Ok(())
+        }
+        Command::Partitions {
             command: PartitionsCommand::Show,
         } => {
             let mut c = connect(&target).await?;
@@ -203,23 +240,30 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-async fn submit(target: &Target, fmt: Format, args: SubmitArgs) -> Result<(), Failure> {
-    let path = args.file.display().to_string();
-    let meta = std::fs::metadata(&args.file)
-        .map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))?;
+fn flag_class(online: bool, offline: bool) -> Option<JobClass> {
+    match (online, offline) {
+        (true, _) => Some(JobClass::Online),
+        (_, true) => Some(JobClass::Offline),
+        _ => None,
+    }
+}
+
+/// Reads and checks a job file; a command job without a workdir gets mmkctl's own.
+fn read_spec(
+    file: &std::path::Path,
+    class: Option<JobClass>,
+) -> Result<mmk_core::JobSpec, Failure> {
+    let path = file.display().to_string();
+    let meta =
+        std::fs::metadata(file).map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))?;
     if meta.len() > MAX_JOB_FILE_BYTES as u64 {
         return Err(Failure::usage(format!(
             "{path}: file: is {} bytes; a job file is at most {MAX_JOB_FILE_BYTES} bytes",
             meta.len()
         )));
     }
-    let text = std::fs::read_to_string(&args.file)
+    let text = std::fs::read_to_string(file)
         .map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))?;
-    let class = match (args.online, args.offline) {
-        (true, _) => Some(JobClass::Online),
-        (_, true) => Some(JobClass::Offline),
-        _ => None,
-    };
     let mut spec =
         parse_job_yaml(&text, class).map_err(|e| Failure::usage(format!("{path}: {e}")))?;
     if let Task::Command(c) = &mut spec.task
@@ -229,6 +273,12 @@ async fn submit(target: &Target, fmt: Format, args: SubmitArgs) -> Result<(), Fa
             .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?;
         c.workdir = Some(cwd.display().to_string());
     }
+    Ok(spec)
+}
+
+async fn submit(target: &Target, fmt: Format, args: SubmitArgs) -> Result<(), Failure> {
+    let path = args.file.display().to_string();
+    let spec = read_spec(&args.file, flag_class(args.online, args.offline))?;
     let mut c = connect(target).await?;
     let resp = c
         .jobs

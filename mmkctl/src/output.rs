@@ -495,3 +495,120 @@ pub fn gpus(fmt: Format, n: &v1::Node) {
         }
     }
 }
+
+#[derive(Debug, Serialize)]
+struct PlanOut {
+    planner: String,
+    stp: Option<f64>,
+    steps: Vec<StepOut>,
+    jobs: Vec<PlannedOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct StepOut {
+    kind: &'static str,
+    gpu: u32,
+    profile: String,
+    start_slice: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance_id: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+struct PlannedOut {
+    file: String,
+    name: String,
+    placement: Option<PlacementOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct PlacementOut {
+    gpu: u32,
+    profile: String,
+    start_slice: u32,
+    mps_share: u32,
+}
+
+/// `partitions plan`: the steps and where each job would go.
+pub fn plan(fmt: Format, files: &[std::path::PathBuf], r: &v1::PlanJobsResponse) {
+    let out = PlanOut {
+        planner: r.planner.clone(),
+        stp: r.stp,
+        steps: r
+            .steps
+            .iter()
+            .map(|s| {
+                let destroy = s.kind == v1::layout_step::Kind::Destroy as i32;
+                StepOut {
+                    kind: if destroy { "destroy" } else { "create" },
+                    gpu: s.gpu_index,
+                    profile: s.profile.clone(),
+                    start_slice: s.start_slice,
+                    instance_id: destroy.then_some(s.instance_id),
+                }
+            })
+            .collect(),
+        jobs: r
+            .jobs
+            .iter()
+            .zip(files)
+            .map(|(j, f)| PlannedOut {
+                file: f.display().to_string(),
+                name: j.name.clone(),
+                placement: j.assignment.as_ref().map(|a| PlacementOut {
+                    gpu: a.gpu_index,
+                    profile: a.profile.clone(),
+                    start_slice: a.start_slice,
+                    mps_share: a.mps_share,
+                }),
+                reason: (!j.reason.is_empty()).then(|| j.reason.clone()),
+            })
+            .collect(),
+    };
+    if fmt == Format::Json {
+        print_json(&out);
+        return;
+    }
+    match out.stp {
+        Some(stp) => println!(
+            "planner {}, predicted system throughput {stp:.2}",
+            out.planner
+        ),
+        None => println!("planner {}", out.planner),
+    }
+    if out.steps.is_empty() {
+        println!("layout: unchanged");
+    } else {
+        println!("layout changes:");
+        for s in &out.steps {
+            match s.instance_id {
+                Some(id) => println!(
+                    "  destroy {} (instance {id}) on gpu {} at slice {}",
+                    s.profile, s.gpu, s.start_slice
+                ),
+                None => println!(
+                    "  create {} on gpu {} at slice {}",
+                    s.profile, s.gpu, s.start_slice
+                ),
+            }
+        }
+    }
+    println!("jobs:");
+    for j in &out.jobs {
+        match &j.placement {
+            Some(p) => println!(
+                "  {} ({}): gpu {} {}@{}, MPS {}%",
+                j.file, j.name, p.gpu, p.profile, p.start_slice, p.mps_share
+            ),
+            None => println!(
+                "  {} ({}): would wait: {}",
+                j.file,
+                j.name,
+                j.reason.as_deref().unwrap_or("")
+            ),
+        }
+    }
+    println!("(a dry run: nothing changed)");
+}

@@ -3,7 +3,7 @@
 use std::pin::Pin;
 
 use mmk_core::{FieldError, JobState, ServiceError};
-use mmk_partitioner::{GpuState, layout};
+use mmk_partitioner::{GpuState, Slot, Step, layout};
 use mmk_proto::v1::{
     self, job_service_server::JobService, node_service_server::NodeService,
     partition_service_server::PartitionService,
@@ -289,8 +289,95 @@ fn partitions_of(g: &GpuState, jobs: &[JobRecord]) -> Vec<v1::Partition> {
         .collect()
 }
 
+/// A profile's name on a GPU, or "whole" for a GPU with MIG off.
+fn profile_name(gpus: &[GpuState], slot: Slot) -> String {
+    let g = gpus.iter().find(|g| g.index == slot.gpu);
+    match slot.profile_id {
+        None => "whole".into(),
+        Some(id) => g
+            .and_then(|g| g.model.profile(id))
+            .map_or_else(|| id.to_string(), |p| p.name.clone()),
+    }
+}
+
 #[tonic::async_trait]
 impl PartitionService for PartitionApi {
+    async fn plan_jobs(
+        &self,
+        req: Request<v1::PlanJobsRequest>,
+    ) -> Result<Response<v1::PlanJobsResponse>, Status> {
+        let req = req.into_inner();
+        if req.specs.is_empty() {
+            return Err(invalid("specs", "give at least one job"));
+        }
+        let specs = req
+            .specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                spec_from_proto(s).map_err(|mut e| {
+                    e.field = format!("specs[{i}].{}", e.field);
+                    status(e.into())
+                })
+            })
+            .collect::<Result<Vec<_>, Status>>()?;
+        let (gpus, plan, ids) = self.node.dry_run(&specs).await.map_err(status)?;
+        let steps = plan
+            .steps
+            .iter()
+            .map(|s| {
+                let (kind, slot, instance) = match s {
+                    Step::Create { slot } => (v1::layout_step::Kind::Create, *slot, 0),
+                    Step::Destroy { slot, instance } => {
+                        (v1::layout_step::Kind::Destroy, *slot, *instance)
+                    }
+                };
+                v1::LayoutStep {
+                    kind: kind as i32,
+                    gpu_index: slot.gpu,
+                    profile: profile_name(&gpus, slot),
+                    start_slice: u32::from(slot.start),
+                    instance_id: instance,
+                }
+            })
+            .collect();
+        let jobs = specs
+            .iter()
+            .zip(&ids)
+            .map(|(spec, id)| {
+                let placed = plan.placements.iter().find(|p| p.job == *id);
+                v1::PlannedJob {
+                    name: spec.name.clone(),
+                    assignment: placed.map(|p| v1::Assignment {
+                        gpu_index: p.slot.gpu,
+                        gpu_uuid: gpus
+                            .iter()
+                            .find(|g| g.index == p.slot.gpu)
+                            .map(|g| g.uuid.clone())
+                            .unwrap_or_default(),
+                        instance_id: 0,
+                        device_uuid: String::new(),
+                        profile: profile_name(&gpus, p.slot),
+                        start_slice: u32::from(p.slot.start),
+                        mps_share: u32::from(p.mps_share),
+                    }),
+                    reason: plan
+                        .queued
+                        .iter()
+                        .find(|q| q.job == *id)
+                        .map(|q| q.reason.clone())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        Ok(Response::new(v1::PlanJobsResponse {
+            steps,
+            jobs,
+            planner: self.node.planner_name().into(),
+            stp: plan.stp,
+        }))
+    }
+
     async fn list_partitions(
         &self,
         _req: Request<v1::ListPartitionsRequest>,

@@ -13,7 +13,7 @@ use mmk_core::spec::RestartPolicy;
 use mmk_core::units::format_mib;
 use mmk_core::{FieldError, JobClass, JobSpec, JobState, ServiceError, ServiceResult, now_ms};
 use mmk_partitioner::plan::largest_partition_mib;
-use mmk_partitioner::{GpuState, JobDemand, JobProfile, NodeState, Planner, Slot, Step};
+use mmk_partitioner::{GpuState, JobDemand, JobProfile, NodeState, Plan, Planner, Slot, Step};
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{info, instrument, warn};
@@ -227,6 +227,29 @@ impl Node {
             )));
         }
         Ok(job)
+    }
+
+    /// A dry run: the plan if `specs` were submitted now, next to the jobs the node has.
+    /// Returns the GPUs it planned on, the plan, and the IDs the specs stood under in it.
+    pub async fn dry_run(
+        &self,
+        specs: &[JobSpec],
+    ) -> ServiceResult<(Vec<GpuState>, Plan, Vec<u64>)> {
+        let jobs = self
+            .list(
+                &[JobState::Queued, JobState::Starting, JobState::Running],
+                None,
+            )
+            .await?;
+        let gpus = self.gpus().await?;
+        let mut demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
+        // Hypothetical jobs come after every stored one, in the order given.
+        let first = jobs.iter().map(|j| j.id).max().unwrap_or(0) + 1_000_000;
+        let ids: Vec<u64> = (0..specs.len() as u64).map(|i| first + i).collect();
+        demands.extend(specs.iter().zip(&ids).map(|(s, id)| waiting_demand(*id, s)));
+        let node = NodeState { gpus };
+        let plan = self.inner.planner.plan(&node, &demands);
+        Ok((node.gpus, plan, ids))
     }
 
     /// The GPUs as the backend reports them now.
@@ -751,9 +774,19 @@ impl Node {
 /// profile of its workload (an unknown profile for command jobs until they are profiled).
 fn demand(j: &JobRecord) -> JobDemand {
     let active = j.state.is_active();
-    let profile = match &j.spec.task {
+    let mut d = waiting_demand(j.id, &j.spec);
+    if let Some(a) = j.assignment.as_ref().filter(|_| active) {
+        d.placed = Some(a.slot);
+        d.mps_share = a.mps_share;
+    }
+    d
+}
+
+/// A job that waits, as the planner sees it.
+fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
+    let profile = match &spec.task {
         mmk_core::Task::Workload(w) => mmk_core::workload::find(&w.name).map(|wl| JobProfile {
-            class: j.spec.class,
+            class: spec.class,
             sm_demand: wl.sm_demand,
             bw_demand: wl.bw_demand,
             solo_latency_ms: wl.solo_latency_ms,
@@ -761,22 +794,14 @@ fn demand(j: &JobRecord) -> JobDemand {
         mmk_core::Task::Command(_) => None,
     };
     JobDemand {
-        id: j.id,
-        class: j.spec.class,
-        memory_mib: j.spec.gpu_memory_mib,
-        priority: j.spec.priority,
-        placed: if active {
-            j.assignment.as_ref().map(|a| a.slot)
-        } else {
-            None
-        },
-        mps_share: j
-            .assignment
-            .as_ref()
-            .filter(|_| active)
-            .map_or(100, |a| a.mps_share),
-        slo_ms: j.spec.slo_ms,
-        profile: profile.unwrap_or_else(|| JobProfile::unknown(j.spec.class)),
+        id,
+        class: spec.class,
+        memory_mib: spec.gpu_memory_mib,
+        priority: spec.priority,
+        placed: None,
+        mps_share: 100,
+        slo_ms: spec.slo_ms,
+        profile: profile.unwrap_or_else(|| JobProfile::unknown(spec.class)),
     }
 }
 

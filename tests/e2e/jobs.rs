@@ -470,3 +470,67 @@ async fn the_mmk_planner_sets_mps_shares_that_reach_the_job() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn partitions_plan_is_a_dry_run() {
+    let d = Daemon::start_with("a100-80gb:1", &["--planner", "mmk"]);
+    let mut c = d.clients().await;
+    let first = d.submit(
+        "--offline",
+        "name: first\ngpu_memory: 30GiB\nworkload:\n  name: mobilenet-inference\n  duration: 10h\n",
+    );
+    wait_state(&mut c, first, v1::JobState::Running).await;
+    let before = d.ctl_json(&["partitions", "show"]);
+
+    let small = d.job_file(
+        "small.yaml",
+        "name: small\nclass: online\ngpu_memory: 4GiB\nslo: 50ms\nworkload:\n  name: resnet18-inference\n",
+    );
+    let huge = d.job_file(
+        "huge.yaml",
+        "name: huge\nclass: offline\ngpu_memory: 200GiB\nworkload:\n  name: bert-train\n",
+    );
+    let out = d.ctl(&["partitions", "plan", &small, &huge]);
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        table.starts_with("planner mmk, predicted system throughput "),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("  {small} (small): gpu 0 ")),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("  {huge} (huge): would wait: needs 200GiB")),
+        "{table}"
+    );
+    assert!(table.ends_with("(a dry run: nothing changed)\n"), "{table}");
+
+    let plan = d.ctl_json(&["partitions", "plan", &small, &huge]);
+    assert_eq!(plan["planner"], "mmk");
+    assert_eq!(plan["jobs"][0]["name"], "small");
+    assert!(
+        plan["jobs"][0]["placement"]["mps_share"]
+            .as_u64()
+            .is_some_and(|s| (10..=100).contains(&s))
+    );
+    assert_eq!(plan["jobs"][1]["placement"], Value::Null);
+
+    // Nothing changed on the node.
+    assert_eq!(d.ctl_json(&["partitions", "show"]), before);
+    assert_eq!(d.ctl_json(&["jobs"]).as_array().map(Vec::len), Some(1));
+
+    // A bad file is refused like `submit` refuses it.
+    let bad = d.job_file(
+        "bad.yaml",
+        "name: bad\nclass: offline\ngpu_memory: 0\nworkload:\n  name: bert-train\n",
+    );
+    let out = d.ctl(&["partitions", "plan", &bad]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("line 3: gpu_memory"),
+        "{}",
+        text(&out.stderr)
+    );
+}
