@@ -13,7 +13,7 @@ use mmk_partitioner::{Instance, Placement, Slot};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, SqliteConnection, SqlitePool};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -417,21 +417,8 @@ impl Store {
     }
 
     pub async fn add_instance(&self, rec: &InstanceRecord, now: i64) -> Result<()> {
-        sqlx::query(
-            "INSERT OR REPLACE INTO gpu_instances (gpu_uuid, gpu_index, start_slice, profile_id, size_slices, instance_id, device_uuid, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&rec.gpu_uuid)
-        .bind(rec.gpu_index)
-        .bind(rec.instance.placement.start)
-        .bind(rec.instance.profile_id)
-        .bind(rec.instance.placement.size)
-        .bind(rec.instance.id)
-        .bind(&rec.instance.uuid)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let mut conn = self.pool.acquire().await?;
+        upsert_instance(&mut conn, rec, now).await
     }
 
     /// Records a layout step before it is applied; returns its ID.
@@ -455,20 +442,7 @@ impl Store {
     /// A create step succeeded: the instance and the step's end, in one transaction.
     pub async fn finish_create(&self, step: i64, rec: &InstanceRecord, now: i64) -> Result<()> {
         let mut tx = self.write().await?;
-        sqlx::query(
-            "INSERT OR REPLACE INTO gpu_instances (gpu_uuid, gpu_index, start_slice, profile_id, size_slices, instance_id, device_uuid, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&rec.gpu_uuid)
-        .bind(rec.gpu_index)
-        .bind(rec.instance.placement.start)
-        .bind(rec.instance.profile_id)
-        .bind(rec.instance.placement.size)
-        .bind(rec.instance.id)
-        .bind(&rec.instance.uuid)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        upsert_instance(&mut tx, rec, now).await?;
         sqlx::query(
             "UPDATE layout_steps SET state = 'done', instance_id = ?, finished_at = ? WHERE id = ?",
         )
@@ -490,11 +464,7 @@ impl Store {
         now: i64,
     ) -> Result<()> {
         let mut tx = self.write().await?;
-        sqlx::query("DELETE FROM gpu_instances WHERE gpu_uuid = ? AND start_slice = ?")
-            .bind(gpu_uuid)
-            .bind(start)
-            .execute(&mut *tx)
-            .await?;
+        delete_instance(&mut tx, gpu_uuid, start).await?;
         sqlx::query("UPDATE layout_steps SET state = 'done', finished_at = ? WHERE id = ?")
             .bind(now)
             .bind(step)
@@ -546,13 +516,41 @@ impl Store {
     }
 
     pub async fn remove_instance(&self, gpu_uuid: &str, start: u8) -> Result<()> {
-        sqlx::query("DELETE FROM gpu_instances WHERE gpu_uuid = ? AND start_slice = ?")
-            .bind(gpu_uuid)
-            .bind(start)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        let mut conn = self.pool.acquire().await?;
+        delete_instance(&mut conn, gpu_uuid, start).await
     }
+}
+
+/// Records an instance (replacing the record of its GPU and start slice).
+async fn upsert_instance(
+    conn: &mut SqliteConnection,
+    rec: &InstanceRecord,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT OR REPLACE INTO gpu_instances (gpu_uuid, gpu_index, start_slice, profile_id, size_slices, instance_id, device_uuid, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&rec.gpu_uuid)
+    .bind(rec.gpu_index)
+    .bind(rec.instance.placement.start)
+    .bind(rec.instance.profile_id)
+    .bind(rec.instance.placement.size)
+    .bind(rec.instance.id)
+    .bind(&rec.instance.uuid)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn delete_instance(conn: &mut SqliteConnection, gpu_uuid: &str, start: u8) -> Result<()> {
+    sqlx::query("DELETE FROM gpu_instances WHERE gpu_uuid = ? AND start_slice = ?")
+        .bind(gpu_uuid)
+        .bind(start)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 async fn insert_event(
