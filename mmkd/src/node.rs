@@ -467,6 +467,10 @@ impl Node {
         if !job.state.is_active() {
             return;
         }
+        if exit.run != job.restarts {
+            // A late exit of an earlier run (the job was restarted since).
+            return;
+        }
         self.release(&job);
         let cancelled = self
             .inner
@@ -761,6 +765,7 @@ impl Node {
                     .unwrap_or_else(|p| p.into_inner())
                     .push(Exit {
                         job: job.id,
+                        run: job.restarts,
                         outcome: Outcome::NotStarted(why),
                     });
                 self.inner.kick.notify_one();

@@ -55,6 +55,9 @@ impl Outcome {
 #[derive(Debug, Clone)]
 pub struct Exit {
     pub job: u64,
+    /// Which run of the job ended (its restart count when it started): an exit of an
+    /// earlier run that arrives late is told apart from the current one.
+    pub run: u32,
     pub outcome: Outcome,
 }
 
@@ -183,6 +186,7 @@ impl Runner {
                 },
             );
         let job = l.job;
+        let generation = l.restarts;
         let running = Arc::clone(&self.running);
         let exits = self.exits.clone();
         tokio::spawn(async move {
@@ -191,7 +195,11 @@ impl Runner {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&job);
-            let _ = exits.send(Exit { job, outcome });
+            let _ = exits.send(Exit {
+                job,
+                run: generation,
+                outcome,
+            });
             let _ = done_tx.send(true);
         });
         Ok(pid)
