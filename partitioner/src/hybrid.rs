@@ -33,7 +33,7 @@
 //!   which the simulator models, not the planner) and picks the layout that maximizes
 //!   predicted throughput; jobs wait FCFS when nothing fits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use mmk_core::JobClass;
@@ -57,6 +57,9 @@ pub struct HybridOptions {
     pub reconfig_cost: f64,
     /// Try the current layout before any reconfiguration.
     pub mps_first: bool,
+    /// Predicted STP a move costs (restarting a checkpointable job with another share);
+    /// `None`: placed jobs never move.
+    pub move_cost: Option<f64>,
 }
 
 /// MPS shares are chosen in steps of this many percent (DESIGN item 6).
@@ -97,6 +100,7 @@ impl Hybrid {
                 contention_aware: true,
                 reconfig_cost: 0.05,
                 mps_first: true,
+                move_cost: Some(0.1),
             },
         )
     }
@@ -111,6 +115,7 @@ impl Hybrid {
                 contention_aware: false,
                 reconfig_cost: 0.0,
                 mps_first: false,
+                move_cost: None,
             },
         )
     }
@@ -125,6 +130,7 @@ impl Hybrid {
                 contention_aware: false,
                 reconfig_cost: 0.0,
                 mps_first: false,
+                move_cost: None,
             },
         )
     }
@@ -418,42 +424,146 @@ impl Hybrid {
             .collect()
     }
 
-    /// Step 2: each waiting job into the existing partition where it adds the most STP.
+    /// Step 2: each waiting job into the existing partition where it adds the most STP,
+    /// re-choosing the shares of the partition's checkpointable offline jobs when that
+    /// pays for their restart (Algorithm 1, line 9; DESIGN item 8).
     fn mps_first(
         &self,
         jobs: &[JobDemand],
         plans: &mut [GpuPlan],
         waiting: &mut Vec<usize>,
         slo_blocked: &mut [bool],
+        moved: &mut BTreeSet<usize>,
     ) {
         let mut still = Vec::new();
         for &j in waiting.iter() {
-            let mut best: Option<(f64, usize, usize, u8)> = None;
+            // (gain, gpu, partition, the partition's new members, jobs it moves)
+            let mut best: Option<(f64, usize, usize, Vec<Member>, Vec<usize>)> = None;
             for (gi, gp) in plans.iter().enumerate() {
                 for (pi, part) in gp.parts.iter().enumerate() {
                     if part.free_mib(jobs) < jobs[j].memory_mib {
                         continue;
                     }
+                    let now = self.part_stp(jobs, part);
+                    let mut consider = |gain: f64, members: Vec<Member>, moves: Vec<usize>| {
+                        if best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-12) {
+                            best = Some((gain, gi, pi, members, moves));
+                        }
+                    };
                     match self.mps_config(jobs, part, j) {
                         Ok((share, stp)) => {
-                            let gain = stp - self.part_stp(jobs, part);
-                            if best.is_none_or(|(g, ..)| gain > g + 1e-12) {
-                                best = Some((gain, gi, pi, share));
-                            }
+                            let mut members = part.members.clone();
+                            members.push(Member { job: j, share });
+                            consider(stp - now, members, Vec::new());
                         }
                         Err(Refusal::Slo) => slo_blocked[j] = true,
                         Err(Refusal::Room) => {}
                     }
+                    if let Some((members, stp, moves)) = self.rebalance(jobs, part, j) {
+                        let cost = self.options.move_cost.unwrap_or(0.0)
+                            * moves.iter().filter(|m| !moved.contains(m)).count() as f64;
+                        // A move must pay for its restart.
+                        if stp - cost - now > 0.0 {
+                            consider(stp - cost - now, members, moves);
+                        }
+                    }
                 }
             }
             match best {
-                Some((_, gi, pi, share)) => {
-                    plans[gi].parts[pi].members.push(Member { job: j, share })
+                Some((_, gi, pi, members, moves)) => {
+                    plans[gi].parts[pi].members = members;
+                    moved.extend(moves);
                 }
                 None => still.push(j),
             }
         }
         *waiting = still;
+    }
+
+    /// MPSConfig over a newcomer and the partition's movable jobs together: the shares of
+    /// the jobs that cannot move stay, the rest is shared out again (module docs). Returns
+    /// the members, their STP, and the movable jobs whose share changed.
+    fn rebalance(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        new: usize,
+    ) -> Option<(Vec<Member>, f64, Vec<usize>)> {
+        self.options.move_cost?;
+        if !self.options.share_partitions {
+            return None;
+        }
+        let movable = |m: &Member| jobs[m.job].movable && jobs[m.job].placed.is_some();
+        let before: Vec<Member> = part.members.clone();
+        let n_movable = before.iter().filter(|m| movable(m)).count();
+        if n_movable == 0 {
+            return None;
+        }
+        let fixed: u32 = before
+            .iter()
+            .filter(|m| !movable(m))
+            .map(|m| u32::from(m.share))
+            .sum();
+        let room = 100u32.saturating_sub(fixed);
+        if room < u32::from(SHARE_STEP) * (n_movable as u32 + 1) {
+            return None;
+        }
+        let mut members: Vec<Member> = before
+            .iter()
+            .map(|m| Member {
+                job: m.job,
+                share: if movable(m) { SHARE_STEP } else { m.share },
+            })
+            .collect();
+        members.push(Member {
+            job: new,
+            share: SHARE_STEP,
+        });
+        let me = members.len() - 1;
+        let adjustable: Vec<usize> = (0..members.len())
+            .filter(|&i| i == me || movable(&members[i]))
+            .collect();
+        let used =
+            |ms: &[Member]| -> u32 { adjustable.iter().map(|&i| u32::from(ms[i].share)).sum() };
+        let mut perf = self.perf(jobs, &part.shape, &members);
+        while !slo_met(&jobs[new], perf[me]) {
+            if used(&members) + u32::from(SHARE_STEP) > room {
+                return None;
+            }
+            members[me].share += SHARE_STEP;
+            perf = self.perf(jobs, &part.shape, &members);
+        }
+        if !Self::slos_met(jobs, &members, &perf) {
+            return None;
+        }
+        let mut stp: f64 = perf.iter().sum();
+        while used(&members) + u32::from(SHARE_STEP) <= room {
+            let mut best: Option<(f64, usize)> = None;
+            for &i in &adjustable {
+                members[i].share += SHARE_STEP;
+                let p = self.perf(jobs, &part.shape, &members);
+                let gain = p.iter().sum::<f64>() - stp;
+                if Self::slos_met(jobs, &members, &p) && best.is_none_or(|(g, _)| gain > g + 1e-12)
+                {
+                    best = Some((gain, i));
+                }
+                members[i].share -= SHARE_STEP;
+            }
+            match best {
+                Some((gain, i)) if gain > 1e-9 => {
+                    members[i].share += SHARE_STEP;
+                    stp += gain;
+                }
+                _ => break,
+            }
+        }
+        let moves = before
+            .iter()
+            .zip(&members)
+            .filter(|(b, a)| movable(b) && b.share != a.share)
+            .map(|(b, _)| b.job)
+            .collect();
+        Some((members, stp, moves))
     }
 
     /// Step 3 for one GPU: the best candidate layout for the waiting jobs, as
@@ -681,9 +791,10 @@ impl Planner for Hybrid {
             )
         });
         let mut slo_blocked = vec![false; jobs.len()];
+        let mut moved = BTreeSet::new();
 
         if self.options.mps_first {
-            self.mps_first(jobs, &mut plans, &mut waiting, &mut slo_blocked);
+            self.mps_first(jobs, &mut plans, &mut waiting, &mut slo_blocked, &mut moved);
         }
         while !waiting.is_empty() {
             let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
@@ -744,6 +855,16 @@ impl Planner for Hybrid {
             Step::Create { slot } => (1, *slot),
         });
         out.placements.sort_by_key(|p| p.job);
+        out.moves = moved
+            .into_iter()
+            .filter(|&j| {
+                let p = out.placements.iter().find(|p| p.job == jobs[j].id);
+                p.is_some_and(|p| {
+                    Some(p.slot) != jobs[j].placed || p.mps_share != jobs[j].mps_share
+                })
+            })
+            .map(|j| jobs[j].id)
+            .collect();
         let largest = largest_partition_mib(node);
         waiting.sort_by_key(|&j| jobs[j].id);
         for j in waiting {
@@ -1027,6 +1148,54 @@ mod tests {
         gpus.sort_unstable();
         gpus.dedup();
         assert_eq!(gpus, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_checkpointable_job_makes_room_by_moving() {
+        let mut g = gpu("a100-80gb", 0);
+        g.instances.push(Instance {
+            id: 1,
+            profile_id: 0,
+            placement: Placement { start: 0, size: 8 },
+            uuid: "MIG-1".into(),
+        });
+        let node = NodeState { gpus: vec![g] };
+        let whole = Slot {
+            gpu: 0,
+            start: 0,
+            profile_id: Some(0),
+        };
+        let mut trainer = job(1, JobClass::Offline, 30, 0.85, 0.45);
+        trainer.placed = Some(whole);
+        trainer.mps_share = 100;
+        let mut serving = job(2, JobClass::Online, 4, 0.25, 0.35);
+        serving.profile.solo_latency_ms = Some(3.0);
+        serving.slo_ms = Some(50);
+
+        // The trainer cannot move: the partition has no share left and the 7g covers
+        // every slice, so the newcomer waits.
+        let plan = mmk().plan(&node, &[trainer.clone(), serving.clone()]);
+        assert!(plan.moves.is_empty());
+        assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
+
+        // It declared checkpointing: it restarts with a smaller share, and both run.
+        trainer.movable = true;
+        let plan = mmk().plan(&node, &[trainer, serving]);
+        assert_eq!(plan.moves, [1]);
+        assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+        let t = plan
+            .placements
+            .iter()
+            .find(|p| p.job == 1)
+            .expect("trainer");
+        let s = plan
+            .placements
+            .iter()
+            .find(|p| p.job == 2)
+            .expect("serving");
+        assert_eq!((t.slot, s.slot), (whole, whole));
+        assert!(t.mps_share < 100 && u32::from(t.mps_share) + u32::from(s.mps_share) <= 100);
+        assert!(plan.steps.is_empty(), "a move needs no MIG change here");
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct JobDemand {
     /// Online jobs: the latency objective, in ms.
     pub slo_ms: Option<u64>,
     pub profile: JobProfile,
+    /// The job can be stopped and restarted elsewhere or with another share (an offline
+    /// job that declared `checkpoint: true`, DESIGN.md item 8).
+    pub movable: bool,
 }
 
 impl JobDemand {
@@ -57,6 +60,7 @@ impl JobDemand {
             mps_share: 100,
             slo_ms: None,
             profile: JobProfile::unknown(class),
+            movable: false,
         }
     }
 }
@@ -93,6 +97,9 @@ pub struct Plan {
     /// Predicted system throughput after the plan (sum of normalized performance), when
     /// the planner uses a performance model.
     pub stp: Option<f64>,
+    /// Placed jobs the plan restarts with another partition or share (checkpoint and
+    /// restart); their new place is in `placements`.
+    pub moves: Vec<u64>,
 }
 
 /// Chooses layouts and placements. Implementations are pure and deterministic.

@@ -1,6 +1,7 @@
 //! Invariants every planner keeps, on random nodes and jobs (proptest):
 //! - a plan never loses a job: each one is placed or queued, once;
-//! - placed jobs stay where they are, with their share;
+//! - placed jobs stay where they are, with their share, unless the plan moves them, and
+//!   only checkpointable offline jobs move;
 //! - every job fits its partition's memory;
 //! - MPS shares within a partition sum to at most 100 (planners that set limits);
 //! - every layout the steps produce is valid for its GPU model;
@@ -107,6 +108,8 @@ fn arb_case() -> impl Strategy<Value = Case> {
                     bw_demand: bw,
                     solo_latency_ms: None,
                 };
+                // Every other offline job declared checkpointing.
+                j.movable = class == JobClass::Offline && n % 2 == 0;
                 let slots: Vec<(Slot, u64)> = node
                     .gpus
                     .iter()
@@ -181,10 +184,14 @@ proptest! {
             all.sort_unstable();
             prop_assert_eq!(&seen, &all, "{}", name);
 
-            // Placed jobs stay, with their share.
+            // Placed jobs stay, with their share, unless the plan moves them; only
+            // checkpointable offline jobs move.
             for j in case.jobs.iter().filter(|j| j.placed.is_some()) {
                 let p = plan.placements.iter().find(|x| x.job == j.id);
-                prop_assert!(p.is_some_and(|p| Some(p.slot) == j.placed && p.mps_share == j.mps_share), "{} moved job {}", name, j.id);
+                prop_assert!(p.is_some(), "{} dropped placed job {}", name, j.id);
+                let stays = p.is_some_and(|p| Some(p.slot) == j.placed && p.mps_share == j.mps_share);
+                prop_assert_eq!(!stays, plan.moves.contains(&j.id), "{}: job {} moved without being listed, or listed without moving", name, j.id);
+                prop_assert!(stays || j.movable, "{} moved job {}, which cannot move", name, j.id);
             }
 
             // Memory and shares per partition.
