@@ -80,6 +80,10 @@ type Layout = Vec<(u32, u8)>;
 /// A candidate: its partitions, and the empty instances it destroys (slot, driver ID).
 type Candidate = (Vec<Part>, Vec<(Slot, u32)>);
 
+/// Where MPS-first puts a job: (gain, GPU, partition, the partition's new members, the
+/// jobs it moves).
+type Choice = (f64, usize, usize, Vec<Member>, Vec<usize>);
+
 impl Hybrid {
     pub fn new(name: &'static str, model: Arc<dyn PerfModel>, options: HybridOptions) -> Hybrid {
         Hybrid {
@@ -437,8 +441,7 @@ impl Hybrid {
     ) {
         let mut still = Vec::new();
         for &j in waiting.iter() {
-            // (gain, gpu, partition, the partition's new members, jobs it moves)
-            let mut best: Option<(f64, usize, usize, Vec<Member>, Vec<usize>)> = None;
+            let mut best: Option<Choice> = None;
             for (gi, gp) in plans.iter().enumerate() {
                 for (pi, part) in gp.parts.iter().enumerate() {
                     if part.free_mib(jobs) < jobs[j].memory_mib {
