@@ -599,7 +599,32 @@ impl Node {
             self.gpus().await?
         };
 
-        let by_id: HashMap<u64, &JobRecord> = jobs.iter().map(|j| (j.id, j)).collect();
+        let mut by_id: HashMap<u64, JobRecord> = jobs.iter().map(|j| (j.id, j.clone())).collect();
+        // Moves: the job checkpoints on SIGTERM and stops, goes back to the queue with one
+        // more restart, and the launches below start it at its new place.
+        for id in &plan.moves {
+            let (Some(job), Some(to)) = (
+                by_id.get(id).filter(|j| j.state.is_active()),
+                plan.placements.iter().find(|p| p.job == *id),
+            ) else {
+                continue;
+            };
+            let from = job.assignment.as_ref().map_or(100, |a| a.mps_share);
+            self.inner.runner.stop(*id).await;
+            self.release(job);
+            let reason = format!(
+                "moved: MPS share {from}% -> {}% (checkpoint and restart)",
+                to.mps_share
+            );
+            let change = Change {
+                restart: true,
+                ..Change::default()
+            };
+            let moved = self
+                .transition(*id, JobState::Queued, &reason, change)
+                .await?;
+            by_id.insert(*id, moved);
+        }
         for p in &plan.placements {
             let Some(job) = by_id.get(&p.job).filter(|j| j.state == JobState::Queued) else {
                 continue;
@@ -807,6 +832,7 @@ fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
         mps_share: 100,
         slo_ms: spec.slo_ms,
         profile: profile.unwrap_or_else(|| JobProfile::unknown(spec.class)),
+        movable: spec.checkpoint && spec.class == JobClass::Offline,
     }
 }
 

@@ -534,3 +534,57 @@ async fn partitions_plan_is_a_dry_run() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn mmk_moves_a_checkpointable_job_to_make_room() {
+    let d = Daemon::start_with("a100-80gb:1", &["--planner", "mmk"]);
+    let mut c = d.clients().await;
+    let trainer = d.submit(
+        "--offline",
+        "name: trainer\ngpu_memory: 30GiB\ncheckpoint: true\ncommand:\n  args: [sh, -c, 'echo start ${MMK_RESUME:-0} $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; exec sleep 300']\n",
+    );
+    let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
+    let before = t.assignment.expect("placed").mps_share;
+    assert_eq!(
+        before, 100,
+        "alone, the trainer (an unknown profile) takes the whole share"
+    );
+
+    let serving = d.submit(
+        "--online",
+        "name: serving\ngpu_memory: 4GiB\nslo: 50ms\nworkload:\n  name: resnet18-inference\n  duration: 10h\n",
+    );
+    let s = wait_state(&mut c, serving, v1::JobState::Running).await;
+    let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
+    assert_eq!(
+        t.restarts, 1,
+        "the trainer was restarted once: {}",
+        t.reason
+    );
+    let (ta, sa) = (
+        t.assignment.expect("trainer"),
+        s.assignment.expect("serving"),
+    );
+    assert_eq!(
+        (ta.start_slice, ta.profile.as_str()),
+        (sa.start_slice, sa.profile.as_str())
+    );
+    assert!(
+        ta.mps_share < 100 && ta.mps_share + sa.mps_share <= 100,
+        "{} + {}",
+        ta.mps_share,
+        sa.mps_share
+    );
+
+    // The move is in the job's history, and the second run resumed with its new share.
+    let log_file = std::path::Path::new(&t.log_dir).join("stdout.log");
+    let deadline = std::time::Instant::now() + crate::harness::PATIENCE;
+    let log = loop {
+        let l = std::fs::read_to_string(&log_file).unwrap_or_default();
+        if l.lines().count() >= 2 || std::time::Instant::now() > deadline {
+            break l;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(log, format!("start 0 100\nstart 1 {}\n", ta.mps_share));
+}
