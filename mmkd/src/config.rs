@@ -13,10 +13,8 @@ use crate::backend::sim::parse_sim_gpus;
 
 /// The simulated node when neither the flag nor the file names one.
 pub const DEFAULT_SIM_GPUS: &str = "a100-80gb:1";
-/// The planner when neither the flag nor the file names one. MMK's planner becomes the
-/// default once it can move checkpointable jobs (DESIGN.md item 8); without moves, its
-/// greedy MPS shares can keep later jobs waiting while memory is free.
-pub const DEFAULT_PLANNER: &str = "first-fit";
+/// The planner when neither the flag nor the file names one: MMK's hybrid scheduler.
+pub const DEFAULT_PLANNER: &str = "mmk";
 /// How long a job gets between SIGTERM and SIGKILL when it is cancelled or mmkd stops.
 pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -62,8 +60,8 @@ pub struct Args {
     /// Time between SIGTERM and SIGKILL when a job is stopped [default: 10s].
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub stop_grace: Option<Duration>,
-    /// How jobs are placed: first-fit, mmk, miger, miso, mps or default
-    /// [default: first-fit] (docs/mmkd.md).
+    /// How jobs are placed: mmk, first-fit, miger, miso, mps or default
+    /// [default: mmk] (docs/planner.md).
     #[arg(long, value_name = "NAME")]
     pub planner: Option<String>,
 }
@@ -235,6 +233,14 @@ mod tests {
         assert_eq!(c.sim_gpus.len(), 2);
         assert_eq!(c.sim_speed, 50.0);
         assert_eq!(c.stop_grace, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn mmk_plans_unless_told_otherwise() {
+        let c = Config::resolve(args(&[])).expect("defaults");
+        assert_eq!(c.planner, "mmk");
+        let c = Config::resolve(args(&["--planner", "first-fit"])).expect("valid");
+        assert_eq!(c.planner, "first-fit");
     }
 
     #[test]

@@ -433,6 +433,7 @@ impl Hybrid {
     /// pays for their restart (Algorithm 1, line 9; DESIGN item 8).
     fn mps_first(
         &self,
+        node: &NodeState,
         jobs: &[JobDemand],
         plans: &mut [GpuPlan],
         waiting: &mut Vec<usize>,
@@ -472,7 +473,12 @@ impl Hybrid {
                     }
                 }
             }
+            // MPS first, unless a partition carved from free slices would do better for
+            // this job even after paying for the reconfiguration: then the layout search
+            // (step 3) decides.
+            let carve = self.best_alone_in_free_slices(node, plans, jobs, j);
             match best {
+                Some((gain, ..)) if carve.is_some_and(|c| c > gain + 1e-9) => still.push(j),
                 Some((_, gi, pi, members, moves)) => {
                     plans[gi].parts[pi].members = members;
                     moved.extend(moves);
@@ -481,6 +487,54 @@ impl Hybrid {
             }
         }
         *waiting = still;
+    }
+
+    /// The most a job would add alone, at a full share, in a new instance on slices that no
+    /// instance holds now, minus the cost of creating it; `None` when no such instance fits.
+    fn best_alone_in_free_slices(
+        &self,
+        node: &NodeState,
+        plans: &[GpuPlan],
+        jobs: &[JobDemand],
+        j: usize,
+    ) -> Option<f64> {
+        let job = &jobs[j];
+        let mut best: Option<f64> = None;
+        for (g, gp) in node.gpus.iter().zip(plans) {
+            if !g.mig_enabled || g.layout_fixed {
+                continue;
+            }
+            let existing: Vec<(u32, u8)> = gp
+                .parts
+                .iter()
+                .filter_map(|p| p.slot.profile_id.map(|id| (id, p.slot.start)))
+                .collect();
+            for p in g
+                .model
+                .profiles
+                .iter()
+                .filter(|p| !p.media_extensions && p.memory_mib >= job.memory_mib)
+            {
+                let fits = p.starts.iter().any(|&s| {
+                    let mut l = existing.clone();
+                    l.push((p.id, s));
+                    layout::validate(&g.model, &l).is_ok()
+                });
+                if !fits {
+                    continue;
+                }
+                let (shape, _) = shape_of(g, Some(p.id));
+                let perf = self.model.estimate(&job.profile, &shape, 100, &[]);
+                if !slo_met(job, perf) {
+                    continue;
+                }
+                let gain = perf - self.options.reconfig_cost;
+                if best.is_none_or(|b| gain > b) {
+                    best = Some(gain);
+                }
+            }
+        }
+        best
     }
 
     /// MPSConfig over a newcomer and the partition's movable jobs together: the shares of
@@ -658,7 +712,8 @@ impl Hybrid {
 
         let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
         for (mut parts, destroyed) in cands {
-            parts.sort_by_key(|p| p.slot);
+            // Re-pack into empty partitions first, then into busy ones.
+            parts.sort_by_key(|p| (!p.members.is_empty(), p.slot));
             let mut placed = Vec::new();
             for &j in waiting {
                 let mut refused_for_slo = false;
@@ -797,7 +852,14 @@ impl Planner for Hybrid {
         let mut moved = BTreeSet::new();
 
         if self.options.mps_first {
-            self.mps_first(jobs, &mut plans, &mut waiting, &mut slo_blocked, &mut moved);
+            self.mps_first(
+                node,
+                jobs,
+                &mut plans,
+                &mut waiting,
+                &mut slo_blocked,
+                &mut moved,
+            );
         }
         while !waiting.is_empty() {
             let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;

@@ -70,6 +70,12 @@ impl Daemon {
             } else {
                 &["--sim-speed", "100"][..]
             })
+            // First fit, whose layouts the tests can state, unless the test names a planner.
+            .args(if extra.contains(&"--planner") {
+                &[][..]
+            } else {
+                &["--planner", "first-fit"][..]
+            })
             .arg("--socket")
             .arg(dir.path().join("mmkd.sock"))
             .arg("--data-dir")
