@@ -177,6 +177,18 @@ pub fn maximal_layouts(model: &GpuModel) -> Vec<Layout> {
         .collect()
 }
 
+/// What a pass has decided so far.
+#[derive(Debug)]
+struct Progress {
+    plans: Vec<GpuPlan>,
+    /// Jobs not placed yet (indices into the jobs).
+    waiting: Vec<usize>,
+    /// Jobs refused somewhere only for their SLO.
+    slo_blocked: Vec<bool>,
+    /// Placed jobs the plan restarts with another share.
+    moved: BTreeSet<usize>,
+}
+
 /// A job in a partition.
 #[derive(Debug, Clone, Copy)]
 struct Member {
@@ -431,15 +443,13 @@ impl Hybrid {
     /// Step 2: each waiting job into the existing partition where it adds the most STP,
     /// re-choosing the shares of the partition's checkpointable offline jobs when that
     /// pays for their restart (Algorithm 1, line 9; DESIGN item 8).
-    fn mps_first(
-        &self,
-        node: &NodeState,
-        jobs: &[JobDemand],
-        plans: &mut [GpuPlan],
-        waiting: &mut Vec<usize>,
-        slo_blocked: &mut [bool],
-        moved: &mut BTreeSet<usize>,
-    ) {
+    fn mps_first(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress, defer: bool) {
+        let Progress {
+            plans,
+            waiting,
+            slo_blocked,
+            moved,
+        } = p;
         let mut still = Vec::new();
         for &j in waiting.iter() {
             let mut best: Option<Choice> = None;
@@ -476,7 +486,11 @@ impl Hybrid {
             // MPS first, unless a partition carved from free slices would do better for
             // this job even after paying for the reconfiguration: then the layout search
             // (step 3) decides.
-            let carve = self.best_alone_in_free_slices(node, plans, jobs, j);
+            let carve = if defer {
+                self.best_alone_in_free_slices(node, plans, jobs, j)
+            } else {
+                None
+            };
             match best {
                 Some((gain, ..)) if carve.is_some_and(|c| c > gain + 1e-9) => still.push(j),
                 Some((_, gi, pi, members, moves)) => {
@@ -837,7 +851,6 @@ impl Planner for Hybrid {
     }
 
     fn plan(&self, node: &NodeState, jobs: &[JobDemand]) -> Plan {
-        let mut plans = self.current(node, jobs);
         let mut waiting: Vec<usize> = (0..jobs.len())
             .filter(|&i| jobs[i].placed.is_none())
             .collect();
@@ -848,29 +861,34 @@ impl Planner for Hybrid {
                 jobs[i].id,
             )
         });
-        let mut slo_blocked = vec![false; jobs.len()];
-        let mut moved = BTreeSet::new();
+        let mut p = Progress {
+            plans: self.current(node, jobs),
+            waiting,
+            slo_blocked: vec![false; jobs.len()],
+            moved: BTreeSet::new(),
+        };
 
         if self.options.mps_first {
-            self.mps_first(
-                node,
-                jobs,
-                &mut plans,
-                &mut waiting,
-                &mut slo_blocked,
-                &mut moved,
-            );
+            self.mps_first(node, jobs, &mut p, true);
         }
-        while !waiting.is_empty() {
+        while !p.waiting.is_empty() {
             let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
             // GPUs in the same state get the same answer: compute it once per round.
             let mut seen: BTreeMap<String, Option<(f64, GpuPlan, Vec<usize>)>> = BTreeMap::new();
             for (gi, gpu) in node.gpus.iter().enumerate() {
-                let key = signature(gpu, &plans[gi]);
+                let key = signature(gpu, &p.plans[gi]);
                 let answer = match seen.get(&key) {
-                    Some(a) => a.clone().map(|(g, p, j)| (g, on_gpu(p, gpu.index), j)),
+                    Some(a) => a
+                        .clone()
+                        .map(|(g, plan, j)| (g, on_gpu(plan, gpu.index), j)),
                     None => {
-                        let a = self.best_layout(gpu, jobs, &plans[gi], &waiting, &mut slo_blocked);
+                        let a = self.best_layout(
+                            gpu,
+                            jobs,
+                            &p.plans[gi],
+                            &p.waiting,
+                            &mut p.slo_blocked,
+                        );
                         seen.insert(key, a.clone());
                         a
                     }
@@ -885,11 +903,22 @@ impl Planner for Hybrid {
             let Some((_, gi, plan, placed)) = best else {
                 break;
             };
-            let destroyed = std::mem::take(&mut plans[gi].destroyed);
-            plans[gi] = plan;
-            plans[gi].destroyed.extend(destroyed);
-            waiting.retain(|j| !placed.contains(j));
+            let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
+            p.plans[gi] = plan;
+            p.plans[gi].destroyed.extend(destroyed);
+            p.waiting.retain(|j| !placed.contains(j));
         }
+        // A job deferred to the layout search that found nothing better still takes the
+        // place MPS-first had for it.
+        if self.options.mps_first && !p.waiting.is_empty() {
+            self.mps_first(node, jobs, &mut p, false);
+        }
+        let Progress {
+            plans,
+            mut waiting,
+            slo_blocked,
+            moved,
+        } = p;
 
         let mut out = Plan::default();
         let mut stp = 0.0;
