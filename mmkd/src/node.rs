@@ -318,14 +318,14 @@ impl Node {
                 }
             }
             let requeue = job.spec.restart_policy == RestartPolicy::OnFailure
-                && job.restarts < job.spec.max_restarts;
+                && job.failure_restarts() < job.spec.max_restarts;
             let (to, reason, restart) = if requeue {
                 (
                     JobState::Queued,
                     format!(
                         "requeued: mmkd restarted while the job was {} (restart {} of {})",
                         job.state.as_str().to_lowercase(),
-                        job.restarts + 1,
+                        job.failure_restarts() + 1,
                         job.spec.max_restarts
                     ),
                     true,
@@ -471,7 +471,10 @@ impl Node {
             // A late exit of an earlier run (the job was restarted since).
             return;
         }
-        self.release(&job);
+        if !matches!(exit.outcome, Outcome::NotStarted(_)) {
+            // Only a run that started holds its instance.
+            self.release(&job);
+        }
         let cancelled = self
             .inner
             .cancelling
@@ -497,12 +500,12 @@ impl Node {
             )
             .await
         } else if job.spec.restart_policy == RestartPolicy::OnFailure
-            && job.restarts < job.spec.max_restarts
+            && job.failure_restarts() < job.spec.max_restarts
         {
             let reason = format!(
                 "requeued after it {} (restart {} of {})",
                 exit.outcome.describe(),
-                job.restarts + 1,
+                job.failure_restarts() + 1,
                 job.spec.max_restarts
             );
             self.transition(
@@ -609,15 +612,29 @@ impl Node {
             ) else {
                 continue;
             };
+            let cancelling = self
+                .inner
+                .cancelling
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(id);
+            // A run that already ended (its exit is on the way) or that is being
+            // cancelled is not moved; the next pass sees what became of it.
+            if cancelling || !self.inner.runner.is_running(*id) {
+                continue;
+            }
             let from = job.assignment.as_ref().map_or(100, |a| a.mps_share);
-            self.inner.runner.stop(*id).await;
+            if !self.inner.runner.stop(*id).await {
+                warn!(job = id, "a job to move did not stop; it stays where it is");
+                continue;
+            }
             self.release(job);
             let reason = format!(
                 "moved: MPS share {from}% -> {}% (checkpoint and restart)",
                 to.mps_share
             );
             let change = Change {
-                restart: true,
+                moved: true,
                 ..Change::default()
             };
             let moved = self

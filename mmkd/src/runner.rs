@@ -81,6 +81,8 @@ enum Stopper {
 
 #[derive(Debug)]
 struct Running {
+    /// Which run of the job this is (its restart count at start).
+    run: u32,
     stopper: Stopper,
     done: watch::Receiver<bool>,
 }
@@ -181,6 +183,7 @@ impl Runner {
             .insert(
                 l.job,
                 Running {
+                    run: l.restarts,
                     stopper,
                     done: done_rx,
                 },
@@ -191,10 +194,13 @@ impl Runner {
         let exits = self.exits.clone();
         tokio::spawn(async move {
             let outcome = run.await;
-            running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&job);
+            {
+                // Only this run's entry: a later run of the job may have replaced it.
+                let mut map = running.lock().unwrap_or_else(|p| p.into_inner());
+                if map.get(&job).is_some_and(|r| r.run == generation) {
+                    map.remove(&job);
+                }
+            }
             let _ = exits.send(Exit {
                 job,
                 run: generation,
@@ -251,13 +257,13 @@ impl Runner {
     }
 
     /// Stops a job: a workload at once; a process with SIGTERM to its process group, then
-    /// SIGKILL after the grace period. Returns when the job has ended (its [`Exit`] is
-    /// sent), or after the grace period and a few seconds more.
-    pub async fn stop(&self, job: u64) {
+    /// SIGKILL after the grace period. Returns whether the run has ended (its [`Exit`] is
+    /// sent), after the grace period and a few seconds more at most.
+    pub async fn stop(&self, job: u64) -> bool {
         let done = {
             let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
             let Some(r) = running.get_mut(&job) else {
-                return;
+                return true;
             };
             match &mut r.stopper {
                 Stopper::Workload(tx) => {
@@ -279,7 +285,7 @@ impl Runner {
             .await
             .is_ok()
         {
-            return;
+            return true;
         }
         if is_process.is_some() {
             if let Some(Running {
@@ -297,8 +303,11 @@ impl Runner {
                 );
                 signal_group(*pgid, libc::SIGKILL);
             }
-            let _ = tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d)).await;
+            return tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d))
+                .await
+                .is_ok();
         }
+        false
     }
 
     /// Stops every running job (on mmkd's shutdown).

@@ -69,8 +69,19 @@ pub struct JobRecord {
     pub updated_at: i64,
     pub assignment: Option<Assignment>,
     pub exit_code: Option<i32>,
+    /// Runs started after the first: restarts after a failure or a daemon restart, and
+    /// moves. It tells the runs of a job apart.
     pub restarts: u32,
+    /// How many of the restarts were moves (not counted against the restart policy).
+    pub moves: u32,
     pub pid: Option<u32>,
+}
+
+impl JobRecord {
+    /// Restarts that count against the restart policy (moves do not).
+    pub fn failure_restarts(&self) -> u32 {
+        self.restarts.saturating_sub(self.moves)
+    }
 }
 
 /// What a transition changes besides the state and the reason.
@@ -81,6 +92,8 @@ pub struct Change {
     pub pid: Option<u32>,
     /// Count one more restart (a requeue after failure or daemon restart).
     pub restart: bool,
+    /// Count one more restart that is a move.
+    pub moved: bool,
 }
 
 /// An event row: a state change of a job.
@@ -124,7 +137,7 @@ macro_rules! job_columns {
     () => {
         "id, spec, state, reason, submitted_at, started_at, finished_at, updated_at, \
          gpu_index, gpu_uuid, slot_start, slot_profile, profile, instance_id, device_uuid, \
-         mps_share, exit_code, restarts, pid"
+         mps_share, exit_code, restarts, moves, pid"
     };
 }
 
@@ -325,8 +338,14 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        if change.restart {
+        if change.restart || change.moved {
             sqlx::query("UPDATE jobs SET restarts = restarts + 1 WHERE id = ?")
+                .bind(sid)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if change.moved {
+            sqlx::query("UPDATE jobs SET moves = moves + 1 WHERE id = ?")
                 .bind(sid)
                 .execute(&mut *tx)
                 .await?;
@@ -618,6 +637,7 @@ fn job_from_row(r: &SqliteRow) -> Result<JobRecord> {
         assignment,
         exit_code: r.try_get("exit_code")?,
         restarts: r.try_get::<i64, _>("restarts")? as u32,
+        moves: r.try_get::<i64, _>("moves")? as u32,
         pid: r.try_get("pid")?,
     })
 }
@@ -758,6 +778,39 @@ mod tests {
             off.iter().map(|j| j.spec.name.as_str()).collect::<Vec<_>>(),
             ["a"]
         );
+    }
+
+    #[tokio::test]
+    async fn moves_count_apart_from_failure_restarts() {
+        let (_dir, s) = store().await;
+        let (job, _) = s.insert_job(&spec("a"), 1).await.expect("insert");
+        s.transition(job.id, JobState::Starting, "placed", Change::default(), 2)
+            .await
+            .expect("start");
+        s.transition(job.id, JobState::Running, "running", Change::default(), 3)
+            .await
+            .expect("run");
+        let moved = Change {
+            moved: true,
+            ..Change::default()
+        };
+        let (j, _) = s
+            .transition(job.id, JobState::Queued, "moved", moved, 4)
+            .await
+            .expect("move");
+        assert_eq!((j.restarts, j.moves, j.failure_restarts()), (1, 1, 0));
+        s.transition(job.id, JobState::Starting, "placed", Change::default(), 5)
+            .await
+            .expect("start");
+        let failed = Change {
+            restart: true,
+            ..Change::default()
+        };
+        let (j, _) = s
+            .transition(job.id, JobState::Queued, "failed", failed, 6)
+            .await
+            .expect("requeue");
+        assert_eq!((j.restarts, j.moves, j.failure_restarts()), (2, 1, 1));
     }
 
     #[tokio::test]

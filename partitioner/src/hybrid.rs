@@ -654,8 +654,10 @@ impl Hybrid {
         let empty: Vec<&Part> = now.parts.iter().filter(|p| p.members.is_empty()).collect();
 
         // Candidate part lists: the current layout, then each maximal layout that keeps
-        // every busy instance, deduplicated by the profiles it adds (positions do not
-        // change predictions, only which empty instances must go).
+        // every busy instance, deduplicated by the profiles it adds, keeping the one with
+        // the fewest steps. This is an approximation for speed: two layouts that add the
+        // same profiles at other positions predict the same for a job alone in each new
+        // instance, but re-packing may fill them differently.
         let mut cands: Vec<Candidate> = vec![(now.parts.clone(), Vec::new())];
         if reconfigurable {
             let mut seen: BTreeMap<Vec<u32>, usize> = BTreeMap::new();
@@ -714,7 +716,9 @@ impl Hybrid {
                 added.sort_unstable();
                 let steps = added.len() + destroyed.len();
                 match seen.get(&added) {
-                    Some(&k) if cands[k].1.len() + count_new(&cands[k].0) <= steps => continue,
+                    Some(&k) if cands[k].1.len() + count_new(&cands[k].0, &now.parts) <= steps => {
+                        continue;
+                    }
                     Some(&k) => cands[k] = (parts, destroyed),
                     None => {
                         seen.insert(added, cands.len());
@@ -785,7 +789,7 @@ impl Hybrid {
             if gpu.mig_enabled && layout::validate(model, &layout_ids).is_err() {
                 continue;
             }
-            let steps = count_new(&parts) + destroyed.len();
+            let steps = count_new(&parts, &now.parts) + destroyed.len();
             let stp: f64 = parts.iter().map(|p| self.part_stp(jobs, p)).sum();
             let gain = stp - self.options.reconfig_cost * steps as f64 - base;
             let better = match &best {
@@ -832,8 +836,13 @@ fn on_gpu(mut plan: GpuPlan, gpu: u32) -> GpuPlan {
     plan
 }
 
-fn count_new(parts: &[Part]) -> usize {
-    parts.iter().filter(|p| p.existing.is_none()).count()
+/// Instances a candidate creates beyond those `now` already plans (an earlier round of
+/// the same pass may have planned some; they are paid for once).
+fn count_new(parts: &[Part], now: &[Part]) -> usize {
+    parts
+        .iter()
+        .filter(|p| p.existing.is_none() && !now.iter().any(|q| q.slot == p.slot))
+        .count()
 }
 
 /// An online job with an SLO and a known solo latency meets the SLO at this normalized
@@ -948,6 +957,19 @@ impl Planner for Hybrid {
             Step::Destroy { slot, .. } => (0, *slot),
             Step::Create { slot } => (1, *slot),
         });
+        // A placed job whose partition the GPUs no longer show (destroyed behind mmk's back)
+        // keeps its placement: the planner never drops a job; mmkd's reconciler finds out.
+        for j in jobs.iter().filter(|j| j.placed.is_some()) {
+            if !out.placements.iter().any(|p| p.job == j.id)
+                && let Some(slot) = j.placed
+            {
+                out.placements.push(JobPlacement {
+                    job: j.id,
+                    slot,
+                    mps_share: j.mps_share,
+                });
+            }
+        }
         out.placements.sort_by_key(|p| p.job);
         out.moves = moved
             .into_iter()
@@ -1290,6 +1312,23 @@ mod tests {
         assert_eq!((t.slot, s.slot), (whole, whole));
         assert!(t.mps_share < 100 && u32::from(t.mps_share) + u32::from(s.mps_share) <= 100);
         assert!(plan.steps.is_empty(), "a move needs no MIG change here");
+    }
+
+    #[test]
+    fn a_job_whose_partition_vanished_is_not_lost() {
+        let node = NodeState {
+            gpus: vec![gpu("a100-80gb", 0)],
+        };
+        let mut gone = job(1, JobClass::Offline, 10, 0.5, 0.3);
+        gone.placed = Some(Slot {
+            gpu: 0,
+            start: 4,
+            profile_id: Some(9),
+        });
+        gone.mps_share = 60;
+        let plan = mmk().plan(&node, &[gone]);
+        assert_eq!(plan.placements.len(), 1);
+        assert_eq!(plan.placements[0].mps_share, 60);
     }
 
     #[test]

@@ -62,7 +62,8 @@ fn arb_case() -> impl Strategy<Value = Case> {
                     uuid: format!("GPU-{i}"),
                     model: model.clone(),
                     mig_enabled: mig,
-                    layout_fixed: false,
+                    // Every third GPU's layout cannot change (read-only backend).
+                    layout_fixed: i % 3 == 2,
                     instances: Vec::new(),
                 };
                 if mig {
@@ -108,8 +109,13 @@ fn arb_case() -> impl Strategy<Value = Case> {
                     bw_demand: bw,
                     solo_latency_ms: None,
                 };
-                // Every other offline job declared checkpointing.
+                // Every other offline job declared checkpointing; online jobs have an SLO
+                // of two to six times their solo latency.
                 j.movable = class == JobClass::Offline && n % 2 == 0;
+                if online {
+                    j.profile.solo_latency_ms = Some(5.0);
+                    j.slo_ms = Some(10 + 5 * (n as u64 % 5));
+                }
                 let slots: Vec<(Slot, u64)> = node
                     .gpus
                     .iter()
@@ -218,11 +224,11 @@ proptest! {
                     match s {
                         Step::Destroy { slot, .. } if slot.gpu == g.index => {
                             prop_assert!(!busy.contains(slot), "{} destroys busy {:?}", name, slot);
-                            prop_assert!(g.mig_enabled);
+                            prop_assert!(g.mig_enabled && !g.layout_fixed, "{} changes a fixed layout", name);
                             l.retain(|(p, st)| !(Some(*p) == slot.profile_id && *st == slot.start));
                         }
                         Step::Create { slot } if slot.gpu == g.index => {
-                            prop_assert!(g.mig_enabled);
+                            prop_assert!(g.mig_enabled && !g.layout_fixed, "{} changes a fixed layout", name);
                             l.push((slot.profile_id.expect("a MIG profile"), slot.start));
                         }
                         _ => {}
