@@ -15,6 +15,10 @@ pub enum ServiceError {
     /// has ended, a job larger than any partition the node can make).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The caller may not do this (an unidentified caller asking a root mmkd to run a
+    /// process).
+    #[error("{0}")]
+    PermissionDenied(String),
     /// The operation did not finish in time; its effect may still come.
     #[error("{0}")]
     Timeout(String),

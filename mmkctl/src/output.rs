@@ -33,6 +33,9 @@ pub struct JobOut {
     pub restarts: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_dir: Option<String>,
+    /// Who submitted the job (and whom a command job runs as), when known.
+    pub owner_uid: Option<u32>,
+    pub owner_gid: Option<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -117,6 +120,8 @@ pub fn job_out(j: &v1::Job) -> JobOut {
         exit_code: j.exit_code,
         restarts: j.restarts,
         log_dir: (!j.log_dir.is_empty()).then(|| j.log_dir.clone()),
+        owner_uid: j.owner_uid,
+        owner_gid: j.owner_gid,
     }
 }
 
@@ -245,6 +250,9 @@ pub fn job_detail(fmt: Format, j: &v1::Job) {
     }
     if let Some(d) = &o.log_dir {
         row("logs:", d);
+    }
+    if let (Some(uid), Some(gid)) = (o.owner_uid, o.owner_gid) {
+        row("owner:", &format!("uid {uid}, gid {gid}"));
     }
 }
 

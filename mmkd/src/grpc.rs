@@ -18,7 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::node::{JobEvent, Node};
-use crate::store::JobRecord;
+use crate::store::{JobRecord, Owner};
 
 fn status(e: ServiceError) -> Status {
     service_error_to_status(e)
@@ -58,6 +58,8 @@ pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
         } else {
             String::new()
         },
+        owner_uid: j.owner.map(|o| o.uid),
+        owner_gid: j.owner.map(|o| o.gid),
     }
 }
 
@@ -76,12 +78,20 @@ impl JobService for JobApi {
         &self,
         req: Request<v1::SubmitJobRequest>,
     ) -> Result<Response<v1::SubmitJobResponse>, Status> {
+        let owner = req
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+            .and_then(|i| i.peer_cred)
+            .map(|c| Owner {
+                uid: c.uid(),
+                gid: c.gid(),
+            });
         let spec = req
             .into_inner()
             .spec
             .ok_or_else(|| invalid("spec", "missing"))?;
         let spec = spec_from_proto(spec).map_err(|e| status(e.into()))?;
-        let job = self.node.submit(spec).await.map_err(status)?;
+        let job = self.node.submit(spec, owner).await.map_err(status)?;
         Ok(Response::new(v1::SubmitJobResponse {
             job: Some(job_to_proto(&self.node, &job)),
         }))

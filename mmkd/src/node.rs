@@ -20,7 +20,9 @@ use tracing::{info, instrument, warn};
 
 use crate::backend::GpuBackend;
 use crate::runner::{self, Exit, Launch, Outcome, Runner};
-use crate::store::{Assignment, Change, InstanceRecord, JobRecord, StepRecord, Store, StoreError};
+use crate::store::{
+    Assignment, Change, InstanceRecord, JobRecord, Owner, StepRecord, Store, StoreError,
+};
 
 /// A state change, as watchers see it.
 #[derive(Debug, Clone)]
@@ -113,9 +115,21 @@ impl Node {
     }
 
     /// Admits a validated job: it is stored QUEUED and the planner runs.
+    /// `owner` is the caller from the Unix socket's peer credentials; a command job runs
+    /// as that user. A root mmkd refuses command jobs from callers it cannot identify.
     #[instrument(skip_all, fields(job = %spec.name, class = %spec.class))]
-    pub async fn submit(&self, spec: JobSpec) -> ServiceResult<JobRecord> {
+    pub async fn submit(&self, spec: JobSpec, owner: Option<Owner>) -> ServiceResult<JobRecord> {
         spec.validate()?;
+        if owner.is_none()
+            && matches!(spec.task, mmk_core::Task::Command(_))
+            && runner::running_as_root()
+        {
+            return Err(ServiceError::PermissionDenied(
+                "command jobs must come over mmkd's Unix socket, which tells who submits them; \
+                 this connection does not"
+                    .into(),
+            ));
+        }
         let gpus = self.gpus().await?;
         let largest = largest_partition_mib(&NodeState { gpus });
         if spec.gpu_memory_mib > largest {
@@ -134,7 +148,7 @@ impl Node {
         let (job, ev) = self
             .inner
             .store
-            .insert_job(&spec, now_ms())
+            .insert_job(&spec, owner, now_ms())
             .await
             .map_err(store_error)?;
         info!(job = job.id, "job admitted");
@@ -783,6 +797,7 @@ impl Node {
             task: job.spec.task.clone(),
             assignment: a.clone(),
             restarts: job.restarts,
+            owner: job.owner,
         };
         match self.inner.runner.start(&launch) {
             Ok(pid) => {

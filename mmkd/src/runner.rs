@@ -12,7 +12,7 @@ use mmk_core::spec::{CommandSpec, Task};
 use mmk_core::{JobClass, workload};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::store::Assignment;
+use crate::store::{Assignment, Owner};
 
 /// How a job's run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +70,8 @@ pub struct Launch {
     pub task: Task,
     pub assignment: Assignment,
     pub restarts: u32,
+    /// Who submitted the job; a root mmkd runs the process as this user and group.
+    pub owner: Option<Owner>,
 }
 
 #[derive(Debug)]
@@ -223,6 +225,14 @@ impl Runner {
                 .map_err(|e| format!("cannot open {}: {e}", dir.join(name).display()))
         };
         let (stdout, stderr) = (open("stdout.log")?, open("stderr.log")?);
+        // The job's user owns its logs; mmkd opened them, so the job writes them even where
+        // it could not create them.
+        let switch_to = l.owner.filter(|_| running_as_root());
+        if let Some(o) = switch_to {
+            for p in [dir.clone(), dir.join("stdout.log"), dir.join("stderr.log")] {
+                let _ = std::os::unix::fs::chown(&p, Some(o.uid), Some(o.gid));
+            }
+        }
         let program = c.args.first().ok_or("the command names no program")?;
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&c.args[1..])
@@ -233,6 +243,10 @@ impl Runner {
             .stdout(stdout)
             .stderr(stderr)
             .kill_on_drop(false);
+        if let Some(o) = switch_to {
+            // std drops supplementary groups (setgroups) when a root parent sets a uid.
+            cmd.uid(o.uid).gid(o.gid);
+        }
         // SAFETY: only async-signal-safe calls (prctl, setpgid) between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
@@ -324,6 +338,12 @@ impl Runner {
             s.await;
         }
     }
+}
+
+/// Whether mmkd runs as root: then a job runs as the user who submitted it.
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 fn signal_group(pgid: i32, sig: i32) -> bool {
@@ -470,6 +490,7 @@ mod tests {
                 mps_share: 50,
             },
             restarts: 0,
+            owner: None,
         }
     }
 

@@ -75,6 +75,15 @@ pub struct JobRecord {
     /// How many of the restarts were moves (not counted against the restart policy).
     pub moves: u32,
     pub pid: Option<u32>,
+    /// Who submitted the job, when known.
+    pub owner: Option<Owner>,
+}
+
+/// A user and group, from the submitting connection's peer credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl JobRecord {
@@ -137,7 +146,7 @@ macro_rules! job_columns {
     () => {
         "id, spec, state, reason, submitted_at, started_at, finished_at, updated_at, \
          gpu_index, gpu_uuid, slot_start, slot_profile, profile, instance_id, device_uuid, \
-         mps_share, exit_code, restarts, moves, pid"
+         mps_share, exit_code, restarts, moves, pid, owner_uid, owner_gid"
     };
 }
 
@@ -178,15 +187,20 @@ impl Store {
     }
 
     /// Stores a new QUEUED job and its first event.
-    pub async fn insert_job(&self, spec: &JobSpec, now: i64) -> Result<(JobRecord, EventRecord)> {
+    pub async fn insert_job(
+        &self,
+        spec: &JobSpec,
+        owner: Option<Owner>,
+        now: i64,
+    ) -> Result<(JobRecord, EventRecord)> {
         let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Corrupt {
             id: 0,
             what: e.to_string(),
         })?;
         let mut tx = self.write().await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO jobs (name, class, spec, state, reason, priority, gpu_memory_mib, submitted_at, updated_at) \
-             VALUES (?, ?, ?, 'QUEUED', 'submitted', ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO jobs (name, class, spec, state, reason, priority, gpu_memory_mib, submitted_at, updated_at, owner_uid, owner_gid) \
+             VALUES (?, ?, ?, 'QUEUED', 'submitted', ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(&spec.name)
         .bind(spec.class.as_str())
@@ -195,6 +209,8 @@ impl Store {
         .bind(i64::try_from(spec.gpu_memory_mib).unwrap_or(i64::MAX))
         .bind(now)
         .bind(now)
+        .bind(owner.map(|o| o.uid))
+        .bind(owner.map(|o| o.gid))
         .fetch_one(&mut *tx)
         .await?;
         let seq = insert_event(&mut tx, id, JobState::Queued, "submitted", now).await?;
@@ -638,6 +654,13 @@ fn job_from_row(r: &SqliteRow) -> Result<JobRecord> {
         exit_code: r.try_get("exit_code")?,
         restarts: r.try_get::<i64, _>("restarts")? as u32,
         moves: r.try_get::<i64, _>("moves")? as u32,
+        owner: match (
+            r.try_get::<Option<u32>, _>("owner_uid")?,
+            r.try_get::<Option<u32>, _>("owner_gid")?,
+        ) {
+            (Some(uid), Some(gid)) => Some(Owner { uid, gid }),
+            _ => None,
+        },
         pid: r.try_get("pid")?,
     })
 }
@@ -674,7 +697,7 @@ mod tests {
     #[tokio::test]
     async fn migrations_apply_to_an_empty_database_and_reopen() {
         let (dir, s) = store().await;
-        s.insert_job(&spec("a"), 1).await.expect("insert");
+        s.insert_job(&spec("a"), None, 1).await.expect("insert");
         s.close().await;
         let s = Store::open(&dir.path().join("mmk.db"))
             .await
@@ -685,7 +708,7 @@ mod tests {
     #[tokio::test]
     async fn transitions_follow_the_state_machine_and_leave_events() {
         let (_dir, s) = store().await;
-        let (job, ev) = s.insert_job(&spec("a"), 10).await.expect("insert");
+        let (job, ev) = s.insert_job(&spec("a"), None, 10).await.expect("insert");
         assert_eq!((job.state, ev.state), (JobState::Queued, JobState::Queued));
         let err = s
             .transition(job.id, JobState::Succeeded, "x", Change::default(), 11)
@@ -758,10 +781,10 @@ mod tests {
     #[tokio::test]
     async fn list_filters_by_state_and_class() {
         let (_dir, s) = store().await;
-        let (a, _) = s.insert_job(&spec("a"), 1).await.expect("insert");
+        let (a, _) = s.insert_job(&spec("a"), None, 1).await.expect("insert");
         let mut on = spec("b");
         on.class = JobClass::Online;
-        s.insert_job(&on, 2).await.expect("insert");
+        s.insert_job(&on, None, 2).await.expect("insert");
         s.transition(a.id, JobState::Cancelled, "user", Change::default(), 3)
             .await
             .expect("cancel");
@@ -783,7 +806,7 @@ mod tests {
     #[tokio::test]
     async fn moves_count_apart_from_failure_restarts() {
         let (_dir, s) = store().await;
-        let (job, _) = s.insert_job(&spec("a"), 1).await.expect("insert");
+        let (job, _) = s.insert_job(&spec("a"), None, 1).await.expect("insert");
         s.transition(job.id, JobState::Starting, "placed", Change::default(), 2)
             .await
             .expect("start");

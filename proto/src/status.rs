@@ -19,6 +19,7 @@ pub fn service_error_to_status(e: ServiceError) -> Status {
         ServiceError::FailedPrecondition(m) => Status::failed_precondition(m),
         ServiceError::Unavailable(m) => Status::unavailable(m),
         ServiceError::Timeout(m) => Status::deadline_exceeded(m),
+        ServiceError::PermissionDenied(m) => Status::permission_denied(m),
         ServiceError::Internal(m) => Status::internal(m),
     }
 }
@@ -42,6 +43,7 @@ pub fn status_to_service_error(s: &Status) -> ServiceError {
         Code::FailedPrecondition => ServiceError::FailedPrecondition(msg),
         Code::Unavailable => ServiceError::Unavailable(msg),
         Code::DeadlineExceeded => ServiceError::Timeout(msg),
+        Code::PermissionDenied => ServiceError::PermissionDenied(msg),
         _ => ServiceError::Internal(msg),
     }
 }

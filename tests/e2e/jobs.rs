@@ -587,3 +587,103 @@ async fn mmk_moves_a_checkpointable_job_to_make_room() {
     };
     assert_eq!(log, format!("start 0 100\nstart 1 {}\n", ta.mps_share));
 }
+
+/// A managed job runs as the user who submitted it (SO_PEERCRED), never as root unless
+/// the caller is root. CI runs as root, which this test needs to submit as another user.
+#[tokio::test]
+async fn a_job_runs_as_the_user_who_submitted_it() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: submitting as another user needs root");
+        return;
+    }
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    // Let an unprivileged user reach the socket and the job file.
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    std::fs::set_permissions(d.socket(), std::fs::Permissions::from_mode(0o666))
+        .expect("chmod socket");
+    let file = d.job_file(
+        "whoami.yaml",
+        "name: whoami\nclass: offline\ngpu_memory: 1GiB\ncommand:\n  args: [sh, -c, 'id -u; id -g']\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .args(["--output", "json", "submit"])
+        .arg(&file)
+        .arg("--socket")
+        .arg(d.socket())
+        .current_dir(d.path())
+        .env_remove("MMK_SOCKET")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("mmkctl runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let job: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (job["owner_uid"].as_u64(), job["owner_gid"].as_u64()),
+        (Some(65534), Some(65534))
+    );
+    let id = job["id"].as_u64().expect("id");
+    let j = wait_state(&mut c, id, v1::JobState::Succeeded).await;
+    let log =
+        std::fs::read_to_string(std::path::Path::new(&j.log_dir).join("stdout.log")).expect("log");
+    assert_eq!(log, "65534\n65534\n", "the job ran as nobody, not as root");
+
+    // Root's own job runs as root.
+    let mine = d.submit(
+        "--offline",
+        "name: mine\ngpu_memory: 1GiB\ncommand:\n  args: [id, -u]\n",
+    );
+    let j = wait_state(&mut c, mine, v1::JobState::Succeeded).await;
+    let log =
+        std::fs::read_to_string(std::path::Path::new(&j.log_dir).join("stdout.log")).expect("log");
+    assert_eq!(log, "0\n");
+}
+
+/// Over TCP nobody is identified: a root mmkd refuses command jobs there.
+#[tokio::test]
+async fn command_jobs_over_tcp_are_refused_by_a_root_mmkd() {
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the refusal applies to a root mmkd");
+        return;
+    }
+    let d = Daemon::start_with("a100-80gb:1", &["--listen", "127.0.0.1:0"]);
+    let addr = d
+        .wait_log("listening on tcp")
+        .iter()
+        .find_map(|l| l.split("addr=").nth(1).map(|a| a.trim().to_owned()))
+        .expect("mmkd logs its tcp address");
+    let endpoint = format!("http://{addr}");
+    let cmd = d.job_file(
+        "cmd.yaml",
+        "name: cmd\nclass: offline\ngpu_memory: 1GiB\ncommand:\n  args: [true]\n",
+    );
+    let over_tcp = |file: &str| {
+        Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+            .args(["--endpoint", &endpoint, "submit", file])
+            .env_remove("MMK_SOCKET")
+            .output()
+            .expect("mmkctl runs")
+    };
+    let out = over_tcp(&cmd);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("must come over mmkd's Unix socket"),
+        "{}",
+        text(&out.stderr)
+    );
+    let wl = d.job_file(
+        "wl.yaml",
+        "name: wl\nclass: offline\ngpu_memory: 1GiB\nworkload:\n  name: resnet18-inference\n",
+    );
+    let out = over_tcp(&wl);
+    assert!(
+        out.status.success(),
+        "a simulated workload runs no process: {}",
+        text(&out.stderr)
+    );
+}
