@@ -89,6 +89,16 @@ pub enum JobsCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Print a command job's output (stdout.log, or stderr.log with --stderr).
+    Logs {
+        id: u64,
+        /// The job's stderr instead of its stdout.
+        #[arg(long)]
+        stderr: bool,
+        /// Keep printing what the job writes until it ends.
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
     /// Print job events as they happen, until interrupted.
     Watch {
         /// Only this job.
@@ -194,6 +204,9 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
                 Ok(())
             }
             Some(JobsCommand::Watch { id, current }) => watch(&target, fmt, id, current).await,
+            Some(JobsCommand::Logs { id, stderr, follow }) => {
+                logs(&target, id, stderr, follow).await
+            }
         },
         Command::Partitions {
             command:
@@ -341,6 +354,57 @@ async fn watch(
                 Some(Err(s)) => return Err(s.into()),
                 None => return Ok(()),
             },
+        }
+    }
+}
+
+/// Prints a job's log file; with `follow`, keeps printing what is appended until the job
+/// has ended and everything it wrote is out. mmkctl runs on the node, so it reads the file
+/// where mmkd keeps it.
+async fn logs(target: &Target, id: u64, stderr: bool, follow: bool) -> Result<(), Failure> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+
+    let mut c = connect(target).await?;
+    let job = c.jobs.get_job(v1::GetJobRequest { id }).await?.into_inner();
+    if job.log_dir.is_empty() {
+        return Err(Failure::usage(format!(
+            "job {id} runs a simulated workload; it has no logs"
+        )));
+    }
+    let path =
+        std::path::Path::new(&job.log_dir).join(if stderr { "stderr.log" } else { "stdout.log" });
+    let mut pos = 0u64;
+    let mut out = std::io::stdout();
+    loop {
+        // Read what is new; the file appears when the job starts.
+        if let Ok(mut f) = std::fs::File::open(&path) {
+            f.seek(SeekFrom::Start(pos))
+                .map_err(|e| Failure::server(format!("cannot read {}: {e}", path.display())))?;
+            let mut buf = Vec::new();
+            f.read_to_end(&mut buf)
+                .map_err(|e| Failure::server(format!("cannot read {}: {e}", path.display())))?;
+            pos += buf.len() as u64;
+            out.write_all(&buf)
+                .and_then(|()| out.flush())
+                .map_err(|e| Failure::server(format!("cannot write: {e}")))?;
+        } else if !follow {
+            return Err(Failure::server(format!(
+                "job {id} has no log yet ({} does not exist)",
+                path.display()
+            )));
+        }
+        if !follow {
+            return Ok(());
+        }
+        let job = c.jobs.get_job(v1::GetJobRequest { id }).await?.into_inner();
+        let ended = mmk_proto::state_from_proto(job.state).is_some_and(|s| s.is_terminal());
+        let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+        if ended && size <= pos {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
         }
     }
 }

@@ -687,3 +687,40 @@ async fn command_jobs_over_tcp_are_refused_by_a_root_mmkd() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn logs_print_and_follow_a_jobs_output() {
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    let id = d.submit(
+        "--offline",
+        "name: talker\ngpu_memory: 1GiB\ncommand:\n  args: [sh, -c, 'for i in 1 2 3; do echo line $i; sleep 0.2; done; echo oops >&2']\n",
+    );
+    // Follow from the start: every line, then the command returns once the job ended.
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["jobs", "logs", "--follow", &id.to_string()])
+        .env_remove("MMK_SOCKET")
+        .output()
+        .expect("mmkctl runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "line 1\nline 2\nline 3\n");
+    wait_state(&mut c, id, v1::JobState::Succeeded).await;
+    let out = d.ctl(&["jobs", "logs", "--stderr", &id.to_string()]);
+    assert_eq!(text(&out.stdout), "oops\n");
+
+    let sim = d.submit(
+        "--offline",
+        "name: sim\ngpu_memory: 1GiB\nworkload:\n  name: resnet18-inference\n",
+    );
+    let out = d.ctl(&["jobs", "logs", &sim.to_string()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("simulated workload; it has no logs"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = d.ctl(&["jobs", "logs", "999"]);
+    assert_eq!(out.status.code(), Some(1));
+}
