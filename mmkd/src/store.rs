@@ -393,16 +393,6 @@ impl Store {
         Ok(())
     }
 
-    /// Records the pid of a started process.
-    pub async fn set_pid(&self, id: u64, pid: u32) -> Result<()> {
-        sqlx::query("UPDATE jobs SET pid = ? WHERE id = ?")
-            .bind(pid)
-            .bind(i64::try_from(id).unwrap_or(-1))
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
     /// The events of one job, oldest first.
     pub async fn job_events(&self, id: u64) -> Result<Vec<EventRecord>> {
         let rows = sqlx::query(

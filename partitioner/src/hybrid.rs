@@ -139,10 +139,6 @@ impl Hybrid {
         )
     }
 
-    pub fn options(&self) -> HybridOptions {
-        self.options
-    }
-
     fn candidates(&self, model: &GpuModel) -> Arc<Vec<Layout>> {
         let mut cache = self.layouts.lock().unwrap_or_else(|p| p.into_inner());
         let key = format!(

@@ -16,7 +16,7 @@ pub use convert::{
     state_to_proto, timestamp,
 };
 pub use prost_types::Timestamp;
-pub use status::{FIELD_METADATA, service_error_to_status, status_to_service_error};
+pub use status::{FIELD_METADATA, service_error_to_status};
 
 /// The encoded file descriptor set of `mmk.v1`, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -1,7 +1,7 @@
 //! The one mapping between domain errors and gRPC status codes.
 
-use mmk_core::{FieldError, ServiceError};
-use tonic::{Code, Status};
+use mmk_core::ServiceError;
+use tonic::Status;
 
 /// Metadata key that carries the refused field of an INVALID_ARGUMENT.
 pub const FIELD_METADATA: &str = "mmk-field";
@@ -24,33 +24,11 @@ pub fn service_error_to_status(e: ServiceError) -> Status {
     }
 }
 
-/// The client side of the same mapping.
-pub fn status_to_service_error(s: &Status) -> ServiceError {
-    let msg = s.message().to_owned();
-    match s.code() {
-        Code::InvalidArgument => {
-            let field = s
-                .metadata()
-                .get(FIELD_METADATA)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
-            ServiceError::InvalidArgument(FieldError::new(field, msg))
-        }
-        Code::NotFound => ServiceError::NotFound {
-            what: "object",
-            id: msg,
-        },
-        Code::FailedPrecondition => ServiceError::FailedPrecondition(msg),
-        Code::Unavailable => ServiceError::Unavailable(msg),
-        Code::DeadlineExceeded => ServiceError::Timeout(msg),
-        Code::PermissionDenied => ServiceError::PermissionDenied(msg),
-        _ => ServiceError::Internal(msg),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mmk_core::FieldError;
+    use tonic::Code;
 
     #[test]
     fn each_error_has_its_code() {
@@ -76,16 +54,5 @@ mod tests {
         assert_eq!(s.code(), Code::Unavailable);
         let s = service_error_to_status(ServiceError::Internal("store failed".into()));
         assert_eq!(s.code(), Code::Internal);
-    }
-
-    #[test]
-    fn the_client_side_reads_the_field_back() {
-        let s = service_error_to_status(ServiceError::InvalidArgument(FieldError::new(
-            "name", "empty",
-        )));
-        match status_to_service_error(&s) {
-            ServiceError::InvalidArgument(f) => assert_eq!(f.field, "name"),
-            other => panic!("unexpected {other:?}"),
-        }
     }
 }
