@@ -1,0 +1,103 @@
+//! Finding processes by what their environment holds, through `/proc`: how mmk tells its
+//! own processes (MPS daemons, job processes) from everything else on the node.
+
+/// A process's environment, as `/proc/PID/environ` holds it.
+#[derive(Debug)]
+pub struct Environ(Vec<u8>);
+
+impl Environ {
+    /// Whether the environment holds exactly `KEY=VALUE`.
+    pub fn has(&self, key_value: &str) -> bool {
+        self.entries().any(|kv| kv == key_value.as_bytes())
+    }
+
+    /// Whether the environment sets `key` at all.
+    pub fn has_key(&self, key: &str) -> bool {
+        self.entries().any(|kv| {
+            kv.len() > key.len() && kv.starts_with(key.as_bytes()) && kv[key.len()] == b'='
+        })
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.split(|b| *b == 0)
+    }
+}
+
+/// The pids of processes whose environment satisfies `pred`. Processes whose environment
+/// we may not read (other users', unless we are root) are never matched.
+pub fn scan(pred: impl Fn(&Environ) -> bool) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id() as i32;
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| !env.is_empty() && pred(&Environ(env)))
+        })
+        .collect()
+}
+
+/// Whether a process exists and has not exited (a zombie has).
+pub fn alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold any
+        // character: read it after the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Sends `sig`; true when it was delivered.
+pub fn kill(pid: i32, sig: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) with a positive pid; no memory involved.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environ_matches_whole_entries() {
+        let e = Environ(b"A=1\0PATH=/bin\0CUDA_MPS_PIPE_DIRECTORY=/x/pipe\0".to_vec());
+        assert!(e.has("A=1"));
+        assert!(!e.has("A=12"));
+        assert!(e.has("CUDA_MPS_PIPE_DIRECTORY=/x/pipe"));
+        assert!(!e.has("CUDA_MPS_PIPE_DIRECTORY=/x"));
+        assert!(e.has_key("PATH"));
+        assert!(!e.has_key("PAT"));
+    }
+
+    #[test]
+    fn a_child_is_found_by_its_environment_and_seen_to_die() {
+        let marker = format!("MMK_PROCS_TEST={}", std::process::id());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("MMK_PROCS_TEST", std::process::id().to_string())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert_eq!(scan(|e| e.has(&marker)), [pid]);
+        assert!(alive(pid));
+        assert!(kill(pid, libc::SIGKILL));
+        // Not reaped yet: a zombie is not alive.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!alive(pid));
+        child.wait().unwrap();
+        assert!(!alive(pid));
+        assert!(scan(|e| e.has(&marker)).is_empty());
+    }
+}

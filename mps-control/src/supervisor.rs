@@ -1,0 +1,426 @@
+//! One control daemon per partition: started with the partition's limits, checked,
+//! restarted with backoff, quit; and the daemons of a crashed mmkd found and stopped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use crate::control::{Dirs, MpsControl, MpsError, Result, ServerStatus, parse_pids};
+use crate::procs;
+
+/// A partition that gets a daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// Short and unique on the node; names the daemon's directory (`g0`, `g1i5`).
+    pub key: String,
+    /// For people: `gpu0/3g.71gb@4`.
+    pub label: String,
+    /// What `CUDA_VISIBLE_DEVICES` names: the MIG device UUID, or the GPU's.
+    pub device: String,
+    /// The partition's memory: the daemon's default pinned memory limit.
+    pub memory_mib: u64,
+}
+
+/// A daemon as the supervisor sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonInfo {
+    pub partition: Partition,
+    /// `None` while it is down and waiting for its next restart.
+    pub pid: Option<u32>,
+    pub pipe_dir: PathBuf,
+    pub servers: Vec<u32>,
+    /// Restarts after it died.
+    pub restarts: u32,
+}
+
+/// What a health check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// The control daemon is gone; `restarted` is the new daemon's pid, or why it could
+    /// not be started (it is tried again after a backoff).
+    ControlDied {
+        old_pid: u32,
+        restarted: std::result::Result<u32, String>,
+    },
+    /// A restart after an earlier failure to restart.
+    ControlRestarted { pid: u32 },
+    /// A server exited while the daemon lives.
+    ServerExited { pid: u32 },
+    /// A server stopped accepting clients (a client's fatal fault).
+    ServerNotReady { pid: u32, status: String },
+    /// A server that was not ready accepts clients again.
+    ServerReady { pid: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthEvent {
+    pub partition: Partition,
+    pub health: Health,
+}
+
+impl std::fmt::Display for HealthEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = &self.partition.label;
+        match &self.health {
+            Health::ControlDied {
+                old_pid,
+                restarted: Ok(pid),
+            } => write!(
+                f,
+                "the MPS control daemon of {p} (pid {old_pid}) died; restarted as pid {pid}"
+            ),
+            Health::ControlDied {
+                old_pid,
+                restarted: Err(why),
+            } => write!(
+                f,
+                "the MPS control daemon of {p} (pid {old_pid}) died and could not be restarted: {why}"
+            ),
+            Health::ControlRestarted { pid } => {
+                write!(
+                    f,
+                    "the MPS control daemon of {p} was restarted as pid {pid}"
+                )
+            }
+            Health::ServerExited { pid } => {
+                write!(f, "the MPS server of {p} (pid {pid}) exited")
+            }
+            Health::ServerNotReady { pid, status } => write!(
+                f,
+                "the MPS server of {p} (pid {pid}) is not ready ({status}): a client hit a fatal fault; new clients wait until the faulting ones exit"
+            ),
+            Health::ServerReady { pid } => {
+                write!(f, "the MPS server of {p} (pid {pid}) accepts clients again")
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Daemon {
+    partition: Partition,
+    dirs: Dirs,
+    /// 0 while down.
+    pid: u32,
+    started: Instant,
+    restarts: u32,
+    backoff: Duration,
+    next_try: Instant,
+    servers: BTreeMap<u32, ServerStatus>,
+}
+
+/// The first pause before restarting a daemon that died again soon after a restart;
+/// doubles up to BACKOFF_MAX, back to the first after a daemon has lived HEALTHY_AFTER.
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// How long a started daemon may take to write its pid file, and a quit daemon to exit.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// The daemons of one node. Every method blocks.
+#[derive(Debug)]
+pub struct Supervisor {
+    control: Arc<dyn MpsControl>,
+    root: PathBuf,
+    daemons: Mutex<BTreeMap<String, Daemon>>,
+}
+
+impl Supervisor {
+    /// Daemons get their directories under `root` (one subdirectory per partition).
+    pub fn new(control: Arc<dyn MpsControl>, root: PathBuf) -> Supervisor {
+        Supervisor {
+            control,
+            root,
+            daemons: Mutex::default(),
+        }
+    }
+
+    pub fn control_name(&self) -> String {
+        self.control.name()
+    }
+
+    /// The daemon directories of a partition.
+    pub fn dirs(&self, key: &str) -> Dirs {
+        Dirs::under(&self.root.join(key))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Daemon>> {
+        self.daemons.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes sure the partition's daemon runs, starting it with the partition's limits;
+    /// returns its pid. A daemon left for another device in the same directory is
+    /// stopped first.
+    #[tracing::instrument(skip_all, fields(partition = %p.label))]
+    pub fn ensure(&self, p: &Partition) -> Result<u32> {
+        let mut map = self.lock();
+        if let Some(d) = map.get(&p.key) {
+            if d.partition == *p && d.pid != 0 && procs::alive(d.pid as i32) {
+                return Ok(d.pid);
+            }
+            if d.partition != *p {
+                let d = map.remove(&p.key).into_iter().next();
+                drop(map);
+                if let Some(d) = d {
+                    self.quit(&d.dirs, d.pid);
+                }
+                map = self.lock();
+            }
+        }
+        let dirs = self.dirs(&p.key);
+        let pid = self.start(p, &dirs)?;
+        let restarts = map.get(&p.key).map_or(0, |d| d.restarts);
+        map.insert(
+            p.key.clone(),
+            Daemon {
+                partition: p.clone(),
+                dirs,
+                pid,
+                started: Instant::now(),
+                restarts,
+                backoff: BACKOFF_FIRST,
+                next_try: Instant::now(),
+                servers: BTreeMap::new(),
+            },
+        );
+        Ok(pid)
+    }
+
+    /// Starts a daemon, waits for its pid file and sets its limits.
+    fn start(&self, p: &Partition, dirs: &Dirs) -> Result<u32> {
+        // Whatever still answers in this directory is stale.
+        if let Some(old) = dirs.pid().filter(|pid| procs::alive(*pid as i32)) {
+            self.quit(dirs, old);
+        }
+        let _ = std::fs::remove_file(dirs.pipe.join(crate::PID_FILE));
+        self.control.start_daemon(dirs, &p.device)?;
+        let deadline = Instant::now() + SETTLE;
+        let pid = loop {
+            if let Some(pid) = dirs.pid().filter(|pid| procs::alive(*pid as i32)) {
+                break pid;
+            }
+            if Instant::now() >= deadline {
+                return Err(MpsError::NoPid {
+                    pipe: dirs.pipe.clone(),
+                    after: SETTLE,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let limits = [
+            "set_default_active_thread_percentage 100".to_owned(),
+            format!("set_default_device_pinned_mem_limit 0 {}M", p.memory_mib),
+        ];
+        for cmd in &limits {
+            if let Err(e) = self.control.send(dirs, cmd) {
+                self.quit(dirs, pid);
+                return Err(e);
+            }
+        }
+        info!(pid, device = %p.device, "mps control daemon started");
+        Ok(pid)
+    }
+
+    /// Checks every daemon: restarts the dead ones whose backoff has passed, and reports
+    /// servers that exited or stopped accepting clients.
+    pub fn check(&self) -> Vec<HealthEvent> {
+        let mut events = Vec::new();
+        let mut map = self.lock();
+        for d in map.values_mut() {
+            let mut report = |health| {
+                events.push(HealthEvent {
+                    partition: d.partition.clone(),
+                    health,
+                })
+            };
+            if d.pid == 0 || !procs::alive(d.pid as i32) {
+                if Instant::now() < d.next_try {
+                    continue;
+                }
+                let old_pid = d.pid;
+                if old_pid != 0 {
+                    // Its servers cannot be managed without it, and a new daemon would
+                    // start a second server on the same device.
+                    kill_daemon_processes(&d.dirs);
+                }
+                d.servers.clear();
+                let result = self.start(&d.partition, &d.dirs);
+                if d.started.elapsed() >= HEALTHY_AFTER {
+                    d.backoff = BACKOFF_FIRST;
+                }
+                match result {
+                    Ok(pid) => {
+                        d.pid = pid;
+                        d.restarts += 1;
+                        d.started = Instant::now();
+                        d.next_try = Instant::now() + d.backoff;
+                        d.backoff = (d.backoff * 2).min(BACKOFF_MAX);
+                        report(if old_pid == 0 {
+                            Health::ControlRestarted { pid }
+                        } else {
+                            Health::ControlDied {
+                                old_pid,
+                                restarted: Ok(pid),
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        warn!(partition = %d.partition.label, error = %e, retry_in = ?d.backoff, "cannot restart an mps control daemon");
+                        d.pid = 0;
+                        d.next_try = Instant::now() + d.backoff;
+                        d.backoff = (d.backoff * 2).min(BACKOFF_MAX);
+                        if old_pid != 0 {
+                            report(Health::ControlDied {
+                                old_pid,
+                                restarted: Err(e.to_string()),
+                            });
+                        }
+                    }
+                }
+                continue;
+            }
+            let servers = match self
+                .control
+                .send(&d.dirs, "get_server_list")
+                .and_then(|r| parse_pids("get_server_list", &r))
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(partition = %d.partition.label, error = %e, "mps health check failed");
+                    continue;
+                }
+            };
+            let gone: Vec<u32> = d
+                .servers
+                .keys()
+                .filter(|p| !servers.contains(p))
+                .copied()
+                .collect();
+            for pid in gone {
+                d.servers.remove(&pid);
+                report(Health::ServerExited { pid });
+            }
+            for pid in servers {
+                let Ok(reply) = self
+                    .control
+                    .send(&d.dirs, &format!("get_server_status {pid}"))
+                else {
+                    continue;
+                };
+                let now = ServerStatus::parse(&reply);
+                let before = d.servers.insert(pid, now.clone());
+                match (&before, &now) {
+                    (Some(ServerStatus::NotReady(_)), ServerStatus::Active) => {
+                        report(Health::ServerReady { pid })
+                    }
+                    (Some(ServerStatus::Active) | None, ServerStatus::NotReady(status)) => {
+                        report(Health::ServerNotReady {
+                            pid,
+                            status: status.clone(),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+        events
+    }
+
+    /// Quits a partition's daemon (before its MIG instance is destroyed).
+    #[tracing::instrument(skip(self))]
+    pub fn stop(&self, key: &str) {
+        let d = self.lock().remove(key);
+        if let Some(d) = d {
+            self.quit(&d.dirs, d.pid);
+            let _ = std::fs::remove_dir_all(self.root.join(key));
+            info!(partition = %d.partition.label, "mps control daemon stopped");
+        }
+    }
+
+    /// Quits every daemon (at shutdown).
+    pub fn stop_all(&self) {
+        let keys: Vec<String> = self.lock().keys().cloned().collect();
+        for k in keys {
+            self.stop(&k);
+        }
+    }
+
+    /// `quit`, then SIGKILL for whatever of the daemon is left after SETTLE.
+    fn quit(&self, dirs: &Dirs, pid: u32) {
+        if pid != 0
+            && procs::alive(pid as i32)
+            && let Err(e) = self.control.send(dirs, "quit")
+        {
+            warn!(error = %e, pipe = %dirs.pipe.display(), "mps quit failed; killing the daemon");
+        }
+        let deadline = Instant::now() + SETTLE;
+        while pid != 0 && procs::alive(pid as i32) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if pid != 0 && procs::alive(pid as i32) {
+            procs::kill(pid as i32, libc::SIGKILL);
+        }
+        kill_daemon_processes(dirs);
+    }
+
+    /// Finds and stops what an earlier mmkd left under the root: daemons (and their
+    /// servers) in every partition directory; removes the directories. Returns the
+    /// partition directories that still had a daemon running.
+    pub fn cleanup_orphans(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for e in entries.flatten() {
+            let path = e.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let key = e.file_name().to_string_lossy().into_owned();
+            let dirs = Dirs::under(&path);
+            let pid = dirs.pid().filter(|p| procs::alive(*p as i32));
+            let leftovers = daemon_processes(&dirs);
+            if pid.is_some() || !leftovers.is_empty() {
+                found.push(key);
+                self.quit(&dirs, pid.unwrap_or(0));
+            }
+            let _ = std::fs::remove_dir_all(&path);
+        }
+        found
+    }
+
+    /// What runs now, by partition key.
+    pub fn daemons(&self) -> Vec<DaemonInfo> {
+        self.lock()
+            .values()
+            .map(|d| DaemonInfo {
+                partition: d.partition.clone(),
+                pid: (d.pid != 0).then_some(d.pid),
+                pipe_dir: d.dirs.pipe.clone(),
+                servers: d.servers.keys().copied().collect(),
+                restarts: d.restarts,
+            })
+            .collect()
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// Processes of a daemon directory that are not jobs: the control daemon and its servers
+/// (they run with the directory in `CUDA_MPS_PIPE_DIRECTORY`; job processes do too, but
+/// also carry `MMK_JOB_ID`).
+fn daemon_processes(dirs: &Dirs) -> Vec<i32> {
+    let marker = format!("CUDA_MPS_PIPE_DIRECTORY={}", dirs.pipe.display());
+    procs::scan(|env| env.has(&marker) && !env.has_key("MMK_JOB_ID"))
+}
+
+fn kill_daemon_processes(dirs: &Dirs) {
+    for pid in daemon_processes(dirs) {
+        procs::kill(pid, libc::SIGKILL);
+    }
+}
