@@ -1,5 +1,8 @@
 //! The supervisor against the fake control program, as real processes.
 
+// Helpers of these tests unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
