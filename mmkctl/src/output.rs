@@ -312,6 +312,17 @@ pub struct PartitionOut {
     pub used_memory_mib: u64,
     pub sm_count: u32,
     pub jobs: Vec<PartitionJobOut>,
+    /// The partition's MPS control daemon; null when none runs.
+    pub mps: Option<MpsDaemonOut>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MpsDaemonOut {
+    /// 0 while the daemon is down and waits for a restart.
+    pub pid: u32,
+    pub pipe_dir: String,
+    pub restarts: u32,
+    pub servers: Vec<u32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -345,6 +356,12 @@ pub fn partitions_out(r: &v1::ListPartitionsResponse) -> Vec<GpuPartitionsOut> {
                     memory_mib: p.memory_mib,
                     used_memory_mib: p.used_memory_mib,
                     sm_count: p.sm_count,
+                    mps: p.mps.as_ref().map(|m| MpsDaemonOut {
+                        pid: m.pid,
+                        pipe_dir: m.pipe_dir.clone(),
+                        restarts: m.restarts,
+                        servers: m.servers.clone(),
+                    }),
                     jobs: p
                         .jobs
                         .iter()

@@ -126,6 +126,17 @@ pub fn gpu(g: &GpuPartitionsOut) -> String {
             format_mib(p.used_memory_mib),
             format_mib(p.memory_mib)
         );
+        if let Some(m) = &p.mps {
+            let state = match m.pid {
+                0 => "down, restarting".to_owned(),
+                pid => format!("pid {pid}"),
+            };
+            let restarts = match m.restarts {
+                0 => String::new(),
+                n => format!(", restarted {n}x"),
+            };
+            let _ = writeln!(out, "      MPS daemon {state}{restarts}");
+        }
         for j in &p.jobs {
             let _ = writeln!(
                 out,
@@ -145,7 +156,7 @@ pub fn gpu(g: &GpuPartitionsOut) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::{PartitionJobOut, PartitionOut};
+    use crate::output::{MpsDaemonOut, PartitionJobOut, PartitionOut};
 
     fn part(id: u32, profile: &str, start: u32, size: u32, jobs: &[&str]) -> PartitionOut {
         PartitionOut {
@@ -169,6 +180,12 @@ mod tests {
                     gpu_memory_mib: 8 * 1024,
                 })
                 .collect(),
+            mps: (!jobs.is_empty()).then(|| MpsDaemonOut {
+                pid: 4242,
+                pipe_dir: "/var/lib/mmk/mps/g0i1/pipe".into(),
+                restarts: 1,
+                servers: vec![4243],
+            }),
         }
     }
 
@@ -210,6 +227,10 @@ mod tests {
         assert!(lines.iter().all(|l| l.chars().count() <= 80), "{pic}");
         // Slice 4 starts where its header number stands.
         assert_eq!(lines[1].find('4'), lines[3].find("2g.20gb"));
+        assert!(
+            pic.contains("\n      MPS daemon pid 4242, restarted 1x\n"),
+            "{pic}"
+        );
     }
 
     #[test]

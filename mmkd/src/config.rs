@@ -29,6 +29,25 @@ pub enum BackendChoice {
     Sim,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MpsChoice {
+    /// The real control program with the NVML backend (off, with a warning, when it is
+    /// not installed); the fake with the simulated node.
+    Auto,
+    /// nvidia-cuda-mps-control (--mps-control); fail if it cannot be found.
+    Nvidia,
+    /// The fake control program built into mmkd (no GPU involved).
+    Fake,
+    /// No MPS daemons: jobs share a partition without MPS.
+    Off,
+}
+
+/// How often MPS daemons are checked when neither the flag nor the file says.
+pub const DEFAULT_MPS_CHECK: Duration = Duration::from_secs(1);
+/// The real MPS control program, looked up in PATH.
+pub const DEFAULT_MPS_CONTROL: &str = "nvidia-cuda-mps-control";
+
 /// mmkd: the mmk node daemon.
 #[derive(Debug, Parser)]
 #[command(name = "mmkd", version, about, long_about = None)]
@@ -64,6 +83,16 @@ pub struct Args {
     /// [default: mmk] (docs/planner.md).
     #[arg(long, value_name = "NAME")]
     pub planner: Option<String>,
+    /// MPS control daemons, one per partition: auto, nvidia, fake or off [default: auto].
+    #[arg(long, value_enum)]
+    pub mps: Option<MpsChoice>,
+    /// The MPS control program for --mps nvidia [default: nvidia-cuda-mps-control, from
+    /// PATH].
+    #[arg(long, value_name = "PATH")]
+    pub mps_control: Option<PathBuf>,
+    /// How often MPS daemons and servers are checked [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
+    pub mps_check_interval: Option<Duration>,
 }
 
 fn parse_grace(s: &str) -> Result<Duration, String> {
@@ -82,6 +111,9 @@ struct FileConfig {
     sim_speed: Option<f64>,
     stop_grace: Option<String>,
     planner: Option<String>,
+    mps: Option<MpsChoice>,
+    mps_control: Option<PathBuf>,
+    mps_check_interval: Option<String>,
 }
 
 /// The resolved configuration.
@@ -95,6 +127,9 @@ pub struct Config {
     pub sim_speed: f64,
     pub stop_grace: Duration,
     pub planner: String,
+    pub mps: MpsChoice,
+    pub mps_control: PathBuf,
+    pub mps_check_interval: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -154,6 +189,20 @@ impl Config {
             })?,
             (None, None) => DEFAULT_STOP_GRACE,
         };
+        let mps_check_interval = match (args.mps_check_interval, file.mps_check_interval) {
+            (Some(d), _) => d,
+            (None, Some(text)) => parse_grace(&text).map_err(|message| ConfigError::Invalid {
+                field: "mps_check_interval",
+                message,
+            })?,
+            (None, None) => DEFAULT_MPS_CHECK,
+        };
+        if mps_check_interval < Duration::from_millis(10) {
+            return Err(ConfigError::Invalid {
+                field: "mps_check_interval",
+                message: format!("{mps_check_interval:?} is shorter than 10ms"),
+            });
+        }
         let planner = args
             .planner
             .or(file.planner)
@@ -182,6 +231,12 @@ impl Config {
             sim_gpus,
             sim_speed,
             stop_grace,
+            mps: args.mps.or(file.mps).unwrap_or(MpsChoice::Auto),
+            mps_control: args
+                .mps_control
+                .or(file.mps_control)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_CONTROL)),
+            mps_check_interval,
         })
     }
 }
@@ -251,6 +306,8 @@ mod tests {
         assert!(e.to_string().starts_with("listen:"), "{e}");
         let e = Config::resolve(args(&["--sim-speed=-1"])).expect_err("negative");
         assert!(e.to_string().starts_with("sim_speed:"), "{e}");
+        let e = Config::resolve(args(&["--mps-check-interval", "1ms"])).expect_err("too short");
+        assert!(e.to_string().starts_with("mps_check_interval:"), "{e}");
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("mmkd.yaml");
         std::fs::write(&f, "backend: sim\nsim_gpu: a\n").expect("write");

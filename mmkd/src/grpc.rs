@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status};
 
 use crate::node::{JobEvent, Node};
 use crate::store::{JobRecord, Owner};
+use mmk_mps_control::DaemonInfo;
 
 fn status(e: ServiceError) -> Status {
     service_error_to_status(e)
@@ -244,7 +245,18 @@ async fn active_jobs(node: &Node) -> Result<Vec<JobRecord>, Status> {
         .map_err(status)
 }
 
-fn partitions_of(g: &GpuState, jobs: &[JobRecord]) -> Vec<v1::Partition> {
+fn partitions_of(g: &GpuState, jobs: &[JobRecord], daemons: &[DaemonInfo]) -> Vec<v1::Partition> {
+    let mps = |device: &str| {
+        daemons
+            .iter()
+            .find(|d| d.partition.device == device)
+            .map(|d| v1::MpsDaemon {
+                pid: d.pid.unwrap_or(0),
+                pipe_dir: d.pipe_dir.display().to_string(),
+                restarts: d.restarts,
+                servers: d.servers.clone(),
+            })
+    };
     let jobs_in = |instance: Option<u32>, start: u8| -> Vec<v1::PartitionJob> {
         jobs.iter()
             .filter(|j| {
@@ -276,6 +288,7 @@ fn partitions_of(g: &GpuState, jobs: &[JobRecord]) -> Vec<v1::Partition> {
             sm_count: g.model.sm_count,
             used_memory_mib: used(&js),
             jobs: js,
+            mps: mps(&g.uuid),
         }];
     }
     g.instances
@@ -294,6 +307,7 @@ fn partitions_of(g: &GpuState, jobs: &[JobRecord]) -> Vec<v1::Partition> {
                 sm_count: p.map_or(0, |p| p.sm_count),
                 used_memory_mib: used(&js),
                 jobs: js,
+                mps: mps(&i.uuid),
             }
         })
         .collect()
@@ -394,6 +408,7 @@ impl PartitionService for PartitionApi {
     ) -> Result<Response<v1::ListPartitionsResponse>, Status> {
         let gpus = self.node.gpus().await.map_err(status)?;
         let jobs = active_jobs(&self.node).await?;
+        let daemons = self.node.mps().daemons();
         Ok(Response::new(v1::ListPartitionsResponse {
             gpus: gpus
                 .iter()
@@ -403,7 +418,7 @@ impl PartitionService for PartitionApi {
                     model: g.model.product_name.clone(),
                     mig_enabled: g.mig_enabled,
                     memory_slices: u32::from(g.model.memory_slices),
-                    partitions: partitions_of(g, &jobs),
+                    partitions: partitions_of(g, &jobs, &daemons),
                 })
                 .collect(),
         }))
@@ -442,7 +457,7 @@ fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
         .iter()
         .map(|i| (i.profile_id, i.placement.start))
         .collect();
-    let partitions = partitions_of(g, jobs);
+    let partitions = partitions_of(g, jobs, &[]);
     let free_in_partitions: u64 = partitions
         .iter()
         .map(|p| p.memory_mib.saturating_sub(p.used_memory_mib))

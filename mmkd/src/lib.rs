@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod config;
 pub mod grpc;
+pub mod mps;
 pub mod node;
 pub mod runner;
 pub mod server;
@@ -17,6 +18,12 @@ use clap::Parser;
 
 /// The whole `mmkd` program: flags, logging, runtime, run until SIGINT/SIGTERM.
 pub fn main() -> ExitCode {
+    // `mmkd fake-mps-control ...` is the fake MPS control program (--mps fake): always at
+    // hand, since it is mmkd itself.
+    let mut argv = std::env::args_os();
+    if argv.nth(1).is_some_and(|a| a == mps::FAKE_MPS_ARG) {
+        return mmk_mps_control::fake::main(argv.collect(), &[mps::FAKE_MPS_ARG.into()]);
+    }
     let args = config::Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

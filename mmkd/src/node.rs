@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, instrument, warn};
 
 use crate::backend::GpuBackend;
+use crate::mps::{self, Mps};
 use crate::runner::{self, Exit, Launch, Outcome, Runner};
 use crate::store::{
     Assignment, Change, InstanceRecord, JobRecord, Owner, StepRecord, Store, StoreError,
@@ -43,6 +44,8 @@ struct Inner {
     backend: Arc<dyn GpuBackend>,
     planner: Box<dyn Planner>,
     runner: Runner,
+    /// One MPS control daemon per partition in use.
+    mps: Mps,
     events: broadcast::Sender<JobEvent>,
     /// One scheduling pass (or exit, or cancel) at a time; held across GPU calls.
     sched: tokio::sync::Mutex<()>,
@@ -72,6 +75,7 @@ impl Node {
         backend: Arc<dyn GpuBackend>,
         planner: Box<dyn Planner>,
         runner: Runner,
+        mps: Mps,
         exits: mpsc::UnboundedReceiver<Exit>,
         shutdown: Arc<Notify>,
     ) -> Result<(Node, JoinHandle<()>), StoreError> {
@@ -82,6 +86,7 @@ impl Node {
                 backend,
                 planner,
                 runner,
+                mps,
                 events,
                 sched: tokio::sync::Mutex::new(()),
                 emit: tokio::sync::Mutex::new(()),
@@ -108,6 +113,10 @@ impl Node {
 
     pub fn runner(&self) -> &Runner {
         &self.inner.runner
+    }
+
+    pub fn mps(&self) -> &Mps {
+        &self.inner.mps
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<JobEvent> {
@@ -368,6 +377,14 @@ impl Node {
                 .await?;
             info!(job = job.id, state = %to, reason, "reconciled after restart");
         }
+        // After the jobs' leftovers (MPS clients) are gone and before any job starts.
+        let orphans = self.inner.mps.cleanup_orphans().await;
+        if !orphans.is_empty() {
+            warn!(
+                partitions = %orphans.join(","),
+                "stopped MPS daemons the previous mmkd left"
+            );
+        }
         Ok(())
     }
 
@@ -445,6 +462,11 @@ impl Node {
     }
 
     async fn run(self, mut exits: mpsc::UnboundedReceiver<Exit>, shutdown: Arc<Notify>) {
+        let watcher = self
+            .inner
+            .mps
+            .enabled()
+            .then(|| tokio::spawn(self.clone().watch_mps()));
         loop {
             tokio::select! {
                 () = shutdown.notified() => break,
@@ -466,6 +488,48 @@ impl Node {
             }
             self.schedule().await;
         }
+        if let Some(w) = watcher {
+            w.abort();
+        }
+    }
+
+    /// Checks the MPS daemons now and then; what a check finds goes into the records of
+    /// the jobs that run in the partition.
+    async fn watch_mps(self) {
+        let mut tick = tokio::time::interval(self.inner.mps.check_interval());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for ev in self.inner.mps.check().await {
+                warn!(partition = %ev.partition.label, "{ev}");
+                if let Err(e) = self
+                    .note_partition(&ev.partition.key, &ev.to_string())
+                    .await
+                {
+                    warn!(error = %e, "cannot record an mps event on its jobs");
+                }
+            }
+        }
+    }
+
+    /// Records `what` on every job that runs in the partition `key`.
+    async fn note_partition(&self, key: &str, what: &str) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        for job in store
+            .list_jobs(&[JobState::Starting, JobState::Running], None)
+            .await?
+        {
+            let here = job
+                .assignment
+                .as_ref()
+                .is_some_and(|a| mps::partition_key(&a.slot, a.instance_id) == key);
+            if here {
+                let _emit = self.inner.emit.lock().await;
+                let (job, ev) = store.note(job.id, what, now_ms()).await?;
+                self.emit(ev.seq, ev.at, job);
+            }
+        }
+        Ok(())
     }
 
     #[instrument(skip(self), fields(job = exit.job))]
@@ -661,7 +725,7 @@ impl Node {
                 continue;
             };
             match assignment(&gpus, p.slot, p.mps_share) {
-                Some(a) => self.launch(job, a).await?,
+                Some(a) => self.launch(job, a, &gpus).await?,
                 None => {
                     let why = failed.as_ref().map_or_else(
                         || "waiting: the planned partition does not exist".to_owned(),
@@ -726,6 +790,11 @@ impl Node {
         match step.clone() {
             Step::Destroy { slot, instance } => {
                 let gpu_uuid = gpu_uuid(node, slot.gpu);
+                // A running MPS server holds the instance.
+                self.inner
+                    .mps
+                    .stop(mps::partition_key(&slot, instance))
+                    .await;
                 tokio::task::spawn_blocking(move || backend.destroy_instance(slot.gpu, instance))
                     .await
                     .map_err(|e| ServiceError::Internal(e.to_string()))?
@@ -775,7 +844,7 @@ impl Node {
         Ok(())
     }
 
-    async fn launch(&self, job: &JobRecord, a: Assignment) -> ServiceResult<()> {
+    async fn launch(&self, job: &JobRecord, a: Assignment, gpus: &[GpuState]) -> ServiceResult<()> {
         let placed = format!(
             "placed on gpu {} {}@{}",
             a.slot.gpu, a.profile, a.slot.start
@@ -790,7 +859,15 @@ impl Node {
             },
         )
         .await?;
+        let mps_pipe = match self.inner.mps.ensure(mps::partition(gpus, &a)).await {
+            Ok(pipe) => pipe,
+            Err(why) => {
+                self.not_started(job, why);
+                return Ok(());
+            }
+        };
         let launch = Launch {
+            mps_pipe,
             job: job.id,
             name: job.spec.name.clone(),
             class: job.spec.class,
@@ -798,6 +875,7 @@ impl Node {
             assignment: a.clone(),
             restarts: job.restarts,
             owner: job.owner,
+            memory_mib: job.spec.gpu_memory_mib,
         };
         match self.inner.runner.start(&launch) {
             Ok(pid) => {
@@ -813,22 +891,25 @@ impl Node {
                 self.transition(job.id, JobState::Running, "running", change)
                     .await?;
             }
-            Err(why) => {
-                // Recorded through the exit path (next loop turn), so that a store failure
-                // here cannot leave the job STARTING with nothing to end it.
-                self.inner
-                    .pending_exits
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(Exit {
-                        job: job.id,
-                        run: job.restarts,
-                        outcome: Outcome::NotStarted(why),
-                    });
-                self.inner.kick.notify_one();
-            }
+            Err(why) => self.not_started(job, why),
         }
         Ok(())
+    }
+
+    /// A job that could not start: FAILED with the reason, recorded through the exit path
+    /// (next loop turn), so that a store failure here cannot leave the job STARTING with
+    /// nothing to end it.
+    fn not_started(&self, job: &JobRecord, why: String) {
+        self.inner
+            .pending_exits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Exit {
+                job: job.id,
+                run: job.restarts,
+                outcome: Outcome::NotStarted(why),
+            });
+        self.inner.kick.notify_one();
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use mmk_core::spec::{CommandSpec, Task};
 use mmk_core::{JobClass, workload};
+use mmk_mps_control::procs;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::store::{Assignment, Owner};
@@ -72,6 +73,10 @@ pub struct Launch {
     pub restarts: u32,
     /// Who submitted the job; a root mmkd runs the process as this user and group.
     pub owner: Option<Owner>,
+    /// The pipe directory of the partition's MPS control daemon (none when MPS is off).
+    pub mps_pipe: Option<PathBuf>,
+    /// The job's `gpu_memory`: its MPS pinned device memory limit.
+    pub memory_mib: u64,
 }
 
 #[derive(Debug)]
@@ -427,6 +432,14 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
         a.mps_share.to_string(),
     );
+    // Device 0 is the only device the job sees (CUDA_VISIBLE_DEVICES names one).
+    env.insert(
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
+        format!("0={}M", l.memory_mib),
+    );
+    if let Some(pipe) = &l.mps_pipe {
+        env.insert("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string());
+    }
     if l.restarts > 0 {
         env.insert("MMK_RESUME".into(), "1".into());
     }
@@ -440,29 +453,10 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
 pub fn kill_leftovers(job: u64, log_dir: &Path) -> usize {
     let id_marker = format!("MMK_JOB_ID={job}");
     let dir_marker = format!("MMK_LOG_DIR={}", log_dir.display());
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut killed = 0;
-    for entry in procs.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // Processes of other users are unreadable: not ours.
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        let has = |m: &str| environ.split(|b| *b == 0).any(|kv| kv == m.as_bytes());
-        // SAFETY: kill(2) on a pid read from /proc; no memory involved.
-        if has(&id_marker) && has(&dir_marker) && unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
-            killed += 1;
-        }
-    }
-    killed
+    procs::scan(|env| env.has(&id_marker) && env.has(&dir_marker))
+        .into_iter()
+        .filter(|pid| procs::kill(*pid, libc::SIGKILL))
+        .count()
 }
 
 #[cfg(test)]
@@ -491,6 +485,8 @@ mod tests {
             },
             restarts: 0,
             owner: None,
+            mps_pipe: None,
+            memory_mib: 2048,
         }
     }
 

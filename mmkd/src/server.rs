@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use mmk_mps_control::{MpsControl, Program, Supervisor};
 use mmk_partitioner::AnalyticModel;
 use mmk_proto::v1::job_service_server::JobServiceServer;
 use mmk_proto::v1::node_service_server::NodeServiceServer;
@@ -20,8 +21,9 @@ use tracing::{info, warn};
 use crate::backend::GpuBackend;
 use crate::backend::nvml::NvmlBackend;
 use crate::backend::sim::SimBackend;
-use crate::config::{BackendChoice, Config};
+use crate::config::{BackendChoice, Config, MpsChoice};
 use crate::grpc::{JobApi, NodeApi, PartitionApi};
+use crate::mps::{FAKE_MPS_ARG, Mps};
 use crate::node::Node;
 use crate::runner::Runner;
 use crate::store::Store;
@@ -36,6 +38,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let store = Store::open(&config.data_dir.join("mmk.db")).await?;
 
     let backend = choose_backend(&config).await?;
+    let mps = choose_mps(&config, backend.kind())?;
     let (exits_tx, exits_rx) = mpsc::unbounded_channel();
     let runner = Runner::new(
         config.data_dir.join("jobs"),
@@ -53,6 +56,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         backend,
         planner,
         runner,
+        mps,
         exits_rx,
         Arc::clone(&stop_loop),
     )
@@ -150,6 +154,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         let _ = loop_handle.await;
     }
     node.runner().stop_all().await;
+    node.mps().stop_all().await;
     store.close().await;
     let _ = std::fs::remove_file(&config.socket);
     if let Some(why) = loop_died {
@@ -191,6 +196,63 @@ async fn choose_backend(config: &Config) -> anyhow::Result<Arc<dyn GpuBackend>> 
     let models: Vec<&str> = config.sim_gpus.iter().map(|m| m.key.as_str()).collect();
     info!(backend = "sim", gpus = %models.join(","), speed = config.sim_speed, "backend: sim (simulated node)");
     Ok(Arc::new(b))
+}
+
+/// The MPS control program: the real one with real GPUs, mmkd itself as the fake with
+/// the simulated node (docs/mmkd.md, "MPS").
+fn choose_mps(config: &Config, backend: &str) -> anyhow::Result<Mps> {
+    let fake = || -> anyhow::Result<Program> {
+        let exe = std::env::current_exe().context("cannot find the mmkd executable")?;
+        Ok(Program::with_prefix(exe, vec![FAKE_MPS_ARG.into()]))
+    };
+    let program = match (config.mps, backend) {
+        (MpsChoice::Off, _) => None,
+        (MpsChoice::Fake, _) | (MpsChoice::Auto, "sim") => Some(fake()?),
+        (MpsChoice::Nvidia, _) => {
+            let path = find_program(&config.mps_control).with_context(|| {
+                format!(
+                    "--mps nvidia: cannot find {}; install the NVIDIA driver's MPS tools or use --mps-control PATH",
+                    config.mps_control.display()
+                )
+            })?;
+            Some(Program::new(path))
+        }
+        (MpsChoice::Auto, _) => match find_program(&config.mps_control) {
+            Some(path) => Some(Program::new(path)),
+            None => {
+                warn!(
+                    program = %config.mps_control.display(),
+                    "no MPS control program; MPS is off (jobs that share a partition share it without MPS)"
+                );
+                None
+            }
+        },
+    };
+    let Some(program) = program else {
+        info!("mps: off");
+        return Ok(Mps::off());
+    };
+    info!(control = %program.name(), check_every = ?config.mps_check_interval, "mps: one control daemon per partition");
+    Ok(Mps::new(
+        Supervisor::new(Arc::new(program), config.data_dir.join("mps")),
+        config.mps_check_interval,
+    ))
+}
+
+/// `path` when it names an executable file, else the first executable of that name in
+/// PATH.
+fn find_program(path: &Path) -> Option<std::path::PathBuf> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if path.components().count() > 1 {
+        return executable(path).then(|| path.to_path_buf());
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(path))
+        .find(|p| executable(p))
 }
 
 /// One mmkd per data dir: an exclusive lock on `mmkd.lock`, held while mmkd runs.

@@ -381,6 +381,39 @@ impl Store {
         ))
     }
 
+    /// Records something that happened to a job without changing its state (an MPS
+    /// daemon of its partition died and was restarted, ...): the reason and an event.
+    pub async fn note(&self, id: u64, reason: &str, now: i64) -> Result<(JobRecord, EventRecord)> {
+        let mut tx = self.write().await?;
+        let sid = i64::try_from(id).unwrap_or(-1);
+        let state: Option<String> = sqlx::query_scalar("SELECT state FROM jobs WHERE id = ?")
+            .bind(sid)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let state = state
+            .ok_or(StoreError::NotFound(id))
+            .and_then(|s| parse_state(sid, &s))?;
+        sqlx::query("UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ?")
+            .bind(reason)
+            .bind(now)
+            .bind(sid)
+            .execute(&mut *tx)
+            .await?;
+        let seq = insert_event(&mut tx, sid, state, reason, now).await?;
+        tx.commit().await?;
+        let job = self.get_job(id).await?;
+        Ok((
+            job,
+            EventRecord {
+                seq,
+                job_id: id,
+                state,
+                reason: reason.to_owned(),
+                at: now,
+            },
+        ))
+    }
+
     /// Updates why a queued job waits (no event: the state did not change).
     pub async fn set_reason(&self, id: u64, reason: &str, now: i64) -> Result<()> {
         sqlx::query("UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ? AND reason <> ?")

@@ -5,4 +5,5 @@ mod harness;
 
 mod bad_input;
 mod jobs;
+mod mps;
 mod restart;
