@@ -61,6 +61,10 @@ pub struct CommandSpec {
     pub env: BTreeMap<String, String>,
     /// Absolute working directory; `mmkctl` fills in its own when the file names none.
     pub workdir: Option<String>,
+    /// The workload (by name) whose demands the planner assumes for this process, until
+    /// it is profiled; none: the planner assumes it fills its partition.
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -261,6 +265,17 @@ fn validate_command(c: &CommandSpec) -> Result<(), FieldError> {
             format!("{dir:?} must be an absolute path"),
         ));
     }
+    if let Some(p) = &c.profile
+        && workload::find(p).is_none()
+    {
+        return Err(FieldError::new(
+            "command.profile",
+            format!(
+                "unknown workload {p:?}; known: {}",
+                workload::names().join(", ")
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -368,6 +383,7 @@ pub(crate) mod tests {
             args: vec!["/bin/true".into()],
             env: BTreeMap::new(),
             workdir: Some("relative/dir".into()),
+            profile: None,
         });
         assert_eq!(field_of(&s), "command.workdir");
 

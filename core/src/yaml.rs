@@ -80,6 +80,8 @@ struct RawCommand {
     env: Option<Spanned<BTreeMap<String, Scalar>>>,
     #[serde(default)]
     workdir: Option<Spanned<String>>,
+    #[serde(default)]
+    profile: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -273,10 +275,15 @@ fn convert_command(c: Spanned<RawCommand>, lines: &mut Lines) -> Result<CommandS
         lines.note("command.workdir", &w);
         w.value
     });
+    let profile = c.profile.map(|p| {
+        lines.note("command.profile", &p);
+        p.value
+    });
     Ok(CommandSpec {
         args: c.args.value,
         env,
         workdir,
+        profile,
     })
 }
 
@@ -361,6 +368,21 @@ workload:
         assert_eq!(c.env.get("PORT").map(String::as_str), Some("8080"));
         assert_eq!(c.workdir.as_deref(), Some("/srv/train"));
         assert!(spec.checkpoint);
+    }
+
+    #[test]
+    fn a_command_may_name_the_workload_it_resembles() {
+        let yaml = "name: serve\nclass: online\ngpu_memory: 4GiB\n\
+                    command:\n  args: [python3, serve.py]\n  profile: resnet50-inference\n";
+        let spec = parse_job_yaml(yaml, None).expect("valid");
+        let Task::Command(c) = spec.task else {
+            panic!("expected a command task")
+        };
+        assert_eq!(c.profile.as_deref(), Some("resnet50-inference"));
+        let e = err("name: serve\nclass: online\ngpu_memory: 4GiB\n\
+                     command:\n  args: [python3, serve.py]\n  profile: resnet51\n");
+        assert_eq!((e.field.as_str(), e.line), ("command.profile", Some(6)));
+        assert!(e.message.contains("unknown workload \"resnet51\""), "{e}");
     }
 
     fn err(yaml: &str) -> FieldError {

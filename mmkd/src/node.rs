@@ -927,15 +927,18 @@ fn demand(j: &JobRecord) -> JobDemand {
 
 /// A job that waits, as the planner sees it.
 fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
-    let profile = match &spec.task {
-        mmk_core::Task::Workload(w) => mmk_core::workload::find(&w.name).map(|wl| JobProfile {
+    let workload = match &spec.task {
+        mmk_core::Task::Workload(w) => Some(w.name.as_str()),
+        mmk_core::Task::Command(c) => c.profile.as_deref(),
+    };
+    let profile = workload
+        .and_then(mmk_core::workload::find)
+        .map(|wl| JobProfile {
             class: spec.class,
             sm_demand: wl.sm_demand,
             bw_demand: wl.bw_demand,
             solo_latency_ms: wl.solo_latency_ms,
-        }),
-        mmk_core::Task::Command(_) => None,
-    };
+        });
     JobDemand {
         id,
         class: spec.class,

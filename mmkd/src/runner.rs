@@ -503,6 +503,7 @@ mod tests {
             args: args.iter().map(|s| s.to_string()).collect(),
             env: [("GREETING".to_string(), "hi".to_string())].into(),
             workdir: None,
+            profile: None,
         })
     }
 

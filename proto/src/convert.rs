@@ -57,6 +57,7 @@ pub fn spec_to_proto(s: &JobSpec) -> v1::JobSpec {
                 args: c.args.clone(),
                 env: c.env.clone().into_iter().collect(),
                 workdir: c.workdir.clone().unwrap_or_default(),
+                profile: c.profile.clone().unwrap_or_default(),
             }),
             Task::Workload(w) => v1::job_spec::Task::Workload(v1::WorkloadTask {
                 name: w.name.clone(),
@@ -92,6 +93,7 @@ pub fn spec_from_proto(s: v1::JobSpec) -> Result<JobSpec, FieldError> {
             args: c.args,
             env: c.env.into_iter().collect(),
             workdir: (!c.workdir.is_empty()).then_some(c.workdir),
+            profile: (!c.profile.is_empty()).then_some(c.profile),
         }),
         Some(v1::job_spec::Task::Workload(w)) => Task::Workload(WorkloadSpec {
             name: w.name,
@@ -143,6 +145,7 @@ mod tests {
                 args: vec!["/bin/sleep".into(), "1".into()],
                 env: [("A".to_string(), "b".to_string())].into(),
                 workdir: Some("/tmp".into()),
+                profile: Some("resnet50-inference".into()),
             }),
             checkpoint: false,
             restart_policy: RestartPolicy::OnFailure,
