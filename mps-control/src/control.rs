@@ -101,12 +101,46 @@ pub enum ServerStatus {
 }
 
 impl ServerStatus {
-    pub fn parse(reply: &str) -> ServerStatus {
-        match reply.trim() {
+    /// A status word (`ACTIVE`, ...); `None` for anything else, such as the real daemon's
+    /// `Server 510 not found` for a server that exited meanwhile (its client exits 0).
+    pub fn parse(reply: &str) -> Option<ServerStatus> {
+        let word = reply.trim();
+        if word.is_empty() || !word.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+            return None;
+        }
+        Some(match word {
             "ACTIVE" => ServerStatus::Active,
             other => ServerStatus::NotReady(other.to_owned()),
+        })
+    }
+}
+
+/// A memory value as MPS takes and prints it (`4G`, `4096M`, `512MB`, `1024`): bytes.
+pub fn parse_mem(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &v[digits.len()..];
+    let n: u64 = digits.parse().ok()?;
+    let mult: u64 = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" => 1 << 10,
+        "M" | "MB" => 1 << 20,
+        "G" | "GB" => 1 << 30,
+        "T" | "TB" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// Bytes as the real daemon prints a limit: whole units of the largest unit that fits,
+/// rounded down. Seen on an H200: 4096M is read back as `4G`, 143771M as `140G`.
+pub fn format_mem(bytes: u64) -> String {
+    for (unit, size) in [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if bytes >= size {
+            return format!("{}{unit}", bytes / size);
         }
     }
+    bytes.to_string()
 }
 
 /// The pids of a `get_server_list` or `get_client_list` reply, one per line.
@@ -251,7 +285,8 @@ impl MpsControl for Program {
     fn send(&self, dirs: &Dirs, command: &str) -> Result<String> {
         let out = self.run(self.command(dirs), &format!("{command}\n"), command)?;
         let reply = String::from_utf8_lossy(&out.stdout).into_owned();
-        if !out.status.success() {
+        // The real client exits 0 after an unknown command; its reply says so.
+        if !out.status.success() || reply.starts_with("Unknown command") {
             return Err(MpsError::Command {
                 command: command.to_owned(),
                 output: text(&out),
@@ -277,11 +312,28 @@ mod tests {
         );
         let err = parse_pids("get_server_list", "12\nboom\n").unwrap_err();
         assert!(err.to_string().contains("boom"), "{err}");
-        assert_eq!(ServerStatus::parse("ACTIVE\n"), ServerStatus::Active);
+        assert_eq!(ServerStatus::parse("ACTIVE\n"), Some(ServerStatus::Active));
         assert_eq!(
             ServerStatus::parse("FAULT"),
-            ServerStatus::NotReady("FAULT".into())
+            Some(ServerStatus::NotReady("FAULT".into()))
         );
+        assert_eq!(ServerStatus::parse("Server 510 not found"), None);
+        assert_eq!(ServerStatus::parse("A server PID is required"), None);
+    }
+
+    #[test]
+    fn memory_values_read_and_print_like_mps() {
+        assert_eq!(parse_mem("4G"), Some(4 << 30));
+        assert_eq!(parse_mem("512M"), Some(512 << 20));
+        assert_eq!(parse_mem("512MB\n"), Some(512 << 20));
+        assert_eq!(parse_mem("1024"), Some(1024));
+        assert_eq!(parse_mem("4Q"), None);
+        assert_eq!(parse_mem("G"), None);
+        // As seen on an H200: 4096M set, 4G read back; 143771M set, 140G read back.
+        assert_eq!(format_mem(4096 << 20), "4G");
+        assert_eq!(format_mem(143_771 << 20), "140G");
+        assert_eq!(format_mem(512 << 20), "512M");
+        assert_eq!(format_mem(1000), "1000");
     }
 
     #[test]

@@ -23,6 +23,11 @@
 //!
 //! The daemon and its server exit by themselves when their pipe directory disappears, so
 //! that a test that dies leaves nothing running.
+//!
+//! What it copies was seen on an H200 (scripts/gpu/mps-smoke.sh): the pid file, `ACTIVE`
+//! as a server's status, `100.0` after setting 100 (and after 140), a limit set as `4096M`
+//! read back as `4G`, and `Unknown command "..."` with exit status 0. Other errors (a bad
+//! pid) make the fake's client exit 1; what the real one prints for them is not known.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -33,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{PID_FILE, procs};
+use crate::{PID_FILE, format_mem, parse_mem, procs};
 
 /// The socket in the pipe directory.
 const SOCKET: &str = "control";
@@ -353,21 +358,23 @@ impl Daemon {
                 Ok(String::new())
             }
             ["set_default_active_thread_percentage", p] => {
+                // As the real daemon: a value over 100 is taken as 100.
                 let v: f64 = p
                     .parse()
                     .ok()
-                    .filter(|v: &f64| (0.0..=100.0).contains(v))
+                    .filter(|v: &f64| *v > 0.0)
                     .ok_or_else(|| format!("invalid thread percentage {p:?}"))?;
-                self.thread_percentage = v;
-                Ok(format!("{v:.1}\n"))
+                self.thread_percentage = v.min(100.0);
+                Ok(format!("{:.1}\n", self.thread_percentage))
             }
             ["get_default_active_thread_percentage"] => {
                 Ok(format!("{:.1}\n", self.thread_percentage))
             }
             ["set_default_device_pinned_mem_limit", dev, value] => {
-                parse_mem(value).ok_or_else(|| format!("invalid memory limit {value:?}"))?;
-                self.pinned_mem
-                    .insert((*dev).to_owned(), (*value).to_owned());
+                let bytes =
+                    parse_mem(value).ok_or_else(|| format!("invalid memory limit {value:?}"))?;
+                // Read back in the largest unit that divides it, as the real one does.
+                self.pinned_mem.insert((*dev).to_owned(), format_mem(bytes));
                 Ok(String::new())
             }
             ["get_default_device_pinned_mem_limit", dev] => Ok(self
@@ -409,7 +416,8 @@ impl Daemon {
                 let _ = s.child.kill();
                 Ok(String::new())
             }
-            _ => Err(format!("unknown command {:?}", words.join(" "))),
+            // The real daemon answers this, and its client still exits 0.
+            _ => Ok(format!("Unknown command {:?}\n", words.join(" "))),
         }
     }
 
@@ -451,35 +459,4 @@ fn owner_of(pid: u32) -> Option<u32> {
     std::fs::metadata(format!("/proc/{pid}"))
         .ok()
         .map(|m| m.uid())
-}
-
-/// A memory value as MPS takes it: a number with an optional unit (`4G`, `512M`, `1024`).
-fn parse_mem(v: &str) -> Option<u64> {
-    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let unit = &v[digits.len()..];
-    let n: u64 = digits.parse().ok()?;
-    let mult: u64 = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" => 1 << 10,
-        "M" | "MB" => 1 << 20,
-        "G" | "GB" => 1 << 30,
-        "T" | "TB" => 1 << 40,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn memory_values_parse_like_mps_takes_them() {
-        assert_eq!(parse_mem("4G"), Some(4 << 30));
-        assert_eq!(parse_mem("512M"), Some(512 << 20));
-        assert_eq!(parse_mem("512MB"), Some(512 << 20));
-        assert_eq!(parse_mem("1024"), Some(1024));
-        assert_eq!(parse_mem("4Q"), None);
-        assert_eq!(parse_mem("G"), None);
-    }
 }

@@ -16,7 +16,9 @@ pub mod fake;
 pub mod procs;
 mod supervisor;
 
-pub use control::{Dirs, MpsControl, MpsError, Program, Result, ServerStatus, parse_pids};
+pub use control::{
+    Dirs, MpsControl, MpsError, Program, Result, ServerStatus, format_mem, parse_mem, parse_pids,
+};
 pub use supervisor::{DaemonInfo, Health, HealthEvent, Partition, Supervisor};
 
 /// The file in a pipe directory that holds the control daemon's pid (the real daemon

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use crate::control::{Dirs, MpsControl, MpsError, Result, ServerStatus, parse_pids};
+use crate::control::{Dirs, MpsControl, MpsError, Result, ServerStatus, parse_mem, parse_pids};
 use crate::procs;
 
 /// A partition that gets a daemon.
@@ -210,18 +210,42 @@ impl Supervisor {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        let limits = [
-            "set_default_active_thread_percentage 100".to_owned(),
-            format!("set_default_device_pinned_mem_limit 0 {}M", p.memory_mib),
-        ];
-        for cmd in &limits {
-            if let Err(e) = self.control.send(dirs, cmd) {
-                self.quit(dirs, pid);
-                return Err(e);
-            }
+        if let Err(e) = self.set_limits(p, dirs) {
+            self.quit(dirs, pid);
+            return Err(e);
         }
         info!(pid, device = %p.device, "mps control daemon started");
         Ok(pid)
+    }
+
+    /// Sets the daemon's defaults to the whole partition (each job's environment narrows
+    /// them) and reads them back: the real client exits 0 whatever the daemon answered.
+    fn set_limits(&self, p: &Partition, dirs: &Dirs) -> Result<()> {
+        let mem = p.memory_mib << 20;
+        self.control
+            .send(dirs, "set_default_active_thread_percentage 100")?;
+        self.control.send(
+            dirs,
+            &format!("set_default_device_pinned_mem_limit 0 {}M", p.memory_mib),
+        )?;
+        let check = |command: &str, ok: &dyn Fn(&str) -> bool| -> Result<()> {
+            let reply = self.control.send(dirs, command)?;
+            if ok(reply.trim()) {
+                Ok(())
+            } else {
+                Err(MpsError::Reply {
+                    command: command.to_owned(),
+                    reply,
+                })
+            }
+        };
+        check("get_default_active_thread_percentage", &|r| {
+            r.parse::<f64>().is_ok_and(|v| v == 100.0)
+        })?;
+        // The daemon reads a limit back rounded down to whole units of its largest unit.
+        check("get_default_device_pinned_mem_limit 0", &|r| {
+            parse_mem(r).is_some_and(|got| got <= mem && mem - got < 1 << 30)
+        })
     }
 
     /// Checks every daemon: restarts the dead ones whose backoff has passed, and reports
@@ -310,7 +334,10 @@ impl Supervisor {
                 else {
                     continue;
                 };
-                let now = ServerStatus::parse(&reply);
+                let Some(now) = ServerStatus::parse(&reply) else {
+                    // Gone since the list was read: the next check reports it.
+                    continue;
+                };
                 let before = d.servers.insert(pid, now.clone());
                 match (&before, &now) {
                     (Some(ServerStatus::NotReady(_)), ServerStatus::Active) => {

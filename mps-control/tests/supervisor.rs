@@ -78,7 +78,7 @@ fn one_daemon_per_partition_with_its_limits_then_quit() {
             .send(&dirs, "get_default_device_pinned_mem_limit 0")
             .unwrap()
             .trim(),
-        "40000M"
+        "39G"
     );
     let log = std::fs::read_to_string(dirs.log.join("control.log")).unwrap();
     assert!(log.contains("MIG-fake-g0i1"), "{log}");
@@ -136,7 +136,7 @@ fn a_killed_daemon_is_restarted_and_its_server_stopped() {
             .send(&dirs, "get_default_device_pinned_mem_limit 0")
             .unwrap()
             .trim(),
-        "80000M"
+        "78G"
     );
     assert_eq!(sup.daemons()[0].restarts, 1);
     sup.stop_all();
@@ -238,12 +238,24 @@ fn the_fake_refuses_bad_commands_and_a_second_daemon() {
     control.start_daemon(&dirs, "GPU-x").unwrap();
     let err = control.start_daemon(&dirs, "GPU-x").unwrap_err();
     assert!(err.to_string().contains("already running"), "{err}");
-    let err = control
+    // As the real daemon: over 100 is 100; an unknown command is an error, told by its
+    // reply.
+    let reply = control
         .send(&dirs, "set_default_active_thread_percentage 140")
-        .unwrap_err();
-    assert!(err.to_string().contains("140"), "{err}");
+        .unwrap();
+    assert_eq!(reply.trim(), "100.0");
+    control
+        .send(&dirs, "set_default_device_pinned_mem_limit 0 4096M")
+        .unwrap();
+    let reply = control
+        .send(&dirs, "get_default_device_pinned_mem_limit 0")
+        .unwrap();
+    assert_eq!(reply.trim(), "4G");
     let err = control.send(&dirs, "frobnicate").unwrap_err();
-    assert!(err.to_string().contains("unknown command"), "{err}");
+    assert!(
+        err.to_string().contains("Unknown command \"frobnicate\""),
+        "{err}"
+    );
     let pid = dirs.pid().unwrap();
     control.send(&dirs, "quit").unwrap();
     wait_until("quit", || !procs::alive(pid as i32));

@@ -41,10 +41,17 @@ facts="$OUT/mps-facts.txt"
            frobnicate; do
     r=$(echo "$c" | "$MPS" 2>&1); echo "[$c] exit=$? reply=<$r>"
   done
-  CUDA_VISIBLE_DEVICES="$gpu_uuid" python3 -c "import torch,time; torch.zeros(1,device='cuda'); time.sleep(6)" &
+  CUDA_VISIBLE_DEVICES="$gpu_uuid" python3 -c "import torch,time; torch.zeros(1,device='cuda'); time.sleep(4)" &
   client=$!
-  sleep 4
-  srv=$(echo get_server_list | "$MPS" 2>&1 | head -1); echo "server: <$srv>"
+  srv=""
+  for _ in $(seq 1 60); do
+    srv=$(echo get_server_list | "$MPS" 2>&1 | head -1)
+    [ -n "$srv" ] && break
+    sleep 0.5
+  done
+  sleep 1
+  echo "server: <$srv>"
+  r=$(echo "get_server_status 999999" | "$MPS" 2>&1); echo "[get_server_status 999999] exit=$? reply=<$r>"
   r=$(echo "get_server_status $srv" | "$MPS" 2>&1); echo "[get_server_status] reply=<$r>"
   r=$(echo "get_client_list $srv" | "$MPS" 2>&1); echo "[get_client_list] reply=<$r> client=$client"
   echo "server env has pipe dir: $(tr '\0' '\n' < /proc/$srv/environ 2>/dev/null | grep -c "^CUDA_MPS_PIPE_DIRECTORY=$p$")"
@@ -123,12 +130,54 @@ for id in 1 2; do
 done
 kill -TERM $mmkd; wait $mmkd; echo "mmkd exit $?" >> "$OUT/mmkd.log"
 sleep 0.5
-left=$(pgrep -f nvidia-cuda-mps | tr '\n' ' ')
-if [ -n "$dpid" ] && ! kill -0 "$dpid" 2>/dev/null && [ -z "$left" ]; then
-  row "daemon gone after mmkd stops" PASS "no nvidia-cuda-mps process left"
+# A daemonized process whose parent is gone waits for PID 1 to reap it; where PID 1 does
+# not reap (some containers), it stays a zombie: exited, holding nothing.
+live=""
+for pid in $(pgrep nvidia-cuda-mps); do
+  st=$(awk '{print $3}' /proc/$pid/stat 2>/dev/null)
+  [ -n "$st" ] && [ "$st" != Z ] && live="$live $pid"
+done
+ps -eo pid,ppid,stat,comm | grep -E "PID|nvidia-cuda-mps" > "$OUT/mps-after.txt" 2>&1
+echo "pid 1: $(cat /proc/1/comm)" >> "$OUT/mps-after.txt"
+dstate=$(awk '{print $3}' /proc/$dpid/stat 2>/dev/null)
+if [ -n "$dpid" ] && { [ -z "$dstate" ] || [ "$dstate" = Z ]; } && [ -z "$live" ]; then
+  row "daemon gone after mmkd stops" PASS "pid $dpid ${dstate:+exited (zombie of PID 1)}${dstate:-gone}"
 else
-  row "daemon gone after mmkd stops" FAIL "left: $left"
+  row "daemon gone after mmkd stops" FAIL "still running:$live"
 fi
+# ---- 3. faults: the daemon killed under a job; mmkd killed ---------------------------
+gone() { local st; st=$(awk '{print $3}' /proc/$1/stat 2>/dev/null); [ -z "$st" ] || [ "$st" = Z ]; }
+data3="$work/data3"
+"$BIN/mmkd" --backend nvml --mps nvidia --data-dir "$data3" > "$OUT/mmkd3.log" 2>&1 &
+mmkd=$!
+for _ in $(seq 1 100); do [ -S "$MMK_SOCKET" ] && break; sleep 0.1; done
+sed 's/"20"/"12"/' "$work/online.yaml" > "$work/fault.yaml"
+ctl submit "$work/fault.yaml" > /dev/null 2>&1
+sleep 6
+old=$(ctl --output json partitions show | json 'd[0]["partitions"][0]["mps"]["pid"]' 2>/dev/null)
+kill -9 "$old"
+sleep 3
+new=$(ctl --output json partitions show | json 'd[0]["partitions"][0]["mps"]["pid"]' 2>/dev/null)
+reason=$(ctl --output json jobs get 1 | json 'd["reason"]' 2>/dev/null)
+ctl --output json jobs get 1 > "$OUT/job3-after-kill.json" 2>&1
+if [ -n "$new" ] && [ "$new" != "$old" ] && ! gone "$new" && grep -q "died; restarted" <<<"$reason"; then
+  row "killed daemon restarted, job record says so" PASS "pid $old -> $new"
+else
+  row "killed daemon restarted, job record says so" FAIL "old $old new $new; reason: $reason"
+fi
+kill -9 $mmkd; wait $mmkd 2>/dev/null
+sleep 0.5
+orphan=$(cat "$data3/mps/g0/pipe/nvidia-cuda-mps-control.pid" 2>/dev/null)
+"$BIN/mmkd" --backend nvml --mps nvidia --data-dir "$data3" > "$OUT/mmkd4.log" 2>&1 &
+mmkd=$!
+for _ in $(seq 1 100); do [ -S "$MMK_SOCKET" ] && break; sleep 0.1; done
+if [ -n "$orphan" ] && gone "$orphan" && grep -q "stopped MPS daemons the previous mmkd left" "$OUT/mmkd4.log"; then
+  row "kill -9 mmkd: next start stops the orphan" PASS "pid $orphan"
+else
+  row "kill -9 mmkd: next start stops the orphan" FAIL "pid '$orphan'"
+fi
+kill -TERM $mmkd; wait $mmkd
+
 {
   printf '%-46s %-4s %s\n' check "" detail
   printf '%s\n' "${rows[@]}"

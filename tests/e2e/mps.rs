@@ -111,9 +111,11 @@ async fn a_job_starts_in_its_partitions_daemon_with_the_planned_environment() {
         .find(|p| p["instance_id"] == a.instance_id)
         .expect("the job's partition")
         .clone();
+    // Read back as the real daemon prints it: in whole GiB, rounded down.
+    let mib = part["memory_mib"].as_u64().expect("memory_mib");
     assert_eq!(
         control(&pipe, "get_default_device_pinned_mem_limit 0"),
-        format!("{}M", part["memory_mib"])
+        format!("{}G", mib / 1024)
     );
     assert_eq!(
         control(&pipe, "get_default_active_thread_percentage"),
@@ -126,7 +128,11 @@ async fn a_job_starts_in_its_partitions_daemon_with_the_planned_environment() {
     assert!(log.contains(&a.device_uuid), "{log}");
 
     // mmkd stops: the daemon is gone with it, and so is its directory.
-    let (status, dir) = d.terminate();
+    // (Off the runtime: the client's connection must close while mmkd drains.)
+    drop(c);
+    let (status, dir) = tokio::task::spawn_blocking(move || d.terminate())
+        .await
+        .expect("terminate");
     assert!(status.success());
     assert!(!procs::alive(pid));
     assert!(!dir.path().join("mps").join(&key).exists());
