@@ -11,6 +11,9 @@ use mmk_partitioner::{GpuState, Slot};
 /// (`mmkd fake-mps-control -d`, ...); see `mmk_mps_control::fake`.
 pub const FAKE_MPS_ARG: &str = "fake-mps-control";
 
+/// How long after an MPS fault a failing job's exit is said to follow it.
+const TROUBLE_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The node's MPS daemons, or none when MPS is off.
 #[derive(Debug, Clone, Default)]
 pub struct Mps {
@@ -85,6 +88,14 @@ impl Mps {
                 .unwrap_or_default(),
             None => Vec::new(),
         }
+    }
+
+    /// What is or recently was wrong with the MPS daemon of a job's partition (see
+    /// `Supervisor::trouble`).
+    pub fn trouble(&self, a: &crate::store::Assignment) -> Option<String> {
+        self.sup
+            .as_ref()?
+            .trouble(&partition_key(&a.slot, a.instance_id), TROUBLE_WINDOW)
     }
 
     pub fn daemons(&self) -> Vec<DaemonInfo> {

@@ -563,6 +563,17 @@ impl Node {
             exit_code: exit.outcome.exit_code(),
             ..Change::default()
         };
+        // A job that fails next to an MPS fault says so: its client died with the server.
+        let mut what = exit.outcome.describe();
+        if matches!(exit.outcome, Outcome::Exited(_) | Outcome::Signaled(_))
+            && !exit.outcome.success()
+            && let Some(trouble) = job
+                .assignment
+                .as_ref()
+                .and_then(|a| self.inner.mps.trouble(a))
+        {
+            what = format!("{what}; {trouble}");
+        }
         let result = if let Some(reason) = cancelled {
             self.transition(job.id, JobState::Cancelled, &reason, change)
                 .await
@@ -582,7 +593,7 @@ impl Node {
         {
             let reason = format!(
                 "requeued after it {} (restart {} of {})",
-                exit.outcome.describe(),
+                what,
                 job.failure_restarts() + 1,
                 job.spec.max_restarts
             );
@@ -597,7 +608,7 @@ impl Node {
             )
             .await
         } else {
-            self.transition(job.id, JobState::Failed, &exit.outcome.describe(), change)
+            self.transition(job.id, JobState::Failed, &what, change)
                 .await
         };
         if let Err(e) = result {

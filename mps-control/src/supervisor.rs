@@ -110,6 +110,8 @@ struct Daemon {
     backoff: Duration,
     next_try: Instant,
     servers: BTreeMap<u32, ServerStatus>,
+    /// The last thing that went wrong, and when.
+    last_trouble: Option<(Instant, String)>,
 }
 
 /// The first pause before restarting a daemon that died again soon after a restart;
@@ -184,6 +186,7 @@ impl Supervisor {
                 backoff: BACKOFF_FIRST,
                 next_try: Instant::now(),
                 servers: BTreeMap::new(),
+                last_trouble: None,
             },
         );
         Ok(pid)
@@ -254,15 +257,28 @@ impl Supervisor {
         let mut events = Vec::new();
         let mut map = self.lock();
         for d in map.values_mut() {
-            let mut report = |health| {
-                events.push(HealthEvent {
+            for health in self.check_one(d) {
+                let ev = HealthEvent {
                     partition: d.partition.clone(),
                     health,
-                })
-            };
+                };
+                if !matches!(ev.health, Health::ServerReady { .. }) {
+                    d.last_trouble = Some((Instant::now(), ev.to_string()));
+                }
+                events.push(ev);
+            }
+        }
+        events
+    }
+
+    /// One daemon's check (see `check`).
+    fn check_one(&self, d: &mut Daemon) -> Vec<Health> {
+        let mut found = Vec::new();
+        'checks: {
+            let mut report = |health| found.push(health);
             if d.pid == 0 || !procs::alive(d.pid as i32) {
                 if Instant::now() < d.next_try {
-                    continue;
+                    break 'checks;
                 }
                 let old_pid = d.pid;
                 if old_pid != 0 {
@@ -304,7 +320,7 @@ impl Supervisor {
                         }
                     }
                 }
-                continue;
+                break 'checks;
             }
             let servers = match self
                 .control
@@ -314,7 +330,7 @@ impl Supervisor {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(partition = %d.partition.label, error = %e, "mps health check failed");
-                    continue;
+                    break 'checks;
                 }
             };
             let gone: Vec<u32> = d
@@ -353,7 +369,29 @@ impl Supervisor {
                 }
             }
         }
-        events
+        found
+    }
+
+    /// What is wrong with a partition's daemon now, or went wrong in the last `within`:
+    /// said next to the exit of a job that failed there (a client dies with its server,
+    /// often before a health check sees why).
+    pub fn trouble(&self, key: &str, within: Duration) -> Option<String> {
+        let map = self.lock();
+        let d = map.get(key)?;
+        let label = &d.partition.label;
+        if d.pid == 0 {
+            return Some(format!("the MPS control daemon of {label} is down"));
+        }
+        if !procs::alive(d.pid as i32) {
+            return Some(format!(
+                "the MPS control daemon of {label} (pid {}) has died",
+                d.pid
+            ));
+        }
+        d.last_trouble
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < within)
+            .map(|(_, what)| what.clone())
     }
 
     /// Quits a partition's daemon (before its MIG instance is destroyed).

@@ -167,6 +167,23 @@ async fn a_killed_daemon_is_restarted_and_the_job_says_so() {
         control(&pipe, "get_default_active_thread_percentage"),
         "100.0"
     );
+
+    // A client dies with its server (seen on an H200): the job's end says why.
+    let marker = format!("MMK_LOG_DIR={}", job["log_dir"].as_str().expect("log_dir"));
+    for pid in procs::scan(|e| e.has(&marker)) {
+        procs::kill(pid, libc::SIGKILL);
+    }
+    let failed = wait_state(&mut c, id, v1::JobState::Failed).await;
+    assert!(
+        failed
+            .reason
+            .starts_with("killed by signal 9; the MPS control daemon of gpu0/")
+            && failed
+                .reason
+                .contains(&format!("(pid {old}) died; restarted as pid {new}")),
+        "{}",
+        failed.reason
+    );
 }
 
 #[tokio::test]
