@@ -141,7 +141,8 @@ ps -eo pid,ppid,stat,comm | grep -E "PID|nvidia-cuda-mps" > "$OUT/mps-after.txt"
 echo "pid 1: $(cat /proc/1/comm)" >> "$OUT/mps-after.txt"
 dstate=$(awk '{print $3}' /proc/$dpid/stat 2>/dev/null)
 if [ -n "$dpid" ] && { [ -z "$dstate" ] || [ "$dstate" = Z ]; } && [ -z "$live" ]; then
-  row "daemon gone after mmkd stops" PASS "pid $dpid ${dstate:+exited (zombie of PID 1)}${dstate:-gone}"
+  if [ -n "$dstate" ]; then d="exited (a zombie: PID 1 does not reap)"; else d="gone"; fi
+  row "daemon gone after mmkd stops" PASS "pid $dpid $d"
 else
   row "daemon gone after mmkd stops" FAIL "still running:$live"
 fi
