@@ -44,6 +44,8 @@ pub enum TaskOut {
     Command {
         args: Vec<String>,
         workdir: String,
+        /// The workload the planner assumes the process resembles; null when none.
+        profile: Option<String>,
     },
     Workload {
         name: String,
@@ -97,6 +99,7 @@ pub fn job_out(j: &v1::Job) -> JobOut {
             Some(v1::job_spec::Task::Command(c)) => TaskOut::Command {
                 args: c.args,
                 workdir: c.workdir,
+                profile: (!c.profile.is_empty()).then_some(c.profile),
             },
             Some(v1::job_spec::Task::Workload(w)) => TaskOut::Workload {
                 name: w.name,
@@ -210,9 +213,16 @@ pub fn job_detail(fmt: Format, j: &v1::Job) {
         row("slo:", &format!("{slo}ms"));
     }
     match &o.task {
-        TaskOut::Command { args, workdir } => {
+        TaskOut::Command {
+            args,
+            workdir,
+            profile,
+        } => {
             row("command:", &args.join(" "));
             row("workdir:", workdir);
+            if let Some(p) = profile {
+                row("profile:", p);
+            }
         }
         TaskOut::Workload {
             name, batch_size, ..
