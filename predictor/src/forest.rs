@@ -1,0 +1,469 @@
+//! The random forest: trained with hyper-parameters chosen by k-fold cross-validation,
+//! seeded and reproducible, saved to a versioned, checksummed model file.
+
+use std::path::Path;
+
+use mmk_partitioner::{CoRunner, JobProfile, PartitionShape, PerfModel};
+use serde::{Deserialize, Serialize};
+use smartcore::ensemble::random_forest_regressor::{
+    RandomForestRegressor, RandomForestRegressorParameters,
+};
+use smartcore::linalg::basic::matrix::DenseMatrix;
+use thiserror::Error;
+
+use crate::dataset::Dataset;
+use crate::features::{FEATURE_NAMES, Features};
+use crate::rng::Rng;
+
+pub type Forest = RandomForestRegressor<f64, f64, DenseMatrix<f64>, Vec<f64>>;
+
+/// The first bytes of a model file.
+pub const MAGIC: &[u8; 8] = b"MMKMODEL";
+/// The model file format this build reads and writes. A file of another version is
+/// refused: retrain it with `mmkctl predictor train`.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Error)]
+pub enum ModelError {
+    #[error("cannot read or write {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not an mmk model file")]
+    NotAModel { path: String },
+    #[error(
+        "{path} is a model file of format version {found}; this mmk reads version {FORMAT_VERSION}: retrain it with `mmkctl predictor train`"
+    )]
+    Version { path: String, found: u32 },
+    #[error("{path} is corrupted: {why}")]
+    Corrupt { path: String, why: String },
+    #[error("{path} was trained on other features ({found}); retrain it with this mmk")]
+    Features { path: String, found: String },
+    #[error("training failed: {0}")]
+    Train(String),
+    #[error("cross-validation needs at least {need} rows; the dataset has {have}")]
+    TooFewRows { need: usize, have: usize },
+}
+
+/// The forest's hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForestParams {
+    pub n_trees: u16,
+    /// None: grow until leaves are pure or hold `min_samples_leaf` rows.
+    pub max_depth: Option<u16>,
+    pub min_samples_leaf: u16,
+    /// Features tried at each split.
+    pub features_per_split: u16,
+}
+
+impl std::fmt::Display for ForestParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} trees, depth {}, leaf >= {}, {} features per split",
+            self.n_trees,
+            self.max_depth
+                .map_or_else(|| "unlimited".to_owned(), |d| d.to_string()),
+            self.min_samples_leaf,
+            self.features_per_split
+        )
+    }
+}
+
+/// How to train.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    pub seed: u64,
+    pub folds: usize,
+    /// The candidates cross-validation chooses from.
+    pub grid: Vec<ForestParams>,
+    /// Trees of the final forest (cross-validation may use fewer, to be quick).
+    pub final_trees: u16,
+}
+
+impl TrainOptions {
+    /// The standard search: 4 candidates, 3 folds, a final forest of 100 trees.
+    pub fn standard(seed: u64) -> TrainOptions {
+        let p = FEATURE_NAMES.len() as u16;
+        let mut grid = Vec::new();
+        for min_samples_leaf in [1, 3] {
+            for features_per_split in [p / 3, p] {
+                grid.push(ForestParams {
+                    n_trees: 40,
+                    max_depth: None,
+                    min_samples_leaf,
+                    features_per_split,
+                });
+            }
+        }
+        TrainOptions {
+            seed,
+            folds: 3,
+            grid,
+            final_trees: 100,
+        }
+    }
+}
+
+/// One candidate's cross-validated relative error.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CvScore {
+    pub params: ForestParams,
+    pub mre_pct: f64,
+}
+
+/// A trained predictor.
+pub struct Predictor {
+    pub params: ForestParams,
+    pub cv: Vec<CvScore>,
+    /// Rows it was trained on.
+    pub rows: u64,
+    pub seed: u64,
+    forest: Forest,
+}
+
+impl std::fmt::Debug for Predictor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Predictor")
+            .field("params", &self.params)
+            .field("rows", &self.rows)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct ModelFile {
+    features: Vec<String>,
+    params: ForestParams,
+    cv: Vec<CvScore>,
+    rows: u64,
+    seed: u64,
+    forest: Forest,
+}
+
+pub(crate) fn matrix(x: &[Vec<f64>]) -> Result<DenseMatrix<f64>, ModelError> {
+    DenseMatrix::from_2d_vec(&x.to_vec()).map_err(|e| ModelError::Train(e.to_string()))
+}
+
+/// Fits one forest.
+pub(crate) fn fit(
+    x: &[Vec<f64>],
+    y: &[f64],
+    p: ForestParams,
+    seed: u64,
+) -> Result<Forest, ModelError> {
+    let mut params = RandomForestRegressorParameters::default()
+        .with_n_trees(usize::from(p.n_trees))
+        .with_min_samples_leaf(usize::from(p.min_samples_leaf))
+        .with_m(usize::from(p.features_per_split).clamp(1, FEATURE_NAMES.len()))
+        .with_seed(seed);
+    if let Some(d) = p.max_depth {
+        params = params.with_max_depth(d);
+    }
+    RandomForestRegressor::fit(&matrix(x)?, &y.to_vec(), params)
+        .map_err(|e| ModelError::Train(e.to_string()))
+}
+
+/// Mean relative error, percent.
+pub(crate) fn mre_pct(pred: &[f64], actual: &[f64]) -> f64 {
+    let n = actual.len().max(1) as f64;
+    100.0
+        * pred
+            .iter()
+            .zip(actual)
+            .map(|(p, a)| (p - a).abs() / a)
+            .sum::<f64>()
+        / n
+}
+
+impl Predictor {
+    /// Chooses the hyper-parameters by k-fold cross-validation (lowest mean relative
+    /// error), then fits the final forest on every row.
+    pub fn train(data: &Dataset, opts: &TrainOptions) -> Result<Predictor, ModelError> {
+        let folds = opts.folds.max(2);
+        let need = folds * 2;
+        if data.rows.len() < need {
+            return Err(ModelError::TooFewRows {
+                need,
+                have: data.rows.len(),
+            });
+        }
+        let (x, y) = data.xy();
+        let mut order: Vec<usize> = (0..x.len()).collect();
+        Rng::new(opts.seed).shuffle(&mut order);
+        let mut cv = Vec::new();
+        for &params in &opts.grid {
+            let mut errors = Vec::new();
+            for k in 0..folds {
+                let (mut tx, mut ty, mut vx, mut vy) = (vec![], vec![], vec![], vec![]);
+                for (i, &r) in order.iter().enumerate() {
+                    if i % folds == k {
+                        vx.push(x[r].clone());
+                        vy.push(y[r]);
+                    } else {
+                        tx.push(x[r].clone());
+                        ty.push(y[r]);
+                    }
+                }
+                let f = fit(&tx, &ty, params, opts.seed)?;
+                let pred = f
+                    .predict(&matrix(&vx)?)
+                    .map_err(|e| ModelError::Train(e.to_string()))?;
+                errors.push(mre_pct(&pred, &vy));
+            }
+            cv.push(CvScore {
+                params,
+                mre_pct: errors.iter().sum::<f64>() / errors.len() as f64,
+            });
+        }
+        let best = cv
+            .iter()
+            .min_by(|a, b| a.mre_pct.total_cmp(&b.mre_pct))
+            .map(|s| s.params)
+            .ok_or_else(|| ModelError::Train("no candidate hyper-parameters".into()))?;
+        let params = ForestParams {
+            n_trees: opts.final_trees.max(1),
+            ..best
+        };
+        let forest = fit(&x, &y, params, opts.seed)?;
+        Ok(Predictor {
+            params,
+            cv,
+            rows: x.len() as u64,
+            seed: opts.seed,
+            forest,
+        })
+    }
+
+    /// Predictions for encoded rows.
+    pub fn predict(&self, x: &[Vec<f64>]) -> Result<Vec<f64>, ModelError> {
+        self.forest
+            .predict(&matrix(x)?)
+            .map_err(|e| ModelError::Train(e.to_string()))
+    }
+
+    /// One prediction; `None` only if the forest refuses the row (it does not for rows of
+    /// [`FEATURE_NAMES`]' width).
+    pub fn predict_one(&self, f: &Features) -> Option<f64> {
+        let m = DenseMatrix::from_2d_vec(&vec![f.to_vec()]).ok()?;
+        self.forest.predict(&m).ok()?.first().copied()
+    }
+
+    /// Each feature's importance (mean impurity decrease, normalized to sum to 1), most
+    /// important first.
+    pub fn importances(&self) -> Result<Vec<(&'static str, f64)>, ModelError> {
+        let imp = self
+            .forest
+            .compute_feature_importances()
+            .map_err(|e| ModelError::Train(e.to_string()))?;
+        let mut v: Vec<(&'static str, f64)> = FEATURE_NAMES.iter().copied().zip(imp).collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(v)
+    }
+
+    /// The model file's bytes: magic, format version, payload length and FNV-1a checksum,
+    /// then the payload (postcard).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ModelError> {
+        let file = ModelFile {
+            features: FEATURE_NAMES.iter().map(|s| (*s).to_owned()).collect(),
+            params: self.params,
+            cv: self.cv.clone(),
+            rows: self.rows,
+            seed: self.seed,
+            // The forest is moved in and out of the file struct by a copy of its bytes;
+            // smartcore's forest does not implement Clone.
+            forest: postcard::from_bytes(
+                &postcard::to_allocvec(&self.forest)
+                    .map_err(|e| ModelError::Train(e.to_string()))?,
+            )
+            .map_err(|e| ModelError::Train(e.to_string()))?,
+        };
+        let payload = postcard::to_allocvec(&file).map_err(|e| ModelError::Train(e.to_string()))?;
+        let mut out = Vec::with_capacity(payload.len() + 28);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(&fnv1a(&payload).to_le_bytes());
+        out.extend_from_slice(&payload);
+        Ok(out)
+    }
+
+    /// Reads a model file's bytes; `path` names it in errors.
+    pub fn from_bytes(bytes: &[u8], path: &str) -> Result<Predictor, ModelError> {
+        let path = path.to_owned();
+        if bytes.len() < 28 || &bytes[..8] != MAGIC {
+            return Err(ModelError::NotAModel { path });
+        }
+        let word = |r: std::ops::Range<usize>| {
+            bytes[r]
+                .iter()
+                .rev()
+                .fold(0u64, |a, b| a << 8 | u64::from(*b))
+        };
+        let version = word(8..12) as u32;
+        if version != FORMAT_VERSION {
+            return Err(ModelError::Version {
+                path,
+                found: version,
+            });
+        }
+        let len = word(12..20);
+        let sum = word(20..28);
+        let payload = &bytes[28..];
+        if payload.len() as u64 != len {
+            return Err(ModelError::Corrupt {
+                path,
+                why: format!(
+                    "{} bytes of model where the header says {len}",
+                    payload.len()
+                ),
+            });
+        }
+        if fnv1a(payload) != sum {
+            return Err(ModelError::Corrupt {
+                path,
+                why: "the checksum does not match".into(),
+            });
+        }
+        let file: ModelFile = postcard::from_bytes(payload).map_err(|e| ModelError::Corrupt {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        if file.features != FEATURE_NAMES {
+            return Err(ModelError::Features {
+                path,
+                found: file.features.join(","),
+            });
+        }
+        Ok(Predictor {
+            params: file.params,
+            cv: file.cv,
+            rows: file.rows,
+            seed: file.seed,
+            forest: file.forest,
+        })
+    }
+
+    /// Writes the model file (through a temporary file and a rename: a crash leaves the
+    /// old file or the new one, never half of one).
+    pub fn save(&self, path: &Path) -> Result<(), ModelError> {
+        let io = |source| ModelError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let bytes = self.to_bytes()?;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, bytes).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    pub fn load(path: &Path) -> Result<Predictor, ModelError> {
+        let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Predictor::from_bytes(&bytes, &path.display().to_string())
+    }
+}
+
+fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, x| {
+        (h ^ u64::from(*x)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl PerfModel for Predictor {
+    fn estimate(
+        &self,
+        job: &JobProfile,
+        partition: &PartitionShape,
+        mps_share: u8,
+        co_runners: &[CoRunner],
+    ) -> f64 {
+        self.predict_one(&Features::of(job, partition, mps_share, co_runners))
+            .unwrap_or(1e-3)
+            .clamp(1e-3, 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groundtruth;
+
+    fn quick() -> TrainOptions {
+        TrainOptions {
+            seed: 3,
+            folds: 2,
+            grid: vec![
+                ForestParams {
+                    n_trees: 5,
+                    max_depth: Some(8),
+                    min_samples_leaf: 1,
+                    features_per_split: 8,
+                },
+                ForestParams {
+                    n_trees: 5,
+                    max_depth: Some(8),
+                    min_samples_leaf: 4,
+                    features_per_split: 24,
+                },
+            ],
+            final_trees: 8,
+        }
+    }
+
+    #[test]
+    fn training_is_reproducible_and_a_saved_model_predicts_the_same() {
+        let data = groundtruth::generate(240, 1);
+        let a = Predictor::train(&data, &quick()).unwrap();
+        let b = Predictor::train(&data, &quick()).unwrap();
+        assert_eq!(a.cv, b.cv);
+        assert_eq!(a.cv.len(), 2);
+        let (x, _) = data.xy();
+        let pa = a.predict(&x).unwrap();
+        assert_eq!(pa, b.predict(&x).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.mmk");
+        a.save(&path).unwrap();
+        let c = Predictor::load(&path).unwrap();
+        assert_eq!(c.params, a.params);
+        assert_eq!(c.predict(&x).unwrap(), pa);
+        let imp = c.importances().unwrap();
+        assert_eq!(imp.len(), FEATURE_NAMES.len());
+        assert!((imp.iter().map(|(_, v)| v).sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bad_model_files_are_refused_with_the_reason() {
+        let data = groundtruth::generate(60, 2);
+        let p = Predictor::train(&data, &quick()).unwrap();
+        let good = p.to_bytes().unwrap();
+        let err = |b: &[u8]| Predictor::from_bytes(b, "m.mmk").unwrap_err().to_string();
+        assert_eq!(err(b"hello"), "m.mmk is not an mmk model file");
+        let mut v2 = good.clone();
+        v2[8] = 2;
+        assert!(
+            err(&v2).contains("format version 2; this mmk reads version 1"),
+            "{}",
+            err(&v2)
+        );
+        let mut flipped = good.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0xff;
+        assert_eq!(
+            err(&flipped),
+            "m.mmk is corrupted: the checksum does not match"
+        );
+        assert!(err(&good[..good.len() - 10]).contains("is corrupted"));
+        assert!(Predictor::from_bytes(&good, "m.mmk").is_ok());
+        let e = Predictor::train(&groundtruth::generate(3, 1), &quick()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cross-validation needs at least 4 rows; the dataset has 3"
+        );
+    }
+}

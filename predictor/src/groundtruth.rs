@@ -1,0 +1,109 @@
+//! Rows from the simulator's documented ground-truth model, to train and test on until the
+//! GPU profiling dataset exists. Everything these rows teach is that model: numbers
+//! measured on them say how well the predictor learns it, not how well it predicts a GPU.
+//!
+//! The model is the partitioner's [`AnalyticModel`] (docs/planner.md: a roofline over SMs
+//! and memory bandwidth plus an interference term), fed with the nominal demands of the
+//! workload table (`mmk_core::workload`), times measurement noise: a normal factor with
+//! σ = 1 % (our assumption for run-to-run variation). Partitions are the whole GPU and
+//! every MIG profile without media extensions of an A100-80GB and an H100-80GB; shares are
+//! 10..100 % in steps of 10, with up to two co-runners whose shares fit beside the job's.
+//! The L2 and kernel-level columns are missing: the model has no such quantities.
+
+use mmk_core::JobClass;
+use mmk_core::workload::{self, Phase};
+use mmk_partitioner::{AnalyticModel, CoRunner, JobProfile, PartitionShape, PerfModel, catalog};
+
+use crate::dataset::{Dataset, Row};
+use crate::features::Features;
+use crate::rng::Rng;
+
+/// Run-to-run variation assumed for generated rows (relative, one standard deviation).
+pub const NOISE_SIGMA: f64 = 0.01;
+/// The GPU models the rows come from.
+pub const MODELS: [&str; 2] = ["a100-80gb", "h100-80gb"];
+
+fn profile(w: &workload::Workload) -> JobProfile {
+    JobProfile {
+        class: match w.phase {
+            Phase::Inference => JobClass::Online,
+            Phase::Train => JobClass::Offline,
+        },
+        sm_demand: w.sm_demand,
+        bw_demand: w.bw_demand,
+        solo_latency_ms: w.solo_latency_ms,
+    }
+}
+
+/// `n` rows, the same for the same seed.
+pub fn generate(n: usize, seed: u64) -> Dataset {
+    let model = AnalyticModel::default();
+    let gpus: Vec<_> = MODELS.iter().filter_map(|k| catalog::model(k)).collect();
+    let mut shapes = Vec::new();
+    for g in &gpus {
+        shapes.push(PartitionShape {
+            sm_count: g.sm_count,
+            gpu_sm_count: g.sm_count,
+            memory_slices: g.memory_slices,
+            gpu_memory_slices: g.memory_slices,
+        });
+        for p in g.profiles.iter().filter(|p| !p.media_extensions) {
+            shapes.push(PartitionShape {
+                sm_count: p.sm_count,
+                gpu_sm_count: g.sm_count,
+                memory_slices: p.memory_slices,
+                gpu_memory_slices: g.memory_slices,
+            });
+        }
+    }
+    let all = workload::WORKLOADS;
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::with_capacity(n);
+    while rows.len() < n {
+        let shape = shapes[rng.below(shapes.len())];
+        let w = &all[rng.below(all.len())];
+        let job = profile(w);
+        let share = 10 * (1 + rng.below(10)) as u8;
+        let mut left = 100 - u32::from(share);
+        let mut co = Vec::new();
+        for _ in 0..rng.below(3) {
+            if left < 10 {
+                break;
+            }
+            let s = 10 * (1 + rng.below((left / 10) as usize)) as u8;
+            left -= u32::from(s);
+            co.push(CoRunner {
+                profile: profile(&all[rng.below(all.len())]),
+                mps_share: s,
+            });
+        }
+        let truth = model.estimate(&job, &shape, share, &co);
+        let measured = (truth * (1.0 + NOISE_SIGMA * rng.normal())).clamp(1e-3, 1.5);
+        rows.push(Row {
+            workload: w.name.to_owned(),
+            features: Features::of(&job, &shape, share, &co),
+            normalized_perf: measured,
+        });
+    }
+    Dataset { rows }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_gives_the_same_rows_and_the_rows_load() {
+        let a = generate(200, 7);
+        assert_eq!(a, generate(200, 7));
+        assert_ne!(a, generate(200, 8));
+        assert_eq!(Dataset::parse(&a.to_csv()).unwrap().rows.len(), 200);
+        assert!(a.rows.iter().any(|r| r.features.co_runners == 2));
+        assert!(a.rows.iter().any(|r| r.features.class == JobClass::Online));
+        assert!(
+            a.rows
+                .iter()
+                .all(|r| r.normalized_perf > 0.0 && r.normalized_perf <= 1.5)
+        );
+    }
+}
