@@ -26,7 +26,7 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint: Option<String>,
     /// Output format: a table for people, or JSON for scripts (docs/mmkctl.md).
-    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Format::Table)]
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub output: Format,
     #[command(subcommand)]
     pub command: Command,
@@ -51,6 +51,11 @@ pub enum Command {
     },
     /// List the node's GPUs, their MIG profiles and free capacity.
     Gpus,
+    /// Make, train, evaluate and explain performance models (no mmkd needed).
+    Predictor {
+        #[command(subcommand)]
+        command: crate::predictor::PredictorCommand,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -181,6 +186,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     };
     let fmt = cli.output;
     match cli.command {
+        Command::Predictor { command } => crate::predictor::run(fmt, command),
         Command::Submit(args) => submit(&target, fmt, args).await,
         Command::Jobs(args) => match args.command {
             None => list(&target, fmt, &args.state, args.class).await,

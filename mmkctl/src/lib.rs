@@ -7,6 +7,7 @@ mod cli;
 pub mod client;
 mod output;
 mod picture;
+mod predictor;
 
 use std::process::ExitCode;
 

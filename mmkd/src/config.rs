@@ -93,6 +93,10 @@ pub struct Args {
     /// How often MPS daemons and servers are checked [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub mps_check_interval: Option<Duration>,
+    /// A predictor model file (`mmkctl predictor train`) for the planner; without one it
+    /// uses the analytic model (docs/predictor.md).
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
 }
 
 fn parse_grace(s: &str) -> Result<Duration, String> {
@@ -114,6 +118,7 @@ struct FileConfig {
     mps: Option<MpsChoice>,
     mps_control: Option<PathBuf>,
     mps_check_interval: Option<String>,
+    model: Option<PathBuf>,
 }
 
 /// The resolved configuration.
@@ -130,6 +135,7 @@ pub struct Config {
     pub mps: MpsChoice,
     pub mps_control: PathBuf,
     pub mps_check_interval: Duration,
+    pub model: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -237,6 +243,7 @@ impl Config {
                 .or(file.mps_control)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_CONTROL)),
             mps_check_interval,
+            model: args.model.or(file.model),
         })
     }
 }

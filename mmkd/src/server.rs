@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use mmk_mps_control::{MpsControl, Program, Supervisor};
-use mmk_partitioner::AnalyticModel;
+use mmk_partitioner::{AnalyticModel, PerfModel};
+use mmk_predictor::Predictor;
 use mmk_proto::v1::job_service_server::JobServiceServer;
 use mmk_proto::v1::node_service_server::NodeServiceServer;
 use mmk_proto::v1::partition_service_server::PartitionServiceServer;
@@ -47,7 +48,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         exits_tx,
     );
     let stop_loop = Arc::new(Notify::new());
-    let model = Arc::new(AnalyticModel::default());
+    let model = load_model(&config).await?;
     let planner = mmk_partitioner::planner(&config.planner, model)
         .with_context(|| format!("unknown planner {}", config.planner))?;
     info!(planner = planner.name(), "planner");
@@ -196,6 +197,28 @@ async fn choose_backend(config: &Config) -> anyhow::Result<Arc<dyn GpuBackend>> 
     let models: Vec<&str> = config.sim_gpus.iter().map(|m| m.key.as_str()).collect();
     info!(backend = "sim", gpus = %models.join(","), speed = config.sim_speed, "backend: sim (simulated node)");
     Ok(Arc::new(b))
+}
+
+/// The planner's performance model: the predictor's model file when one is given (a bad
+/// file stops mmkd with the reason), else the analytic model.
+async fn load_model(config: &Config) -> anyhow::Result<Arc<dyn PerfModel>> {
+    let Some(path) = config.model.clone() else {
+        info!("performance model: analytic (no --model)");
+        return Ok(Arc::new(AnalyticModel::default()));
+    };
+    let started = std::time::Instant::now();
+    let shown = path.display().to_string();
+    let p = tokio::task::spawn_blocking(move || Predictor::load(&path))
+        .await?
+        .with_context(|| format!("--model {shown}"))?;
+    info!(
+        model = %shown,
+        forest = %p.params,
+        trained_rows = p.rows,
+        load_ms = started.elapsed().as_millis() as u64,
+        "performance model: random forest"
+    );
+    Ok(Arc::new(p))
 }
 
 /// The MPS control program: the real one with real GPUs, mmkd itself as the fake with

@@ -6,4 +6,5 @@ mod harness;
 mod bad_input;
 mod jobs;
 mod mps;
+mod predictor;
 mod restart;
