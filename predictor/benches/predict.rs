@@ -5,8 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use mmk_core::JobClass;
-use mmk_partitioner::{CoRunner, JobProfile, PartitionShape, PerfModel};
+use std::sync::Arc;
+
+use mmk_core::{JobClass, workload};
+use mmk_partitioner::plan::apply;
+use mmk_partitioner::{
+    AnalyticModel, CoRunner, GpuState, JobDemand, JobProfile, NodeState, PartitionShape, PerfModel,
+    catalog, planner,
+};
 use mmk_predictor::{Predictor, TrainOptions, eval, groundtruth};
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -80,6 +86,11 @@ fn main() {
     let mut sink = 0.0;
     for i in 0..20_000u32 {
         let share = 10 + (i % 5) as u8 * 10;
+        // Distinct questions (the memo would answer repeats): the forest's own cost.
+        let job = JobProfile {
+            sm_demand: 0.2 + f64::from(i) * 1e-5,
+            ..job
+        };
         let t = Instant::now();
         sink += model.estimate(&job, &shape, share, &co);
         lat.push(t.elapsed());
@@ -90,6 +101,12 @@ fn main() {
         pct(&lat, 0.5).as_secs_f64() * 1e6,
         pct(&lat, 0.99).as_secs_f64() * 1e6
     );
+
+    match model.try_clone() {
+        Ok(copy) => admission(Arc::new(copy), "random forest"),
+        Err(e) => eprintln!("cannot copy the model: {e}"),
+    }
+    admission(Arc::new(AnalyticModel::default()), "analytic");
 
     let t = Instant::now();
     match eval::compare(&data, model.params, 1) {
@@ -107,4 +124,69 @@ fn main() {
         }
         Err(e) => eprintln!("evaluation failed: {e}"),
     }
+}
+
+/// The MMK planner's latency at one admission on 8 H100s with 49 jobs placed (one by one)
+/// and a 50th arriving, with `model` as its performance model.
+fn admission(model: Arc<dyn PerfModel>, label: &str) {
+    let p = planner("mmk", model).expect("the mmk planner");
+    let node = NodeState {
+        gpus: (0..8)
+            .map(|i| GpuState {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                model: catalog::model("h100-80gb").expect("h100"),
+                mig_enabled: true,
+                layout_fixed: false,
+                instances: vec![],
+            })
+            .collect(),
+    };
+    let ws = workload::WORKLOADS;
+    let all: Vec<JobDemand> = (0..50)
+        .map(|i| {
+            let w = &ws[(i * 5 + 3) % ws.len()];
+            let class = if w.solo_latency_ms.is_some() && i % 3 != 2 {
+                JobClass::Online
+            } else {
+                JobClass::Offline
+            };
+            let mut j = JobDemand::waiting(i as u64 + 1, class, w.nominal_memory_mib);
+            j.profile = JobProfile {
+                class,
+                sm_demand: w.sm_demand,
+                bw_demand: w.bw_demand,
+                solo_latency_ms: w.solo_latency_ms,
+            };
+            if class == JobClass::Online {
+                j.slo_ms = w.solo_latency_ms.map(|l| (l * 3.0).ceil() as u64);
+            }
+            j
+        })
+        .collect();
+    let (mut nd, mut js) = (node, Vec::new());
+    for j in &all[..49] {
+        js.push(j.clone());
+        let plan = p.plan(&nd, &js);
+        (nd, js) = apply(&nd, &js, &plan);
+    }
+    js.push(all[49].clone());
+    // The first plan with the newcomer asks questions never asked before.
+    let t = Instant::now();
+    std::hint::black_box(p.plan(&nd, &js));
+    let first = t.elapsed();
+    let mut lat: Vec<Duration> = (0..200)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(p.plan(&nd, &js));
+            t.elapsed()
+        })
+        .collect();
+    lat.sort();
+    println!(
+        "mmk admission, 8 GPUs / 50 jobs, {label} model: first {:.2} ms, then p50 {:.2} ms, p99 {:.2} ms",
+        first.as_secs_f64() * 1e3,
+        pct(&lat, 0.5).as_secs_f64() * 1e3,
+        pct(&lat, 0.99).as_secs_f64() * 1e3
+    );
 }

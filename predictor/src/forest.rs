@@ -1,7 +1,9 @@
 //! The random forest: trained with hyper-parameters chosen by k-fold cross-validation,
 //! seeded and reproducible, saved to a versioned, checksummed model file.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 use mmk_partitioner::{CoRunner, JobProfile, PartitionShape, PerfModel};
 use serde::{Deserialize, Serialize};
@@ -122,7 +124,13 @@ pub struct Predictor {
     pub rows: u64,
     pub seed: u64,
     forest: Forest,
+    /// Answers to questions asked before: a planning pass asks the same ones for every
+    /// candidate layout. Keyed by the encoded features' bits; cleared when full.
+    memo: Mutex<HashMap<Vec<u64>, f64>>,
 }
+
+/// Entries the memo holds before it starts over.
+const MEMO_MAX: usize = 1 << 16;
 
 impl std::fmt::Debug for Predictor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -235,7 +243,13 @@ impl Predictor {
             rows: x.len() as u64,
             seed: opts.seed,
             forest,
+            memo: Mutex::default(),
         })
+    }
+
+    /// A copy, through the model file's bytes (smartcore's forest has no `Clone`).
+    pub fn try_clone(&self) -> Result<Predictor, ModelError> {
+        Predictor::from_bytes(&self.to_bytes()?, "(copy)")
     }
 
     /// Predictions for encoded rows.
@@ -248,8 +262,24 @@ impl Predictor {
     /// One prediction; `None` only if the forest refuses the row (it does not for rows of
     /// [`FEATURE_NAMES`]' width).
     pub fn predict_one(&self, f: &Features) -> Option<f64> {
-        let m = DenseMatrix::from_2d_vec(&vec![f.to_vec()]).ok()?;
-        self.forest.predict(&m).ok()?.first().copied()
+        let row = f.to_vec();
+        let key: Vec<u64> = row.iter().map(|v| v.to_bits()).collect();
+        if let Some(v) = self
+            .memo
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Some(*v);
+        }
+        let m = DenseMatrix::from_2d_vec(&vec![row]).ok()?;
+        let v = self.forest.predict(&m).ok()?.first().copied()?;
+        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+        if memo.len() >= MEMO_MAX {
+            memo.clear();
+        }
+        memo.insert(key, v);
+        Some(v)
     }
 
     /// Each feature's importance (mean impurity decrease, normalized to sum to 1), most
@@ -344,6 +374,7 @@ impl Predictor {
             rows: file.rows,
             seed: file.seed,
             forest: file.forest,
+            memo: Mutex::default(),
         })
     }
 
