@@ -73,7 +73,7 @@ pub async fn connect(target: &Target) -> Result<Clients, Failure> {
 }
 
 /// An error with its causes, `a: b: c`.
-fn source_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

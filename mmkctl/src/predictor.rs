@@ -9,6 +9,7 @@ use mmk_predictor::{Dataset, Predictor, TrainOptions, groundtruth};
 use serde::Serialize;
 
 use crate::cli::{Failure, Format};
+use crate::client::source_chain;
 
 #[derive(Debug, Subcommand)]
 pub enum PredictorCommand {
@@ -45,24 +46,13 @@ pub enum PredictorCommand {
     Explain { model: PathBuf },
 }
 
-/// An error with its causes: `cannot read m.mmk: No such file or directory`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 fn load_data(path: &Path) -> Result<Dataset, Failure> {
-    Dataset::load(path).map_err(|e| Failure::usage(format!("{}: {}", path.display(), chain(&e))))
+    Dataset::load(path)
+        .map_err(|e| Failure::usage(format!("{}: {}", path.display(), source_chain(&e))))
 }
 
 fn load_model(path: &Path) -> Result<Predictor, Failure> {
-    Predictor::load(path).map_err(|e| Failure::usage(chain(&e)))
+    Predictor::load(path).map_err(|e| Failure::usage(source_chain(&e)))
 }
 
 fn json(v: &impl Serialize) {
@@ -99,7 +89,9 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
             );
             let started = std::time::Instant::now();
             let model = Predictor::train(&d, &opts).map_err(|e| Failure::usage(e.to_string()))?;
-            model.save(&out).map_err(|e| Failure::usage(chain(&e)))?;
+            model
+                .save(&out)
+                .map_err(|e| Failure::usage(source_chain(&e)))?;
             #[derive(Serialize)]
             struct Cv {
                 params: String,

@@ -408,7 +408,7 @@ impl PartitionService for PartitionApi {
     ) -> Result<Response<v1::ListPartitionsResponse>, Status> {
         let gpus = self.node.gpus().await.map_err(status)?;
         let jobs = active_jobs(&self.node).await?;
-        let daemons = self.node.mps().daemons();
+        let daemons = self.node.mps().daemons().await;
         Ok(Response::new(v1::ListPartitionsResponse {
             gpus: gpus
                 .iter()

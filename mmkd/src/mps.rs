@@ -92,14 +92,24 @@ impl Mps {
 
     /// What is or recently was wrong with the MPS daemon of a job's partition (see
     /// `Supervisor::trouble`).
-    pub fn trouble(&self, a: &crate::store::Assignment) -> Option<String> {
-        self.sup
-            .as_ref()?
-            .trouble(&partition_key(&a.slot, a.instance_id), TROUBLE_WINDOW)
+    /// (Off the runtime: a health check may hold the supervisor while it runs commands.)
+    pub async fn trouble(&self, a: &crate::store::Assignment) -> Option<String> {
+        let sup = self.sup.clone()?;
+        let key = partition_key(&a.slot, a.instance_id);
+        tokio::task::spawn_blocking(move || sup.trouble(&key, TROUBLE_WINDOW))
+            .await
+            .ok()
+            .flatten()
     }
 
-    pub fn daemons(&self) -> Vec<DaemonInfo> {
-        self.sup.as_ref().map(|s| s.daemons()).unwrap_or_default()
+    /// The daemons that run now (off the runtime, as `trouble`).
+    pub async fn daemons(&self) -> Vec<DaemonInfo> {
+        match self.sup.clone() {
+            Some(sup) => tokio::task::spawn_blocking(move || sup.daemons())
+                .await
+                .unwrap_or_default(),
+            None => Vec::new(),
+        }
     }
 }
 

@@ -567,10 +567,8 @@ impl Node {
         let mut what = exit.outcome.describe();
         if matches!(exit.outcome, Outcome::Exited(_) | Outcome::Signaled(_))
             && !exit.outcome.success()
-            && let Some(trouble) = job
-                .assignment
-                .as_ref()
-                .and_then(|a| self.inner.mps.trouble(a))
+            && let Some(a) = &job.assignment
+            && let Some(trouble) = self.inner.mps.trouble(a).await
         {
             what = format!("{what}; {trouble}");
         }

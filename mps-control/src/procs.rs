@@ -90,6 +90,11 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
+        // Until the child has exec'd, /proc shows the parent's environment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while scan(|e| e.has(&marker)).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert_eq!(scan(|e| e.has(&marker)), [pid]);
         assert!(alive(pid));
         assert!(kill(pid, libc::SIGKILL));

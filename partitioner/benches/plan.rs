@@ -12,51 +12,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use mmk_core::{JobClass, workload};
 use mmk_partitioner::plan::apply;
-use mmk_partitioner::{
-    AnalyticModel, GpuState, JobDemand, JobProfile, NodeState, Planner, catalog, planner,
-};
+use mmk_partitioner::{AnalyticModel, JobDemand, NodeState, Planner, mix, planner};
 
 fn node(gpus: u32) -> NodeState {
-    NodeState {
-        gpus: (0..gpus)
-            .map(|i| GpuState {
-                index: i,
-                uuid: format!("GPU-{i}"),
-                model: catalog::model("h100-80gb").expect("model"),
-                mig_enabled: true,
-                layout_fixed: false,
-                instances: vec![],
-            })
-            .collect(),
-    }
+    mix::empty_node("h100-80gb", gpus).expect("h100-80gb is in the catalog")
 }
 
-/// A deterministic job mix from the workload catalog.
 fn jobs(n: usize) -> Vec<JobDemand> {
-    let ws = workload::WORKLOADS;
-    (0..n)
-        .map(|i| {
-            let w = &ws[(i * 5 + 3) % ws.len()];
-            let class = if w.solo_latency_ms.is_some() && i % 3 != 2 {
-                JobClass::Online
-            } else {
-                JobClass::Offline
-            };
-            let mut j = JobDemand::waiting(i as u64 + 1, class, w.nominal_memory_mib);
-            j.profile = JobProfile {
-                class,
-                sm_demand: w.sm_demand,
-                bw_demand: w.bw_demand,
-                solo_latency_ms: w.solo_latency_ms,
-            };
-            if class == JobClass::Online {
-                j.slo_ms = w.solo_latency_ms.map(|l| (l * 3.0).ceil() as u64);
-            }
-            j
-        })
-        .collect()
+    mix::table_iii_mix(n)
 }
 
 fn percentiles(mut us: Vec<f64>) -> (f64, f64, f64) {

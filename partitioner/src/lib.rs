@@ -12,6 +12,7 @@ pub mod baselines;
 pub mod catalog;
 pub mod hybrid;
 pub mod layout;
+pub mod mix;
 pub mod model;
 pub mod plan;
 

@@ -3,15 +3,13 @@
 //!
 //! `cargo bench -p mmk-predictor` (release build).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::sync::Arc;
-
-use mmk_core::{JobClass, workload};
+use mmk_core::JobClass;
 use mmk_partitioner::plan::apply;
 use mmk_partitioner::{
-    AnalyticModel, CoRunner, GpuState, JobDemand, JobProfile, NodeState, PartitionShape, PerfModel,
-    catalog, planner,
+    AnalyticModel, CoRunner, JobProfile, PartitionShape, PerfModel, mix, planner,
 };
 use mmk_predictor::{Predictor, TrainOptions, eval, groundtruth};
 
@@ -130,40 +128,8 @@ fn main() {
 /// and a 50th arriving, with `model` as its performance model.
 fn admission(model: Arc<dyn PerfModel>, label: &str) {
     let p = planner("mmk", model).expect("the mmk planner");
-    let node = NodeState {
-        gpus: (0..8)
-            .map(|i| GpuState {
-                index: i,
-                uuid: format!("GPU-{i}"),
-                model: catalog::model("h100-80gb").expect("h100"),
-                mig_enabled: true,
-                layout_fixed: false,
-                instances: vec![],
-            })
-            .collect(),
-    };
-    let ws = workload::WORKLOADS;
-    let all: Vec<JobDemand> = (0..50)
-        .map(|i| {
-            let w = &ws[(i * 5 + 3) % ws.len()];
-            let class = if w.solo_latency_ms.is_some() && i % 3 != 2 {
-                JobClass::Online
-            } else {
-                JobClass::Offline
-            };
-            let mut j = JobDemand::waiting(i as u64 + 1, class, w.nominal_memory_mib);
-            j.profile = JobProfile {
-                class,
-                sm_demand: w.sm_demand,
-                bw_demand: w.bw_demand,
-                solo_latency_ms: w.solo_latency_ms,
-            };
-            if class == JobClass::Online {
-                j.slo_ms = w.solo_latency_ms.map(|l| (l * 3.0).ceil() as u64);
-            }
-            j
-        })
-        .collect();
+    let node = mix::empty_node("h100-80gb", 8).expect("h100-80gb is in the catalog");
+    let all = mix::table_iii_mix(50);
     let (mut nd, mut js) = (node, Vec::new());
     for j in &all[..49] {
         js.push(j.clone());
