@@ -1,0 +1,432 @@
+//! The discrete-event simulation: jobs arrive, the planner (the same code mmkd runs)
+//! places them, the ground-truth model says how fast each runs next to its co-runners,
+//! and time jumps to the next arrival, completion or end of a reconfiguration.
+
+use std::collections::{BTreeMap, HashMap};
+
+use mmk_partitioner::plan::apply;
+use mmk_partitioner::{
+    CoRunner, JobDemand, JobProfile, NodeState, PartitionShape, PerfModel, Planner, Slot, Step, mix,
+};
+use thiserror::Error;
+
+use crate::trace::{Trace, TraceJob};
+
+/// The simulated node and the costs of changing it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// A catalog model (`a100-80gb`).
+    pub gpu_model: String,
+    pub gpus: u32,
+    /// Seconds to create / destroy a MIG instance (what the simulated backend uses).
+    pub create_s: f64,
+    pub destroy_s: f64,
+    /// Seconds a moved job loses to checkpoint and restart.
+    pub restart_s: f64,
+}
+
+impl SimConfig {
+    pub fn new(gpu_model: &str, gpus: u32) -> SimConfig {
+        SimConfig {
+            gpu_model: gpu_model.to_owned(),
+            gpus,
+            create_s: 0.4,
+            destroy_s: 0.2,
+            restart_s: 10.0,
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum SimError {
+    #[error("unknown gpu model {0:?}")]
+    UnknownModel(String),
+    #[error("job {job} ({workload}) can never be placed: {reason}")]
+    Stuck {
+        job: u64,
+        workload: String,
+        reason: String,
+    },
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobOutcome {
+    pub id: u64,
+    pub workload: &'static str,
+    pub online: bool,
+    pub arrival_s: f64,
+    /// When it first ran.
+    pub start_s: f64,
+    pub finish_s: f64,
+    /// How long it takes alone on a whole GPU.
+    pub solo_s: f64,
+}
+
+impl JobOutcome {
+    pub fn jct_s(&self) -> f64 {
+        self.finish_s - self.arrival_s
+    }
+}
+
+/// One policy's run over a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub policy: String,
+    /// In order of job ID (trace order).
+    pub jobs: Vec<JobOutcome>,
+    /// MIG instances created or destroyed.
+    pub reconfigurations: u64,
+    /// Checkpoint-and-restart moves.
+    pub moves: u64,
+    /// Integral of the summed normalized performance of running jobs over time.
+    pub stp_integral: f64,
+    pub plans: u64,
+}
+
+#[derive(Debug)]
+struct Run {
+    remaining: f64,
+    ready_at: f64,
+    start_s: Option<f64>,
+}
+
+fn shape(node: &NodeState, slot: Slot) -> PartitionShape {
+    let g = node.gpus.iter().find(|g| g.index == slot.gpu);
+    let (gpu_sm, gpu_mem) = g.map_or((1, 1), |g| (g.model.sm_count, g.model.memory_slices));
+    let (sm, mem) = match (g, slot.profile_id) {
+        (Some(g), Some(p)) => g
+            .model
+            .profile(p)
+            .map_or((gpu_sm, gpu_mem), |p| (p.sm_count, p.memory_slices)),
+        _ => (gpu_sm, gpu_mem),
+    };
+    PartitionShape {
+        sm_count: sm,
+        gpu_sm_count: gpu_sm,
+        memory_slices: mem,
+        gpu_memory_slices: gpu_mem,
+    }
+}
+
+fn demand(id: u64, j: &TraceJob) -> JobDemand {
+    let mut d = JobDemand::waiting(id, j.class, j.memory_mib);
+    d.profile = JobProfile {
+        class: j.class,
+        sm_demand: j.workload.sm_demand,
+        bw_demand: j.workload.bw_demand,
+        solo_latency_ms: j.workload.solo_latency_ms,
+    };
+    if j.class == mmk_core::JobClass::Online {
+        d.slo_ms = j.workload.solo_latency_ms.map(|l| (l * 3.0).ceil() as u64);
+    }
+    d.movable = j.checkpoint;
+    d
+}
+
+/// Runs `trace` under `planner`, with `truth` as how fast jobs really run. `progress` is
+/// told (jobs finished, jobs in all) as jobs finish.
+pub fn simulate(
+    trace: &Trace,
+    cfg: &SimConfig,
+    planner: &dyn Planner,
+    truth: &dyn PerfModel,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<RunResult, SimError> {
+    let mut node = mix::empty_node(&cfg.gpu_model, cfg.gpus)
+        .ok_or_else(|| SimError::UnknownModel(cfg.gpu_model.clone()))?;
+    let total = trace.jobs.len();
+    let mut active: Vec<JobDemand> = Vec::new();
+    let mut runs: HashMap<u64, Run> = HashMap::new();
+    let mut done: Vec<JobOutcome> = Vec::with_capacity(total);
+    let mut result = RunResult {
+        policy: planner.name().to_owned(),
+        jobs: Vec::new(),
+        reconfigurations: 0,
+        moves: 0,
+        stp_integral: 0.0,
+        plans: 0,
+    };
+    let mut next = 0;
+    let mut now = 0.0_f64;
+    let mut dirty = false;
+    let mut last_queue_reason = HashMap::new();
+    loop {
+        while next < total && trace.jobs[next].arrival_s <= now + 1e-9 {
+            let j = &trace.jobs[next];
+            let id = next as u64 + 1;
+            active.push(demand(id, j));
+            runs.insert(
+                id,
+                Run {
+                    remaining: j.duration_s,
+                    ready_at: f64::INFINITY,
+                    start_s: None,
+                },
+            );
+            next += 1;
+            dirty = true;
+        }
+        if dirty {
+            let plan = planner.plan(&node, &active);
+            result.plans += 1;
+            let mut delay: BTreeMap<u32, f64> = BTreeMap::new();
+            for s in &plan.steps {
+                let (gpu, cost) = match s {
+                    Step::Create { slot } => (slot.gpu, cfg.create_s),
+                    Step::Destroy { slot, .. } => (slot.gpu, cfg.destroy_s),
+                };
+                *delay.entry(gpu).or_default() += cost;
+            }
+            result.reconfigurations += plan.steps.len() as u64;
+            for id in &plan.moves {
+                if let Some(r) = runs.get_mut(id) {
+                    r.ready_at = now + cfg.restart_s;
+                    result.moves += 1;
+                }
+            }
+            last_queue_reason = plan
+                .queued
+                .iter()
+                .map(|q| (q.job, q.reason.clone()))
+                .collect();
+            let was_placed: Vec<bool> = active.iter().map(|j| j.placed.is_some()).collect();
+            (node, active) = apply(&node, &active, &plan);
+            for (j, was) in active.iter().zip(was_placed) {
+                if let (false, Some(slot)) = (was, j.placed)
+                    && let Some(r) = runs.get_mut(&j.id)
+                {
+                    r.ready_at = now + delay.get(&slot.gpu).copied().unwrap_or(0.0);
+                    r.start_s.get_or_insert(r.ready_at);
+                }
+            }
+            dirty = false;
+        }
+
+        // How fast each running job goes now.
+        let running: Vec<usize> = active
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| {
+                j.placed.is_some() && runs.get(&j.id).is_some_and(|r| r.ready_at <= now + 1e-9)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let speeds: Vec<f64> = running
+            .iter()
+            .map(|&i| {
+                let j = &active[i];
+                let slot = j.placed.unwrap_or(Slot {
+                    gpu: 0,
+                    start: 0,
+                    profile_id: None,
+                });
+                let co: Vec<CoRunner> = running
+                    .iter()
+                    .filter(|&&k| k != i && active[k].placed == j.placed)
+                    .map(|&k| CoRunner {
+                        profile: active[k].profile,
+                        mps_share: active[k].mps_share,
+                    })
+                    .collect();
+                truth
+                    .estimate(&j.profile, &shape(&node, slot), j.mps_share, &co)
+                    .max(1e-6)
+            })
+            .collect();
+
+        // The next event.
+        let mut t_next = f64::INFINITY;
+        if next < total {
+            t_next = t_next.min(trace.jobs[next].arrival_s);
+        }
+        for (k, &i) in running.iter().enumerate() {
+            let r = &runs[&active[i].id];
+            t_next = t_next.min(now + r.remaining / speeds[k]);
+        }
+        for j in active.iter().filter(|j| j.placed.is_some()) {
+            let r = &runs[&j.id];
+            if r.ready_at > now + 1e-9 {
+                t_next = t_next.min(r.ready_at);
+            }
+        }
+        if t_next.is_infinite() {
+            if active.is_empty() && next >= total {
+                break;
+            }
+            let stuck = active.iter().find(|j| j.placed.is_none());
+            return Err(match stuck {
+                Some(j) => SimError::Stuck {
+                    job: j.id,
+                    workload: trace.jobs[(j.id - 1) as usize].workload.name.to_owned(),
+                    reason: last_queue_reason
+                        .get(&j.id)
+                        .cloned()
+                        .unwrap_or_else(|| "the planner never placed it".into()),
+                },
+                None => SimError::Stuck {
+                    job: 0,
+                    workload: String::new(),
+                    reason: "no job can make progress".into(),
+                },
+            });
+        }
+
+        let dt = t_next - now;
+        let mut finished = Vec::new();
+        for (k, &i) in running.iter().enumerate() {
+            let id = active[i].id;
+            if let Some(r) = runs.get_mut(&id) {
+                r.remaining -= speeds[k] * dt;
+                result.stp_integral += speeds[k] * dt;
+                if r.remaining <= 1e-6 {
+                    finished.push(id);
+                }
+            }
+        }
+        now = t_next;
+        if !finished.is_empty() {
+            active.retain(|j| !finished.contains(&j.id));
+            for id in finished {
+                let tj = &trace.jobs[(id - 1) as usize];
+                let start_s = runs.remove(&id).and_then(|r| r.start_s).unwrap_or(now);
+                done.push(JobOutcome {
+                    id,
+                    workload: tj.workload.name,
+                    online: tj.class == mmk_core::JobClass::Online,
+                    arrival_s: tj.arrival_s,
+                    start_s,
+                    finish_s: now,
+                    solo_s: tj.duration_s,
+                });
+            }
+            progress(done.len(), total);
+            dirty = true;
+        }
+    }
+    done.sort_by_key(|o| o.id);
+    result.jobs = done;
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use mmk_core::JobClass;
+    use mmk_core::workload;
+    use mmk_partitioner::{AnalyticModel, planner};
+
+    use super::*;
+    use crate::trace::{TraceSpec, generate};
+
+    fn job(arrival_s: f64, name: &str, duration_s: f64) -> TraceJob {
+        let w = workload::find(name).unwrap();
+        TraceJob {
+            arrival_s,
+            workload: w,
+            class: if w.solo_latency_ms.is_some() {
+                JobClass::Online
+            } else {
+                JobClass::Offline
+            },
+            duration_s,
+            memory_mib: w.nominal_memory_mib,
+            checkpoint: false,
+        }
+    }
+
+    fn run(policy: &str, trace: &Trace, gpus: u32) -> RunResult {
+        let model = Arc::new(AnalyticModel::default());
+        let p = planner(policy, model.clone()).unwrap();
+        simulate(
+            trace,
+            &SimConfig::new("a100-80gb", gpus),
+            p.as_ref(),
+            model.as_ref(),
+            &mut |_, _| {},
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn one_job_alone_takes_its_solo_time_plus_the_instance_it_needs() {
+        let t = Trace {
+            jobs: vec![job(5.0, "resnet50-train", 100.0)],
+        };
+        // (first-fit is left out: it gives a job the smallest instance that holds its
+        // memory, whatever that costs in speed.)
+        for policy in ["default", "mmk", "miger", "miso", "mps"] {
+            let r = run(policy, &t, 1);
+            let j = &r.jobs[0];
+            let setup = r.reconfigurations as f64 * 0.4;
+            assert!(
+                (j.jct_s() - (100.0 + setup)).abs() < 1e-6,
+                "{policy}: {} with {} steps",
+                j.jct_s(),
+                r.reconfigurations
+            );
+            assert!((j.start_s - (5.0 + setup)).abs() < 1e-6, "{policy}");
+        }
+    }
+
+    #[test]
+    fn two_jobs_under_default_run_back_to_back() {
+        let t = Trace {
+            jobs: vec![
+                job(0.0, "resnet50-train", 100.0),
+                job(1.0, "bert-train", 50.0),
+            ],
+        };
+        let r = run("default", &t, 1);
+        let (a, b) = (&r.jobs[0], &r.jobs[1]);
+        assert!(b.start_s >= a.finish_s - 1e-9, "{a:?} {b:?}");
+        assert!((b.finish_s - b.start_s - 50.0).abs() < 1e-6, "{b:?}");
+    }
+
+    #[test]
+    fn every_job_finishes_once_and_the_same_seed_gives_the_same_run() {
+        let t = generate(TraceSpec {
+            online: 40,
+            offline: 20,
+            mean_interval_s: 20.0,
+            seed: 3,
+        });
+        for policy in ["default", "mps", "miso", "miger", "mmk"] {
+            let r = run(policy, &t, 2);
+            let ids: Vec<u64> = r.jobs.iter().map(|j| j.id).collect();
+            assert_eq!(ids, (1..=60).collect::<Vec<u64>>(), "{policy}");
+            assert!(
+                r.jobs
+                    .iter()
+                    .all(|j| j.finish_s >= j.start_s && j.start_s >= j.arrival_s - 1e-9),
+                "{policy}"
+            );
+            // No job runs faster than alone on a whole GPU.
+            assert!(
+                r.jobs
+                    .iter()
+                    .all(|j| j.finish_s - j.start_s >= j.solo_s - 1e-6),
+                "{policy}"
+            );
+            assert_eq!(r, run(policy, &t, 2), "{policy} is deterministic");
+        }
+    }
+
+    #[test]
+    fn a_job_that_fits_nowhere_is_reported_not_looped_on() {
+        let mut big = job(0.0, "bert-train", 10.0);
+        big.memory_mib = 200 * 1024;
+        let e = simulate(
+            &Trace { jobs: vec![big] },
+            &SimConfig::new("a100-80gb", 1),
+            planner("mmk", Arc::new(AnalyticModel::default()))
+                .unwrap()
+                .as_ref(),
+            &AnalyticModel::default(),
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+        assert!(matches!(e, SimError::Stuck { job: 1, .. }), "{e}");
+    }
+}

@@ -1,0 +1,17 @@
+//! A trace-driven simulation of GPU nodes under mmk's planners and the baselines the MMK
+//! paper compares with (Default, MPS, MISO, MIGER), with no GPU and no daemon.
+//!
+//! - [`trace`]: job traces, generated (Table III mix, Poisson arrivals) or read from CSV;
+//! - [`engine`]: the discrete-event simulation; it calls the planners through
+//!   `mmk_partitioner::planner`, the same code mmkd runs, and takes how fast jobs really
+//!   run from a ground-truth model (README.md says which, and where its numbers come
+//!   from);
+//! - [`report`]: JCT, makespan, system throughput, the relative-JCT CDF (SVG).
+
+pub mod engine;
+pub mod report;
+pub mod trace;
+
+pub use engine::{JobOutcome, RunResult, SimConfig, SimError, simulate};
+pub use report::Summary;
+pub use trace::{Trace, TraceSpec};

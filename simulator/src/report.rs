@@ -1,0 +1,166 @@
+//! What a run comes to: average, median and tail JCT, makespan, system throughput, and the
+//! relative-JCT distribution (JCT over the job's solo time, the paper's Fig. 7).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::engine::RunResult;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub policy: String,
+    pub jobs: usize,
+    pub avg_jct_s: f64,
+    pub p50_jct_s: f64,
+    pub p99_jct_s: f64,
+    /// Last finish minus first arrival.
+    pub makespan_s: f64,
+    /// Time-averaged sum of the running jobs' normalized performance over the makespan.
+    pub stp: f64,
+    pub reconfigurations: u64,
+    pub moves: u64,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+impl Summary {
+    pub fn of(r: &RunResult) -> Summary {
+        let mut jct: Vec<f64> = r.jobs.iter().map(|j| j.jct_s()).collect();
+        jct.sort_by(f64::total_cmp);
+        let first = r
+            .jobs
+            .iter()
+            .map(|j| j.arrival_s)
+            .fold(f64::INFINITY, f64::min);
+        let last = r.jobs.iter().map(|j| j.finish_s).fold(0.0, f64::max);
+        let makespan = if r.jobs.is_empty() { 0.0 } else { last - first };
+        Summary {
+            policy: r.policy.clone(),
+            jobs: r.jobs.len(),
+            avg_jct_s: jct.iter().sum::<f64>() / jct.len().max(1) as f64,
+            p50_jct_s: quantile(&jct, 0.5),
+            p99_jct_s: quantile(&jct, 0.99),
+            makespan_s: makespan,
+            stp: if makespan > 0.0 {
+                r.stp_integral / makespan
+            } else {
+                0.0
+            },
+            reconfigurations: r.reconfigurations,
+            moves: r.moves,
+        }
+    }
+}
+
+/// Each job's JCT over its solo time, sorted (the CDF's x values).
+pub fn relative_jct(r: &RunResult) -> Vec<f64> {
+    let mut v: Vec<f64> = r.jobs.iter().map(|j| j.jct_s() / j.solo_s).collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// `(new - base) / base` in percent.
+pub fn change_pct(new: f64, base: f64) -> f64 {
+    if base == 0.0 {
+        0.0
+    } else {
+        100.0 * (new - base) / base
+    }
+}
+
+/// The relative-JCT CDF of each run as an SVG line chart (x: JCT / solo time, log scale).
+pub fn cdf_svg(runs: &[RunResult]) -> String {
+    const W: f64 = 640.0;
+    const H: f64 = 400.0;
+    const L: f64 = 60.0;
+    const B: f64 = 50.0;
+    const COLORS: [&str; 6] = [
+        "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+    ];
+    let all: Vec<Vec<f64>> = runs.iter().map(relative_jct).collect();
+    let max = all
+        .iter()
+        .flat_map(|v| v.last().copied())
+        .fold(2.0_f64, f64::max);
+    let (lo, hi) = (0.0_f64, max.log10().ceil().max(1.0));
+    let x = |v: f64| L + (v.max(1.0).log10() - lo) / (hi - lo) * (W - L - 20.0);
+    let y = |p: f64| H - B - p * (H - B - 20.0);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<line x1="{L}" y1="{}" x2="{}" y2="{}" stroke="black"/><line x1="{L}" y1="20" x2="{L}" y2="{}" stroke="black"/>"#,
+        H - B,
+        W - 20.0,
+        H - B,
+        H - B
+    );
+    let mut d = 0.0;
+    while d <= hi + 1e-9 {
+        let v = 10f64.powf(d);
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            x(v),
+            H - B + 16.0,
+            v
+        );
+        d += 1.0;
+    }
+    for p in [0.0, 0.25, 0.5, 0.75, 1.0] {
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{:.1}" text-anchor="end">{p}</text>"#,
+            L - 6.0,
+            y(p) + 4.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">relative JCT (JCT / solo time, log scale)</text>"#,
+        (W + L) / 2.0,
+        H - 12.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="16" y="{}" transform="rotate(-90 16 {})" text-anchor="middle">CDF of jobs</text>"#,
+        H / 2.0,
+        H / 2.0
+    );
+    for (k, (r, v)) in runs.iter().zip(&all).enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        let n = v.len().max(1) as f64;
+        let pts: Vec<String> = v
+            .iter()
+            .enumerate()
+            .map(|(i, rel)| format!("{:.1},{:.1}", x(*rel), y((i + 1) as f64 / n)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+            pts.join(" ")
+        );
+        let ly = 30.0 + 16.0 * k as f64;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
+            W - 150.0,
+            W - 130.0,
+            W - 125.0,
+            ly + 4.0,
+            r.policy
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
