@@ -51,6 +51,8 @@ pub enum Command {
     },
     /// List the node's GPUs, their MIG profiles and free capacity.
     Gpus,
+    /// Replay a job trace through the planners and the baselines (no mmkd needed).
+    Simulate(crate::simulate::SimulateArgs),
     /// Make, train, evaluate and explain performance models (no mmkd needed).
     Predictor {
         #[command(subcommand)]
@@ -187,6 +189,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     let fmt = cli.output;
     match cli.command {
         Command::Predictor { command } => crate::predictor::run(fmt, command),
+        Command::Simulate(args) => crate::simulate::run(fmt, args),
         Command::Submit(args) => submit(&target, fmt, args).await,
         Command::Jobs(args) => match args.command {
             None => list(&target, fmt, &args.state, args.class).await,

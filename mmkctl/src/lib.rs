@@ -8,6 +8,7 @@ pub mod client;
 mod output;
 mod picture;
 mod predictor;
+mod simulate;
 
 use std::process::ExitCode;
 

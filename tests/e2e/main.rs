@@ -8,3 +8,4 @@ mod jobs;
 mod mps;
 mod predictor;
 mod restart;
+mod simulate;

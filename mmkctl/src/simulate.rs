@@ -1,0 +1,263 @@
+//! `mmkctl simulate`: replay a job trace through mmk's planners and the baselines, with no
+//! GPU and no mmkd (docs/simulate.md).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use mmk_partitioner::{AnalyticModel, PLANNERS, PerfModel, planner};
+use mmk_predictor::{Predictor, TrainOptions, groundtruth};
+use mmk_simulator::report::{self, change_pct};
+use mmk_simulator::{RunResult, SimConfig, Summary, Trace, TraceSpec, simulate, trace};
+use serde::Serialize;
+
+use crate::cli::{Failure, Format};
+use crate::client::source_chain;
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// A named setup: `mmk-paper` (800 online + 400 offline jobs, Poisson arrivals every
+    /// 40 s on average, 8 A100-80GB). Flags given with it override its values.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Replay this trace (CSV, docs/simulate.md) instead of generating one.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Generated trace: online jobs [default: 80].
+    #[arg(long)]
+    pub online: Option<usize>,
+    /// Generated trace: offline jobs [default: 40].
+    #[arg(long)]
+    pub offline: Option<usize>,
+    /// Generated trace: mean seconds between arrivals [default: 40].
+    #[arg(long, value_name = "SECONDS")]
+    pub interval: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// GPUs of the simulated node [default: 8].
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    #[arg(long, default_value = "a100-80gb")]
+    pub gpu_model: String,
+    /// Policies to compare, comma-separated.
+    #[arg(
+        long,
+        default_value = "default,mps,miso,miger,mmk",
+        value_delimiter = ','
+    )]
+    pub policies: Vec<String>,
+    /// The planners' performance model: `forest` (trained now on generated rows of
+    /// another seed than the trace), `analytic` (the ground truth itself), or a model
+    /// file from `mmkctl predictor train`.
+    #[arg(long, default_value = "forest")]
+    pub model: String,
+    /// Also write the relative-JCT CDF of each policy as an SVG.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Also write the generated trace (CSV), to replay it later with --trace.
+    #[arg(long, value_name = "FILE")]
+    pub save_trace: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+struct PolicyReport {
+    #[serde(flatten)]
+    summary: Summary,
+    jct_vs_default_pct: Option<f64>,
+    jct_vs_miger_pct: Option<f64>,
+    makespan_vs_miger_pct: Option<f64>,
+    stp_vs_miger_pct: Option<f64>,
+    seconds: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    jobs: usize,
+    gpus: u32,
+    gpu_model: String,
+    model: String,
+    ground_truth: &'static str,
+    policies: Vec<PolicyReport>,
+}
+
+pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
+    let (mut online, mut offline, mut interval, mut gpus) = (80, 40, 40.0, 8);
+    match a.preset.as_deref() {
+        None => {}
+        Some("mmk-paper") => (online, offline, interval, gpus) = (800, 400, 40.0, 8),
+        Some(other) => {
+            return Err(Failure::usage(format!(
+                "--preset: unknown preset {other:?}; known: mmk-paper"
+            )));
+        }
+    }
+    let online = a.online.unwrap_or(online);
+    let offline = a.offline.unwrap_or(offline);
+    let interval = a.interval.unwrap_or(interval);
+    let gpus = a.gpus.unwrap_or(gpus);
+    if !(interval.is_finite() && interval > 0.0) {
+        return Err(Failure::usage("--interval must be greater than zero"));
+    }
+    if gpus == 0 || gpus > 64 {
+        return Err(Failure::usage("--gpus must be between 1 and 64"));
+    }
+    for p in &a.policies {
+        if !PLANNERS.contains(&p.as_str()) {
+            return Err(Failure::usage(format!(
+                "--policies: unknown policy {p:?}; known: {}",
+                PLANNERS.join(", ")
+            )));
+        }
+    }
+    let t = match &a.trace {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+            Trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?
+        }
+        None => {
+            if online + offline == 0 {
+                return Err(Failure::usage("--online and --offline are both 0: no jobs"));
+            }
+            trace::generate(TraceSpec {
+                online,
+                offline,
+                mean_interval_s: interval,
+                seed: a.seed,
+            })
+        }
+    };
+    if let Some(path) = &a.save_trace {
+        std::fs::write(path, t.to_csv())
+            .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
+    }
+    let model: Arc<dyn PerfModel> = match a.model.as_str() {
+        "analytic" => Arc::new(AnalyticModel::default()),
+        "forest" => {
+            eprintln!("training the planners' forest on 1400 generated rows (seed 99)...");
+            let rows = groundtruth::generate(1400, 99);
+            Arc::new(
+                Predictor::train(&rows, &TrainOptions::standard(99))
+                    .map_err(|e| Failure::usage(source_chain(&e)))?,
+            )
+        }
+        path => Arc::new(
+            Predictor::load(std::path::Path::new(path))
+                .map_err(|e| Failure::usage(source_chain(&e)))?,
+        ),
+    };
+    let truth = AnalyticModel::default();
+    let cfg = SimConfig::new(&a.gpu_model, gpus);
+    let mut runs: Vec<(RunResult, f64)> = Vec::new();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    for name in &a.policies {
+        let p = planner(name, model.clone())
+            .ok_or_else(|| Failure::usage(format!("unknown policy {name}")))?;
+        let started = std::time::Instant::now();
+        let mut last = 0;
+        let mut progress = |done: usize, total: usize| {
+            let pct = done * 100 / total.max(1);
+            if tty && pct != last {
+                last = pct;
+                let bar = "#".repeat(pct / 4);
+                eprint!("\r{name:<10} [{bar:<25}] {done}/{total} jobs");
+                let _ = std::io::stderr().flush();
+            }
+        };
+        let r = simulate(&t, &cfg, p.as_ref(), &truth, &mut progress)
+            .map_err(|e| Failure::usage(format!("{name}: {e}")))?;
+        let secs = started.elapsed().as_secs_f64();
+        if tty {
+            eprint!("\r{:<60}\r", "");
+        }
+        eprintln!("{name}: simulated {} jobs in {secs:.2} s", r.jobs.len());
+        runs.push((r, secs));
+    }
+    if let Some(path) = &a.svg {
+        let rs: Vec<RunResult> = runs.iter().map(|(r, _)| r.clone()).collect();
+        std::fs::write(path, report::cdf_svg(&rs))
+            .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
+    }
+    let sums: Vec<(Summary, f64)> = runs.iter().map(|(r, s)| (Summary::of(r), *s)).collect();
+    let base = |policy: &str| {
+        sums.iter()
+            .find(|(s, _)| s.policy == policy)
+            .map(|(s, _)| s.clone())
+    };
+    let (default, miger) = (base("default"), base("miger"));
+    let report = Report {
+        jobs: t.jobs.len(),
+        gpus,
+        gpu_model: a.gpu_model.clone(),
+        model: a.model.clone(),
+        ground_truth: "analytic model (docs/simulate.md)",
+        policies: sums
+            .into_iter()
+            .map(|(s, seconds)| PolicyReport {
+                jct_vs_default_pct: default
+                    .as_ref()
+                    .map(|d| change_pct(s.avg_jct_s, d.avg_jct_s)),
+                jct_vs_miger_pct: miger.as_ref().map(|m| change_pct(s.avg_jct_s, m.avg_jct_s)),
+                makespan_vs_miger_pct: miger
+                    .as_ref()
+                    .map(|m| change_pct(s.makespan_s, m.makespan_s)),
+                stp_vs_miger_pct: miger.as_ref().map(|m| change_pct(s.stp, m.stp)),
+                summary: s,
+                seconds,
+            })
+            .collect(),
+    };
+    match fmt {
+        Format::Json => match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return Err(Failure::server(format!("cannot write JSON: {e}"))),
+        },
+        Format::Table => print_table(&report),
+    }
+    Ok(())
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:+.1}%"))
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "{} jobs, {} x {}, planners' model: {}, ground truth: {}",
+        r.jobs, r.gpus, r.gpu_model, r.model, r.ground_truth
+    );
+    println!(
+        "{:<9} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>6} {:>5}",
+        "POLICY",
+        "AVG JCT",
+        "vsDEF",
+        "vsMIGER",
+        "P50",
+        "P99",
+        "MAKESPAN",
+        "vsMIGER",
+        "STP",
+        "vsMIGER",
+        "RECONF",
+        "MOVES"
+    );
+    for p in &r.policies {
+        let s = &p.summary;
+        println!(
+            "{:<9} {:>7.0}s {:>7} {:>7} {:>7.0}s {:>7.0}s {:>8.0}s {:>7} {:>5.2} {:>7} {:>6} {:>5}",
+            s.policy,
+            s.avg_jct_s,
+            pct(p.jct_vs_default_pct),
+            pct(p.jct_vs_miger_pct),
+            s.p50_jct_s,
+            s.p99_jct_s,
+            s.makespan_s,
+            pct(p.makespan_vs_miger_pct),
+            s.stp,
+            pct(p.stp_vs_miger_pct),
+            s.reconfigurations,
+            s.moves
+        );
+    }
+}
