@@ -366,19 +366,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        let seq = insert_event(&mut tx, sid, to, reason, now).await?;
-        tx.commit().await?;
-        let job = self.get_job(id).await?;
-        Ok((
-            job,
-            EventRecord {
-                seq,
-                job_id: id,
-                state: to,
-                reason: reason.to_owned(),
-                at: now,
-            },
-        ))
+        self.commit_event(tx, id, to, reason, now).await
     }
 
     /// Records something that happened to a job without changing its state (an MPS
@@ -399,6 +387,20 @@ impl Store {
             .bind(sid)
             .execute(&mut *tx)
             .await?;
+        self.commit_event(tx, id, state, reason, now).await
+    }
+
+    /// Appends the event of a change made in `tx`, commits, and returns the job as it is
+    /// now with its event.
+    async fn commit_event(
+        &self,
+        mut tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+        id: u64,
+        state: JobState,
+        reason: &str,
+        now: i64,
+    ) -> Result<(JobRecord, EventRecord)> {
+        let sid = i64::try_from(id).unwrap_or(-1);
         let seq = insert_event(&mut tx, sid, state, reason, now).await?;
         tx.commit().await?;
         let job = self.get_job(id).await?;

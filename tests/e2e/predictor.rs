@@ -4,15 +4,7 @@ use std::process::{Command, Output};
 
 use mmk_proto::v1;
 
-use crate::harness::{Daemon, text, wait_state};
-
-fn mmkctl(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mmkctl"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("mmkctl runs")
-}
+use crate::harness::{Daemon, mmkctl_in as mmkctl, text, wait_state};
 
 fn json(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "{}", text(&out.stderr));

@@ -1,16 +1,6 @@
 //! `mmkctl simulate` end to end: no mmkd, a generated trace, every policy.
 
-use std::process::{Command, Output};
-
-use crate::harness::text;
-
-fn mmkctl(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mmkctl"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("mmkctl runs")
-}
+use crate::harness::{mmkctl_in as mmkctl, text};
 
 #[test]
 fn simulate_compares_every_policy_reproducibly() {
