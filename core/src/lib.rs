@@ -9,6 +9,7 @@
 pub mod error;
 pub mod job;
 pub mod paths;
+pub mod rng;
 pub mod spec;
 pub mod units;
 pub mod workload;

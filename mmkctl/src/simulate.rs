@@ -175,7 +175,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         runs.push((r, secs));
     }
     if let Some(path) = &a.svg {
-        let rs: Vec<RunResult> = runs.iter().map(|(r, _)| r.clone()).collect();
+        let rs: Vec<&RunResult> = runs.iter().map(|(r, _)| r).collect();
         std::fs::write(path, report::cdf_svg(&rs))
             .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
     }

@@ -2,7 +2,7 @@
 //! restarted with backoff, quit; and the daemons of a crashed mmkd found and stopped.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -112,6 +112,33 @@ struct Daemon {
     servers: BTreeMap<u32, ServerStatus>,
     /// The last thing that went wrong, and when.
     last_trouble: Option<(Instant, String)>,
+    /// Quit by `stop` (or replaced): checks leave it alone.
+    stopped: bool,
+}
+
+impl Daemon {
+    fn new(partition: &Partition, dirs: Dirs) -> Daemon {
+        Daemon {
+            partition: partition.clone(),
+            dirs,
+            pid: 0,
+            started: Instant::now(),
+            restarts: 0,
+            backoff: BACKOFF_FIRST,
+            next_try: Instant::now(),
+            servers: BTreeMap::new(),
+            last_trouble: None,
+            stopped: false,
+        }
+    }
+}
+
+/// One daemon behind its own lock: a health check of one partition (which runs control
+/// commands) does not hold up the launches of another.
+type Entry = Arc<Mutex<Daemon>>;
+
+fn lock(e: &Entry) -> std::sync::MutexGuard<'_, Daemon> {
+    e.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The first pause before restarting a daemon that died again soon after a restart;
@@ -127,7 +154,7 @@ const SETTLE: Duration = Duration::from_secs(5);
 pub struct Supervisor {
     control: Arc<dyn MpsControl>,
     root: PathBuf,
-    daemons: Mutex<BTreeMap<String, Daemon>>,
+    daemons: Mutex<BTreeMap<String, Entry>>,
 }
 
 impl Supervisor {
@@ -140,17 +167,25 @@ impl Supervisor {
         }
     }
 
-    pub fn control_name(&self) -> String {
-        self.control.name()
-    }
-
     /// The daemon directories of a partition.
     pub fn dirs(&self, key: &str) -> Dirs {
         Dirs::under(&self.root.join(key))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Daemon>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
         self.daemons.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn entry(&self, key: &str) -> Option<Entry> {
+        self.map().get(key).cloned()
+    }
+
+    /// Removes `key` from the map if it still holds `e`.
+    fn forget(&self, key: &str, e: &Entry) {
+        let mut map = self.map();
+        if map.get(key).is_some_and(|cur| Arc::ptr_eq(cur, e)) {
+            map.remove(key);
+        }
     }
 
     /// Makes sure the partition's daemon runs, starting it with the partition's limits;
@@ -158,38 +193,51 @@ impl Supervisor {
     /// stopped first.
     #[tracing::instrument(skip_all, fields(partition = %p.label))]
     pub fn ensure(&self, p: &Partition) -> Result<u32> {
-        let mut map = self.lock();
-        if let Some(d) = map.get(&p.key) {
-            if d.partition == *p && d.pid != 0 && procs::alive(d.pid as i32) {
-                return Ok(d.pid);
-            }
-            if d.partition != *p {
-                let d = map.remove(&p.key).into_iter().next();
-                drop(map);
-                if let Some(d) = d {
-                    self.quit(&d.dirs, d.pid);
+        if let Some(e) = self.entry(&p.key) {
+            let mut d = lock(&e);
+            if !d.stopped && d.partition == *p {
+                if d.pid != 0 && procs::alive(d.pid as i32) {
+                    return Ok(d.pid);
                 }
-                map = self.lock();
+                // Down: a job needs it now, so no waiting for the backoff.
+                let pid = self.start(p, &d.dirs)?;
+                d.pid = pid;
+                d.started = Instant::now();
+                d.servers.clear();
+                return Ok(pid);
+            }
+            if !d.stopped {
+                d.stopped = true;
+                self.quit(&d.dirs, d.pid);
+            }
+            drop(d);
+            self.forget(&p.key, &e);
+        }
+        let e: Entry = Arc::new(Mutex::new(Daemon::new(p, self.dirs(&p.key))));
+        let mut d = lock(&e);
+        {
+            let mut map = self.map();
+            if map.contains_key(&p.key) {
+                // Another caller got there first: use its daemon.
+                drop(map);
+                drop(d);
+                return self.ensure(p);
+            }
+            map.insert(p.key.clone(), Arc::clone(&e));
+        }
+        match self.start(p, &d.dirs) {
+            Ok(pid) => {
+                d.pid = pid;
+                d.started = Instant::now();
+                Ok(pid)
+            }
+            Err(err) => {
+                d.stopped = true;
+                drop(d);
+                self.forget(&p.key, &e);
+                Err(err)
             }
         }
-        let dirs = self.dirs(&p.key);
-        let pid = self.start(p, &dirs)?;
-        let restarts = map.get(&p.key).map_or(0, |d| d.restarts);
-        map.insert(
-            p.key.clone(),
-            Daemon {
-                partition: p.clone(),
-                dirs,
-                pid,
-                started: Instant::now(),
-                restarts,
-                backoff: BACKOFF_FIRST,
-                next_try: Instant::now(),
-                servers: BTreeMap::new(),
-                last_trouble: None,
-            },
-        );
-        Ok(pid)
     }
 
     /// Starts a daemon, waits for its pid file and sets its limits.
@@ -255,9 +303,13 @@ impl Supervisor {
     /// servers that exited or stopped accepting clients.
     pub fn check(&self) -> Vec<HealthEvent> {
         let mut events = Vec::new();
-        let mut map = self.lock();
-        for d in map.values_mut() {
-            for health in self.check_one(d) {
+        let entries: Vec<Entry> = self.map().values().cloned().collect();
+        for e in entries {
+            let mut d = lock(&e);
+            if d.stopped {
+                continue;
+            }
+            for health in self.check_one(&mut d) {
                 let ev = HealthEvent {
                     partition: d.partition.clone(),
                     health,
@@ -376,8 +428,8 @@ impl Supervisor {
     /// said next to the exit of a job that failed there (a client dies with its server,
     /// often before a health check sees why).
     pub fn trouble(&self, key: &str, within: Duration) -> Option<String> {
-        let map = self.lock();
-        let d = map.get(key)?;
+        let e = self.entry(key)?;
+        let d = lock(&e);
         let label = &d.partition.label;
         if d.pid == 0 {
             return Some(format!("the MPS control daemon of {label} is down"));
@@ -397,8 +449,10 @@ impl Supervisor {
     /// Quits a partition's daemon (before its MIG instance is destroyed).
     #[tracing::instrument(skip(self))]
     pub fn stop(&self, key: &str) {
-        let d = self.lock().remove(key);
-        if let Some(d) = d {
+        let e = self.map().remove(key);
+        if let Some(e) = e {
+            let mut d = lock(&e);
+            d.stopped = true;
             self.quit(&d.dirs, d.pid);
             let _ = std::fs::remove_dir_all(self.root.join(key));
             info!(partition = %d.partition.label, "mps control daemon stopped");
@@ -407,7 +461,7 @@ impl Supervisor {
 
     /// Quits every daemon (at shutdown).
     pub fn stop_all(&self) {
-        let keys: Vec<String> = self.lock().keys().cloned().collect();
+        let keys: Vec<String> = self.map().keys().cloned().collect();
         for k in keys {
             self.stop(&k);
         }
@@ -459,20 +513,20 @@ impl Supervisor {
 
     /// What runs now, by partition key.
     pub fn daemons(&self) -> Vec<DaemonInfo> {
-        self.lock()
-            .values()
-            .map(|d| DaemonInfo {
-                partition: d.partition.clone(),
-                pid: (d.pid != 0).then_some(d.pid),
-                pipe_dir: d.dirs.pipe.clone(),
-                servers: d.servers.keys().copied().collect(),
-                restarts: d.restarts,
+        let entries: Vec<Entry> = self.map().values().cloned().collect();
+        entries
+            .iter()
+            .map(|e| {
+                let d = lock(e);
+                DaemonInfo {
+                    partition: d.partition.clone(),
+                    pid: (d.pid != 0).then_some(d.pid),
+                    pipe_dir: d.dirs.pipe.clone(),
+                    servers: d.servers.keys().copied().collect(),
+                    restarts: d.restarts,
+                }
             })
             .collect()
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 }
 

@@ -17,7 +17,7 @@ use smartcore::svm::svr::{SVR, SVRParameters};
 
 use crate::dataset::Dataset;
 use crate::forest::{ForestParams, ModelError, fit, matrix, mre_pct};
-use crate::rng::Rng;
+use mmk_core::rng::Rng;
 
 /// The share of rows held out.
 pub const HOLDOUT: f64 = 0.2;
@@ -85,7 +85,7 @@ pub fn compare(
     let err = |e: smartcore::error::Failed| ModelError::Train(e.to_string());
 
     let (sx, svx) = standardize(&tx, &vx);
-    let (mtx, mvx) = (matrix(&tx)?, matrix(&vx)?);
+    let mvx = matrix(&vx)?;
     let (msx, msvx) = (matrix(&sx)?, matrix(&svx)?);
 
     let mut out = Vec::new();
@@ -118,7 +118,6 @@ pub fn compare(
         knn.predict(&msvx).map_err(err)?,
     ));
 
-    let _ = mtx;
     Ok(out
         .into_iter()
         .map(|(model, pred)| {

@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use crate::dataset::Dataset;
 use crate::features::{FEATURE_NAMES, Features};
-use crate::rng::Rng;
+use mmk_core::rng::Rng;
 
 pub type Forest = RandomForestRegressor<f64, f64, DenseMatrix<f64>, Vec<f64>>;
 
@@ -142,7 +142,7 @@ impl std::fmt::Debug for Predictor {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct ModelFile {
     features: Vec<String>,
     params: ForestParams,
@@ -150,6 +150,17 @@ struct ModelFile {
     rows: u64,
     seed: u64,
     forest: Forest,
+}
+
+/// What `to_bytes` writes: the fields of [`ModelFile`], borrowed (the same encoding).
+#[derive(Serialize)]
+struct ModelFileRef<'a> {
+    features: &'a [&'a str],
+    params: ForestParams,
+    cv: &'a [CvScore],
+    rows: u64,
+    seed: u64,
+    forest: &'a Forest,
 }
 
 pub(crate) fn matrix(x: &[Vec<f64>]) -> Result<DenseMatrix<f64>, ModelError> {
@@ -297,19 +308,13 @@ impl Predictor {
     /// The model file's bytes: magic, format version, payload length and FNV-1a checksum,
     /// then the payload (postcard).
     pub fn to_bytes(&self) -> Result<Vec<u8>, ModelError> {
-        let file = ModelFile {
-            features: FEATURE_NAMES.iter().map(|s| (*s).to_owned()).collect(),
+        let file = ModelFileRef {
+            features: &FEATURE_NAMES,
             params: self.params,
-            cv: self.cv.clone(),
+            cv: &self.cv,
             rows: self.rows,
             seed: self.seed,
-            // The forest is moved in and out of the file struct by a copy of its bytes;
-            // smartcore's forest does not implement Clone.
-            forest: postcard::from_bytes(
-                &postcard::to_allocvec(&self.forest)
-                    .map_err(|e| ModelError::Train(e.to_string()))?,
-            )
-            .map_err(|e| ModelError::Train(e.to_string()))?,
+            forest: &self.forest,
         };
         let payload = postcard::to_allocvec(&file).map_err(|e| ModelError::Train(e.to_string()))?;
         let mut out = Vec::with_capacity(payload.len() + 28);

@@ -16,7 +16,7 @@ use mmk_partitioner::{AnalyticModel, CoRunner, JobProfile, PartitionShape, PerfM
 
 use crate::dataset::{Dataset, Row};
 use crate::features::Features;
-use crate::rng::Rng;
+use mmk_core::rng::Rng;
 
 /// Run-to-run variation assumed for generated rows (relative, one standard deviation).
 pub const NOISE_SIGMA: f64 = 0.01;

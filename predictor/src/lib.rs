@@ -19,7 +19,6 @@ pub mod eval;
 pub mod features;
 pub mod forest;
 pub mod groundtruth;
-mod rng;
 
 pub use dataset::{Dataset, DatasetError, Row};
 pub use features::{FEATURE_NAMES, Features};

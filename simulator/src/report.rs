@@ -75,7 +75,7 @@ pub fn change_pct(new: f64, base: f64) -> f64 {
 }
 
 /// The relative-JCT CDF of each run as an SVG line chart (x: JCT / solo time, log scale).
-pub fn cdf_svg(runs: &[RunResult]) -> String {
+pub fn cdf_svg(runs: &[&RunResult]) -> String {
     const W: f64 = 640.0;
     const H: f64 = 400.0;
     const L: f64 = 60.0;
@@ -83,7 +83,7 @@ pub fn cdf_svg(runs: &[RunResult]) -> String {
     const COLORS: [&str; 6] = [
         "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
     ];
-    let all: Vec<Vec<f64>> = runs.iter().map(relative_jct).collect();
+    let all: Vec<Vec<f64>> = runs.iter().map(|r| relative_jct(r)).collect();
     let max = all
         .iter()
         .flat_map(|v| v.last().copied())

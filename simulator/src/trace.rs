@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 
 use mmk_core::JobClass;
+use mmk_core::rng::Rng;
 use mmk_core::workload::{self, Phase};
 use thiserror::Error;
 
@@ -55,31 +56,11 @@ pub struct TraceSpec {
     pub seed: u64,
 }
 
-/// A small seeded generator (SplitMix64), so that a seed names the same trace on every
-/// machine and version.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// A trace of `online` inference jobs and `offline` training jobs of the workload table,
 /// in random order, arriving as a Poisson process. A job runs its workload's nominal
 /// duration times a factor uniform in [0.5, 1.5); offline jobs may checkpoint.
 pub fn generate(spec: TraceSpec) -> Trace {
-    let mut rng = Rng(spec.seed);
+    let mut rng = Rng::new(spec.seed);
     let pick = |phase: Phase| -> Vec<&'static workload::Workload> {
         workload::WORKLOADS
             .iter()
@@ -90,10 +71,7 @@ pub fn generate(spec: TraceSpec) -> Trace {
     let mut classes: Vec<JobClass> = std::iter::repeat_n(JobClass::Online, spec.online)
         .chain(std::iter::repeat_n(JobClass::Offline, spec.offline))
         .collect();
-    for i in (1..classes.len()).rev() {
-        let j = rng.below(i + 1);
-        classes.swap(i, j);
-    }
+    rng.shuffle(&mut classes);
     let mut t = 0.0;
     let jobs = classes
         .into_iter()

@@ -1,5 +1,6 @@
-//! A small seeded generator (SplitMix64): reproducible splits and generated data without
-//! depending on a random-number crate's stream staying the same across versions.
+//! A small seeded generator (SplitMix64): a seed names the same data split, generated rows
+//! or trace on every machine and version, without depending on a random-number crate's
+//! stream staying the same.
 
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
