@@ -1,0 +1,972 @@
+//! A fake CUDA driver and runtime for CI, loaded as `libcuda.so.1` (and, as a copy, as
+//! `libcudart.so.13`) from a test's library path.
+//!
+//! - Driver: the entry points the interposer and cudart-style programs use: `cuInit`,
+//!   contexts, `cuModuleLoadData` / `cuModuleGetFunction`, names, occupancy, streams,
+//!   events, `cuLaunchKernel(Ex)`, cooperative and graph launches (and their `_ptsz` forms),
+//!   and `cuGetProcAddress(_v2)`, which maps names and versions to them as the real driver
+//!   does.
+//! - Kernels "run" on a simulated SM pool: a kernel starts when its stream is free, takes
+//!   the duration in microseconds that its first kernel parameter points to (a `u64`;
+//!   10 us without parameters), and stretches when the SMs in use exceed the pool. Events
+//!   complete when the work before them on their stream has.
+//! - Runtime: `cudaLaunchKernel`, `__cudaLaunchKernel`, `cudaLaunchKernelExC`,
+//!   `cudaGraphLaunch`, `cudaGetFuncBySymbol`. Like cudart, they reach the driver through
+//!   `dlopen("libcuda.so.1")`, `dlsym("cuGetProcAddress_v2")` and `cuGetProcAddress`.
+//!
+//! A module image is text, one kernel a line: `name blocks_per_sm`.
+//!
+//! Environment: `MMK_FAKE_CUDA_SMS` (SMs of the device, default 132) and
+//! `MMK_FAKE_CUDA_LOG` (append `pid,kernel,stream,launch_ns,start_ns,end_ns,sm` for every
+//! kernel that runs; times are `CLOCK_MONOTONIC` ns).
+
+#![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+type CUresult = c_int;
+type Handle = *mut c_void;
+
+const SUCCESS: CUresult = 0;
+const INVALID_VALUE: CUresult = 1;
+const NOT_INITIALIZED: CUresult = 3;
+const INVALID_CONTEXT: CUresult = 201;
+const INVALID_HANDLE: CUresult = 400;
+const NOT_FOUND: CUresult = 500;
+const NOT_READY: CUresult = 600;
+const DEFAULT_DURATION_US: u64 = 10;
+const GRAPH_DURATION_US: u64 = 100;
+/// The one fake context.
+const CONTEXT: usize = 0xC0DE_0000;
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime with a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A kernel handle (`CUfunction`, and `CUkernel` alike).
+#[derive(Debug)]
+struct Function {
+    name: std::ffi::CString,
+    blocks_per_sm: u32,
+}
+
+#[derive(Debug)]
+struct Event {
+    /// When the work recorded before it completes; 0 until recorded (complete).
+    at: u64,
+}
+
+#[derive(Debug)]
+struct Gpu {
+    sm_count: u32,
+    initialized: bool,
+    /// When each stream's last kernel ends.
+    tails: HashMap<usize, u64>,
+    /// Kernels that may still run: (start, end, sm).
+    running: Vec<(u64, u64, u32)>,
+    events: HashMap<usize, Event>,
+    log: Option<File>,
+}
+
+fn gpu() -> MutexGuard<'static, Gpu> {
+    static GPU: OnceLock<Mutex<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let sm_count = std::env::var("MMK_FAKE_CUDA_SMS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &u32| n > 0)
+            .unwrap_or(132);
+        let log = std::env::var_os("MMK_FAKE_CUDA_LOG")
+            .and_then(|p| OpenOptions::new().create(true).append(true).open(p).ok());
+        Mutex::new(Gpu {
+            sm_count,
+            initialized: false,
+            tails: HashMap::new(),
+            running: Vec::new(),
+            events: HashMap::new(),
+            log,
+        })
+    })
+    .lock()
+    .unwrap_or_else(PoisonError::into_inner)
+}
+
+thread_local! {
+    static CURRENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn check_ctx() -> Result<(), CUresult> {
+    if !gpu().initialized {
+        return Err(NOT_INITIALIZED);
+    }
+    if CURRENT.get() == 0 {
+        return Err(INVALID_CONTEXT);
+    }
+    Ok(())
+}
+
+/// Run one kernel: returns when it will end.
+unsafe fn run_kernel(
+    f: Handle,
+    grid: [c_uint; 3],
+    stream: Handle,
+    params: *mut *mut c_void,
+    duration_us: Option<u64>,
+) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    if f.is_null() {
+        return INVALID_HANDLE;
+    }
+    // SAFETY: a handle this library made.
+    let func = unsafe { &*f.cast::<Function>() };
+    let duration_us = duration_us.unwrap_or_else(|| {
+        if params.is_null() {
+            return DEFAULT_DURATION_US;
+        }
+        // SAFETY: the caller's kernel parameters: the first points to a u64.
+        unsafe {
+            let first = *params;
+            if first.is_null() {
+                DEFAULT_DURATION_US
+            } else {
+                *first.cast::<u64>()
+            }
+        }
+    });
+    let blocks: u64 = grid.iter().map(|&g| u64::from(g)).product();
+    let mut g = gpu();
+    let sm_count = g.sm_count;
+    let sm = blocks
+        .div_ceil(u64::from(func.blocks_per_sm.max(1)))
+        .min(u64::from(sm_count)) as u32;
+    let now = now_ns();
+    let key = stream as usize;
+    let start = g.tails.get(&key).copied().unwrap_or(0).max(now);
+    g.running.retain(|&(_, end, _)| end > now);
+    let busy: u32 = g
+        .running
+        .iter()
+        .filter(|&&(s, e, _)| s <= start && e > start)
+        .map(|&(_, _, sm)| sm)
+        .sum();
+    let factor = (f64::from(busy + sm) / f64::from(sm_count)).max(1.0);
+    let end = start + (duration_us as f64 * 1000.0 * factor) as u64;
+    g.running.push((start, end, sm));
+    g.tails.insert(key, end);
+    if let Some(log) = g.log.as_mut() {
+        let _ = writeln!(
+            log,
+            "{},{},{:#x},{now},{start},{end},{sm}",
+            std::process::id(),
+            func.name.to_string_lossy(),
+            key
+        );
+    }
+    SUCCESS
+}
+
+// ---- initialisation, devices, contexts ----
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuInit(_flags: c_uint) -> CUresult {
+    gpu().initialized = true;
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
+    if v.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *v = 13000 };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
+    if n.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *n = 1 };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGet(dev: *mut c_int, ordinal: c_int) -> CUresult {
+    if dev.is_null() || ordinal != 0 {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *dev = 0 };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_int, dev: c_int) -> CUresult {
+    if v.is_null() || dev != 0 {
+        return INVALID_VALUE;
+    }
+    let value = match attr {
+        16 => gpu().sm_count as c_int, // MULTIPROCESSOR_COUNT
+        _ => 0,
+    };
+    // SAFETY: checked non-null.
+    unsafe { *v = value };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut Handle, dev: c_int) -> CUresult {
+    if ctx.is_null() || dev != 0 {
+        return INVALID_VALUE;
+    }
+    if !gpu().initialized {
+        return NOT_INITIALIZED;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *ctx = CONTEXT as Handle };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
+    if !ctx.is_null() && ctx as usize != CONTEXT {
+        return INVALID_CONTEXT;
+    }
+    CURRENT.set(ctx as usize);
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut Handle) -> CUresult {
+    if ctx.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *ctx = CURRENT.get() as Handle };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    if dev.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *dev = 0 };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    let until = gpu().tails.values().copied().max().unwrap_or(0);
+    sleep_until(until);
+    SUCCESS
+}
+
+fn sleep_until(t: u64) {
+    let now = now_ns();
+    if t > now {
+        std::thread::sleep(std::time::Duration::from_nanos(t - now));
+    }
+}
+
+// ---- modules and functions ----
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut Handle, image: *const c_void) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    if module.is_null() || image.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: the image is NUL-terminated text (this fake's module format).
+    let text = unsafe { CStr::from_ptr(image.cast::<c_char>()) }.to_string_lossy();
+    let mut kernels = HashMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut parts = line.split_whitespace();
+        let (Some(name), Some(bps)) = (parts.next(), parts.next()) else {
+            return INVALID_VALUE;
+        };
+        let Ok(blocks_per_sm) = bps.parse::<u32>() else {
+            return INVALID_VALUE;
+        };
+        let Ok(name) = std::ffi::CString::new(name) else {
+            return INVALID_VALUE;
+        };
+        let f = Box::into_raw(Box::new(Function {
+            name,
+            blocks_per_sm,
+        }));
+        kernels.insert(
+            line.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+            f as usize,
+        );
+    }
+    // SAFETY: checked non-null.
+    unsafe { *module = Box::into_raw(Box::new(kernels)).cast() };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetFunction(
+    f: *mut Handle,
+    module: Handle,
+    name: *const c_char,
+) -> CUresult {
+    if f.is_null() || module.is_null() || name.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: a module this library made, and the caller's NUL-terminated name.
+    let (kernels, name) = unsafe {
+        (
+            &*module.cast::<HashMap<String, usize>>(),
+            CStr::from_ptr(name).to_string_lossy(),
+        )
+    };
+    match kernels.get(name.as_ref()) {
+        Some(&func) => {
+            // SAFETY: checked non-null.
+            unsafe { *f = func as Handle };
+            SUCCESS
+        }
+        None => NOT_FOUND,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, f: Handle) -> CUresult {
+    if name.is_null() || f.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: a function this library made; checked non-null out pointer.
+    unsafe { *name = (*f.cast::<Function>()).name.as_ptr() };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuKernelGetName(name: *mut *const c_char, k: Handle) -> CUresult {
+    // SAFETY: kernels and functions are the same objects here.
+    unsafe { cuFuncGetName(name, k) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuKernelGetFunction(f: *mut Handle, k: Handle) -> CUresult {
+    if f.is_null() || k.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *f = k };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    n: *mut c_int,
+    f: Handle,
+    _block: c_int,
+    _smem: usize,
+) -> CUresult {
+    if n.is_null() || f.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: a function this library made; checked non-null out pointer.
+    unsafe { *n = (*f.cast::<Function>()).blocks_per_sm as c_int };
+    SUCCESS
+}
+
+// ---- streams and events ----
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut Handle, _flags: c_uint) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    if stream.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null; the stream is a unique address.
+    unsafe { *stream = Box::into_raw(Box::new(0u64)).cast() };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize(stream: Handle) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    let until = gpu().tails.get(&(stream as usize)).copied().unwrap_or(0);
+    sleep_until(until);
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    if event.is_null() {
+        return INVALID_VALUE;
+    }
+    let e = Box::into_raw(Box::new(0u8)).cast::<c_void>();
+    gpu().events.insert(e as usize, Event { at: 0 });
+    // SAFETY: checked non-null.
+    unsafe { *event = e };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
+    let mut g = gpu();
+    let at = g
+        .tails
+        .get(&(stream as usize))
+        .copied()
+        .unwrap_or(0)
+        .max(now_ns());
+    match g.events.get_mut(&(event as usize)) {
+        Some(e) => {
+            e.at = at;
+            SUCCESS
+        }
+        None => INVALID_HANDLE,
+    }
+}
+
+fn event_at(event: Handle) -> Result<u64, CUresult> {
+    gpu()
+        .events
+        .get(&(event as usize))
+        .map(|e| e.at)
+        .ok_or(INVALID_HANDLE)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventQuery(event: Handle) -> CUresult {
+    match event_at(event) {
+        Ok(at) if at <= now_ns() => SUCCESS,
+        Ok(_) => NOT_READY,
+        Err(rc) => rc,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventSynchronize(event: Handle) -> CUresult {
+    match event_at(event) {
+        Ok(at) => {
+            sleep_until(at);
+            SUCCESS
+        }
+        Err(rc) => rc,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut f32, start: Handle, end: Handle) -> CUresult {
+    if ms.is_null() {
+        return INVALID_VALUE;
+    }
+    let (a, b) = match (event_at(start), event_at(end)) {
+        (Ok(a), Ok(b)) => (a, b),
+        _ => return INVALID_HANDLE,
+    };
+    if a > now_ns() || b > now_ns() {
+        return NOT_READY;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *ms = (b as f64 - a as f64) as f32 / 1e6 };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventDestroy(event: Handle) -> CUresult {
+    match gpu().events.remove(&(event as usize)) {
+        Some(_) => SUCCESS,
+        None => INVALID_HANDLE,
+    }
+}
+
+// ---- launches ----
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: Handle,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    _bx: c_uint,
+    _by: c_uint,
+    _bz: c_uint,
+    _smem: c_uint,
+    stream: Handle,
+    params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: the caller's launch.
+    unsafe { run_kernel(f, [gx, gy, gz], stream, params, None) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    f: Handle,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    smem: c_uint,
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: the caller's launch.
+    unsafe { cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) }
+}
+
+/// `CUlaunchConfig`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct LaunchConfig {
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_mem: c_uint,
+    stream: Handle,
+    attrs: *mut c_void,
+    num_attrs: c_uint,
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernelEx(
+    config: *const LaunchConfig,
+    f: Handle,
+    params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: the caller's config.
+    let Some(c) = (unsafe { config.as_ref() }) else {
+        return INVALID_VALUE;
+    };
+    // SAFETY: the caller's launch.
+    unsafe { run_kernel(f, c.grid, c.stream, params, None) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
+    config: *const LaunchConfig,
+    f: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: the caller's launch.
+    unsafe { cuLaunchKernelEx(config, f, params, extra) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+    f: Handle,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    _bx: c_uint,
+    _by: c_uint,
+    _bz: c_uint,
+    _smem: c_uint,
+    stream: Handle,
+    params: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: the caller's launch.
+    unsafe { run_kernel(f, [gx, gy, gz], stream, params, None) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
+    f: Handle,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    smem: c_uint,
+    stream: Handle,
+    params: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: the caller's launch.
+    unsafe { cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem, stream, params) }
+}
+
+/// A graph: runs as one kernel named `graph` over the whole device.
+fn graph_function() -> Handle {
+    static GRAPH: OnceLock<usize> = OnceLock::new();
+    *GRAPH.get_or_init(|| {
+        Box::into_raw(Box::new(Function {
+            name: c"graph".to_owned(),
+            blocks_per_sm: 1,
+        })) as usize
+    }) as Handle
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphCreate(graph: *mut Handle, _flags: c_uint) -> CUresult {
+    if graph.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *graph = Box::into_raw(Box::new(0u8)).cast() };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut Handle,
+    graph: Handle,
+    _flags: u64,
+) -> CUresult {
+    if exec.is_null() || graph.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *exec = Box::into_raw(Box::new(0u8)).cast() };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphLaunch(exec: Handle, stream: Handle) -> CUresult {
+    if exec.is_null() {
+        return INVALID_HANDLE;
+    }
+    let sms = gpu().sm_count;
+    // SAFETY: the fake graph function.
+    unsafe {
+        run_kernel(
+            graph_function(),
+            [sms, 1, 1],
+            stream,
+            std::ptr::null_mut(),
+            Some(GRAPH_DURATION_US),
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: Handle, stream: Handle) -> CUresult {
+    // SAFETY: the caller's launch.
+    unsafe { cuGraphLaunch(exec, stream) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGetErrorName(_rc: CUresult, name: *mut *const c_char) -> CUresult {
+    if !name.is_null() {
+        // SAFETY: checked non-null.
+        unsafe { *name = c"CUDA_ERROR_FAKE".as_ptr() };
+    }
+    SUCCESS
+}
+
+// ---- cuGetProcAddress ----
+
+const PER_THREAD_DEFAULT_STREAM: u64 = 2;
+
+fn proc_address(name: &[u8], flags: u64) -> Option<usize> {
+    let ptsz = flags & PER_THREAD_DEFAULT_STREAM != 0;
+    let f: usize = match (name, ptsz) {
+        (b"cuInit", _) => cuInit as *const () as usize,
+        (b"cuDriverGetVersion", _) => cuDriverGetVersion as *const () as usize,
+        (b"cuDeviceGet", _) => cuDeviceGet as *const () as usize,
+        (b"cuDeviceGetCount", _) => cuDeviceGetCount as *const () as usize,
+        (b"cuDeviceGetAttribute", _) => cuDeviceGetAttribute as *const () as usize,
+        (b"cuDevicePrimaryCtxRetain", _) => cuDevicePrimaryCtxRetain as *const () as usize,
+        (b"cuCtxSetCurrent", _) => cuCtxSetCurrent as *const () as usize,
+        (b"cuCtxGetCurrent", _) => cuCtxGetCurrent as *const () as usize,
+        (b"cuCtxGetDevice", _) => cuCtxGetDevice as *const () as usize,
+        (b"cuCtxSynchronize", _) => cuCtxSynchronize as *const () as usize,
+        (b"cuModuleLoadData", _) => cuModuleLoadData as *const () as usize,
+        (b"cuModuleGetFunction", _) => cuModuleGetFunction as *const () as usize,
+        (b"cuFuncGetName", _) => cuFuncGetName as *const () as usize,
+        (b"cuKernelGetName", _) => cuKernelGetName as *const () as usize,
+        (b"cuKernelGetFunction", _) => cuKernelGetFunction as *const () as usize,
+        (b"cuOccupancyMaxActiveBlocksPerMultiprocessor", _) => {
+            cuOccupancyMaxActiveBlocksPerMultiprocessor as *const () as usize
+        }
+        (b"cuStreamCreate", _) => cuStreamCreate as *const () as usize,
+        (b"cuStreamSynchronize", _) => cuStreamSynchronize as *const () as usize,
+        (b"cuEventCreate", _) => cuEventCreate as *const () as usize,
+        (b"cuEventRecord", _) => cuEventRecord as *const () as usize,
+        (b"cuEventQuery", _) => cuEventQuery as *const () as usize,
+        (b"cuEventSynchronize", _) => cuEventSynchronize as *const () as usize,
+        (b"cuEventElapsedTime", _) => cuEventElapsedTime as *const () as usize,
+        (b"cuEventDestroy", _) => cuEventDestroy as *const () as usize,
+        (b"cuGraphCreate", _) => cuGraphCreate as *const () as usize,
+        (b"cuGraphInstantiate", _) => cuGraphInstantiateWithFlags as *const () as usize,
+        (b"cuLaunchKernel", false) => cuLaunchKernel as *const () as usize,
+        (b"cuLaunchKernel", true) => cuLaunchKernel_ptsz as *const () as usize,
+        (b"cuLaunchKernelEx", false) => cuLaunchKernelEx as *const () as usize,
+        (b"cuLaunchKernelEx", true) => cuLaunchKernelEx_ptsz as *const () as usize,
+        (b"cuLaunchCooperativeKernel", false) => cuLaunchCooperativeKernel as *const () as usize,
+        (b"cuLaunchCooperativeKernel", true) => {
+            cuLaunchCooperativeKernel_ptsz as *const () as usize
+        }
+        (b"cuGraphLaunch", false) => cuGraphLaunch as *const () as usize,
+        (b"cuGraphLaunch", true) => cuGraphLaunch_ptsz as *const () as usize,
+        (b"cuGetProcAddress", _) => cuGetProcAddress_v2 as *const () as usize,
+        _ => return None,
+    };
+    Some(f)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    _version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
+    if symbol.is_null() || pfn.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: the caller's NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    let found = proc_address(name, flags);
+    // SAFETY: checked non-null; status may be null.
+    unsafe {
+        *pfn = found.map_or(std::ptr::null_mut(), |f| f as *mut c_void);
+        if !status.is_null() {
+            *status = if found.is_some() { 0 } else { 1 };
+        }
+    }
+    if found.is_some() { SUCCESS } else { NOT_FOUND }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CUresult {
+    // SAFETY: the caller's arguments.
+    unsafe { cuGetProcAddress_v2(symbol, pfn, version, flags, std::ptr::null_mut()) }
+}
+
+// ---- the runtime: reaches the driver the way cudart does ----
+
+/// The driver entry points the runtime uses, found through `dlopen` + `dlsym` +
+/// `cuGetProcAddress` (so an interposer sees the lookups, as with the real cudart).
+struct RuntimeDriver {
+    launch: usize,
+    launch_ex: usize,
+    graph: usize,
+}
+
+fn runtime_driver() -> Option<&'static RuntimeDriver> {
+    static DRIVER: OnceLock<Option<RuntimeDriver>> = OnceLock::new();
+    DRIVER
+        .get_or_init(|| {
+            // SAFETY: dlopen/dlsym with constant names; the results are checked.
+            unsafe {
+                let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+                if h.is_null() {
+                    return None;
+                }
+                let gpa = libc::dlsym(h, c"cuGetProcAddress_v2".as_ptr());
+                if gpa.is_null() {
+                    return None;
+                }
+                type Gpa = unsafe extern "C" fn(
+                    *const c_char,
+                    *mut *mut c_void,
+                    c_int,
+                    u64,
+                    *mut c_int,
+                ) -> CUresult;
+                let gpa: Gpa = std::mem::transmute::<*mut c_void, Gpa>(gpa);
+                let get = |name: &CStr| {
+                    let mut p: *mut c_void = std::ptr::null_mut();
+                    gpa(name.as_ptr(), &mut p, 13000, 0, std::ptr::null_mut());
+                    p as usize
+                };
+                Some(RuntimeDriver {
+                    launch: get(c"cuLaunchKernel"),
+                    launch_ex: get(c"cuLaunchKernelEx"),
+                    graph: get(c"cuGraphLaunch"),
+                })
+            }
+        })
+        .as_ref()
+}
+
+/// `dim3`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Dim3 {
+    x: c_uint,
+    y: c_uint,
+    z: c_uint,
+}
+
+type DriverLaunch = unsafe extern "C" fn(
+    Handle,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Handle,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CUresult;
+
+unsafe fn runtime_launch(
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    smem: usize,
+    stream: Handle,
+) -> c_int {
+    let Some(d) = runtime_driver().filter(|d| d.launch != 0) else {
+        return NOT_INITIALIZED;
+    };
+    // SAFETY: the driver's cuLaunchKernel (possibly an interposer's hook for it).
+    unsafe {
+        let launch = std::mem::transmute::<usize, DriverLaunch>(d.launch);
+        launch(
+            func.cast_mut(),
+            grid.x,
+            grid.y,
+            grid.z,
+            block.x,
+            block.y,
+            block.z,
+            smem as c_uint,
+            stream,
+            args,
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaLaunchKernel(
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    smem: usize,
+    stream: Handle,
+) -> c_int {
+    // SAFETY: the caller's launch.
+    unsafe { runtime_launch(func, grid, block, args, smem, stream) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __cudaLaunchKernel(
+    kernel: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    smem: usize,
+    stream: Handle,
+) -> c_int {
+    // SAFETY: the caller's launch.
+    unsafe { runtime_launch(kernel, grid, block, args, smem, stream) }
+}
+
+/// `cudaLaunchConfig_t`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct CudaLaunchConfig {
+    grid: Dim3,
+    block: Dim3,
+    smem: usize,
+    stream: Handle,
+    attrs: *mut c_void,
+    num_attrs: c_uint,
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaLaunchKernelExC(
+    config: *const CudaLaunchConfig,
+    func: *const c_void,
+    args: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's config.
+    let Some(c) = (unsafe { config.as_ref() }) else {
+        return INVALID_VALUE;
+    };
+    let Some(d) = runtime_driver().filter(|d| d.launch_ex != 0) else {
+        return NOT_INITIALIZED;
+    };
+    let driver_config = LaunchConfig {
+        grid: [c.grid.x, c.grid.y, c.grid.z],
+        block: [c.block.x, c.block.y, c.block.z],
+        shared_mem: c.smem as c_uint,
+        stream: c.stream,
+        attrs: std::ptr::null_mut(),
+        num_attrs: 0,
+    };
+    type Ex = unsafe extern "C" fn(
+        *const LaunchConfig,
+        Handle,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> CUresult;
+    // SAFETY: the driver's cuLaunchKernelEx (possibly hooked).
+    unsafe {
+        std::mem::transmute::<usize, Ex>(d.launch_ex)(
+            &driver_config,
+            func.cast_mut(),
+            args,
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaGraphLaunch(exec: Handle, stream: Handle) -> c_int {
+    let Some(d) = runtime_driver().filter(|d| d.graph != 0) else {
+        return NOT_INITIALIZED;
+    };
+    type G = unsafe extern "C" fn(Handle, Handle) -> CUresult;
+    // SAFETY: the driver's cuGraphLaunch (possibly hooked).
+    unsafe { std::mem::transmute::<usize, G>(d.graph)(exec, stream) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaGetFuncBySymbol(f: *mut Handle, symbol: *const c_void) -> c_int {
+    if f.is_null() || symbol.is_null() {
+        return INVALID_VALUE;
+    }
+    // Host stubs are the driver's function handles in this fake.
+    // SAFETY: checked non-null.
+    unsafe { *f = symbol.cast_mut() };
+    SUCCESS
+}

@@ -1,0 +1,30 @@
+//! `libmmk_interposer.so`: loaded with `LD_PRELOAD` into a job, it sees every kernel launch
+//! and passes it through the partition's gate (crate `mmk-kernel-sched`).
+//!
+//! How launches are caught (shared/REFERENCE.md: on CUDA 13 the runtime reaches the driver
+//! through `dlsym` and `cuGetProcAddress`, so exported symbols alone catch almost nothing):
+//! - `dlsym` is ours: a lookup of a launch entry point, or of a way to find one
+//!   (`cuGetProcAddress`, `cudaGetDriverEntryPoint`), returns our hook;
+//! - what `cuGetProcAddress(_v2)` and `cudaGetDriverEntryPoint(ByVersion)` return is wrapped
+//!   the same way, for every version and `_ptsz` form;
+//! - the launch symbols themselves are exported for callers linked against the driver or the
+//!   runtime: `cuLaunchKernel(Ex)`, `cuLaunchCooperativeKernel`, `cuGraphLaunch`,
+//!   `cudaLaunchKernel`, `__cudaLaunchKernel` (CUDA 13's `<<<>>>`), `cudaLaunchKernelExC`,
+//!   `cudaLaunchCooperativeKernel`, `cudaGraphLaunch`, each with its `_ptsz` form.
+//!
+//! A graph launch is one unit. A runtime launch is gated once even when the runtime calls a
+//! hooked driver entry point underneath.
+//!
+//! Robustness: without a gate the job runs unchanged (launches are only counted); a failed
+//! lookup, a missing driver helper or a panic inside the interposer falls back to calling the
+//! real function; `MMK_KSCHED_OFF=1` turns every hook into a plain pass-through.
+
+mod cuda;
+mod exports;
+mod hooks;
+mod kernel;
+mod launch;
+mod process;
+mod real;
+mod stats;
+mod track;

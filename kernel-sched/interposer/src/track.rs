@@ -1,0 +1,281 @@
+//! Completion tracking without blocking the caller: an event is recorded behind each
+//! tracked launch, and one poller thread per process queries the events, tells the gate
+//! what completed and writes record-mode trace lines.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use mmk_kernel_sched::SlotId;
+use mmk_kernel_sched::trace::TraceRecord;
+
+use crate::cuda::*;
+use crate::process::Process;
+use crate::real::Driver;
+use crate::stats::now_ns;
+
+/// The poller's shortest and longest sleep while events are pending. It backs off while
+/// nothing completes and starts again from the shortest after a completion.
+const POLL_MIN: Duration = Duration::from_micros(10);
+const POLL_MAX: Duration = Duration::from_micros(100);
+
+/// A launch whose completion someone waits for.
+#[derive(Debug)]
+pub struct Pending {
+    /// Recorded behind the launch; complete once the launch is.
+    pub done: CUevent,
+    pub ctx: CUcontext,
+    /// The gate slot and SMs `begin` counted, to give back on completion.
+    pub gate: Option<(SlotId, u32)>,
+    /// Record mode: the event recorded before the launch, and the line to finish.
+    pub record: Option<(CUevent, Box<TraceRecord>)>,
+}
+
+// SAFETY: the raw CUDA handles are plain ids that any thread may pass to the driver.
+unsafe impl Send for Pending {}
+
+/// A clock reference per context: an event known to have completed at `host_ns`.
+#[derive(Debug, Clone, Copy)]
+struct Reference {
+    ctx: usize,
+    event: usize,
+    host_ns: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Tracker {
+    queue: Mutex<Vec<Pending>>,
+    wake: Condvar,
+    idle: AtomicBool,
+    started: AtomicBool,
+    /// Free events: (context, event, timing).
+    pool: Mutex<Vec<(usize, usize, bool)>>,
+    refs: Mutex<Vec<Reference>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Tracker {
+    /// The current context, or null.
+    pub fn current_ctx(d: &Driver) -> CUcontext {
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        if let Some(get) = d.ctx_get_current {
+            // SAFETY: the driver's cuCtxGetCurrent with a valid out pointer.
+            unsafe { get(&mut ctx) };
+        }
+        ctx
+    }
+
+    /// An event of the current context (`timing` or not) recorded on `stream` now.
+    pub fn record(
+        &self,
+        d: &Driver,
+        ctx: CUcontext,
+        stream: CUstream,
+        timing: bool,
+    ) -> Option<CUevent> {
+        let (create, record) = (d.event_create?, d.event_record?);
+        let pooled = {
+            let mut pool = lock(&self.pool);
+            pool.iter()
+                .position(|&(c, _, t)| c == ctx as usize && t == timing)
+                .map(|i| pool.swap_remove(i).1 as CUevent)
+        };
+        let event = match pooled {
+            Some(e) => e,
+            None => {
+                let mut e: CUevent = std::ptr::null_mut();
+                let flags = if timing {
+                    CU_EVENT_DEFAULT
+                } else {
+                    CU_EVENT_DISABLE_TIMING
+                };
+                // SAFETY: the driver's cuEventCreate with a valid out pointer.
+                if unsafe { create(&mut e, flags) } != CUDA_SUCCESS || e.is_null() {
+                    return None;
+                }
+                e
+            }
+        };
+        // SAFETY: a live event of this context and the caller's stream.
+        if unsafe { record(event, stream) } != CUDA_SUCCESS {
+            self.give_back(ctx, event, timing);
+            return None;
+        }
+        Some(event)
+    }
+
+    pub fn give_back(&self, ctx: CUcontext, event: CUevent, timing: bool) {
+        lock(&self.pool).push((ctx as usize, event as usize, timing));
+    }
+
+    /// Queue a pending launch and make sure the poller runs.
+    pub fn push(&self, process: &'static Process, pending: Pending) {
+        lock(&self.queue).push(pending);
+        if !self.started.swap(true, Ordering::AcqRel) {
+            let spawned = std::thread::Builder::new()
+                .name("mmk-ksched-poll".into())
+                .spawn(move || process.tracker.poll_forever(process));
+            if spawned.is_err() {
+                self.started.store(false, Ordering::Release);
+            }
+        }
+        if self.idle.load(Ordering::Acquire) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Make sure record mode has a clock reference for `ctx` (blocks once per context).
+    pub fn ensure_reference(&self, d: &Driver, ctx: CUcontext) {
+        if lock(&self.refs).iter().any(|r| r.ctx == ctx as usize) {
+            return;
+        }
+        let (Some(create), Some(record), Some(sync)) =
+            (d.event_create, d.event_record, d.event_synchronize)
+        else {
+            return;
+        };
+        let mut e: CUevent = std::ptr::null_mut();
+        // SAFETY: create, record on the null stream and wait for one timing event.
+        let ok = unsafe {
+            create(&mut e, CU_EVENT_DEFAULT) == CUDA_SUCCESS
+                && record(e, std::ptr::null_mut()) == CUDA_SUCCESS
+                && sync(e) == CUDA_SUCCESS
+        };
+        if ok {
+            lock(&self.refs).push(Reference {
+                ctx: ctx as usize,
+                event: e as usize,
+                host_ns: now_ns(),
+            });
+        }
+    }
+
+    fn poll_forever(&self, process: &'static Process) {
+        // Sleep as asked: the default 50 us timer slack would stretch every poll.
+        // SAFETY: prctl on the calling thread with a valid option.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000u64) };
+        let mut interval = POLL_MIN;
+        loop {
+            let batch = {
+                let mut queue = lock(&self.queue);
+                while queue.is_empty() {
+                    self.idle.store(true, Ordering::Release);
+                    queue = self
+                        .wake
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                self.idle.store(false, Ordering::Release);
+                std::mem::take(&mut *queue)
+            };
+            let before = batch.len();
+            let mut left = self.poll_once(process, batch);
+            if left.len() < before {
+                interval = POLL_MIN;
+            }
+            if !left.is_empty() {
+                {
+                    let mut queue = lock(&self.queue);
+                    left.append(&mut queue);
+                    *queue = left;
+                }
+                std::thread::sleep(interval);
+                interval = (interval * 2).min(POLL_MAX);
+            }
+        }
+    }
+
+    /// Query each pending launch once; complete the finished ones, return the others.
+    fn poll_once(&self, process: &Process, batch: Vec<Pending>) -> Vec<Pending> {
+        let Some(d) = crate::real::driver() else {
+            return batch;
+        };
+        let Some(query) = d.event_query else {
+            return batch;
+        };
+        let mut current: CUcontext = std::ptr::null_mut();
+        let mut left = Vec::new();
+        for p in batch {
+            if p.ctx != current
+                && let Some(set) = d.ctx_set_current
+            {
+                // SAFETY: the context the event was made in; it is alive while its
+                // launches are.
+                unsafe { set(p.ctx) };
+                current = p.ctx;
+            }
+            // SAFETY: a live event of that context.
+            match unsafe { query(p.done) } {
+                CUDA_ERROR_NOT_READY => left.push(p),
+                // Done, or the event is broken: either way nobody should wait on it.
+                _ => self.complete(process, d, p),
+            }
+        }
+        left
+    }
+
+    fn complete(&self, process: &Process, d: &Driver, p: Pending) {
+        if let (Some((slot, sm)), Some((gate, _))) = (p.gate, process.gate.as_ref()) {
+            gate.end(slot, sm);
+        }
+        match p.record {
+            Some((start, mut line)) => {
+                if let Some(r) = self.reference(p.ctx) {
+                    let at = |event: CUevent| -> Option<u64> {
+                        let elapsed = d.event_elapsed?;
+                        let mut ms = 0f32;
+                        // SAFETY: two completed timing events of the same context.
+                        let rc = unsafe { elapsed(&mut ms, r.event as CUevent, event) };
+                        (rc == CUDA_SUCCESS && ms.is_finite() && ms >= 0.0)
+                            .then(|| r.host_ns + (f64::from(ms) * 1e6) as u64)
+                    };
+                    line.start_ns = at(start);
+                    line.end_ns = at(p.done);
+                }
+                if let Some(recorder) = process.record.as_ref() {
+                    recorder.write(&line);
+                }
+                self.give_back(p.ctx, start, true);
+                self.give_back(p.ctx, p.done, true);
+            }
+            None => self.give_back(p.ctx, p.done, false),
+        }
+    }
+
+    fn reference(&self, ctx: CUcontext) -> Option<Reference> {
+        lock(&self.refs)
+            .iter()
+            .find(|r| r.ctx == ctx as usize)
+            .copied()
+    }
+
+    /// At exit: wait up to `limit` for what is pending, so the trace and the gate are
+    /// complete.
+    pub fn drain(&self, process: &Process, limit: Duration) {
+        let deadline = now_ns() + limit.as_nanos() as u64;
+        loop {
+            let batch = std::mem::take(&mut *lock(&self.queue));
+            if batch.is_empty() {
+                return;
+            }
+            let mut left = self.poll_once(process, batch);
+            if left.is_empty() {
+                continue;
+            }
+            if now_ns() >= deadline {
+                // Give the gate back what will never be seen to complete.
+                for p in left.drain(..) {
+                    if let (Some((slot, sm)), Some((gate, _))) = (p.gate, process.gate.as_ref()) {
+                        gate.end(slot, sm);
+                    }
+                }
+                return;
+            }
+            lock(&self.queue).append(&mut left);
+            std::thread::sleep(POLL_MIN);
+        }
+    }
+}

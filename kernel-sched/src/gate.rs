@@ -1,0 +1,827 @@
+//! The per-partition gate: a shared-memory segment that every job process of a partition
+//! maps, and through which offline launches wait for online work.
+//!
+//! Layout (version 1, all fields atomics, native endian):
+//!
+//! ```text
+//! header (128 bytes)  magic "MMKGATE1", version, slot count, partition SMs, policy,
+//!                     anti-starvation base, hard bound, epoch (the futex word), waiters,
+//!                     totals of the processes that left (launches, held, held ns, forced)
+//! slots  (64 x 128)   one per job process: pid (0 = free), class, MPS share,
+//!                     kernels and SMs in flight, launch / held / forced counters
+//! ```
+//!
+//! - The online path is lock-free and touches only its own slot: two `fetch_add`s before a
+//!   launch and two `fetch_sub`s when the poller sees it complete. A completion bumps the
+//!   epoch and wakes waiters only when some process is waiting.
+//! - An offline launch that its policy holds sleeps on the epoch (`FUTEX_WAIT` on the shared
+//!   mapping) until in-flight work completes, the policy's recheck time passes, or the hard
+//!   bound runs out.
+//! - A process that dies with work in flight cannot leave others waiting: a waiter whose
+//!   sleep times out drops the slots whose process is gone.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::policy::{Class, Decision, InFlight, Launch, Policy, PolicyKind};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"MMKGATE1");
+const VERSION: u32 = 1;
+/// Job processes one partition's gate can hold.
+pub const SLOTS: usize = 64;
+/// A held launch looks for dead processes at least this often.
+const LIVENESS_CHECK: Duration = Duration::from_millis(20);
+
+#[repr(C, align(64))]
+struct Header {
+    magic: AtomicU64,
+    version: AtomicU32,
+    slots: AtomicU32,
+    sm_count: AtomicU32,
+    policy: AtomicU32,
+    base_ns: AtomicU64,
+    max_hold_ns: AtomicU64,
+    /// Bumped on every completion a waiter may care about; the futex word.
+    epoch: AtomicU32,
+    /// Processes sleeping on `epoch`.
+    waiters: AtomicU32,
+    /// Counters of the slots that were left or reaped, so they outlive their processes.
+    total_launches: AtomicU64,
+    total_held: AtomicU64,
+    total_held_ns: AtomicU64,
+    total_forced: AtomicU64,
+}
+
+#[repr(C, align(128))]
+struct Slot {
+    pid: AtomicU32,
+    class: AtomicU32,
+    /// MPS share in thousandths.
+    share_milli: AtomicU32,
+    inflight: AtomicU32,
+    inflight_sm: AtomicU32,
+    _reserved: AtomicU32,
+    launches: AtomicU64,
+    held: AtomicU64,
+    held_ns: AtomicU64,
+    forced: AtomicU64,
+    completed: AtomicU64,
+    max_held_ns: AtomicU64,
+}
+
+#[repr(C)]
+struct Segment {
+    header: Header,
+    slots: [Slot; SLOTS],
+}
+
+/// Bytes of a gate file.
+pub const SEGMENT_BYTES: usize = std::mem::size_of::<Segment>();
+
+/// How mmkd configures a partition's gate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GateConfig {
+    /// SMs of the partition (a MIG instance's, or the whole GPU's).
+    pub sm_count: u32,
+    pub policy: PolicyKind,
+    /// The anti-starvation base (see [`crate::policy::Mmk`]).
+    pub base: Duration,
+    /// No launch waits longer than this, whatever the policy says.
+    pub max_hold: Duration,
+}
+
+impl GateConfig {
+    /// 250 us base (2.5 % of a 10 ms request, Orion's DUR_THRESHOLD) and a 100 ms hard bound.
+    pub fn new(sm_count: u32, policy: PolicyKind) -> GateConfig {
+        GateConfig {
+            sm_count,
+            policy,
+            base: Duration::from_micros(250),
+            max_hold: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("gate {path}: {op}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("gate {path} is not an mmk gate (bad magic or size {size} bytes)")]
+    NotAGate { path: PathBuf, size: u64 },
+    #[error("gate {path} has layout version {found}, this build knows {VERSION}")]
+    Version { path: PathBuf, found: u32 },
+    #[error("gate {path} has an unknown policy code {code}")]
+    Policy { path: PathBuf, code: u32 },
+    #[error("gate config: {0}")]
+    Config(String),
+}
+
+pub type Result<T> = std::result::Result<T, GateError>;
+
+/// A slot in the gate: one job process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotId(usize);
+
+/// What a slot's process has done, for status and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotStats {
+    pub pid: u32,
+    pub class: Option<Class>,
+    pub share_milli: u32,
+    pub inflight: u32,
+    pub inflight_sm: u32,
+    pub launches: u64,
+    pub held: u64,
+    pub held_ns: u64,
+    pub forced: u64,
+    pub completed: u64,
+    pub max_held_ns: u64,
+}
+
+/// A gate's counters over all the processes that used it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub launches: u64,
+    pub held: u64,
+    pub held_ns: u64,
+    pub forced: u64,
+}
+
+/// How a launch went through the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitOutcome {
+    /// Time the launch was held (zero when it went at once).
+    pub waited: Duration,
+    /// It went because it had waited as long as it may, not because it fit.
+    pub forced: bool,
+}
+
+/// A mapped gate segment.
+#[derive(Debug)]
+pub struct Gate {
+    seg: NonNull<Segment>,
+    path: PathBuf,
+}
+
+// SAFETY: the segment holds only atomics, and the mapping lives as long as the Gate.
+unsafe impl Send for Gate {}
+// SAFETY: as above; every access goes through atomic operations.
+unsafe impl Sync for Gate {}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        // SAFETY: seg was returned by mmap with SEGMENT_BYTES and is unmapped once.
+        unsafe {
+            libc::munmap(self.seg.as_ptr().cast(), SEGMENT_BYTES);
+        }
+    }
+}
+
+fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> GateError + 'a {
+    move |source| GateError::Io {
+        path: path.to_owned(),
+        op,
+        source,
+    }
+}
+
+fn map(file: &File, path: &Path) -> Result<NonNull<Segment>> {
+    // SAFETY: a fresh shared mapping of an open file of at least SEGMENT_BYTES; the result
+    // is checked before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            SEGMENT_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io_err(path, "mmap")(io::Error::last_os_error()));
+    }
+    NonNull::new(ptr.cast::<Segment>()).ok_or_else(|| GateError::NotAGate {
+        path: path.to_owned(),
+        size: 0,
+    })
+}
+
+impl Gate {
+    /// Create the gate at `path`, or take over the one a previous mmkd left there (its slots
+    /// and counters stay, so running jobs keep their places); either way it gets `config`.
+    pub fn create(path: &Path, config: &GateConfig) -> Result<Gate> {
+        if config.sm_count == 0 {
+            return Err(GateError::Config("sm_count must be at least 1".into()));
+        }
+        if config.max_hold.is_zero() {
+            return Err(GateError::Config("max_hold must be above zero".into()));
+        }
+        let gate = match Gate::open(path) {
+            Ok(gate) => gate,
+            Err(GateError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Gate::create_new(path)?
+            }
+            Err(GateError::NotAGate { .. }) => {
+                std::fs::remove_file(path).map_err(io_err(path, "remove"))?;
+                Gate::create_new(path)?
+            }
+            Err(e) => return Err(e),
+        };
+        gate.configure(config);
+        Ok(gate)
+    }
+
+    /// Write a zeroed segment to a temporary file, stamp it, then rename it into place, so
+    /// that no process ever maps a half-made gate.
+    fn create_new(path: &Path) -> Result<Gate> {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io_err(&tmp, "create"))?;
+        file.set_len(SEGMENT_BYTES as u64)
+            .map_err(io_err(&tmp, "resize"))?;
+        let seg = map(&file, &tmp)?;
+        let gate = Gate {
+            seg,
+            path: path.to_owned(),
+        };
+        let h = &gate.seg().header;
+        h.version.store(VERSION, Ordering::Relaxed);
+        h.slots.store(SLOTS as u32, Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+        std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
+        Ok(gate)
+    }
+
+    /// Map an existing gate (what the interposer does in each job process).
+    pub fn open(path: &Path) -> Result<Gate> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path, "open"))?;
+        let size = file.metadata().map_err(io_err(path, "stat"))?.len();
+        if size < SEGMENT_BYTES as u64 {
+            return Err(GateError::NotAGate {
+                path: path.to_owned(),
+                size,
+            });
+        }
+        let gate = Gate {
+            seg: map(&file, path)?,
+            path: path.to_owned(),
+        };
+        let h = &gate.seg().header;
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(GateError::NotAGate {
+                path: path.to_owned(),
+                size,
+            });
+        }
+        let found = h.version.load(Ordering::Relaxed);
+        if found != VERSION || h.slots.load(Ordering::Relaxed) as usize != SLOTS {
+            return Err(GateError::Version {
+                path: path.to_owned(),
+                found,
+            });
+        }
+        let code = h.policy.load(Ordering::Relaxed);
+        if PolicyKind::from_code(code).is_none() {
+            return Err(GateError::Policy {
+                path: path.to_owned(),
+                code,
+            });
+        }
+        Ok(gate)
+    }
+
+    fn seg(&self) -> &Segment {
+        // SAFETY: the mapping is valid for the Gate's lifetime and holds only atomics.
+        unsafe { self.seg.as_ref() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Change the partition's SMs or policy; job processes see it at their next launch.
+    pub fn configure(&self, config: &GateConfig) {
+        let h = &self.seg().header;
+        h.sm_count.store(config.sm_count, Ordering::Relaxed);
+        h.policy.store(config.policy.code(), Ordering::Relaxed);
+        h.base_ns.store(nanos(config.base), Ordering::Relaxed);
+        h.max_hold_ns
+            .store(nanos(config.max_hold), Ordering::Relaxed);
+        self.wake_all();
+    }
+
+    pub fn config(&self) -> GateConfig {
+        let h = &self.seg().header;
+        GateConfig {
+            sm_count: h.sm_count.load(Ordering::Relaxed),
+            policy: PolicyKind::from_code(h.policy.load(Ordering::Relaxed))
+                .unwrap_or(PolicyKind::Passthrough),
+            base: Duration::from_nanos(h.base_ns.load(Ordering::Relaxed)),
+            max_hold: Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Take a slot for process `pid`. A slot the same pid held before is taken over (a
+    /// process that maps the gate twice gets one slot). `None` when all slots are taken by
+    /// live processes.
+    pub fn join(&self, pid: u32, class: Class, mps_fraction: f64) -> Option<SlotId> {
+        let slots = &self.seg().slots;
+        let index = slots
+            .iter()
+            .position(|s| s.pid.load(Ordering::Acquire) == pid)
+            .or_else(|| self.claim_free(pid))
+            .or_else(|| {
+                self.reap_dead();
+                self.claim_free(pid)
+            })?;
+        let slot = &slots[index];
+        for counter in [&slot.inflight, &slot.inflight_sm] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        self.fold_into_totals(slot);
+        slot.completed.store(0, Ordering::Relaxed);
+        slot.max_held_ns.store(0, Ordering::Relaxed);
+        let share = (mps_fraction.clamp(0.0, 1.0) * 1000.0).round() as u32;
+        slot.share_milli.store(share, Ordering::Relaxed);
+        slot.class.store(class.code(), Ordering::Release);
+        Some(SlotId(index))
+    }
+
+    fn claim_free(&self, pid: u32) -> Option<usize> {
+        self.seg().slots.iter().position(|s| {
+            s.pid
+                .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// Give the slot back; whatever it had in flight no longer counts.
+    pub fn leave(&self, slot: SlotId) {
+        let s = &self.seg().slots[slot.0];
+        self.fold_into_totals(s);
+        s.inflight.store(0, Ordering::Relaxed);
+        s.inflight_sm.store(0, Ordering::Relaxed);
+        s.class.store(0, Ordering::Relaxed);
+        s.pid.store(0, Ordering::Release);
+        self.wake_all();
+    }
+
+    fn fold_into_totals(&self, s: &Slot) {
+        let h = &self.seg().header;
+        for (total, counter) in [
+            (&h.total_launches, &s.launches),
+            (&h.total_held, &s.held),
+            (&h.total_held_ns, &s.held_ns),
+            (&h.total_forced, &s.forced),
+        ] {
+            total.fetch_add(counter.swap(0, Ordering::AcqRel), Ordering::Relaxed);
+        }
+    }
+
+    /// Launches, held launches, ns held and forced launches of every process that has
+    /// used the gate, those still running included.
+    pub fn totals(&self) -> Totals {
+        let h = &self.seg().header;
+        let mut t = Totals {
+            launches: h.total_launches.load(Ordering::Relaxed),
+            held: h.total_held.load(Ordering::Relaxed),
+            held_ns: h.total_held_ns.load(Ordering::Relaxed),
+            forced: h.total_forced.load(Ordering::Relaxed),
+        };
+        for s in self.slots() {
+            t.launches += s.launches;
+            t.held += s.held;
+            t.held_ns += s.held_ns;
+            t.forced += s.forced;
+        }
+        t
+    }
+
+    /// Drop the slots whose process is gone. Returns how many were dropped.
+    pub fn reap_dead(&self) -> usize {
+        let mut reaped = 0;
+        for s in &self.seg().slots {
+            let pid = s.pid.load(Ordering::Acquire);
+            if pid != 0 && !process_alive(pid) {
+                self.fold_into_totals(s);
+                s.inflight.store(0, Ordering::Relaxed);
+                s.inflight_sm.store(0, Ordering::Relaxed);
+                s.class.store(0, Ordering::Relaxed);
+                if s.pid
+                    .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    reaped += 1;
+                }
+            }
+        }
+        if reaped > 0 {
+            self.wake_all();
+        }
+        reaped
+    }
+
+    /// A launch of `sm` SMs is about to go (lock-free; only this slot is touched).
+    #[inline]
+    pub fn begin(&self, slot: SlotId, sm: u32) {
+        let s = &self.seg().slots[slot.0];
+        s.launches.fetch_add(1, Ordering::Relaxed);
+        s.inflight.fetch_add(1, Ordering::AcqRel);
+        s.inflight_sm.fetch_add(sm, Ordering::AcqRel);
+    }
+
+    /// A launch of `sm` SMs that `begin` counted has completed.
+    #[inline]
+    pub fn end(&self, slot: SlotId, sm: u32) {
+        let s = &self.seg().slots[slot.0];
+        // A slot that was reaped or re-joined meanwhile is at zero: never wrap below it.
+        let _ = s
+            .inflight
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| v.checked_sub(1));
+        let _ = s
+            .inflight_sm
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(sm))
+            });
+        s.completed.fetch_add(1, Ordering::Relaxed);
+        let h = &self.seg().header;
+        if h.waiters.load(Ordering::Acquire) > 0 {
+            self.wake_all();
+        }
+    }
+
+    /// Count a launch that the gate does not track (passthrough).
+    #[inline]
+    pub fn count(&self, slot: SlotId) {
+        self.seg().slots[slot.0]
+            .launches
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What is in flight now, summed over the live slots.
+    pub fn in_flight(&self) -> InFlight {
+        let mut state = InFlight {
+            sm_count: self.seg().header.sm_count.load(Ordering::Relaxed),
+            ..InFlight::default()
+        };
+        for s in &self.seg().slots {
+            if s.pid.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let (kernels, sm) = (
+                s.inflight.load(Ordering::Acquire),
+                s.inflight_sm.load(Ordering::Acquire),
+            );
+            match Class::from_code(s.class.load(Ordering::Relaxed)) {
+                Some(Class::Online) => {
+                    state.online_kernels += kernels;
+                    state.online_sm = state.online_sm.saturating_add(sm);
+                }
+                Some(Class::Offline) => {
+                    state.offline_kernels += kernels;
+                    state.offline_sm = state.offline_sm.saturating_add(sm);
+                }
+                None => {}
+            }
+        }
+        state
+    }
+
+    /// Ask `policy` about `launch` until it says go, sleeping on the gate in between, for at
+    /// most the gate's hard bound. Records what happened in the slot.
+    pub fn admit(&self, slot: SlotId, policy: &mut dyn Policy, launch: &Launch) -> WaitOutcome {
+        let h = &self.seg().header;
+        let max_hold = Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed));
+        let mut start: Option<Instant> = None;
+        let outcome = loop {
+            let epoch = h.epoch.load(Ordering::Acquire);
+            let waited = start.map_or(Duration::ZERO, |t| t.elapsed());
+            let recheck = match policy.decide(launch, &self.in_flight(), waited) {
+                Decision::Launch => {
+                    break WaitOutcome {
+                        waited,
+                        forced: false,
+                    };
+                }
+                Decision::LaunchStarved => {
+                    break WaitOutcome {
+                        waited,
+                        forced: true,
+                    };
+                }
+                Decision::Hold { recheck } => recheck,
+            };
+            if waited >= max_hold {
+                break WaitOutcome {
+                    waited,
+                    forced: true,
+                };
+            }
+            start.get_or_insert_with(Instant::now);
+            let sleep = recheck
+                .min(max_hold - waited)
+                .min(LIVENESS_CHECK)
+                .max(Duration::from_micros(1));
+            h.waiters.fetch_add(1, Ordering::AcqRel);
+            let woken = futex_wait(&h.epoch, epoch, sleep);
+            h.waiters.fetch_sub(1, Ordering::AcqRel);
+            if !woken {
+                // Nothing completed for a while: make sure no dead process is what we are
+                // waiting for.
+                self.reap_dead();
+            }
+        };
+        if !outcome.waited.is_zero() || outcome.forced {
+            let s = &self.seg().slots[slot.0];
+            let ns = nanos(outcome.waited);
+            s.held.fetch_add(1, Ordering::Relaxed);
+            s.held_ns.fetch_add(ns, Ordering::Relaxed);
+            s.max_held_ns.fetch_max(ns, Ordering::Relaxed);
+            if outcome.forced {
+                s.forced.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        outcome
+    }
+
+    fn wake_all(&self) {
+        let epoch = &self.seg().header.epoch;
+        epoch.fetch_add(1, Ordering::AcqRel);
+        futex_wake_all(epoch);
+    }
+
+    /// Every taken slot, for status and tests.
+    pub fn slots(&self) -> Vec<SlotStats> {
+        self.seg()
+            .slots
+            .iter()
+            .filter_map(|s| {
+                let pid = s.pid.load(Ordering::Acquire);
+                (pid != 0).then(|| SlotStats {
+                    pid,
+                    class: Class::from_code(s.class.load(Ordering::Relaxed)),
+                    share_milli: s.share_milli.load(Ordering::Relaxed),
+                    inflight: s.inflight.load(Ordering::Relaxed),
+                    inflight_sm: s.inflight_sm.load(Ordering::Relaxed),
+                    launches: s.launches.load(Ordering::Relaxed),
+                    held: s.held.load(Ordering::Relaxed),
+                    held_ns: s.held_ns.load(Ordering::Relaxed),
+                    forced: s.forced.load(Ordering::Relaxed),
+                    completed: s.completed.load(Ordering::Relaxed),
+                    max_held_ns: s.max_held_ns.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
+    }
+
+    /// One slot's counters.
+    pub fn slot(&self, slot: SlotId) -> Option<SlotStats> {
+        let pid = self.seg().slots[slot.0].pid.load(Ordering::Acquire);
+        self.slots().into_iter().find(|s| s.pid == pid)
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Sleep while `word` holds `expected`, for at most `timeout`. True when woken (or the word
+/// had already changed), false on timeout.
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: FUTEX_WAIT on a 4-byte aligned word of a live shared mapping, with a valid
+    // relative timeout. Not FUTEX_PRIVATE: other processes wake it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ETIMEDOUT)
+}
+
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live shared mapping's word; wakes every waiter.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Mmk;
+    use std::sync::Arc;
+
+    fn gate(dir: &tempfile::TempDir, policy: PolicyKind) -> Gate {
+        let mut config = GateConfig::new(132, policy);
+        config.max_hold = Duration::from_secs(5);
+        Gate::create(&dir.path().join("g0.gate"), &config).unwrap()
+    }
+
+    fn offline(sm: u32) -> Launch {
+        Launch {
+            class: Class::Offline,
+            sm_demand: sm,
+            mps_fraction: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_job_process_sees_what_mmkd_configured() {
+        let dir = tempfile::tempdir().unwrap();
+        let created = gate(&dir, PolicyKind::Mmk);
+        let opened = Gate::open(created.path()).unwrap();
+        assert_eq!(opened.config().sm_count, 132);
+        assert_eq!(opened.config().policy, PolicyKind::Mmk);
+        created.configure(&GateConfig::new(66, PolicyKind::Passthrough));
+        assert_eq!(opened.config().sm_count, 66, "the mapping is shared");
+        assert_eq!(opened.config().policy, PolicyKind::Passthrough);
+    }
+
+    #[test]
+    fn online_work_in_flight_is_summed_per_class() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Mmk);
+        let on = g.join(1, Class::Online, 1.0).unwrap();
+        let off = g.join(std::process::id(), Class::Offline, 0.5).unwrap();
+        g.begin(on, 40);
+        g.begin(on, 20);
+        g.begin(off, 100);
+        let state = g.in_flight();
+        assert_eq!((state.online_kernels, state.online_sm), (2, 60));
+        assert_eq!((state.offline_kernels, state.offline_sm), (1, 100));
+        g.end(on, 40);
+        g.end(on, 20);
+        g.end(on, 20);
+        let state = g.in_flight();
+        assert_eq!(
+            (state.online_kernels, state.online_sm),
+            (0, 0),
+            "never below zero"
+        );
+    }
+
+    #[test]
+    fn an_offline_launch_waits_for_online_work_then_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = Arc::new(gate(&dir, PolicyKind::Mmk));
+        let me = std::process::id();
+        let on = g.join(me, Class::Online, 1.0).unwrap();
+        g.begin(on, 132);
+        // A second "process" of the same test: its own mapping, its own slot.
+        let other = Gate::open(g.path()).unwrap();
+        let off = other.join(1, Class::Offline, 1.0).unwrap();
+        // pid 1 is alive (init), so the slot is not reaped while it waits.
+        let waiter = std::thread::spawn(move || {
+            let mut policy = Mmk {
+                base: Duration::from_secs(10),
+            };
+            let outcome = other.admit(off, &mut policy, &offline(100));
+            (outcome, other.slot(off).unwrap())
+        });
+        // The waiter is held until the online kernel completes.
+        while g.seg().header.waiters.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        g.end(on, 132);
+        let (outcome, stats) = waiter.join().unwrap();
+        assert!(!outcome.forced);
+        assert!(outcome.waited >= Duration::from_millis(20), "{outcome:?}");
+        assert_eq!(stats.held, 1);
+        assert_eq!(stats.forced, 0);
+    }
+
+    #[test]
+    fn the_anti_starvation_bound_lets_a_held_launch_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Mmk);
+        let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
+        let off = g.join(1, Class::Offline, 0.5).unwrap();
+        g.begin(on, 132);
+        let mut policy = Mmk {
+            base: Duration::from_millis(5),
+        };
+        let half = Launch {
+            mps_fraction: 0.5,
+            ..offline(132)
+        };
+        let outcome = g.admit(off, &mut policy, &half);
+        assert!(outcome.forced);
+        assert!(
+            outcome.waited >= Duration::from_millis(10),
+            "Thres = 5 ms / 0.5"
+        );
+        assert!(outcome.waited < Duration::from_secs(2), "{outcome:?}");
+        assert_eq!(g.slot(off).unwrap().forced, 1);
+    }
+
+    #[test]
+    fn a_dead_process_in_flight_does_not_hold_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Mmk);
+        // A child that exits at once: its pid is dead (and reaped) by the time we wait.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let on = g.join(dead, Class::Online, 1.0).unwrap();
+        g.begin(on, 132);
+        let off = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
+        let mut policy = Mmk {
+            base: Duration::from_secs(3),
+        };
+        let started = Instant::now();
+        let outcome = g.admit(off, &mut policy, &offline(132));
+        assert!(
+            !outcome.forced,
+            "the dead slot is dropped, then the launch fits"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(g.slots().iter().all(|s| s.pid != dead));
+    }
+
+    #[test]
+    fn a_full_gate_refuses_a_new_process_and_leave_frees_a_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Passthrough);
+        let me = std::process::id();
+        let first = g.join(me, Class::Online, 1.0).unwrap();
+        assert_eq!(
+            g.join(me, Class::Offline, 1.0),
+            Some(first),
+            "same pid, same slot"
+        );
+        // Fill the other slots with init (pid 1), which is alive, so nothing can be reaped.
+        for _ in 1..SLOTS {
+            assert!(g.claim_free(1).is_some());
+        }
+        assert_eq!(g.join(2_000_000_000, Class::Offline, 1.0), None);
+        g.count(first);
+        g.count(first);
+        g.leave(first);
+        assert_eq!(g.totals().launches, 2, "counters outlive the slot");
+        assert!(g.join(2_000_000_000, Class::Offline, 1.0).is_some());
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.gate");
+        let err = Gate::open(&missing).unwrap_err();
+        assert!(err.to_string().contains("none.gate: open"), "{err}");
+        let junk = dir.path().join("junk.gate");
+        std::fs::write(&junk, vec![7u8; SEGMENT_BYTES]).unwrap();
+        let err = Gate::open(&junk).unwrap_err();
+        assert!(err.to_string().contains("not an mmk gate"), "{err}");
+        // mmkd replaces a file that is not a gate.
+        let g = Gate::create(&junk, &GateConfig::new(14, PolicyKind::Mmk)).unwrap();
+        assert_eq!(g.config().sm_count, 14);
+        let err = Gate::create(&junk, &GateConfig::new(0, PolicyKind::Mmk)).unwrap_err();
+        assert!(err.to_string().contains("sm_count"), "{err}");
+    }
+
+    #[test]
+    fn the_layout_is_what_the_docs_say() {
+        assert_eq!(std::mem::size_of::<Header>(), 128);
+        assert_eq!(std::mem::size_of::<Slot>(), 128);
+        assert_eq!(SEGMENT_BYTES, 128 + SLOTS * 128);
+    }
+}

@@ -1,0 +1,71 @@
+//! The kernel scheduler's shared parts.
+//!
+//! A job process runs with the interposer (`libmmk_interposer.so`, crate
+//! `kernel-sched/interposer`) in `LD_PRELOAD`. The interposer sees every kernel launch and
+//! asks the partition's [`Gate`] whether it may go now. The gate is one small shared-memory
+//! segment per partition: mmkd creates it, every job process of the partition maps it.
+//!
+//! - [`gate`]: the segment's layout, joining and leaving it, publishing in-flight work,
+//!   and the bounded wait of a held launch (a futex on the segment).
+//! - [`policy`]: the decision for one launch, as a pure function of the launch, what is in
+//!   flight and how long it has waited. `passthrough` measures only; `mmk` lets online
+//!   kernels go first and offline ones in when they fit.
+//! - [`trace`]: the kernel trace that record mode writes (one CSV line a launch).
+//! - [`sm_demand`]: how many SMs a launch needs, from its grid and the occupancy API.
+//!
+//! The environment the interposer reads is listed in [`env`].
+
+pub mod artifacts;
+pub mod gate;
+pub mod policy;
+pub mod trace;
+
+pub use gate::{Gate, GateConfig, GateError, SlotId, SlotStats, Totals, WaitOutcome};
+pub use policy::{Class, Decision, InFlight, Launch, Policy, PolicyKind};
+
+/// The environment variables the interposer reads. mmkd sets the first three for the jobs it
+/// starts; the others are for people profiling a job by hand.
+pub mod env {
+    /// Path of the partition's gate segment. Without it the interposer only counts.
+    pub const GATE: &str = "MMK_GATE";
+    /// `online` or `offline`: the job's class. Launches of a job without one are offline.
+    pub const CLASS: &str = "MMK_JOB_CLASS";
+    /// The job's MPS thread percentage (1..=100), which scales the anti-starvation bound.
+    pub const MPS_PERCENTAGE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+    /// Record mode: write one trace line per launch to this file (`%p` becomes the pid).
+    pub const RECORD: &str = "MMK_KSCHED_RECORD";
+    /// Write the process's launch counts and the interposer's own cost as JSON to this file
+    /// when the process exits (`%p` becomes the pid).
+    pub const STATS: &str = "MMK_KSCHED_STATS";
+    /// `1`: intercept nothing (the library stays loaded but every call goes straight through).
+    pub const OFF: &str = "MMK_KSCHED_OFF";
+}
+
+/// SMs a launch occupies: `ceil(blocks / blocks_per_sm)`, at most `sm_count`.
+///
+/// `blocks_per_sm` comes from the occupancy API; 0 means it is unknown, and then every block
+/// is counted as needing an SM of its own (the pessimistic choice for a launch that waits).
+pub fn sm_demand(blocks: u64, blocks_per_sm: u32, sm_count: u32) -> u32 {
+    let per_sm = u64::from(blocks_per_sm.max(1));
+    let need = blocks.div_ceil(per_sm);
+    u32::try_from(need.min(u64::from(sm_count))).unwrap_or(sm_count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sm_demand;
+
+    #[test]
+    fn sm_demand_rounds_up_and_caps_at_the_partition() {
+        assert_eq!(sm_demand(1, 8, 132), 1);
+        assert_eq!(sm_demand(9, 8, 132), 2);
+        assert_eq!(sm_demand(16, 8, 132), 2);
+        assert_eq!(sm_demand(10_000, 4, 132), 132);
+        assert_eq!(
+            sm_demand(10, 0, 132),
+            10,
+            "unknown occupancy counts one block an SM"
+        );
+        assert_eq!(sm_demand(0, 4, 132), 0);
+    }
+}
