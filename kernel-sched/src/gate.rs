@@ -605,13 +605,25 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Whether `pid` runs: it exists and is not a zombie (a killed job whose parent has not
+/// reaped it yet holds nothing any more).
 fn process_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
         return false;
     };
     // SAFETY: signal 0 only checks that the process exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let rc = unsafe { libc::kill(raw, 0) };
+    if rc != 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+        return false;
+    }
+    // /proc/PID/stat: "pid (comm) S ..."; comm may hold spaces and parentheses.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state != "Z" && state != "X"),
+        Err(_) => true,
+    }
 }
 
 /// Sleep while `word` holds `expected`, for at most `timeout`. True when woken (or the word
@@ -758,10 +770,14 @@ mod tests {
     fn a_dead_process_in_flight_does_not_hold_others() {
         let dir = tempfile::tempdir().unwrap();
         let g = gate(&dir, PolicyKind::Mmk);
-        // A child that exits at once: its pid is dead (and reaped) by the time we wait.
+        // A child that exits at once and is not reaped yet: a zombie holds nothing.
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
-        child.wait().unwrap();
+        while std::fs::read_to_string(format!("/proc/{dead}/stat"))
+            .is_ok_and(|s| !s.contains(") Z"))
+        {
+            std::thread::yield_now();
+        }
         let on = g.join(dead, Class::Online, 1.0).unwrap();
         g.begin(on, 132);
         let off = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
@@ -776,6 +792,7 @@ mod tests {
         );
         assert!(started.elapsed() < Duration::from_secs(2));
         assert!(g.slots().iter().all(|s| s.pid != dead));
+        child.wait().unwrap();
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //!
 //! Environment: `MMK_FAKE_CUDA_SMS` (SMs of the device, default 132) and
 //! `MMK_FAKE_CUDA_LOG` (append `pid,kernel,stream,launch_ns,start_ns,end_ns,sm` for every
-//! kernel that runs; times are `CLOCK_MONOTONIC` ns).
+//! kernel that runs; `%p` in the path becomes the pid; times are `CLOCK_MONOTONIC` ns).
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
@@ -86,8 +86,10 @@ fn gpu() -> MutexGuard<'static, Gpu> {
             .and_then(|v| v.parse().ok())
             .filter(|&n: &u32| n > 0)
             .unwrap_or(132);
-        let log = std::env::var_os("MMK_FAKE_CUDA_LOG")
-            .and_then(|p| OpenOptions::new().create(true).append(true).open(p).ok());
+        let log = std::env::var("MMK_FAKE_CUDA_LOG").ok().and_then(|p| {
+            let p = p.replace("%p", &std::process::id().to_string());
+            OpenOptions::new().create(true).append(true).open(p).ok()
+        });
         Mutex::new(Gpu {
             sm_count,
             initialized: false,
@@ -680,7 +682,7 @@ pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: Handle, stream: Handle) -> CUr
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGetErrorName(_rc: CUresult, name: *mut *const c_char) -> CUresult {
+pub unsafe extern "C" fn cuGetErrorName(_rc: CUresult, name: *mut *const c_char) -> CUresult {
     if !name.is_null() {
         // SAFETY: checked non-null.
         unsafe { *name = c"CUDA_ERROR_FAKE".as_ptr() };
@@ -780,6 +782,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
 /// `cuGetProcAddress` (so an interposer sees the lookups, as with the real cudart).
 struct RuntimeDriver {
     launch: usize,
+    cooperative: usize,
     launch_ex: usize,
     graph: usize,
 }
@@ -813,6 +816,7 @@ fn runtime_driver() -> Option<&'static RuntimeDriver> {
                 };
                 Some(RuntimeDriver {
                     launch: get(c"cuLaunchKernel"),
+                    cooperative: get(c"cuLaunchCooperativeKernel"),
                     launch_ex: get(c"cuLaunchKernelEx"),
                     graph: get(c"cuGraphLaunch"),
                 })
@@ -898,6 +902,47 @@ pub unsafe extern "C" fn __cudaLaunchKernel(
 ) -> c_int {
     // SAFETY: the caller's launch.
     unsafe { runtime_launch(kernel, grid, block, args, smem, stream) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cudaLaunchCooperativeKernel(
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    smem: usize,
+    stream: Handle,
+) -> c_int {
+    let Some(d) = runtime_driver().filter(|d| d.cooperative != 0) else {
+        return NOT_INITIALIZED;
+    };
+    type Coop = unsafe extern "C" fn(
+        Handle,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        Handle,
+        *mut *mut c_void,
+    ) -> CUresult;
+    // SAFETY: the driver's cuLaunchCooperativeKernel (possibly hooked).
+    unsafe {
+        std::mem::transmute::<usize, Coop>(d.cooperative)(
+            func.cast_mut(),
+            grid.x,
+            grid.y,
+            grid.z,
+            block.x,
+            block.y,
+            block.z,
+            smem as c_uint,
+            stream,
+            args,
+        )
+    }
 }
 
 /// `cudaLaunchConfig_t`.

@@ -2,7 +2,7 @@
 //! tracked launch, and one poller thread per process queries the events, tells the gate
 //! what completed and writes record-mode trace lines.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ pub struct Tracker {
     wake: Condvar,
     idle: AtomicBool,
     started: AtomicBool,
+    /// Pushed and not completed yet, wherever they are (queue or the poller's batch).
+    outstanding: AtomicUsize,
     /// Free events: (context, event, timing).
     pool: Mutex<Vec<(usize, usize, bool)>>,
     refs: Mutex<Vec<Reference>>,
@@ -113,6 +115,7 @@ impl Tracker {
 
     /// Queue a pending launch and make sure the poller runs.
     pub fn push(&self, process: &'static Process, pending: Pending) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
         lock(&self.queue).push(pending);
         if !self.started.swap(true, Ordering::AcqRel) {
             let spawned = std::thread::Builder::new()
@@ -218,6 +221,11 @@ impl Tracker {
     }
 
     fn complete(&self, process: &Process, d: &Driver, p: Pending) {
+        self.finish_one(process, d, p);
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn finish_one(&self, process: &Process, d: &Driver, p: Pending) {
         if let (Some((slot, sm)), Some((gate, _))) = (p.gate, process.gate.as_ref()) {
             gate.end(slot, sm);
         }
@@ -252,29 +260,16 @@ impl Tracker {
             .copied()
     }
 
-    /// At exit: wait up to `limit` for what is pending, so the trace and the gate are
-    /// complete.
+    /// At exit: wait up to `limit` for what is pending (in the queue or in the poller's
+    /// hands), so the trace and the gate are complete.
     pub fn drain(&self, process: &Process, limit: Duration) {
         let deadline = now_ns() + limit.as_nanos() as u64;
-        loop {
+        while self.outstanding.load(Ordering::Acquire) > 0 && now_ns() < deadline {
             let batch = std::mem::take(&mut *lock(&self.queue));
-            if batch.is_empty() {
-                return;
-            }
             let mut left = self.poll_once(process, batch);
-            if left.is_empty() {
-                continue;
+            if !left.is_empty() {
+                lock(&self.queue).append(&mut left);
             }
-            if now_ns() >= deadline {
-                // Give the gate back what will never be seen to complete.
-                for p in left.drain(..) {
-                    if let (Some((slot, sm)), Some((gate, _))) = (p.gate, process.gate.as_ref()) {
-                        gate.end(slot, sm);
-                    }
-                }
-                return;
-            }
-            lock(&self.queue).append(&mut left);
             std::thread::sleep(POLL_MIN);
         }
     }

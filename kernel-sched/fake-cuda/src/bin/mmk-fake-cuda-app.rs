@@ -4,7 +4,8 @@
 //! it would see in a real job.
 //!
 //! ```text
-//! mmk-fake-cuda-app [--api driver|driver-ptsz|driver-ex|cooperative|graph|runtime|runtime-internal|runtime-ex|all]
+//! mmk-fake-cuda-app [--api driver|driver-ptsz|driver-ex|cooperative|graph|runtime|
+//!                          runtime-internal|runtime-ex|runtime-coop|runtime-graph|all]
 //!                   [--kernels N] [--duration-us D] [--gap-us G] [--blocks B] [--threads T]
 //!                   [--sync-every K] [--die-after K]
 //! ```
@@ -94,7 +95,7 @@ struct RtConfig {
 }
 
 const PER_THREAD_DEFAULT_STREAM: u64 = 2;
-const APIS: [&str; 8] = [
+const APIS: [&str; 10] = [
     "driver",
     "driver-ptsz",
     "driver-ex",
@@ -103,6 +104,8 @@ const APIS: [&str; 8] = [
     "runtime",
     "runtime-internal",
     "runtime-ex",
+    "runtime-coop",
+    "runtime-graph",
 ];
 
 #[derive(Clone)]
@@ -246,8 +249,10 @@ unsafe fn open() -> Result<Cuda, String> {
     }
 }
 
-/// One thread's launches; returns (launched, failed, launch-call wall times).
-unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<(u64, u64, Vec<u64>), String> {
+/// One thread's launches, failures, and launch-call wall times.
+type Counts = (u64, u64, Vec<u64>);
+
+unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String> {
     // SAFETY: the CUDA API's contracts; kernel parameters outlive each launch call.
     unsafe {
         check(
@@ -372,6 +377,15 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<(u64, u64, Vec<
                         params.as_mut_ptr(),
                     )
                 }
+                "runtime-coop" => cuda.runtime::<RtLaunch>(c"cudaLaunchCooperativeKernel")?(
+                    cuda.kernel,
+                    grid,
+                    one,
+                    params.as_mut_ptr(),
+                    0,
+                    stream,
+                ),
+                "runtime-graph" => cuda.runtime::<GraphLaunch>(c"cudaGraphLaunch")?(exec, stream),
                 other => return Err(format!("unknown api {other}")),
             };
             times.push(t.elapsed().as_nanos() as u64);
@@ -413,7 +427,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let results: Vec<Result<(u64, u64, Vec<u64>), String>> = std::thread::scope(|s| {
+    let results: Vec<Result<Counts, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..args.threads)
             .map(|t| {
                 let (cuda, args) = (&cuda, &args);

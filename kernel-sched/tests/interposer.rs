@@ -1,0 +1,388 @@
+//! The interposer in real job processes: the fake driver (`libcuda.so.1`) and runtime
+//! (`libcudart.so.13`) on the library path, the test program launching through them the way
+//! CUDA programs do, the interposer in `LD_PRELOAD`, and a gate made the way mmkd makes it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use mmk_kernel_sched::artifacts::{self, FAKE_APP, FAKE_CUDA, INTERPOSER};
+use mmk_kernel_sched::trace;
+use mmk_kernel_sched::{Class, Gate, GateConfig, PolicyKind};
+use serde_json::Value;
+
+/// The built interposer, fake driver and test program (cargo builds them once).
+fn built() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ksched");
+        artifacts::build_for_tests(&target).unwrap()
+    })
+}
+
+struct Node {
+    dir: tempfile::TempDir,
+}
+
+impl Node {
+    /// A library directory with the fake driver as `libcuda.so.1` and a copy of it as
+    /// `libcudart.so.13`.
+    fn new() -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        std::fs::copy(built().join(FAKE_CUDA), lib.join("libcuda.so.1")).unwrap();
+        std::fs::copy(built().join(FAKE_CUDA), lib.join("libcudart.so.13")).unwrap();
+        Node { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn gate(&self, policy: PolicyKind, base: Duration, max_hold: Duration) -> Gate {
+        let config = GateConfig {
+            sm_count: 132,
+            policy,
+            base,
+            max_hold,
+        };
+        Gate::create(&self.path("g0.gate"), &config).unwrap()
+    }
+
+    /// The test program as a job: `name` names its stats and trace files.
+    fn job(&self, name: &str, class: Class, gate: bool, args: &[&str]) -> Command {
+        let mut cmd = Command::new(built().join(FAKE_APP));
+        cmd.args(args)
+            .env("LD_LIBRARY_PATH", self.path("lib"))
+            .env("LD_PRELOAD", built().join(INTERPOSER))
+            .env("MMK_JOB_CLASS", class.as_str())
+            .env("MMK_KSCHED_STATS", self.path(&format!("{name}.stats.json")))
+            .env(
+                "MMK_FAKE_CUDA_LOG",
+                self.path(&format!("{name}.kernels.csv")),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if gate {
+            cmd.env("MMK_GATE", self.path("g0.gate"));
+        }
+        cmd
+    }
+
+    fn stats(&self, name: &str) -> Value {
+        let path = self.path(&format!("{name}.stats.json"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// (launch_ns, start_ns, end_ns) of every kernel the fake driver ran for job `name`.
+    fn kernels(&self, name: &str) -> Vec<(u64, u64, u64)> {
+        let text = std::fs::read_to_string(self.path(&format!("{name}.kernels.csv"))).unwrap();
+        text.lines()
+            .map(|line| {
+                let f: Vec<&str> = line.split(',').collect();
+                (
+                    f[3].parse().unwrap(),
+                    f[4].parse().unwrap(),
+                    f[5].parse().unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn finish(child: Child, what: &str) -> Value {
+    let out: Output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{what}: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn every_launch_entry_point_is_seen_once() {
+    let node = Node::new();
+    let trace_path = node.path("trace.csv");
+    let child = node
+        .job(
+            "all",
+            Class::Offline,
+            false,
+            &[
+                "--api",
+                "all",
+                "--kernels",
+                "40",
+                "--threads",
+                "3",
+                "--duration-us",
+                "20",
+            ],
+        )
+        .env("MMK_KSCHED_RECORD", &trace_path)
+        .spawn()
+        .unwrap();
+    let summary = finish(child, "the job");
+    assert_eq!(summary["launched"], 120);
+    let stats = node.stats("all");
+    assert_eq!(stats["launches"], 120, "{stats}");
+    assert_eq!(stats["gate"], false);
+    // Ten entry points in turn over three threads: each is seen, none twice (a runtime launch
+    // that goes on to the hooked driver counts once, under the runtime's name).
+    let by_api = stats["by_api"].as_object().unwrap();
+    for api in [
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel",
+        "cuGraphLaunch",
+        "cudaLaunchKernel",
+        "__cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cudaLaunchCooperativeKernel",
+        "cudaGraphLaunch",
+    ] {
+        assert!(by_api[api].as_u64().unwrap() >= 6, "{api} in {stats}");
+    }
+    assert_eq!(
+        by_api.values().map(|v| v.as_u64().unwrap()).sum::<u64>(),
+        120
+    );
+    // Record mode: one line a launch, with the kernel's identity and measured times.
+    let records = trace::parse(&std::fs::read_to_string(&trace_path).unwrap()).unwrap();
+    assert_eq!(records.len(), 120);
+    for r in &records {
+        assert!(r.kernel == "spin" || r.kernel == "graph", "{r:?}");
+        // 132 blocks at one block an SM (the fake's occupancy), or a graph: the partition.
+        assert_eq!(r.sm_demand, 132, "{r:?}");
+        let took = r
+            .duration_ns()
+            .unwrap_or_else(|| panic!("unmeasured: {r:?}"));
+        assert!((15_000..5_000_000).contains(&took), "{r:?}");
+        assert!(r.start_ns.unwrap() + 1_000_000 >= r.launch_ns, "{r:?}");
+    }
+}
+
+#[test]
+fn offline_launches_wait_for_online_work_and_online_never_waits() {
+    let node = Node::new();
+    // No anti-starvation within the test's time: only online completions let offline in.
+    let gate = node.gate(
+        PolicyKind::Mmk,
+        Duration::from_secs(30),
+        Duration::from_secs(30),
+    );
+    let online_args = [
+        "--kernels",
+        "10",
+        "--duration-us",
+        "20000",
+        "--gap-us",
+        "10000",
+        "--blocks",
+        "66",
+    ];
+    let offline_args = [
+        "--kernels",
+        "60",
+        "--duration-us",
+        "1000",
+        "--blocks",
+        "132",
+        "--sync-every",
+        "4",
+    ];
+    let started = Instant::now();
+    let jobs: Vec<(String, Child)> = [
+        ("on1", Class::Online, &online_args[..]),
+        ("on2", Class::Online, &online_args[..]),
+        ("off1", Class::Offline, &offline_args[..]),
+        ("off2", Class::Offline, &offline_args[..]),
+    ]
+    .into_iter()
+    .map(|(name, class, args)| {
+        (
+            name.to_owned(),
+            node.job(name, class, true, args).spawn().unwrap(),
+        )
+    })
+    .collect();
+    for (name, child) in jobs {
+        finish(child, &name);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "nothing deadlocked"
+    );
+
+    for name in ["on1", "on2"] {
+        let s = node.stats(name);
+        assert_eq!(
+            (s["launches"].as_u64(), s["held"].as_u64()),
+            (Some(10), Some(0)),
+            "{s}"
+        );
+        assert_eq!(s["policy"], "mmk");
+    }
+    let mut held = 0;
+    for name in ["off1", "off2"] {
+        let s = node.stats(name);
+        assert_eq!(s["launches"], 60, "{s}");
+        assert_eq!(s["forced"], 0, "{s}");
+        held += s["held"].as_u64().unwrap();
+    }
+    assert!(
+        held > 0,
+        "offline launches were held while online kernels ran"
+    );
+
+    // What the gate saw, after every process left.
+    let totals = gate.totals();
+    assert_eq!(totals.launches, 2 * 10 + 2 * 60);
+    assert_eq!(totals.held, held);
+    assert!(gate.slots().is_empty(), "every process left its slot");
+
+    // What the (fake) GPU did: no offline kernel went in while an online kernel had been
+    // running for a while (a few ms of slack for a loaded machine between the gate's
+    // decision and the launch).
+    let slack = 5_000_000;
+    let online: Vec<(u64, u64, u64)> = ["on1", "on2"]
+        .iter()
+        .flat_map(|n| node.kernels(n))
+        .collect();
+    for name in ["off1", "off2"] {
+        for (launch, _, _) in node.kernels(name) {
+            let inside = online
+                .iter()
+                .find(|&&(on_launch, _, on_end)| on_launch + slack < launch && launch < on_end);
+            assert!(
+                inside.is_none(),
+                "{name} launched at {launch} inside online kernel {inside:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_dead_online_process_does_not_hold_offline_work() {
+    let node = Node::new();
+    let gate = node.gate(
+        PolicyKind::Mmk,
+        Duration::from_secs(30),
+        Duration::from_secs(30),
+    );
+    // The online job dies (SIGKILL) with 100 ms kernels in flight, before the poller
+    // could see them complete.
+    let online = node
+        .job(
+            "on",
+            Class::Online,
+            true,
+            &[
+                "--kernels",
+                "50",
+                "--duration-us",
+                "100000",
+                "--die-after",
+                "3",
+            ],
+        )
+        .spawn()
+        .unwrap();
+    let out = online.wait_with_output().unwrap();
+    assert!(!out.status.success(), "the online job was killed");
+    let started = Instant::now();
+    let offline = node
+        .job(
+            "off",
+            Class::Offline,
+            true,
+            &["--kernels", "20", "--duration-us", "100"],
+        )
+        .spawn()
+        .unwrap();
+    let summary = finish(offline, "offline job");
+    assert_eq!(summary["launched"], 20);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        node.stats("off")["forced"],
+        0,
+        "the dead slot was dropped, not waited out"
+    );
+    assert!(gate.slots().is_empty());
+}
+
+#[test]
+fn passthrough_counts_without_holding() {
+    let node = Node::new();
+    let gate = node.gate(
+        PolicyKind::Passthrough,
+        Duration::from_micros(1),
+        Duration::from_secs(1),
+    );
+    let online = node
+        .job(
+            "on",
+            Class::Online,
+            true,
+            &["--kernels", "30", "--duration-us", "2000"],
+        )
+        .spawn()
+        .unwrap();
+    let offline = node
+        .job(
+            "off",
+            Class::Offline,
+            true,
+            &["--kernels", "30", "--duration-us", "2000"],
+        )
+        .spawn()
+        .unwrap();
+    finish(online, "online");
+    finish(offline, "offline");
+    assert_eq!(node.stats("off")["held"], 0);
+    assert_eq!(node.stats("off")["policy"], "passthrough");
+    assert_eq!(gate.totals().launches, 60);
+    assert_eq!(gate.totals().held, 0);
+}
+
+#[test]
+fn a_job_runs_unchanged_without_a_usable_gate_or_with_the_interposer_off() {
+    let node = Node::new();
+    std::fs::write(node.path("g0.gate"), b"not a gate").unwrap();
+    let child = node
+        .job("broken", Class::Online, true, &["--kernels", "10"])
+        .spawn()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not an mmk gate") && stderr.contains("runs unscheduled"),
+        "{stderr}"
+    );
+    assert_eq!(node.stats("broken")["launches"], 10, "still counted");
+
+    let child = node
+        .job("off", Class::Online, true, &["--kernels", "10"])
+        .env("MMK_KSCHED_OFF", "1")
+        .spawn()
+        .unwrap();
+    assert_eq!(finish(child, "interposer off")["launched"], 10);
+    assert!(
+        !node.path("off.stats.json").exists(),
+        "the interposer did nothing"
+    );
+}
