@@ -214,6 +214,7 @@ fn after(p: &'static Process, api: Api, shape: &Shape, ticket: Ticket, rc: CUres
             Pending {
                 done,
                 ctx: ticket.ctx,
+                stream: shape.stream,
                 gate,
                 record: ticket.record,
             },

@@ -28,3 +28,18 @@ mod process;
 mod real;
 mod stats;
 mod track;
+
+/// Launches this process has made through the interposer so far (0 when it is off), for
+/// programs that compare the count with a profiler's over a region of their own.
+#[unsafe(no_mangle)]
+pub extern "C" fn mmk_interposer_launches() -> u64 {
+    process::get().map_or(0, |p| p.stats.launches())
+}
+
+/// Pause (`false`) or resume (`true`) the interposer's work in this process: while paused,
+/// every hook calls the real function and nothing else. For A/B measurements of the
+/// interposer's cost inside one process.
+#[unsafe(no_mangle)]
+pub extern "C" fn mmk_interposer_set_enabled(enabled: bool) {
+    process::PAUSED.store(!enabled, std::sync::atomic::Ordering::Relaxed);
+}

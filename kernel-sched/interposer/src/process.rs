@@ -89,9 +89,12 @@ pub fn off() -> bool {
     }
 }
 
-/// This process's state, made on first use; `None` when the interposer is off.
+/// Set by `mmk_interposer_set_enabled(false)`: every hook goes straight through.
+pub static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This process's state, made on first use; `None` when the interposer is off or paused.
 pub fn get() -> Option<&'static Process> {
-    if off() {
+    if off() || PAUSED.load(Ordering::Relaxed) {
         return None;
     }
     let p = CURRENT.load(Ordering::Acquire);

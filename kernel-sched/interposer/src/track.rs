@@ -25,6 +25,9 @@ pub struct Pending {
     /// Recorded behind the launch; complete once the launch is.
     pub done: CUevent,
     pub ctx: CUcontext,
+    /// Work on one stream completes in order: once one of its events is not ready, the
+    /// later ones are not queried in that pass.
+    pub stream: CUstream,
     /// The gate slot and SMs `begin` counted, to give back on completion.
     pub gate: Option<(SlotId, u32)>,
     /// Record mode: the event recorded before the launch, and the line to finish.
@@ -201,7 +204,13 @@ impl Tracker {
         };
         let mut current: CUcontext = std::ptr::null_mut();
         let mut left = Vec::new();
+        // Streams seen busy in this pass (few: a linear scan beats hashing).
+        let mut busy: Vec<CUstream> = Vec::new();
         for p in batch {
+            if busy.contains(&p.stream) {
+                left.push(p);
+                continue;
+            }
             if p.ctx != current
                 && let Some(set) = d.ctx_set_current
             {
@@ -212,7 +221,10 @@ impl Tracker {
             }
             // SAFETY: a live event of that context.
             match unsafe { query(p.done) } {
-                CUDA_ERROR_NOT_READY => left.push(p),
+                CUDA_ERROR_NOT_READY => {
+                    busy.push(p.stream);
+                    left.push(p);
+                }
                 // Done, or the event is broken: either way nobody should wait on it.
                 _ => self.complete(process, d, p),
             }

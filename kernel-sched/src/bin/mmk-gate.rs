@@ -1,0 +1,77 @@
+//! `mmk-gate`: make or inspect a partition's gate by hand (mmkd makes them for the jobs it
+//! runs; this is for running jobs under the kernel scheduler without mmkd, and for looking).
+//!
+//! ```text
+//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk] [--base-us U] [--max-hold-ms M]
+//! mmk-gate show PATH
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use mmk_kernel_sched::{Gate, GateConfig, PolicyKind};
+
+const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk] [--base-us U] [--max-hold-ms M]\n       mmk-gate show PATH";
+
+fn run() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let (Some(verb), Some(path)) = (args.next(), args.next()) else {
+        return Err(USAGE.into());
+    };
+    let path = PathBuf::from(path);
+    match verb.as_str() {
+        "create" => {
+            let mut config = GateConfig::new(132, PolicyKind::Mmk);
+            while let Some(flag) = args.next() {
+                let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+                let num = || {
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| format!("{flag}: not a number: {value:?}"))
+                };
+                match flag.as_str() {
+                    "--sms" => {
+                        config.sm_count =
+                            u32::try_from(num()?).map_err(|_| "--sms: too large".to_owned())?
+                    }
+                    "--policy" => config.policy = value.parse()?,
+                    "--base-us" => config.base = Duration::from_micros(num()?),
+                    "--max-hold-ms" => config.max_hold = Duration::from_millis(num()?),
+                    other => return Err(format!("unknown flag {other}\n{USAGE}")),
+                }
+            }
+            Gate::create(&path, &config).map_err(|e| e.to_string())?;
+            Ok(())
+        }
+        "show" => {
+            let gate = Gate::open(&path).map_err(|e| e.to_string())?;
+            let c = gate.config();
+            let t = gate.totals();
+            println!(
+                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
+                c.sm_count,
+                c.policy,
+                c.base.as_micros(),
+                c.max_hold.as_millis(),
+                t.launches,
+                t.held,
+                t.held_ns,
+                t.forced,
+                gate.slots().len()
+            );
+            Ok(())
+        }
+        _ => Err(USAGE.into()),
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mmk-gate: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
