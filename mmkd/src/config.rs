@@ -97,6 +97,14 @@ pub struct Args {
     /// uses the analytic model (docs/predictor.md).
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
+    /// The kernel scheduler's policy in every partition: mmk, passthrough or off
+    /// [default: mmk] (docs/kernel-sched.md).
+    #[arg(long, value_name = "NAME")]
+    pub kernel_policy: Option<String>,
+    /// The interposer put in managed jobs' LD_PRELOAD [default: libmmk_interposer.so next
+    /// to mmkd; the kernel scheduler is off when there is none].
+    #[arg(long, value_name = "PATH")]
+    pub interposer: Option<PathBuf>,
 }
 
 fn parse_grace(s: &str) -> Result<Duration, String> {
@@ -119,6 +127,8 @@ struct FileConfig {
     mps_control: Option<PathBuf>,
     mps_check_interval: Option<String>,
     model: Option<PathBuf>,
+    kernel_policy: Option<String>,
+    interposer: Option<PathBuf>,
 }
 
 /// The resolved configuration.
@@ -136,6 +146,10 @@ pub struct Config {
     pub mps_control: PathBuf,
     pub mps_check_interval: Duration,
     pub model: Option<PathBuf>,
+    /// The kernel scheduler's policy; `None` when it is off.
+    pub kernel_policy: Option<mmk_kernel_sched::PolicyKind>,
+    /// An interposer named by the operator (must exist), else the default one if present.
+    pub interposer: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +236,17 @@ impl Config {
                 ),
             });
         }
+        let kernel_policy = match args.kernel_policy.or(file.kernel_policy).as_deref() {
+            None => Some(mmk_kernel_sched::PolicyKind::Mmk),
+            Some("off") => None,
+            Some(name) => Some(
+                name.parse()
+                    .map_err(|message: String| ConfigError::Invalid {
+                        field: "kernel_policy",
+                        message: format!("{message}, or off"),
+                    })?,
+            ),
+        };
         Ok(Config {
             planner,
             socket: args
@@ -244,6 +269,8 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_CONTROL)),
             mps_check_interval,
             model: args.model.or(file.model),
+            kernel_policy,
+            interposer: args.interposer.or(file.interposer),
         })
     }
 }

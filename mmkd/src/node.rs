@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, instrument, warn};
 
 use crate::backend::GpuBackend;
+use crate::ksched;
 use crate::mps::{self, Mps};
 use crate::runner::{self, Exit, Launch, Outcome, Runner};
 use crate::store::{
@@ -804,6 +805,10 @@ impl Node {
                     .mps
                     .stop(mps::partition_key(&slot, instance))
                     .await;
+                self.inner
+                    .runner
+                    .kernel_sched()
+                    .remove(&mps::partition_key(&slot, instance));
                 tokio::task::spawn_blocking(move || backend.destroy_instance(slot.gpu, instance))
                     .await
                     .map_err(|e| ServiceError::Internal(e.to_string()))?
@@ -875,8 +880,22 @@ impl Node {
                 return Ok(());
             }
         };
+        let key = mps::partition_key(&a.slot, a.instance_id);
+        let ksched = match self
+            .inner
+            .runner
+            .kernel_sched()
+            .prepare(&key, ksched::partition_sms(gpus, &a))
+        {
+            Ok(k) => k,
+            Err(why) => {
+                self.not_started(job, why);
+                return Ok(());
+            }
+        };
         let launch = Launch {
             mps_pipe,
+            ksched,
             job: job.id,
             name: job.spec.name.clone(),
             class: job.spec.class,

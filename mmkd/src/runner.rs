@@ -77,6 +77,8 @@ pub struct Launch {
     pub mps_pipe: Option<PathBuf>,
     /// The job's `gpu_memory`: its MPS pinned device memory limit.
     pub memory_mib: u64,
+    /// The interposer and the partition's gate (none when the kernel scheduler is off).
+    pub ksched: Option<crate::ksched::JobKsched>,
 }
 
 #[derive(Debug)]
@@ -101,6 +103,8 @@ pub struct Runner {
     grace: Duration,
     exits: mpsc::UnboundedSender<Exit>,
     running: Arc<Mutex<HashMap<u64, Running>>>,
+    /// The kernel scheduler: the partitions' gates and the interposer jobs preload.
+    ksched: crate::ksched::KernelSched,
 }
 
 /// The environment variables a job process inherits from mmkd; everything else comes
@@ -119,9 +123,20 @@ impl Runner {
             jobs_dir,
             sim_speed,
             grace,
+            ksched: crate::ksched::KernelSched::off(),
             exits,
             running: Arc::default(),
         }
+    }
+
+    /// Run managed jobs under the kernel scheduler `k` (off until this is called).
+    pub fn with_kernel_sched(mut self, k: crate::ksched::KernelSched) -> Runner {
+        self.ksched = k;
+        self
+    }
+
+    pub fn kernel_sched(&self) -> &crate::ksched::KernelSched {
+        &self.ksched
     }
 
     /// Where a job's stdout.log and stderr.log go.
@@ -440,6 +455,15 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
     if let Some(pipe) = &l.mps_pipe {
         env.insert("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string());
     }
+    if let Some(k) = &l.ksched {
+        // The interposer goes first; a preload the spec asked for stays after it.
+        let preload = match env.get("LD_PRELOAD") {
+            Some(own) if !own.is_empty() => format!("{}:{own}", k.interposer.display()),
+            _ => k.interposer.display().to_string(),
+        };
+        env.insert("LD_PRELOAD".into(), preload);
+        env.insert("MMK_GATE".into(), k.gate.display().to_string());
+    }
     if l.restarts > 0 {
         env.insert("MMK_RESUME".into(), "1".into());
     }
@@ -486,6 +510,7 @@ mod tests {
             restarts: 0,
             owner: None,
             mps_pipe: None,
+            ksched: None,
             memory_mib: 2048,
         }
     }

@@ -24,6 +24,7 @@ use crate::backend::nvml::NvmlBackend;
 use crate::backend::sim::SimBackend;
 use crate::config::{BackendChoice, Config, MpsChoice};
 use crate::grpc::{JobApi, NodeApi, PartitionApi};
+use crate::ksched::{self, KernelSched};
 use crate::mps::{FAKE_MPS_ARG, Mps};
 use crate::node::Node;
 use crate::runner::Runner;
@@ -46,7 +47,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         config.sim_speed,
         config.stop_grace,
         exits_tx,
-    );
+    )
+    .with_kernel_sched(choose_ksched(&config)?);
     let stop_loop = Arc::new(Notify::new());
     let model = load_model(&config).await?;
     let planner = mmk_partitioner::planner(&config.planner, model)
@@ -223,6 +225,32 @@ async fn load_model(config: &Config) -> anyhow::Result<Arc<dyn PerfModel>> {
 
 /// The MPS control program: the real one with real GPUs, mmkd itself as the fake with
 /// the simulated node (docs/mmkd.md, "MPS").
+/// The kernel scheduler: the configured interposer (which must exist), else the one next to
+/// mmkd; off when the policy is `off` or no interposer was built.
+fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
+    let Some(policy) = config.kernel_policy else {
+        info!("kernel scheduler off (--kernel-policy off)");
+        return Ok(KernelSched::off());
+    };
+    let dir = config.data_dir.join("ksched");
+    match &config.interposer {
+        Some(path) => {
+            ksched::check_interposer(path).map_err(|e| anyhow::anyhow!("interposer: {e}"))?;
+            Ok(KernelSched::new(path.clone(), policy, dir))
+        }
+        None => match ksched::default_interposer() {
+            Some(path) => Ok(KernelSched::new(path, policy, dir)),
+            None => {
+                warn!(
+                    "kernel scheduler off: no libmmk_interposer.so next to mmkd \
+                     (cargo build --workspace builds it; or pass --interposer)"
+                );
+                Ok(KernelSched::off())
+            }
+        },
+    }
+}
+
 fn choose_mps(config: &Config, backend: &str) -> anyhow::Result<Mps> {
     let fake = || -> anyhow::Result<Program> {
         let exe = std::env::current_exe().context("cannot find the mmkd executable")?;

@@ -70,6 +70,14 @@ impl Daemon {
             } else {
                 &["--sim-speed", "100"][..]
             })
+            // No kernel scheduler (whatever target/ holds), unless the test names one.
+            .args(
+                if extra.contains(&"--interposer") || extra.contains(&"--kernel-policy") {
+                    &[][..]
+                } else {
+                    &["--kernel-policy", "off"][..]
+                },
+            )
             // First fit, whose layouts the tests can state, unless the test names a planner.
             .args(if extra.contains(&"--planner") {
                 &[][..]

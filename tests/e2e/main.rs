@@ -5,6 +5,7 @@ mod harness;
 
 mod bad_input;
 mod jobs;
+mod ksched;
 mod mps;
 mod predictor;
 mod restart;
