@@ -35,6 +35,9 @@ pub struct Process {
     sm_count: AtomicU32,
     pub seq: AtomicU64,
     pub tracker: Tracker,
+    /// Set once the process has left its gate slot at exit: the slot may belong to another
+    /// process by then, so late completions must not touch it.
+    pub left_gate: std::sync::atomic::AtomicBool,
 }
 
 /// Record mode's trace file.
@@ -208,6 +211,7 @@ impl Process {
             stats: Stats::new(),
             seq: AtomicU64::new(0),
             tracker: Tracker::default(),
+            left_gate: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -259,6 +263,7 @@ impl Process {
             }
         }
         if let Some((gate, slot)) = &self.gate {
+            self.left_gate.store(true, Ordering::Release);
             gate.leave(*slot);
         }
     }

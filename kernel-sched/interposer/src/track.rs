@@ -238,7 +238,9 @@ impl Tracker {
     }
 
     fn finish_one(&self, process: &Process, d: &Driver, p: Pending) {
-        if let (Some((slot, sm)), Some((gate, _))) = (p.gate, process.gate.as_ref()) {
+        if let (Some((slot, sm)), Some((gate, _))) = (p.gate, process.gate.as_ref())
+            && !process.left_gate.load(Ordering::Acquire)
+        {
             gate.end(slot, sm);
         }
         match p.record {
