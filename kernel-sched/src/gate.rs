@@ -572,33 +572,30 @@ impl Gate {
 
     /// Every taken slot, for status and tests.
     pub fn slots(&self) -> Vec<SlotStats> {
-        self.seg()
-            .slots
-            .iter()
-            .filter_map(|s| {
-                let pid = s.pid.load(Ordering::Acquire);
-                (pid != 0).then(|| SlotStats {
-                    pid,
-                    class: Class::from_code(s.class.load(Ordering::Relaxed)),
-                    share_milli: s.share_milli.load(Ordering::Relaxed),
-                    inflight: s.inflight.load(Ordering::Relaxed),
-                    inflight_sm: s.inflight_sm.load(Ordering::Relaxed),
-                    launches: s.launches.load(Ordering::Relaxed),
-                    held: s.held.load(Ordering::Relaxed),
-                    held_ns: s.held_ns.load(Ordering::Relaxed),
-                    forced: s.forced.load(Ordering::Relaxed),
-                    completed: s.completed.load(Ordering::Relaxed),
-                    max_held_ns: s.max_held_ns.load(Ordering::Relaxed),
-                })
-            })
-            .collect()
+        self.seg().slots.iter().filter_map(stats_of).collect()
     }
 
-    /// One slot's counters.
+    /// One slot's counters; `None` when the slot is free.
     pub fn slot(&self, slot: SlotId) -> Option<SlotStats> {
-        let pid = self.seg().slots[slot.0].pid.load(Ordering::Acquire);
-        self.slots().into_iter().find(|s| s.pid == pid)
+        stats_of(&self.seg().slots[slot.0])
     }
+}
+
+fn stats_of(s: &Slot) -> Option<SlotStats> {
+    let pid = s.pid.load(Ordering::Acquire);
+    (pid != 0).then(|| SlotStats {
+        pid,
+        class: Class::from_code(s.class.load(Ordering::Relaxed)),
+        share_milli: s.share_milli.load(Ordering::Relaxed),
+        inflight: s.inflight.load(Ordering::Relaxed),
+        inflight_sm: s.inflight_sm.load(Ordering::Relaxed),
+        launches: s.launches.load(Ordering::Relaxed),
+        held: s.held.load(Ordering::Relaxed),
+        held_ns: s.held_ns.load(Ordering::Relaxed),
+        forced: s.forced.load(Ordering::Relaxed),
+        completed: s.completed.load(Ordering::Relaxed),
+        max_held_ns: s.max_held_ns.load(Ordering::Relaxed),
+    })
 }
 
 fn nanos(d: Duration) -> u64 {

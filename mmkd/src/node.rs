@@ -881,12 +881,13 @@ impl Node {
             }
         };
         let key = mps::partition_key(&a.slot, a.instance_id);
-        let ksched = match self
-            .inner
-            .runner
-            .kernel_sched()
-            .prepare(&key, ksched::partition_sms(gpus, &a))
-        {
+        // Making the gate is file I/O: off the runtime, like the MPS calls.
+        let k = self.inner.runner.kernel_sched().clone();
+        let sms = ksched::partition_sms(gpus, &a);
+        let prepared = tokio::task::spawn_blocking(move || k.prepare(&key, sms))
+            .await
+            .unwrap_or_else(|e| Err(format!("kernel scheduler: {e}")));
+        let ksched = match prepared {
             Ok(k) => k,
             Err(why) => {
                 self.not_started(job, why);

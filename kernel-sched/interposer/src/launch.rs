@@ -194,9 +194,7 @@ fn after(p: &'static Process, api: Api, shape: &Shape, ticket: Ticket, rc: CUres
     let d = crate::real::driver();
     if rc != CUDA_SUCCESS {
         p.stats.failed.fetch_add(1, Ordering::Relaxed);
-        if let (Some((slot, sm)), Some((g, _))) = (gate, p.gate.as_ref()) {
-            g.end(slot, sm);
-        }
+        p.end_in_gate(gate);
         if let Some((start, _)) = ticket.record {
             p.tracker.give_back(ticket.ctx, start, true);
         }
@@ -222,9 +220,7 @@ fn after(p: &'static Process, api: Api, shape: &Shape, ticket: Ticket, rc: CUres
         None => {
             // No event: nobody can see it complete, so it no longer counts as in flight.
             p.stats.untracked.fetch_add(1, Ordering::Relaxed);
-            if let (Some((slot, sm)), Some((g, _))) = (gate, p.gate.as_ref()) {
-                g.end(slot, sm);
-            }
+            p.end_in_gate(gate);
             if let Some((start, line)) = ticket.record {
                 p.tracker.give_back(ticket.ctx, start, true);
                 if let Some(r) = &p.record {

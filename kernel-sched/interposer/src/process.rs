@@ -215,6 +215,16 @@ impl Process {
         }
     }
 
+    /// A launch `begin` counted in the gate is over (completed, failed, or untrackable).
+    /// Nothing happens once the process has left its slot, which may be another's by then.
+    pub fn end_in_gate(&self, counted: Option<(SlotId, u32)>) {
+        if let (Some((slot, sm)), Some((gate, _))) = (counted, self.gate.as_ref())
+            && !self.left_gate.load(Ordering::Acquire)
+        {
+            gate.end(slot, sm);
+        }
+    }
+
     /// SMs of the partition: the gate's, else the device's (asked once), else 1.
     pub fn sm_count(&self) -> u32 {
         let n = self.sm_count.load(Ordering::Relaxed);

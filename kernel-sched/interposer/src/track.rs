@@ -238,11 +238,7 @@ impl Tracker {
     }
 
     fn finish_one(&self, process: &Process, d: &Driver, p: Pending) {
-        if let (Some((slot, sm)), Some((gate, _))) = (p.gate, process.gate.as_ref())
-            && !process.left_gate.load(Ordering::Acquire)
-        {
-            gate.end(slot, sm);
-        }
+        process.end_in_gate(p.gate);
         match p.record {
             Some((start, mut line)) => {
                 if let Some(r) = self.reference(p.ctx) {
