@@ -65,7 +65,19 @@ pub struct CommandSpec {
     /// it is profiled; none: the planner assumes it fills its partition.
     #[serde(default)]
     pub profile: Option<String>,
+    /// The job's kernel profile (`mmkctl profile`), an absolute path; the `orion` and
+    /// `fikit` kernel policies look its launches up there.
+    #[serde(default)]
+    pub kernel_profile: Option<String>,
+    /// Online jobs: the kernel policy of the job's partition while it runs (one of
+    /// [`KERNEL_POLICIES`]); none: mmkd's `--kernel-policy`.
+    #[serde(default)]
+    pub kernel_policy: Option<String>,
 }
+
+/// The kernel policies a job spec may name (`mmk_kernel_sched::PolicyKind`, whose tests
+/// check that the two lists agree).
+pub const KERNEL_POLICIES: [&str; 4] = ["passthrough", "mmk", "orion", "fikit"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkloadSpec {
@@ -176,6 +188,15 @@ impl JobSpec {
                 format!("{} is more than {MAX_RESTARTS}", self.max_restarts),
             ));
         }
+        if let Task::Command(c) = &self.task
+            && c.kernel_policy.is_some()
+            && self.class == JobClass::Offline
+        {
+            return Err(FieldError::new(
+                "command.kernel_policy",
+                "only an online job chooses its partition's kernel policy",
+            ));
+        }
         match &self.task {
             Task::Command(c) => validate_command(c),
             Task::Workload(w) => validate_workload(w),
@@ -263,6 +284,25 @@ fn validate_command(c: &CommandSpec) -> Result<(), FieldError> {
         return Err(FieldError::new(
             "command.workdir",
             format!("{dir:?} must be an absolute path"),
+        ));
+    }
+    if let Some(p) = &c.kernel_profile
+        && (!p.starts_with('/') || p.contains('\0'))
+    {
+        return Err(FieldError::new(
+            "command.kernel_profile",
+            format!("{p:?} must be an absolute path"),
+        ));
+    }
+    if let Some(p) = &c.kernel_policy
+        && !KERNEL_POLICIES.contains(&p.as_str())
+    {
+        return Err(FieldError::new(
+            "command.kernel_policy",
+            format!(
+                "unknown kernel policy {p:?}; one of: {}",
+                KERNEL_POLICIES.join(", ")
+            ),
         ));
     }
     if let Some(p) = &c.profile
@@ -383,9 +423,30 @@ pub(crate) mod tests {
             args: vec!["/bin/true".into()],
             env: BTreeMap::new(),
             workdir: Some("relative/dir".into()),
-            profile: None,
+            ..CommandSpec::default()
         });
         assert_eq!(field_of(&s), "command.workdir");
+
+        let command = |kernel_profile: Option<&str>, kernel_policy: Option<&str>| {
+            Task::Command(CommandSpec {
+                args: vec!["/bin/true".into()],
+                kernel_profile: kernel_profile.map(Into::into),
+                kernel_policy: kernel_policy.map(Into::into),
+                ..CommandSpec::default()
+            })
+        };
+        let mut s = sample();
+        s.task = command(Some("resnet.kprofile.json"), None);
+        assert_eq!(field_of(&s), "command.kernel_profile");
+        let mut s = sample();
+        s.slo_ms = None;
+        s.class = JobClass::Online;
+        s.task = command(None, Some("lottery"));
+        assert_eq!(field_of(&s), "command.kernel_policy");
+        s.task = command(Some("/srv/r.json"), Some("orion"));
+        assert_eq!(s.validate(), Ok(()));
+        s.class = JobClass::Offline;
+        assert_eq!(field_of(&s), "command.kernel_policy", "online jobs only");
 
         let mut s = sample();
         s.class = JobClass::Online;

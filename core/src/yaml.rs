@@ -82,6 +82,10 @@ struct RawCommand {
     workdir: Option<Spanned<String>>,
     #[serde(default)]
     profile: Option<Spanned<String>>,
+    #[serde(default)]
+    kernel_profile: Option<Spanned<String>>,
+    #[serde(default)]
+    kernel_policy: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -279,11 +283,21 @@ fn convert_command(c: Spanned<RawCommand>, lines: &mut Lines) -> Result<CommandS
         lines.note("command.profile", &p);
         p.value
     });
+    let kernel_profile = c.kernel_profile.map(|p| {
+        lines.note("command.kernel_profile", &p);
+        p.value
+    });
+    let kernel_policy = c.kernel_policy.map(|p| {
+        lines.note("command.kernel_policy", &p);
+        p.value
+    });
     Ok(CommandSpec {
         args: c.args.value,
         env,
         workdir,
         profile,
+        kernel_profile,
+        kernel_policy,
     })
 }
 

@@ -1,14 +1,16 @@
 //! The per-partition gate: a shared-memory segment that every job process of a partition
 //! maps, and through which offline launches wait for online work.
 //!
-//! Layout (version 1, all fields atomics, native endian):
+//! Layout (version 2, all fields atomics, native endian):
 //!
 //! ```text
 //! header (128 bytes)  magic "MMKGATE1", version, slot count, partition SMs, policy,
 //!                     anti-starvation base, hard bound, epoch (the futex word), waiters,
 //!                     totals of the processes that left (launches, held, held ns, forced)
 //! slots  (64 x 128)   one per job process: pid (0 = free), class, MPS share,
-//!                     kernels and SMs in flight, launch / held / forced counters
+//!                     kernels, SMs, compute- and memory-bound kernels and expected
+//!                     run time in flight, the end of the gap an idle online process
+//!                     expects, launch / held / forced counters
 //! ```
 //!
 //! - The online path is lock-free and touches only its own slot: two `fetch_add`s before a
@@ -28,10 +30,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::policy::{Class, Decision, InFlight, Launch, Policy, PolicyKind};
+use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind};
+use crate::profile::Intensity;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"MMKGATE1");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Job processes one partition's gate can hold.
 pub const SLOTS: usize = 64;
 /// A held launch looks for dead processes at least this often.
@@ -65,6 +68,8 @@ struct Slot {
     share_milli: AtomicU32,
     inflight: AtomicU32,
     inflight_sm: AtomicU32,
+    inflight_compute: AtomicU32,
+    inflight_memory: AtomicU32,
     _reserved: AtomicU32,
     launches: AtomicU64,
     held: AtomicU64,
@@ -72,6 +77,11 @@ struct Slot {
     forced: AtomicU64,
     completed: AtomicU64,
     max_held_ns: AtomicU64,
+    /// Expected run time of the kernels in flight (from the job's profile).
+    inflight_expected_ns: AtomicU64,
+    /// Set by an online process whose last kernel completed: when its profile expects the
+    /// next one (`CLOCK_MONOTONIC` ns); 0 when it expects nothing.
+    gap_until_ns: AtomicU64,
 }
 
 #[repr(C)]
@@ -164,6 +174,32 @@ pub struct WaitOutcome {
     pub waited: Duration,
     /// It went because it had waited as long as it may, not because it fit.
     pub forced: bool,
+}
+
+/// What one launch puts in flight, to take back when it completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Charge {
+    pub sm: u32,
+    /// Expected run time from the job's profile (0 when unknown).
+    pub expected_ns: u64,
+    pub intensity: Intensity,
+    /// The GPU gap the profile expects after it, for an online job (see
+    /// [`InFlight::online_gap_until_ns`]).
+    pub gap_after_ns: Option<u64>,
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of traces, gaps and policies, the same in
+/// every process of the node.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime with a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// A mapped gate segment.
@@ -355,9 +391,7 @@ impl Gate {
                 self.claim_free(pid)
             })?;
         let slot = &slots[index];
-        for counter in [&slot.inflight, &slot.inflight_sm] {
-            counter.store(0, Ordering::Relaxed);
-        }
+        clear_in_flight(slot);
         self.fold_into_totals(slot);
         slot.completed.store(0, Ordering::Relaxed);
         slot.max_held_ns.store(0, Ordering::Relaxed);
@@ -379,8 +413,7 @@ impl Gate {
     pub fn leave(&self, slot: SlotId) {
         let s = &self.seg().slots[slot.0];
         self.fold_into_totals(s);
-        s.inflight.store(0, Ordering::Relaxed);
-        s.inflight_sm.store(0, Ordering::Relaxed);
+        clear_in_flight(s);
         s.class.store(0, Ordering::Relaxed);
         s.pid.store(0, Ordering::Release);
         self.wake_all();
@@ -424,8 +457,7 @@ impl Gate {
             let pid = s.pid.load(Ordering::Acquire);
             if pid != 0 && !process_alive(pid) {
                 self.fold_into_totals(s);
-                s.inflight.store(0, Ordering::Relaxed);
-                s.inflight_sm.store(0, Ordering::Relaxed);
+                clear_in_flight(s);
                 s.class.store(0, Ordering::Relaxed);
                 if s.pid
                     .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed)
@@ -441,28 +473,63 @@ impl Gate {
         reaped
     }
 
-    /// A launch of `sm` SMs is about to go (lock-free; only this slot is touched).
+    /// A launch is about to go (lock-free; only this slot is touched).
     #[inline]
-    pub fn begin(&self, slot: SlotId, sm: u32) {
+    pub fn begin(&self, slot: SlotId, charge: &Charge) {
         let s = &self.seg().slots[slot.0];
         s.launches.fetch_add(1, Ordering::Relaxed);
+        if charge.expected_ns > 0 {
+            s.inflight_expected_ns
+                .fetch_add(charge.expected_ns, Ordering::AcqRel);
+        }
+        match charge.intensity {
+            Intensity::Compute => {
+                s.inflight_compute.fetch_add(1, Ordering::AcqRel);
+            }
+            Intensity::Memory => {
+                s.inflight_memory.fetch_add(1, Ordering::AcqRel);
+            }
+            Intensity::Unknown => {}
+        }
+        s.inflight_sm.fetch_add(charge.sm, Ordering::AcqRel);
         s.inflight.fetch_add(1, Ordering::AcqRel);
-        s.inflight_sm.fetch_add(sm, Ordering::AcqRel);
     }
 
-    /// A launch of `sm` SMs that `begin` counted has completed.
+    /// A launch that `begin` counted has completed; `now_ns` is when that was seen.
     #[inline]
-    pub fn end(&self, slot: SlotId, sm: u32) {
+    pub fn end(&self, slot: SlotId, charge: &Charge, now_ns: u64) {
         let s = &self.seg().slots[slot.0];
         // A slot that was reaped or re-joined meanwhile is at zero: never wrap below it.
-        let _ = s
-            .inflight
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| v.checked_sub(1));
-        let _ = s
-            .inflight_sm
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(sm))
-            });
+        let sub = |counter: &AtomicU32, by: u32| {
+            counter
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(by))
+                })
+                .unwrap_or(0)
+                .saturating_sub(by)
+        };
+        sub(&s.inflight_sm, charge.sm);
+        match charge.intensity {
+            Intensity::Compute => {
+                sub(&s.inflight_compute, 1);
+            }
+            Intensity::Memory => {
+                sub(&s.inflight_memory, 1);
+            }
+            Intensity::Unknown => {}
+        }
+        if charge.expected_ns > 0 {
+            let _ = s
+                .inflight_expected_ns
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(charge.expected_ns))
+                });
+        }
+        let left = sub(&s.inflight, 1);
+        if left == 0 && s.class.load(Ordering::Relaxed) == Class::Online.code() {
+            let until = charge.gap_after_ns.map_or(0, |g| now_ns.saturating_add(g));
+            s.gap_until_ns.store(until, Ordering::Release);
+        }
         s.completed.fetch_add(1, Ordering::Relaxed);
         let h = &self.seg().header;
         if h.waiters.load(Ordering::Acquire) > 0 {
@@ -494,15 +561,29 @@ impl Gate {
             );
             match Class::from_code(s.class.load(Ordering::Relaxed)) {
                 Some(Class::Online) => {
+                    state.online_jobs += 1;
                     state.online_kernels += kernels;
                     state.online_sm = state.online_sm.saturating_add(sm);
+                    state.online_compute += s.inflight_compute.load(Ordering::Acquire);
+                    state.online_memory += s.inflight_memory.load(Ordering::Acquire);
+                    let until = s.gap_until_ns.load(Ordering::Acquire);
+                    if kernels == 0 && until != 0 {
+                        state.online_gap_until_ns =
+                            Some(state.online_gap_until_ns.map_or(until, |u| u.min(until)));
+                    }
                 }
                 Some(Class::Offline) => {
                     state.offline_kernels += kernels;
                     state.offline_sm = state.offline_sm.saturating_add(sm);
+                    state.offline_expected_ns = state
+                        .offline_expected_ns
+                        .saturating_add(s.inflight_expected_ns.load(Ordering::Acquire));
                 }
                 None => {}
             }
+        }
+        if state.online_kernels > 0 {
+            state.online_gap_until_ns = None;
         }
         state
     }
@@ -516,7 +597,11 @@ impl Gate {
         let outcome = loop {
             let epoch = h.epoch.load(Ordering::Acquire);
             let waited = start.map_or(Duration::ZERO, |t| t.elapsed());
-            let recheck = match policy.decide(launch, &self.in_flight(), waited) {
+            let clock = Clock {
+                now_ns: monotonic_ns(),
+                waited,
+            };
+            let recheck = match policy.decide(launch, &self.in_flight(), clock) {
                 Decision::Launch => {
                     break WaitOutcome {
                         waited,
@@ -579,6 +664,19 @@ impl Gate {
     pub fn slot(&self, slot: SlotId) -> Option<SlotStats> {
         stats_of(&self.seg().slots[slot.0])
     }
+}
+
+fn clear_in_flight(s: &Slot) {
+    for counter in [
+        &s.inflight,
+        &s.inflight_sm,
+        &s.inflight_compute,
+        &s.inflight_memory,
+    ] {
+        counter.store(0, Ordering::Relaxed);
+    }
+    s.inflight_expected_ns.store(0, Ordering::Relaxed);
+    s.gap_until_ns.store(0, Ordering::Relaxed);
 }
 
 fn stats_of(s: &Slot) -> Option<SlotStats> {
@@ -670,6 +768,14 @@ mod tests {
             class: Class::Offline,
             sm_demand: sm,
             mps_fraction: 1.0,
+            expect: Default::default(),
+        }
+    }
+
+    fn sm(sm: u32) -> Charge {
+        Charge {
+            sm,
+            ..Charge::default()
         }
     }
 
@@ -691,15 +797,15 @@ mod tests {
         let g = gate(&dir, PolicyKind::Mmk);
         let on = g.join(1, Class::Online, 1.0).unwrap();
         let off = g.join(std::process::id(), Class::Offline, 0.5).unwrap();
-        g.begin(on, 40);
-        g.begin(on, 20);
-        g.begin(off, 100);
+        g.begin(on, &sm(40));
+        g.begin(on, &sm(20));
+        g.begin(off, &sm(100));
         let state = g.in_flight();
         assert_eq!((state.online_kernels, state.online_sm), (2, 60));
         assert_eq!((state.offline_kernels, state.offline_sm), (1, 100));
-        g.end(on, 40);
-        g.end(on, 20);
-        g.end(on, 20);
+        g.end(on, &sm(40), monotonic_ns());
+        g.end(on, &sm(20), monotonic_ns());
+        g.end(on, &sm(20), monotonic_ns());
         let state = g.in_flight();
         assert_eq!(
             (state.online_kernels, state.online_sm),
@@ -709,12 +815,51 @@ mod tests {
     }
 
     #[test]
+    fn profiles_in_flight_and_the_online_gap_are_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Fikit);
+        let on = g.join(1, Class::Online, 1.0).unwrap();
+        let off = g.join(std::process::id(), Class::Offline, 0.5).unwrap();
+        let conv = Charge {
+            sm: 100,
+            expected_ns: 80_000,
+            intensity: Intensity::Compute,
+            gap_after_ns: Some(300_000),
+        };
+        let norm = Charge {
+            intensity: Intensity::Memory,
+            gap_after_ns: None,
+            ..conv
+        };
+        g.begin(on, &conv);
+        g.begin(off, &norm);
+        g.begin(off, &norm);
+        let state = g.in_flight();
+        assert_eq!((state.online_jobs, state.online_compute, state.online_memory), (1, 1, 0));
+        assert_eq!(state.offline_expected_ns, 160_000);
+        assert_eq!(state.online_gap_until_ns, None, "online is busy");
+        g.end(off, &norm, 5);
+        assert_eq!(g.in_flight().offline_expected_ns, 80_000);
+        g.end(on, &conv, 1_000_000);
+        let state = g.in_flight();
+        assert_eq!(state.online_compute, 0);
+        assert_eq!(
+            state.online_gap_until_ns,
+            Some(1_300_000),
+            "the last online kernel completed at 1 ms and expects a 300 us gap"
+        );
+        g.begin(on, &norm);
+        g.end(on, &norm, 2_000_000);
+        assert_eq!(g.in_flight().online_gap_until_ns, None, "no prediction after it");
+    }
+
+    #[test]
     fn an_offline_launch_waits_for_online_work_then_goes() {
         let dir = tempfile::tempdir().unwrap();
         let g = Arc::new(gate(&dir, PolicyKind::Mmk));
         let me = std::process::id();
         let on = g.join(me, Class::Online, 1.0).unwrap();
-        g.begin(on, 132);
+        g.begin(on, &sm(132));
         // A second "process" of the same test: its own mapping, its own slot.
         let other = Gate::open(g.path()).unwrap();
         let off = other.join(1, Class::Offline, 1.0).unwrap();
@@ -731,7 +876,7 @@ mod tests {
             std::thread::yield_now();
         }
         std::thread::sleep(Duration::from_millis(20));
-        g.end(on, 132);
+        g.end(on, &sm(132), monotonic_ns());
         let (outcome, stats) = waiter.join().unwrap();
         assert!(!outcome.forced);
         assert!(outcome.waited >= Duration::from_millis(20), "{outcome:?}");
@@ -745,7 +890,7 @@ mod tests {
         let g = gate(&dir, PolicyKind::Mmk);
         let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
         let off = g.join(1, Class::Offline, 0.5).unwrap();
-        g.begin(on, 132);
+        g.begin(on, &sm(132));
         let mut policy = Mmk {
             base: Duration::from_millis(5),
         };
@@ -776,7 +921,7 @@ mod tests {
             std::thread::yield_now();
         }
         let on = g.join(dead, Class::Online, 1.0).unwrap();
-        g.begin(on, 132);
+        g.begin(on, &sm(132));
         let off = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
         let mut policy = Mmk {
             base: Duration::from_secs(3),

@@ -10,6 +10,8 @@
 //! - [`policy`]: the decision for one launch, as a pure function of the launch, what is in
 //!   flight and how long it has waited. `passthrough` measures only; `mmk` lets online
 //!   kernels go first and offline ones in when they fit.
+//! - [`profile`]: per-kernel statistics of a job run alone (`mmkctl profile`), which the
+//!   `orion` and `fikit` policies look launches up in.
 //! - [`trace`]: the kernel trace that record mode writes (one CSV line a launch).
 //! - [`sm_demand`]: how many SMs a launch needs, from its grid and the occupancy API.
 //!
@@ -18,10 +20,14 @@
 pub mod artifacts;
 pub mod gate;
 pub mod policy;
+pub mod profile;
 pub mod trace;
 
-pub use gate::{Gate, GateConfig, GateError, SlotId, SlotStats, Totals, WaitOutcome};
-pub use policy::{Class, Decision, InFlight, Launch, Policy, PolicyKind};
+pub use gate::{
+    Charge, Gate, GateConfig, GateError, SlotId, SlotStats, Totals, WaitOutcome, monotonic_ns,
+};
+pub use policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind};
+pub use profile::{Expect, Intensity, KernelKey, Profile};
 
 /// The environment variables the interposer reads. mmkd sets the first three for the jobs it
 /// starts; the others are for people profiling a job by hand.
@@ -37,6 +43,8 @@ pub mod env {
     /// Write the process's launch counts and the interposer's own cost as JSON to this file
     /// when the process exits (`%p` becomes the pid).
     pub const STATS: &str = "MMK_KSCHED_STATS";
+    /// The job's kernel profile (`mmkctl profile`), for the `orion` and `fikit` policies.
+    pub const PROFILE: &str = "MMK_KSCHED_PROFILE";
     /// `1`: intercept nothing (the library stays loaded but every call goes straight through).
     pub const OFF: &str = "MMK_KSCHED_OFF";
 }

@@ -14,6 +14,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::profile::{Expect, Intensity};
+
 /// A job's class, as the job spec declares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Class {
@@ -65,6 +67,8 @@ pub struct Launch {
     pub sm_demand: u32,
     /// The job's MPS share in (0, 1]; a smaller share waits longer before it is let in.
     pub mps_fraction: f64,
+    /// What the job's kernel profile says about this kernel (all unknown without one).
+    pub expect: Expect,
 }
 
 /// What is in flight in the partition, summed over the live job processes.
@@ -72,10 +76,30 @@ pub struct Launch {
 pub struct InFlight {
     /// SMs of the partition.
     pub sm_count: u32,
+    /// Live online job processes, busy or not.
+    pub online_jobs: u32,
     pub online_kernels: u32,
     pub online_sm: u32,
+    /// Online kernels in flight that their profile calls compute- or memory-bound.
+    pub online_compute: u32,
+    pub online_memory: u32,
+    /// Where every online process is idle: the end of the GPU gap their profiles predict
+    /// (`CLOCK_MONOTONIC` ns, the earliest over the online processes); `None` when no
+    /// online process predicted one (no profile, or between requests).
+    pub online_gap_until_ns: Option<u64>,
     pub offline_kernels: u32,
     pub offline_sm: u32,
+    /// Expected run time of the offline kernels in flight (unknown ones count 0).
+    pub offline_expected_ns: u64,
+}
+
+/// The time, for a policy that reads none itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Clock {
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    pub now_ns: u64,
+    /// How long this launch has been held so far.
+    pub waited: Duration,
 }
 
 /// A policy's answer for one launch.
@@ -97,7 +121,7 @@ pub trait Policy: Send + fmt::Debug {
     /// this policy to see what is in flight. `passthrough` needs none.
     fn needs_completions(&self) -> bool;
 
-    fn decide(&mut self, launch: &Launch, state: &InFlight, waited: Duration) -> Decision;
+    fn decide(&mut self, launch: &Launch, state: &InFlight, clock: Clock) -> Decision;
 }
 
 /// The policies mmk knows, chosen per partition.
@@ -107,15 +131,26 @@ pub enum PolicyKind {
     Passthrough,
     /// MMK's Listing 1 with the fixes of shared/DESIGN.md.
     Mmk,
+    /// Orion's policy: opposite compute/memory profiles, SM_THRESHOLD, DUR_THRESHOLD.
+    Orion,
+    /// FIKIT: offline kernels fill the online job's predicted inter-kernel gaps.
+    Fikit,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 2] = [PolicyKind::Passthrough, PolicyKind::Mmk];
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::Passthrough,
+        PolicyKind::Mmk,
+        PolicyKind::Orion,
+        PolicyKind::Fikit,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyKind::Passthrough => "passthrough",
             PolicyKind::Mmk => "mmk",
+            PolicyKind::Orion => "orion",
+            PolicyKind::Fikit => "fikit",
         }
     }
 
@@ -124,6 +159,8 @@ impl PolicyKind {
         match self {
             PolicyKind::Passthrough => 0,
             PolicyKind::Mmk => 1,
+            PolicyKind::Orion => 2,
+            PolicyKind::Fikit => 3,
         }
     }
 
@@ -131,11 +168,14 @@ impl PolicyKind {
         PolicyKind::ALL.into_iter().find(|k| k.code() == code)
     }
 
-    /// A fresh policy of this kind. `base` is the anti-starvation base (see [`Mmk`]).
-    pub fn build(self, base: Duration) -> Box<dyn Policy> {
+    /// A fresh policy of this kind. `base` is the anti-starvation base, which is also
+    /// Orion's DUR_THRESHOLD (shared/DESIGN.md, decision 3); `sm_count` the partition's SMs.
+    pub fn build(self, base: Duration, sm_count: u32) -> Box<dyn Policy> {
         match self {
             PolicyKind::Passthrough => Box::new(Passthrough),
             PolicyKind::Mmk => Box::new(Mmk { base }),
+            PolicyKind::Orion => Box::new(Orion::new(base, sm_count)),
+            PolicyKind::Fikit => Box::new(Fikit::new(base)),
         }
     }
 }
@@ -170,8 +210,30 @@ impl Policy for Passthrough {
     fn needs_completions(&self) -> bool {
         false
     }
-    fn decide(&mut self, _: &Launch, _: &InFlight, _: Duration) -> Decision {
+    fn decide(&mut self, _: &Launch, _: &InFlight, _: Clock) -> Decision {
         Decision::Launch
+    }
+}
+
+/// `Thres = base / mps_fraction`, the fraction clamped to [1 %, 100 %] (decision 3).
+pub fn starvation_bound(base: Duration, mps_fraction: f64) -> Duration {
+    let fraction = if mps_fraction.is_finite() {
+        mps_fraction.clamp(0.01, 1.0)
+    } else {
+        1.0
+    };
+    base.div_f64(fraction)
+}
+
+/// Hold a launch that may not go yet, unless it has waited `Thres` already.
+fn hold_or_starved(base: Duration, launch: &Launch, waited: Duration) -> Decision {
+    let thres = starvation_bound(base, launch.mps_fraction);
+    if waited >= thres {
+        Decision::LaunchStarved
+    } else {
+        Decision::Hold {
+            recheck: thres - waited,
+        }
     }
 }
 
@@ -189,14 +251,9 @@ pub struct Mmk {
 }
 
 impl Mmk {
-    /// `Thres` for a job with this MPS share (clamped to [1 %, 100 %]).
+    /// `Thres` for a job with this MPS share.
     pub fn threshold(&self, mps_fraction: f64) -> Duration {
-        let fraction = if mps_fraction.is_finite() {
-            mps_fraction.clamp(0.01, 1.0)
-        } else {
-            1.0
-        };
-        self.base.div_f64(fraction)
+        starvation_bound(self.base, mps_fraction)
     }
 
     /// Listing 1's check, named for what it returns (decision 1): true when the launch fits.
@@ -213,17 +270,139 @@ impl Policy for Mmk {
     fn needs_completions(&self) -> bool {
         true
     }
-    fn decide(&mut self, launch: &Launch, state: &InFlight, waited: Duration) -> Decision {
+    fn decide(&mut self, launch: &Launch, state: &InFlight, clock: Clock) -> Decision {
         if launch.class == Class::Online || Mmk::fits(launch, state) {
             return Decision::Launch;
         }
-        let thres = self.threshold(launch.mps_fraction);
-        if waited >= thres {
-            Decision::LaunchStarved
+        hold_or_starved(self.base, launch, clock.waited)
+    }
+}
+
+/// Orion's best-effort scheduling (orion.txt §5.1.1, Listing 1), over several processes:
+/// - online kernels always launch;
+/// - while an online job is present and the offline kernels in flight are expected to run
+///   longer than `dur_threshold` (2.5 % of the online request latency), offline kernels
+///   wait: once queued they cannot be preempted (DUR_THRESHOLD);
+/// - with no online kernel in flight an offline kernel launches;
+/// - otherwise it launches when it needs fewer than `sm_threshold` SMs and its profile is
+///   the opposite of the online kernels in flight (a compute-bound kernel next to
+///   memory-bound ones and the reverse). Kernels of unknown profile go next to anything, as
+///   Orion allows (they are mostly small);
+/// - the anti-starvation bound of the other policies holds (`Thres = dur_threshold / share`).
+#[derive(Debug, Clone, Copy)]
+pub struct Orion {
+    pub dur_threshold: Duration,
+    /// Orion's default: the partition's SM count.
+    pub sm_threshold: u32,
+}
+
+impl Orion {
+    pub fn new(dur_threshold: Duration, sm_count: u32) -> Orion {
+        Orion {
+            dur_threshold,
+            sm_threshold: sm_count,
+        }
+    }
+
+    /// `have_different_profiles`, with unknown profiles compatible with anything.
+    pub fn opposite(launch: &Launch, state: &InFlight) -> bool {
+        match launch.expect.intensity {
+            Intensity::Compute => state.online_compute == 0,
+            Intensity::Memory => state.online_memory == 0,
+            Intensity::Unknown => true,
+        }
+    }
+}
+
+impl Policy for Orion {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Orion
+    }
+    fn needs_completions(&self) -> bool {
+        true
+    }
+    fn decide(&mut self, launch: &Launch, state: &InFlight, clock: Clock) -> Decision {
+        if launch.class == Class::Online {
+            return Decision::Launch;
+        }
+        let throttled = state.online_jobs > 0
+            && state.offline_kernels > 0
+            && u128::from(state.offline_expected_ns) > self.dur_threshold.as_nanos();
+        let go = !throttled
+            && (state.online_kernels == 0
+                || (launch.sm_demand < self.sm_threshold && Orion::opposite(launch, state)));
+        if go {
+            Decision::Launch
         } else {
-            Decision::Hold {
-                recheck: thres - waited,
+            hold_or_starved(self.dur_threshold, launch, clock.waited)
+        }
+    }
+}
+
+/// FIKIT (fikit.txt, Algorithms 1 and 2) over several processes: offline kernels fill the
+/// GPU idle gaps between an online job's kernels.
+/// - online kernels always launch, and an online kernel in flight stops any filling (the
+///   early stop of the paper: the gap is over);
+/// - when every online process is idle and its profile predicts the gap, an offline kernel
+///   goes if its expected run time fits in what is left of the gap after the offline work
+///   already in flight; gaps under `min_gap` (0.1 ms) are not filled;
+/// - with no online job, no profile, or between requests (the last kernel's gap says
+///   nothing), offline kernels go, as do kernels the profile does not know (optimistic);
+/// - each process offers its one pending launch, so "best fit" is first fit across
+///   processes; the anti-starvation bound holds (`Thres = base / share`).
+#[derive(Debug, Clone, Copy)]
+pub struct Fikit {
+    pub base: Duration,
+    pub min_gap: Duration,
+}
+
+impl Fikit {
+    pub fn new(base: Duration) -> Fikit {
+        Fikit {
+            base,
+            min_gap: Duration::from_micros(100),
+        }
+    }
+
+    /// What is left of the predicted gap for one more kernel, if a gap is predicted.
+    pub fn room(&self, state: &InFlight, now_ns: u64) -> Option<u64> {
+        let until = state.online_gap_until_ns?;
+        Some(
+            until
+                .saturating_sub(now_ns)
+                .saturating_sub(state.offline_expected_ns),
+        )
+    }
+}
+
+impl Policy for Fikit {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Fikit
+    }
+    fn needs_completions(&self) -> bool {
+        true
+    }
+    fn decide(&mut self, launch: &Launch, state: &InFlight, clock: Clock) -> Decision {
+        if launch.class == Class::Online || state.online_jobs == 0 {
+            return Decision::Launch;
+        }
+        if state.online_kernels > 0 {
+            return hold_or_starved(self.base, launch, clock.waited);
+        }
+        let go = match (self.room(state, clock.now_ns), launch.expect.duration_ns) {
+            (None, _) | (Some(_), None) => true,
+            (Some(room), Some(need)) => {
+                let gap = state
+                    .online_gap_until_ns
+                    .unwrap_or(0)
+                    .saturating_sub(clock.now_ns);
+                u128::from(gap) >= self.min_gap.as_nanos() && need <= room
             }
+        };
+        if go {
+            Decision::Launch
+        } else {
+            hold_or_starved(self.base, launch, clock.waited)
         }
     }
 }
@@ -237,6 +416,7 @@ mod tests {
     fn busy(online_kernels: u32, online_sm: u32) -> InFlight {
         InFlight {
             sm_count: 132,
+            online_jobs: 1,
             online_kernels,
             online_sm,
             ..InFlight::default()
@@ -248,48 +428,88 @@ mod tests {
             class,
             sm_demand,
             mps_fraction,
+            expect: Expect::default(),
+        }
+    }
+
+    fn expecting(mut l: Launch, us: u64, intensity: Intensity) -> Launch {
+        l.expect = Expect {
+            duration_ns: Some(us * 1_000),
+            gap_after_ns: None,
+            intensity,
+        };
+        l
+    }
+
+    fn waited(d: Duration) -> Clock {
+        Clock {
+            now_ns: 1_000_000_000,
+            waited: d,
+        }
+    }
+
+    const NOW: Clock = Clock {
+        now_ns: 1_000_000_000,
+        waited: Duration::ZERO,
+    };
+
+    fn all_policies() -> Vec<Box<dyn Policy>> {
+        PolicyKind::ALL
+            .into_iter()
+            .map(|k| k.build(250 * US, 132))
+            .collect()
+    }
+
+    #[test]
+    fn online_never_waits_under_any_policy() {
+        let mut full = busy(10, 132);
+        full.online_compute = 10;
+        full.offline_kernels = 4;
+        full.offline_expected_ns = 1_000_000_000;
+        full.online_gap_until_ns = Some(0);
+        for mut p in all_policies() {
+            let online = expecting(launch(Class::Online, 132, 1.0), 900, Intensity::Compute);
+            assert_eq!(p.decide(&online, &full, NOW), Decision::Launch, "{:?}", p.kind());
         }
     }
 
     #[test]
-    fn online_never_waits() {
-        let mut p = Mmk { base: 250 * US };
-        let full = busy(10, 132);
-        assert_eq!(
-            p.decide(&launch(Class::Online, 132, 1.0), &full, Duration::ZERO),
-            Decision::Launch
-        );
+    fn every_holding_policy_lets_a_starved_launch_go_after_thres() {
+        let mut state = busy(3, 132);
+        state.online_compute = 3;
+        state.offline_kernels = 2;
+        state.offline_expected_ns = 10_000_000;
+        let off = expecting(launch(Class::Offline, 132, 0.25), 500, Intensity::Compute);
+        for mut p in all_policies() {
+            if p.kind() == PolicyKind::Passthrough {
+                continue;
+            }
+            assert_eq!(
+                p.decide(&off, &state, waited(999 * US)),
+                Decision::Hold { recheck: US },
+                "{:?}: Thres = 250 us / 0.25",
+                p.kind()
+            );
+            assert_eq!(
+                p.decide(&off, &state, waited(1000 * US)),
+                Decision::LaunchStarved,
+                "{:?}",
+                p.kind()
+            );
+        }
     }
 
     #[test]
-    fn offline_goes_when_idle_or_when_it_fits() {
+    fn mmk_lets_offline_go_when_idle_or_when_it_fits() {
         let mut p = Mmk { base: 250 * US };
         let off = launch(Class::Offline, 100, 0.5);
+        assert_eq!(p.decide(&off, &busy(0, 0), NOW), Decision::Launch);
+        assert_eq!(p.decide(&off, &busy(1, 32), NOW), Decision::Launch);
         assert_eq!(
-            p.decide(&off, &busy(0, 0), Duration::ZERO),
-            Decision::Launch
-        );
-        assert_eq!(
-            p.decide(&off, &busy(1, 32), Duration::ZERO),
-            Decision::Launch
-        );
-        assert_eq!(
-            p.decide(&off, &busy(1, 33), Duration::ZERO),
+            p.decide(&off, &busy(1, 33), NOW),
             Decision::Hold { recheck: 500 * US },
             "100 + 33 SMs do not fit in 132; Thres = 250 us / 0.5"
         );
-    }
-
-    #[test]
-    fn a_held_offline_launch_goes_after_thres() {
-        let mut p = Mmk { base: 250 * US };
-        let off = launch(Class::Offline, 132, 0.25);
-        let state = busy(3, 132);
-        assert_eq!(
-            p.decide(&off, &state, 999 * US),
-            Decision::Hold { recheck: US }
-        );
-        assert_eq!(p.decide(&off, &state, 1000 * US), Decision::LaunchStarved);
     }
 
     #[test]
@@ -303,16 +523,112 @@ mod tests {
 
     #[test]
     fn passthrough_never_holds() {
-        let mut p = PolicyKind::Passthrough.build(US);
+        let mut p = PolicyKind::Passthrough.build(US, 132);
         assert!(!p.needs_completions());
         assert_eq!(
-            p.decide(
-                &launch(Class::Offline, 132, 0.1),
-                &busy(5, 132),
-                Duration::ZERO
-            ),
+            p.decide(&launch(Class::Offline, 132, 0.1), &busy(5, 132), NOW),
             Decision::Launch
         );
+    }
+
+    #[test]
+    fn orion_pairs_opposite_profiles_and_keeps_big_kernels_out() {
+        let mut p = Orion::new(250 * US, 132);
+        let mut state = busy(2, 60);
+        state.online_compute = 2;
+        let memory = expecting(launch(Class::Offline, 40, 1.0), 50, Intensity::Memory);
+        let compute = expecting(launch(Class::Offline, 40, 1.0), 50, Intensity::Compute);
+        let unknown = expecting(launch(Class::Offline, 40, 1.0), 50, Intensity::Unknown);
+        assert_eq!(p.decide(&memory, &state, NOW), Decision::Launch);
+        assert!(matches!(p.decide(&compute, &state, NOW), Decision::Hold { .. }));
+        assert_eq!(p.decide(&unknown, &state, NOW), Decision::Launch, "optimistic");
+        let whole = expecting(launch(Class::Offline, 132, 1.0), 50, Intensity::Memory);
+        assert!(
+            matches!(p.decide(&whole, &state, NOW), Decision::Hold { .. }),
+            "needs SM_THRESHOLD (132) or more"
+        );
+        assert_eq!(
+            p.decide(&compute, &busy(0, 0), NOW),
+            Decision::Launch,
+            "no online kernel in flight"
+        );
+    }
+
+    #[test]
+    fn orion_dur_threshold_throttles_queued_offline_work() {
+        let mut p = Orion::new(250 * US, 132);
+        let off = expecting(launch(Class::Offline, 10, 1.0), 100, Intensity::Unknown);
+        let mut state = busy(0, 0);
+        state.offline_kernels = 3;
+        state.offline_expected_ns = 300_000;
+        assert_eq!(
+            p.decide(&off, &state, NOW),
+            Decision::Hold { recheck: 250 * US },
+            "300 us of offline work queued is over DUR_THRESHOLD, even with online idle"
+        );
+        state.offline_expected_ns = 200_000;
+        assert_eq!(p.decide(&off, &state, NOW), Decision::Launch);
+        state.online_jobs = 0;
+        state.offline_expected_ns = 10_000_000;
+        assert_eq!(
+            p.decide(&off, &state, NOW),
+            Decision::Launch,
+            "no online job: nothing to protect"
+        );
+    }
+
+    #[test]
+    fn fikit_fills_a_predicted_gap_and_never_overruns_it_by_more_than_one_kernel() {
+        let mut p = Fikit::new(250 * US);
+        let gap_start = NOW.now_ns;
+        let mut state = busy(0, 0);
+        state.online_gap_until_ns = Some(gap_start + 1_000_000);
+        // Offline kernels of 300, 300, 300, 200 and 100 us offered one after another while
+        // the gap lasts; those let in stay in flight.
+        let mut filled = 0u64;
+        let mut admitted = Vec::new();
+        for us in [300, 300, 300, 200, 100, 50] {
+            let off = expecting(launch(Class::Offline, 20, 1.0), us, Intensity::Unknown);
+            state.offline_expected_ns = filled;
+            if p.decide(&off, &state, NOW) == Decision::Launch {
+                filled += us * 1_000;
+                admitted.push(us);
+            }
+        }
+        assert_eq!(admitted, [300, 300, 300, 100], "200 us no longer fits in 100 us");
+        assert!(filled <= 1_000_000, "filled {filled} ns of a 1 ms gap");
+        // Early stop: the online job launched again.
+        let mut back = state;
+        back.online_kernels = 1;
+        back.offline_expected_ns = 0;
+        let small = expecting(launch(Class::Offline, 1, 1.0), 1, Intensity::Unknown);
+        assert!(matches!(p.decide(&small, &back, NOW), Decision::Hold { .. }));
+        // A gap under 0.1 ms is not filled.
+        let mut short = busy(0, 0);
+        short.online_gap_until_ns = Some(gap_start + 90_000);
+        assert!(matches!(p.decide(&small, &short, NOW), Decision::Hold { .. }));
+        // The predicted gap is over and the online job has not come back: wait for it.
+        let mut late = busy(0, 0);
+        late.online_gap_until_ns = Some(gap_start - 1);
+        assert!(matches!(p.decide(&small, &late, NOW), Decision::Hold { .. }));
+    }
+
+    #[test]
+    fn fikit_is_optimistic_without_a_prediction() {
+        let mut p = Fikit::new(250 * US);
+        let idle = busy(0, 0);
+        let big = expecting(launch(Class::Offline, 132, 1.0), 50_000, Intensity::Unknown);
+        assert_eq!(p.decide(&big, &idle, NOW), Decision::Launch, "between requests");
+        let mut gap = idle;
+        gap.online_gap_until_ns = Some(NOW.now_ns + 500_000);
+        let unknown = launch(Class::Offline, 132, 1.0);
+        assert_eq!(p.decide(&unknown, &gap, NOW), Decision::Launch, "unprofiled kernel");
+        let mut nobody = InFlight {
+            sm_count: 132,
+            ..InFlight::default()
+        };
+        nobody.offline_kernels = 9;
+        assert_eq!(p.decide(&big, &nobody, NOW), Decision::Launch, "no online job");
     }
 
     #[test]
@@ -320,9 +636,10 @@ mod tests {
         for kind in PolicyKind::ALL {
             assert_eq!(kind.as_str().parse::<PolicyKind>(), Ok(kind));
             assert_eq!(PolicyKind::from_code(kind.code()), Some(kind));
+            assert_eq!(kind.build(US, 132).kind(), kind);
         }
         let err = "fifo".parse::<PolicyKind>().unwrap_err();
-        assert!(err.contains("passthrough, mmk"), "{err}");
+        assert!(err.contains("passthrough, mmk, orion, fikit"), "{err}");
         assert_eq!(PolicyKind::from_code(99), None);
     }
 }

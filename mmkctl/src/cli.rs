@@ -295,6 +295,16 @@ fn read_spec(
             .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?;
         c.workdir = Some(cwd.display().to_string());
     }
+    // A relative kernel profile is relative to the job file.
+    if let Task::Command(c) = &mut spec.task
+        && let Some(p) = &c.kernel_profile
+        && !p.starts_with('/')
+    {
+        let dir = file.parent().unwrap_or(std::path::Path::new("."));
+        let full = std::path::absolute(dir.join(p))
+            .map_err(|e| Failure::usage(format!("{path}: command.kernel_profile: {e}")))?;
+        c.kernel_profile = Some(full.display().to_string());
+    }
     Ok(spec)
 }
 

@@ -5,10 +5,19 @@
 //! partition's first job starts, with the partition's SM count and the configured policy,
 //! and removes it when the partition's MIG instance is destroyed. A gate left by an earlier
 //! mmkd is taken over, so jobs that outlived mmkd keep their slots.
+//!
+//! The gate's policy is `--kernel-policy`, unless an online job of the partition names one
+//! in its spec (`command.kernel_policy`); the anti-starvation base (which is also Orion's
+//! DUR_THRESHOLD) is 2.5 % of the online job's profiled request latency when its spec has a
+//! kernel profile, else 250 us. The latest online job to start sets them; they hold until
+//! the partition's instance goes away.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use mmk_kernel_sched::{Gate, GateConfig, PolicyKind};
+use mmk_kernel_sched::{Gate, GateConfig, PolicyKind, Profile};
 use tracing::{info, warn};
 
 use crate::store::Assignment;
@@ -19,6 +28,40 @@ use mmk_partitioner::GpuState;
 pub struct JobKsched {
     pub interposer: PathBuf,
     pub gate: PathBuf,
+    /// The job's kernel profile, for `MMK_KSCHED_PROFILE`.
+    pub profile: Option<PathBuf>,
+}
+
+/// What an online job's spec asks of its partition's gate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OnlineTuning {
+    pub policy: Option<PolicyKind>,
+    /// From the job's kernel profile: 2.5 % of its request latency.
+    pub base: Option<Duration>,
+}
+
+impl OnlineTuning {
+    /// Read what an online job's spec asks for: its policy, and its kernel profile's
+    /// DUR_THRESHOLD. An unreadable or bad profile is an error that names the file.
+    pub fn from_spec(
+        policy: Option<&str>,
+        profile: Option<&Path>,
+    ) -> Result<OnlineTuning, String> {
+        let policy = policy
+            .map(|p| p.parse::<PolicyKind>())
+            .transpose()
+            .map_err(|e| format!("command.kernel_policy: {e}"))?;
+        let base = match profile {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("kernel profile {}: {e}", path.display()))?;
+                let p = Profile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                p.dur_threshold_ns().map(Duration::from_nanos)
+            }
+            None => None,
+        };
+        Ok(OnlineTuning { policy, base })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -27,6 +70,8 @@ pub struct KernelSched {
     interposer: Option<PathBuf>,
     policy: PolicyKind,
     dir: PathBuf,
+    /// Each partition's gate settings, as the latest online job left them.
+    tuned: Arc<Mutex<HashMap<String, OnlineTuning>>>,
 }
 
 impl KernelSched {
@@ -35,6 +80,7 @@ impl KernelSched {
             interposer: None,
             policy: PolicyKind::Passthrough,
             dir: PathBuf::new(),
+            tuned: Arc::default(),
         }
     }
 
@@ -44,6 +90,7 @@ impl KernelSched {
             interposer: Some(interposer),
             policy,
             dir,
+            tuned: Arc::default(),
         }
     }
 
@@ -51,20 +98,39 @@ impl KernelSched {
         self.dir.join(format!("{key}.gate"))
     }
 
-    /// Make (or take over) the gate of the partition `key` with `sm_count` SMs. `None` when
-    /// the kernel scheduler is off; an error says why the gate could not be made.
-    pub fn prepare(&self, key: &str, sm_count: u32) -> Result<Option<JobKsched>, String> {
+    /// Make (or take over) the gate of the partition `key` with `sm_count` SMs for a job
+    /// with this kernel profile; an online job passes what its spec asks of the gate.
+    /// `None` when the kernel scheduler is off; an error says why the gate could not be
+    /// made.
+    pub fn prepare(
+        &self,
+        key: &str,
+        sm_count: u32,
+        profile: Option<&Path>,
+        online: Option<OnlineTuning>,
+    ) -> Result<Option<JobKsched>, String> {
         let Some(interposer) = &self.interposer else {
             return Ok(None);
         };
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
         let path = self.gate_path(key);
-        Gate::create(&path, &GateConfig::new(sm_count.max(1), self.policy))
-            .map_err(|e| format!("kernel scheduler: {e}"))?;
+        let tuning = {
+            let mut tuned = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(t) = online {
+                tuned.insert(key.to_owned(), t);
+            }
+            tuned.get(key).copied().unwrap_or_default()
+        };
+        let mut config = GateConfig::new(sm_count.max(1), tuning.policy.unwrap_or(self.policy));
+        if let Some(base) = tuning.base {
+            config.base = base;
+        }
+        Gate::create(&path, &config).map_err(|e| format!("kernel scheduler: {e}"))?;
         Ok(Some(JobKsched {
             interposer: interposer.clone(),
             gate: path,
+            profile: profile.map(Path::to_path_buf),
         }))
     }
 
@@ -73,6 +139,10 @@ impl KernelSched {
         if self.interposer.is_none() {
             return;
         }
+        self.tuned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
         let path = self.gate_path(key);
         if let Err(e) = std::fs::remove_file(&path)
             && e.kind() != std::io::ErrorKind::NotFound
@@ -119,7 +189,7 @@ mod tests {
             PolicyKind::Mmk,
             dir.path().join("ksched"),
         );
-        let job = k.prepare("g0i5", 66).unwrap().unwrap();
+        let job = k.prepare("g0i5", 66, None, None).unwrap().unwrap();
         assert_eq!(job.gate, dir.path().join("ksched/g0i5.gate"));
         let gate = Gate::open(&job.gate).unwrap();
         assert_eq!(gate.config().sm_count, 66);
@@ -130,10 +200,62 @@ mod tests {
     }
 
     #[test]
+    fn an_online_job_sets_its_partitions_policy_and_dur_threshold() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = KernelSched::new(
+            PathBuf::from("/lib/libmmk_interposer.so"),
+            PolicyKind::Mmk,
+            dir.path().join("ksched"),
+        );
+        let profile = dir.path().join("serve.kprofile.json");
+        let trace = format!(
+            "{}\n0,9,online,cuLaunchKernel,conv,1,1,1,1,1,1,0,1,1,0x0,0,0,1000000,9000000\n",
+            mmk_kernel_sched::trace::HEADER
+        );
+        let p = Profile::from_trace(
+            "serve",
+            mmk_kernel_sched::Class::Online,
+            &mmk_kernel_sched::trace::parse(&trace).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(&profile, p.to_json()).unwrap();
+        let tuning = OnlineTuning::from_spec(Some("orion"), Some(&profile)).unwrap();
+        assert_eq!(tuning.base, Some(Duration::from_micros(200)), "2.5 % of 8 ms");
+        let job = k
+            .prepare("g0", 132, Some(&profile), Some(tuning))
+            .unwrap()
+            .unwrap();
+        assert_eq!(job.profile.as_deref(), Some(profile.as_path()));
+        let gate = Gate::open(&job.gate).unwrap();
+        assert_eq!(gate.config().policy, PolicyKind::Orion);
+        assert_eq!(gate.config().base, Duration::from_micros(200));
+        // An offline job joining later keeps what the online job set.
+        k.prepare("g0", 132, None, None).unwrap().unwrap();
+        assert_eq!(gate.config().policy, PolicyKind::Orion);
+        // Once the instance is gone, the partition starts from mmkd's policy again.
+        k.remove("g0");
+        k.prepare("g0", 132, None, None).unwrap().unwrap();
+        let gate = Gate::open(&job.gate).unwrap();
+        assert_eq!(gate.config().policy, PolicyKind::Mmk);
+
+        let err = OnlineTuning::from_spec(None, Some(&dir.path().join("none.json"))).unwrap_err();
+        assert!(err.contains("none.json"), "{err}");
+        std::fs::write(&profile, "{}").unwrap();
+        let err = OnlineTuning::from_spec(None, Some(&profile)).unwrap_err();
+        assert!(err.contains("serve.kprofile.json") && err.contains("kernel profile"), "{err}");
+    }
+
+    #[test]
+    fn the_job_spec_knows_every_policy() {
+        let kernel_sched: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(kernel_sched, mmk_core::spec::KERNEL_POLICIES);
+    }
+
+    #[test]
     fn off_makes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let k = KernelSched::off();
-        assert_eq!(k.prepare("g0", 132).unwrap(), None);
+        assert_eq!(k.prepare("g0", 132, None, None).unwrap(), None);
         assert!(!dir.path().join("ksched").exists());
     }
 }

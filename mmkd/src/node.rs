@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mmk_core::spec::RestartPolicy;
+use mmk_core::spec::{RestartPolicy, Task};
 use mmk_core::units::format_mib;
 use mmk_core::{FieldError, JobClass, JobSpec, JobState, ServiceError, ServiceResult, now_ms};
 use mmk_partitioner::plan::largest_partition_mib;
@@ -884,7 +884,23 @@ impl Node {
         // Making the gate is file I/O: off the runtime, like the MPS calls.
         let k = self.inner.runner.kernel_sched().clone();
         let sms = ksched::partition_sms(gpus, &a);
-        let prepared = tokio::task::spawn_blocking(move || k.prepare(&key, sms))
+        let (profile, policy) = match &job.spec.task {
+            Task::Command(c) => (c.kernel_profile.clone(), c.kernel_policy.clone()),
+            Task::Workload(_) => (None, None),
+        };
+        let online = job.spec.class == JobClass::Online;
+        let prepared = tokio::task::spawn_blocking(move || {
+            let profile = profile.map(std::path::PathBuf::from);
+            let tuning = if online {
+                Some(ksched::OnlineTuning::from_spec(
+                    policy.as_deref(),
+                    profile.as_deref(),
+                )?)
+            } else {
+                None
+            };
+            k.prepare(&key, sms, profile.as_deref(), tuning)
+        })
             .await
             .unwrap_or_else(|e| Err(format!("kernel scheduler: {e}")));
         let ksched = match prepared {

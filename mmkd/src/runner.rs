@@ -463,6 +463,9 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
         };
         env.insert("LD_PRELOAD".into(), preload);
         env.insert("MMK_GATE".into(), k.gate.display().to_string());
+        if let Some(profile) = &k.profile {
+            env.insert("MMK_KSCHED_PROFILE".into(), profile.display().to_string());
+        }
     }
     if l.restarts > 0 {
         env.insert("MMK_RESUME".into(), "1".into());
@@ -528,7 +531,7 @@ mod tests {
             args: args.iter().map(|s| s.to_string()).collect(),
             env: [("GREETING".to_string(), "hi".to_string())].into(),
             workdir: None,
-            profile: None,
+            ..CommandSpec::default()
         })
     }
 

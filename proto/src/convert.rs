@@ -58,6 +58,8 @@ pub fn spec_to_proto(s: &JobSpec) -> v1::JobSpec {
                 env: c.env.clone().into_iter().collect(),
                 workdir: c.workdir.clone().unwrap_or_default(),
                 profile: c.profile.clone().unwrap_or_default(),
+                kernel_profile: c.kernel_profile.clone().unwrap_or_default(),
+                kernel_policy: c.kernel_policy.clone().unwrap_or_default(),
             }),
             Task::Workload(w) => v1::job_spec::Task::Workload(v1::WorkloadTask {
                 name: w.name.clone(),
@@ -94,6 +96,8 @@ pub fn spec_from_proto(s: v1::JobSpec) -> Result<JobSpec, FieldError> {
             env: c.env.into_iter().collect(),
             workdir: (!c.workdir.is_empty()).then_some(c.workdir),
             profile: (!c.profile.is_empty()).then_some(c.profile),
+            kernel_profile: (!c.kernel_profile.is_empty()).then_some(c.kernel_profile),
+            kernel_policy: (!c.kernel_policy.is_empty()).then_some(c.kernel_policy),
         }),
         Some(v1::job_spec::Task::Workload(w)) => Task::Workload(WorkloadSpec {
             name: w.name,
@@ -146,6 +150,8 @@ mod tests {
                 env: [("A".to_string(), "b".to_string())].into(),
                 workdir: Some("/tmp".into()),
                 profile: Some("resnet50-inference".into()),
+                kernel_profile: Some("/srv/models/resnet.kprofile.json".into()),
+                kernel_policy: Some("orion".into()),
             }),
             checkpoint: false,
             restart_policy: RestartPolicy::OnFailure,

@@ -9,6 +9,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use mmk_kernel_sched::profile::{Expect, KernelKey};
+
 use crate::cuda::*;
 use crate::real;
 
@@ -71,7 +73,12 @@ impl Hasher for FastHasher {
 
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
+/// A launch's shape as a profile key: name pointer (stable: names are cached for good),
+/// grid, block, dynamic shared memory.
+type ShapeKey = (usize, [u32; 3], [u32; 3], u32);
+
 thread_local! {
+    static EXPECT: RefCell<FastMap<ShapeKey, Expect>> = RefCell::new(FastMap::default());
     static CACHE: RefCell<FastMap<(usize, u32, u32), Rc<KernelInfo>>> =
         RefCell::new(FastMap::default());
     static NAMES: RefCell<FastMap<usize, Rc<str>>> = RefCell::new(FastMap::default());
@@ -87,6 +94,32 @@ pub fn identify(target: Target, block_threads: u32, shared_mem: u32) -> Rc<Kerne
     let info = Rc::new(resolve(target, block_threads, shared_mem));
     CACHE.with_borrow_mut(|c| c.insert(key, info.clone()));
     info
+}
+
+/// What `profile` says about a launch of `name` with this shape (cached per thread; a
+/// kernel the profile does not know gets the all-unknown [`Expect`]).
+pub fn expect(
+    profile: &HashMap<KernelKey, Expect>,
+    name: &Rc<str>,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+) -> Expect {
+    let key = (Rc::as_ptr(name).cast::<u8>() as usize, grid, block, shared_mem);
+    if let Some(hit) = EXPECT.with_borrow(|c| c.get(&key).copied()) {
+        return hit;
+    }
+    let found = profile
+        .get(&KernelKey {
+            name: name.to_string(),
+            grid,
+            block,
+            shared_mem,
+        })
+        .copied()
+        .unwrap_or_default();
+    EXPECT.with_borrow_mut(|c| c.insert(key, found));
+    found
 }
 
 fn resolve(target: Target, block_threads: u32, shared_mem: u32) -> KernelInfo {

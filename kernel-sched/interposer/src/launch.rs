@@ -9,7 +9,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 
 use mmk_kernel_sched::trace::TraceRecord;
-use mmk_kernel_sched::{Class, Launch, sm_demand};
+use mmk_kernel_sched::profile::Expect;
+use mmk_kernel_sched::{Charge, Class, Launch, sm_demand};
 
 use crate::cuda::*;
 use crate::kernel::{self, Target};
@@ -54,7 +55,7 @@ impl Shape {
 
 /// What `before` decided, for `after`.
 struct Ticket {
-    sm: u32,
+    charge: Charge,
     held_ns: u64,
     ctx: CUcontext,
     record: Option<(CUevent, Box<TraceRecord>)>,
@@ -117,6 +118,22 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
     } else {
         sm_demand(blocks, info.blocks_per_sm, sm_count)
     };
+    let expect = match &p.profile {
+        Some(profile) if p.track => kernel::expect(
+            profile,
+            &info.name,
+            shape.grid,
+            shape.block,
+            shape.shared_mem,
+        ),
+        _ => Expect::default(),
+    };
+    let charge = Charge {
+        sm,
+        expected_ns: expect.duration_ns.unwrap_or(0),
+        intensity: expect.intensity,
+        gap_after_ns: expect.gap_after_ns,
+    };
     let mut held_ns = 0;
     if let Some((gate, slot)) = &p.gate {
         if p.track && p.class == Class::Offline {
@@ -124,6 +141,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
                 class: p.class,
                 sm_demand: sm,
                 mps_fraction: p.mps_fraction,
+                expect,
             };
             let outcome = {
                 let mut policy = p.policy.lock().unwrap_or_else(|e| e.into_inner());
@@ -139,7 +157,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
             }
         }
         if p.track {
-            gate.begin(*slot, sm);
+            gate.begin(*slot, &charge);
         } else {
             gate.count(*slot);
         }
@@ -178,7 +196,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
         _ => None,
     };
     Some(Ticket {
-        sm,
+        charge,
         held_ns,
         ctx,
         record,
@@ -187,7 +205,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
 
 fn after(p: &'static Process, api: Api, shape: &Shape, ticket: Ticket, rc: CUresult) {
     let gate = if p.track {
-        p.gate.as_ref().map(|(_, slot)| (*slot, ticket.sm))
+        p.gate.as_ref().map(|(_, slot)| (*slot, ticket.charge))
     } else {
         None
     };

@@ -4,13 +4,15 @@
 use std::ffi::CStr;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
 use std::time::Duration;
 
 use mmk_kernel_sched::trace::{HEADER, TraceRecord};
-use mmk_kernel_sched::{Class, Gate, Policy, PolicyKind, SlotId, env};
+use mmk_kernel_sched::profile::{Expect, KernelKey, Profile};
+use mmk_kernel_sched::{Charge, Class, Gate, Policy, PolicyKind, SlotId, env, monotonic_ns};
 
 use crate::cuda::*;
 use crate::stats::Stats;
@@ -28,6 +30,8 @@ pub struct Process {
     /// Whether launches are tracked to completion for the gate.
     pub track: bool,
     pub record: Option<Recorder>,
+    /// The job's kernel profile (`MMK_KSCHED_PROFILE`), by kernel identity.
+    pub profile: Option<HashMap<KernelKey, Expect>>,
     pub stats: Stats,
     /// Whether the hooks time themselves (stats requested).
     pub timing: bool,
@@ -187,7 +191,26 @@ impl Process {
         });
         let config = gate.as_ref().map(|(g, _)| g.config());
         let policy_kind = config.map_or(PolicyKind::Passthrough, |c| c.policy);
-        let policy = policy_kind.build(config.map_or(Duration::ZERO, |c| c.base));
+        let policy = policy_kind.build(
+            config.map_or(Duration::ZERO, |c| c.base),
+            config.map_or(0, |c| c.sm_count),
+        );
+        let profile = std::env::var_os(env::PROFILE).and_then(|path| {
+            let path = PathBuf::from(path);
+            let loaded = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| Profile::parse(&text).map_err(|e| e.to_string()));
+            match loaded {
+                Ok(p) => Some(p.index()),
+                Err(e) => {
+                    warn(format_args!(
+                        "kernel profile {}: {e}; running without it",
+                        path.display()
+                    ));
+                    None
+                }
+            }
+        });
         let track = gate.is_some() && policy.needs_completions();
         let record = std::env::var(env::RECORD).ok().and_then(|path| {
             let path = expand(&path, pid);
@@ -206,6 +229,7 @@ impl Process {
             policy: Mutex::new(policy),
             track,
             record,
+            profile,
             timing: stats_path.is_some(),
             stats_path,
             stats: Stats::new(),
@@ -217,11 +241,11 @@ impl Process {
 
     /// A launch `begin` counted in the gate is over (completed, failed, or untrackable).
     /// Nothing happens once the process has left its slot, which may be another's by then.
-    pub fn end_in_gate(&self, counted: Option<(SlotId, u32)>) {
-        if let (Some((slot, sm)), Some((gate, _))) = (counted, self.gate.as_ref())
+    pub fn end_in_gate(&self, counted: Option<(SlotId, Charge)>) {
+        if let (Some((slot, charge)), Some((gate, _))) = (counted, self.gate.as_ref())
             && !self.left_gate.load(Ordering::Acquire)
         {
-            gate.end(slot, sm);
+            gate.end(slot, &charge, monotonic_ns());
         }
     }
 

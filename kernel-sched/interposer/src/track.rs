@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mmk_kernel_sched::SlotId;
+use mmk_kernel_sched::{Charge, SlotId};
 use mmk_kernel_sched::trace::TraceRecord;
 
 use crate::cuda::*;
@@ -28,8 +28,8 @@ pub struct Pending {
     /// Work on one stream completes in order: once one of its events is not ready, the
     /// later ones are not queried in that pass.
     pub stream: CUstream,
-    /// The gate slot and SMs `begin` counted, to give back on completion.
-    pub gate: Option<(SlotId, u32)>,
+    /// The gate slot and what `begin` counted, to give back on completion.
+    pub gate: Option<(SlotId, Charge)>,
     /// Record mode: the event recorded before the launch, and the line to finish.
     pub record: Option<(CUevent, Box<TraceRecord>)>,
 }

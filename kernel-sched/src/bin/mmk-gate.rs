@@ -2,7 +2,7 @@
 //! runs; this is for running jobs under the kernel scheduler without mmkd, and for looking).
 //!
 //! ```text
-//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk] [--base-us U] [--max-hold-ms M]
+//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M]
 //! mmk-gate show PATH
 //! ```
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mmk_kernel_sched::{Gate, GateConfig, PolicyKind};
 
-const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk] [--base-us U] [--max-hold-ms M]\n       mmk-gate show PATH";
+const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M]\n       mmk-gate show PATH";
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
