@@ -12,6 +12,8 @@
 //!   kernels go first and offline ones in when they fit.
 //! - [`profile`]: per-kernel statistics of a job run alone (`mmkctl profile`), which the
 //!   `orion` and `fikit` policies look launches up in.
+//! - [`sim`]: the kernel-level simulator, which replays recorded traces of several jobs on
+//!   a simulated SM pool under each policy (`mmkctl ksim`).
 //! - [`trace`]: the kernel trace that record mode writes (one CSV line a launch).
 //! - [`sm_demand`]: how many SMs a launch needs, from its grid and the occupancy API.
 //!
@@ -21,6 +23,7 @@ pub mod artifacts;
 pub mod gate;
 pub mod policy;
 pub mod profile;
+pub mod sim;
 pub mod trace;
 
 pub use gate::{

@@ -7,8 +7,11 @@
 //!
 //! Rules every policy keeps (shared/DESIGN.md, decisions 1-4):
 //! - online launches never wait;
-//! - an offline launch goes when it fits next to the online work in flight;
-//! - an offline launch held longer than its bound goes anyway (anti-starvation).
+//! - an offline launch waits only while it would get in the way of online work in flight
+//!   (each policy has its own idea of that);
+//! - no launch waits longer than the gate's hard bound ([`crate::GateConfig::max_hold`]).
+//!   `mmk` has its own, shorter anti-starvation bound, `Thres = base / mps_fraction`
+//!   (decision 3); `orion` and `fikit` have none in their papers and keep to that.
 
 use std::fmt;
 use std::str::FromStr;
@@ -225,18 +228,6 @@ pub fn starvation_bound(base: Duration, mps_fraction: f64) -> Duration {
     base.div_f64(fraction)
 }
 
-/// Hold a launch that may not go yet, unless it has waited `Thres` already.
-fn hold_or_starved(base: Duration, launch: &Launch, waited: Duration) -> Decision {
-    let thres = starvation_bound(base, launch.mps_fraction);
-    if waited >= thres {
-        Decision::LaunchStarved
-    } else {
-        Decision::Hold {
-            recheck: thres - waited,
-        }
-    }
-}
-
 /// MMK's kernel scheduler (Listing 1), as fixed in shared/DESIGN.md:
 /// - online kernels always launch (an online kernel that does not fit still launches; its
 ///   SMs count as in flight, which keeps offline kernels out);
@@ -274,7 +265,14 @@ impl Policy for Mmk {
         if launch.class == Class::Online || Mmk::fits(launch, state) {
             return Decision::Launch;
         }
-        hold_or_starved(self.base, launch, clock.waited)
+        let thres = self.threshold(launch.mps_fraction);
+        if clock.waited >= thres {
+            Decision::LaunchStarved
+        } else {
+            Decision::Hold {
+                recheck: thres - clock.waited,
+            }
+        }
     }
 }
 
@@ -288,7 +286,8 @@ impl Policy for Mmk {
 ///   the opposite of the online kernels in flight (a compute-bound kernel next to
 ///   memory-bound ones and the reverse). Kernels of unknown profile go next to anything, as
 ///   Orion allows (they are mostly small);
-/// - the anti-starvation bound of the other policies holds (`Thres = dur_threshold / share`).
+/// - there is no anti-starvation bound but the gate's hard one; a held launch asks again
+///   when work completes, or after `dur_threshold` at the latest.
 #[derive(Debug, Clone, Copy)]
 pub struct Orion {
     pub dur_threshold: Duration,
@@ -334,7 +333,9 @@ impl Policy for Orion {
         if go {
             Decision::Launch
         } else {
-            hold_or_starved(self.dur_threshold, launch, clock.waited)
+            Decision::Hold {
+                recheck: self.dur_threshold,
+            }
         }
     }
 }
@@ -346,10 +347,19 @@ impl Policy for Orion {
 /// - when every online process is idle and its profile predicts the gap, an offline kernel
 ///   goes if its expected run time fits in what is left of the gap after the offline work
 ///   already in flight; gaps under `min_gap` (0.1 ms) are not filled;
-/// - with no online job, no profile, or between requests (the last kernel's gap says
-///   nothing), offline kernels go, as do kernels the profile does not know (optimistic);
+/// - with no online job offline kernels go; kernels the profile does not know go too
+///   (optimistic);
+/// - between requests (the last kernel's gap says nothing) or without a prediction,
+///   offline kernels go while the offline work in flight stays within `base`, and always
+///   one at a time: the paper's scheduler keeps low-priority kernels in its own queue, so
+///   an online request that arrives finds at most that much queued on the GPU;
+/// - once the predicted gap is over, offline kernels wait for the online job's next
+///   kernel, but no longer than `base` past the gap's end: an online job that did not come
+///   back is between requests after all (the paper's scheduler sees the next launch come
+///   or not; ours sees only the prediction);
 /// - each process offers its one pending launch, so "best fit" is first fit across
-///   processes; the anti-starvation bound holds (`Thres = base / share`).
+///   processes; there is no anti-starvation bound but the gate's hard one; a held launch
+///   asks again when work completes, when the predicted gap ends, or after `base`.
 #[derive(Debug, Clone, Copy)]
 pub struct Fikit {
     pub base: Duration,
@@ -386,11 +396,22 @@ impl Policy for Fikit {
         if launch.class == Class::Online || state.online_jobs == 0 {
             return Decision::Launch;
         }
+        let hold = Decision::Hold { recheck: self.base };
         if state.online_kernels > 0 {
-            return hold_or_starved(self.base, launch, clock.waited);
+            return hold;
         }
+        let overdue = state.online_gap_until_ns.is_some_and(|until| {
+            u128::from(clock.now_ns.saturating_sub(until)) > self.base.as_nanos()
+        });
+        let open = |need: u64| {
+            state.offline_kernels == 0
+                || u128::from(state.offline_expected_ns.saturating_add(need))
+                    <= self.base.as_nanos()
+        };
         let go = match (self.room(state, clock.now_ns), launch.expect.duration_ns) {
-            (None, _) | (Some(_), None) => true,
+            (_, None) => true,
+            (None, Some(need)) => open(need),
+            (Some(_), Some(need)) if overdue => open(need),
             (Some(room), Some(need)) => {
                 let gap = state
                     .online_gap_until_ns
@@ -402,7 +423,7 @@ impl Policy for Fikit {
         if go {
             Decision::Launch
         } else {
-            hold_or_starved(self.base, launch, clock.waited)
+            hold
         }
     }
 }
@@ -474,27 +495,28 @@ mod tests {
     }
 
     #[test]
-    fn every_holding_policy_lets_a_starved_launch_go_after_thres() {
+    fn mmk_lets_a_starved_launch_go_after_thres_and_the_others_keep_holding() {
         let mut state = busy(3, 132);
         state.online_compute = 3;
         state.offline_kernels = 2;
         state.offline_expected_ns = 10_000_000;
         let off = expecting(launch(Class::Offline, 132, 0.25), 500, Intensity::Compute);
-        for mut p in all_policies() {
-            if p.kind() == PolicyKind::Passthrough {
-                continue;
-            }
+        let mut mmk = PolicyKind::Mmk.build(250 * US, 132);
+        assert_eq!(
+            mmk.decide(&off, &state, waited(999 * US)),
+            Decision::Hold { recheck: US },
+            "Thres = 250 us / 0.25"
+        );
+        assert_eq!(
+            mmk.decide(&off, &state, waited(1000 * US)),
+            Decision::LaunchStarved
+        );
+        for kind in [PolicyKind::Orion, PolicyKind::Fikit] {
+            let mut p = kind.build(250 * US, 132);
             assert_eq!(
-                p.decide(&off, &state, waited(999 * US)),
-                Decision::Hold { recheck: US },
-                "{:?}: Thres = 250 us / 0.25",
-                p.kind()
-            );
-            assert_eq!(
-                p.decide(&off, &state, waited(1000 * US)),
-                Decision::LaunchStarved,
-                "{:?}",
-                p.kind()
+                p.decide(&off, &state, waited(Duration::from_secs(1))),
+                Decision::Hold { recheck: 250 * US },
+                "{kind}: only the gate's hard bound lets it go"
             );
         }
     }
@@ -607,18 +629,35 @@ mod tests {
         let mut short = busy(0, 0);
         short.online_gap_until_ns = Some(gap_start + 90_000);
         assert!(matches!(p.decide(&small, &short, NOW), Decision::Hold { .. }));
-        // The predicted gap is over and the online job has not come back: wait for it.
+        // The predicted gap is over and the online job has not come back: wait for it, for
+        // `base` at most.
         let mut late = busy(0, 0);
         late.online_gap_until_ns = Some(gap_start - 1);
         assert!(matches!(p.decide(&small, &late, NOW), Decision::Hold { .. }));
+        late.online_gap_until_ns = Some(gap_start - 251_000);
+        assert_eq!(
+            p.decide(&small, &late, NOW),
+            Decision::Launch,
+            "250 us overdue: between requests"
+        );
     }
 
     #[test]
     fn fikit_is_optimistic_without_a_prediction() {
         let mut p = Fikit::new(250 * US);
-        let idle = busy(0, 0);
+        let mut idle = busy(0, 0);
         let big = expecting(launch(Class::Offline, 132, 1.0), 50_000, Intensity::Unknown);
         assert_eq!(p.decide(&big, &idle, NOW), Decision::Launch, "between requests");
+        idle.offline_kernels = 1;
+        idle.offline_expected_ns = 50_000_000;
+        assert!(
+            matches!(p.decide(&big, &idle, NOW), Decision::Hold { .. }),
+            "one long kernel at a time between requests"
+        );
+        let small = expecting(launch(Class::Offline, 132, 1.0), 100, Intensity::Unknown);
+        idle.offline_expected_ns = 100_000;
+        assert_eq!(p.decide(&small, &idle, NOW), Decision::Launch, "within base");
+        idle.offline_expected_ns = 0;
         let mut gap = idle;
         gap.online_gap_until_ns = Some(NOW.now_ns + 500_000);
         let unknown = launch(Class::Offline, 132, 1.0);

@@ -53,6 +53,12 @@ pub enum Command {
     Gpus,
     /// Replay a job trace through the planners and the baselines (no mmkd needed).
     Simulate(crate::simulate::SimulateArgs),
+    /// Run a command job alone under the interposer and write its kernel profile, for the
+    /// orion and fikit kernel policies (no mmkd needed).
+    Profile(crate::profile::ProfileArgs),
+    /// Replay recorded kernel traces of several jobs on a simulated GPU under each kernel
+    /// policy (no GPU, no mmkd needed).
+    Ksim(crate::ksim::KsimArgs),
     /// Make, train, evaluate and explain performance models (no mmkd needed).
     Predictor {
         #[command(subcommand)]
@@ -190,6 +196,8 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Predictor { command } => crate::predictor::run(fmt, command),
         Command::Simulate(args) => crate::simulate::run(fmt, args),
+        Command::Profile(args) => crate::profile::run(fmt, args),
+        Command::Ksim(args) => crate::ksim::run(fmt, args),
         Command::Submit(args) => submit(&target, fmt, args).await,
         Command::Jobs(args) => match args.command {
             None => list(&target, fmt, &args.state, args.class).await,
@@ -271,7 +279,7 @@ fn flag_class(online: bool, offline: bool) -> Option<JobClass> {
 }
 
 /// Reads and checks a job file; a command job without a workdir gets mmkctl's own.
-fn read_spec(
+pub(crate) fn read_spec(
     file: &std::path::Path,
     class: Option<JobClass>,
 ) -> Result<mmk_core::JobSpec, Failure> {
