@@ -835,7 +835,10 @@ mod tests {
         g.begin(off, &norm);
         g.begin(off, &norm);
         let state = g.in_flight();
-        assert_eq!((state.online_jobs, state.online_compute, state.online_memory), (1, 1, 0));
+        assert_eq!(
+            (state.online_jobs, state.online_compute, state.online_memory),
+            (1, 1, 0)
+        );
         assert_eq!(state.offline_expected_ns, 160_000);
         assert_eq!(state.online_gap_until_ns, None, "online is busy");
         g.end(off, &norm, 5);
@@ -850,7 +853,11 @@ mod tests {
         );
         g.begin(on, &norm);
         g.end(on, &norm, 2_000_000);
-        assert_eq!(g.in_flight().online_gap_until_ns, None, "no prediction after it");
+        assert_eq!(
+            g.in_flight().online_gap_until_ns,
+            None,
+            "no prediction after it"
+        );
     }
 
     #[test]

@@ -320,7 +320,7 @@ impl Policy for Orion {
     fn needs_completions(&self) -> bool {
         true
     }
-    fn decide(&mut self, launch: &Launch, state: &InFlight, clock: Clock) -> Decision {
+    fn decide(&mut self, launch: &Launch, state: &InFlight, _: Clock) -> Decision {
         if launch.class == Class::Online {
             return Decision::Launch;
         }
@@ -420,11 +420,7 @@ impl Policy for Fikit {
                 u128::from(gap) >= self.min_gap.as_nanos() && need <= room
             }
         };
-        if go {
-            Decision::Launch
-        } else {
-            hold
-        }
+        if go { Decision::Launch } else { hold }
     }
 }
 
@@ -490,7 +486,12 @@ mod tests {
         full.online_gap_until_ns = Some(0);
         for mut p in all_policies() {
             let online = expecting(launch(Class::Online, 132, 1.0), 900, Intensity::Compute);
-            assert_eq!(p.decide(&online, &full, NOW), Decision::Launch, "{:?}", p.kind());
+            assert_eq!(
+                p.decide(&online, &full, NOW),
+                Decision::Launch,
+                "{:?}",
+                p.kind()
+            );
         }
     }
 
@@ -562,8 +563,15 @@ mod tests {
         let compute = expecting(launch(Class::Offline, 40, 1.0), 50, Intensity::Compute);
         let unknown = expecting(launch(Class::Offline, 40, 1.0), 50, Intensity::Unknown);
         assert_eq!(p.decide(&memory, &state, NOW), Decision::Launch);
-        assert!(matches!(p.decide(&compute, &state, NOW), Decision::Hold { .. }));
-        assert_eq!(p.decide(&unknown, &state, NOW), Decision::Launch, "optimistic");
+        assert!(matches!(
+            p.decide(&compute, &state, NOW),
+            Decision::Hold { .. }
+        ));
+        assert_eq!(
+            p.decide(&unknown, &state, NOW),
+            Decision::Launch,
+            "optimistic"
+        );
         let whole = expecting(launch(Class::Offline, 132, 1.0), 50, Intensity::Memory);
         assert!(
             matches!(p.decide(&whole, &state, NOW), Decision::Hold { .. }),
@@ -617,23 +625,36 @@ mod tests {
                 admitted.push(us);
             }
         }
-        assert_eq!(admitted, [300, 300, 300, 100], "200 us no longer fits in 100 us");
+        assert_eq!(
+            admitted,
+            [300, 300, 300, 100],
+            "200 us no longer fits in 100 us"
+        );
         assert!(filled <= 1_000_000, "filled {filled} ns of a 1 ms gap");
         // Early stop: the online job launched again.
         let mut back = state;
         back.online_kernels = 1;
         back.offline_expected_ns = 0;
         let small = expecting(launch(Class::Offline, 1, 1.0), 1, Intensity::Unknown);
-        assert!(matches!(p.decide(&small, &back, NOW), Decision::Hold { .. }));
+        assert!(matches!(
+            p.decide(&small, &back, NOW),
+            Decision::Hold { .. }
+        ));
         // A gap under 0.1 ms is not filled.
         let mut short = busy(0, 0);
         short.online_gap_until_ns = Some(gap_start + 90_000);
-        assert!(matches!(p.decide(&small, &short, NOW), Decision::Hold { .. }));
+        assert!(matches!(
+            p.decide(&small, &short, NOW),
+            Decision::Hold { .. }
+        ));
         // The predicted gap is over and the online job has not come back: wait for it, for
         // `base` at most.
         let mut late = busy(0, 0);
         late.online_gap_until_ns = Some(gap_start - 1);
-        assert!(matches!(p.decide(&small, &late, NOW), Decision::Hold { .. }));
+        assert!(matches!(
+            p.decide(&small, &late, NOW),
+            Decision::Hold { .. }
+        ));
         late.online_gap_until_ns = Some(gap_start - 251_000);
         assert_eq!(
             p.decide(&small, &late, NOW),
@@ -647,7 +668,11 @@ mod tests {
         let mut p = Fikit::new(250 * US);
         let mut idle = busy(0, 0);
         let big = expecting(launch(Class::Offline, 132, 1.0), 50_000, Intensity::Unknown);
-        assert_eq!(p.decide(&big, &idle, NOW), Decision::Launch, "between requests");
+        assert_eq!(
+            p.decide(&big, &idle, NOW),
+            Decision::Launch,
+            "between requests"
+        );
         idle.offline_kernels = 1;
         idle.offline_expected_ns = 50_000_000;
         assert!(
@@ -656,18 +681,30 @@ mod tests {
         );
         let small = expecting(launch(Class::Offline, 132, 1.0), 100, Intensity::Unknown);
         idle.offline_expected_ns = 100_000;
-        assert_eq!(p.decide(&small, &idle, NOW), Decision::Launch, "within base");
+        assert_eq!(
+            p.decide(&small, &idle, NOW),
+            Decision::Launch,
+            "within base"
+        );
         idle.offline_expected_ns = 0;
         let mut gap = idle;
         gap.online_gap_until_ns = Some(NOW.now_ns + 500_000);
         let unknown = launch(Class::Offline, 132, 1.0);
-        assert_eq!(p.decide(&unknown, &gap, NOW), Decision::Launch, "unprofiled kernel");
+        assert_eq!(
+            p.decide(&unknown, &gap, NOW),
+            Decision::Launch,
+            "unprofiled kernel"
+        );
         let mut nobody = InFlight {
             sm_count: 132,
             ..InFlight::default()
         };
         nobody.offline_kernels = 9;
-        assert_eq!(p.decide(&big, &nobody, NOW), Decision::Launch, "no online job");
+        assert_eq!(
+            p.decide(&big, &nobody, NOW),
+            Decision::Launch,
+            "no online job"
+        );
     }
 
     #[test]

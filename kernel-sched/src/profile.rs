@@ -367,13 +367,16 @@ pub fn parse_ncu_csv(text: &str) -> Result<HashMap<String, Intensity>, String> {
                 get(compute_col)
             ));
         };
-        let memory = get(memory_col).replace(',', "").parse::<f64>().map_err(|_| {
-            format!(
-                "ncu CSV line {}: {MEMORY} is not a number: {:?}",
-                i + 2,
-                get(memory_col)
-            )
-        })?;
+        let memory = get(memory_col)
+            .replace(',', "")
+            .parse::<f64>()
+            .map_err(|_| {
+                format!(
+                    "ncu CSV line {}: {MEMORY} is not a number: {:?}",
+                    i + 2,
+                    get(memory_col)
+                )
+            })?;
         let e = sums.entry(get(name_col).to_owned()).or_default();
         e.0 += compute;
         e.1 += memory;
@@ -450,7 +453,10 @@ mod tests {
         assert_eq!(p.request_ns, 174_000, "the median of 170 and 174 us, upper");
         assert_eq!(p.dur_threshold_ns(), Some(4_350));
         let conv = p.kernels.iter().find(|k| k.key.name == "conv").unwrap();
-        assert_eq!((conv.mean_ns, conv.gap_after_ns, conv.ends_request), (100_000, 50_000, 0.0));
+        assert_eq!(
+            (conv.mean_ns, conv.gap_after_ns, conv.ends_request),
+            (100_000, 50_000, 0.0)
+        );
         assert_eq!(conv.sm_demand, 100);
         let relu = p.kernels.iter().find(|k| k.key.name == "relu").unwrap();
         assert_eq!((relu.mean_ns, relu.p95_ns), (22_000, 24_000));
@@ -459,7 +465,10 @@ mod tests {
         let e = index[&conv.key];
         assert_eq!(e.duration_ns, Some(100_000));
         assert_eq!(e.gap_after_ns, Some(50_000));
-        assert_eq!(index[&relu.key].gap_after_ns, None, "ends a request: gap unknown");
+        assert_eq!(
+            index[&relu.key].gap_after_ns, None,
+            "ends a request: gap unknown"
+        );
     }
 
     #[test]
@@ -470,9 +479,14 @@ mod tests {
         assert!(err.starts_with("kernel profile:"), "{err}");
         let v2 = p.to_json().replacen("\"version\": 1", "\"version\": 2", 1);
         assert_eq!(Profile::parse(&v2).unwrap_err(), ProfileError::Version(2));
-        let bad = p.to_json().replacen("\"ends_request\": 1.0", "\"ends_request\": 3.0", 1);
+        let bad = p
+            .to_json()
+            .replacen("\"ends_request\": 1.0", "\"ends_request\": 3.0", 1);
         let err = Profile::parse(&bad).unwrap_err().to_string();
-        assert!(err.contains("ends_request") && err.contains("relu"), "{err}");
+        assert!(
+            err.contains("ends_request") && err.contains("relu"),
+            "{err}"
+        );
         let unmeasured: Vec<_> = two_requests()
             .into_iter()
             .map(|mut r| {
@@ -504,6 +518,9 @@ mod tests {
         let err = parse_ncu_csv("\"ID\",\"Kernel Name\"\n").unwrap_err();
         assert!(err.contains("sm__throughput"), "{err}");
         let bad = csv.replace("88.1", "lots");
-        assert!(parse_ncu_csv(&bad).unwrap_err().contains("line 3"), "the CSV's own line");
+        assert!(
+            parse_ncu_csv(&bad).unwrap_err().contains("line 3"),
+            "the CSV's own line"
+        );
     }
 }

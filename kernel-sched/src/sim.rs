@@ -63,8 +63,10 @@ impl SimJob {
     ) -> Result<SimJob, String> {
         let profile = Profile::from_trace(name, class, records).map_err(|e| e.to_string())?;
         let index = profile.index();
-        let mut measured: Vec<&TraceRecord> =
-            records.iter().filter(|r| r.duration_ns().is_some()).collect();
+        let mut measured: Vec<&TraceRecord> = records
+            .iter()
+            .filter(|r| r.duration_ns().is_some())
+            .collect();
         measured.sort_by_key(|r| (r.start_ns, r.seq));
         let mut requests: Vec<Vec<SimKernel>> = Vec::new();
         let mut busy_until = 0u64;
@@ -529,8 +531,8 @@ impl Sim<'_> {
             return;
         };
         s.running = true;
-        let cap = (self.jobs[j].mps_fraction.clamp(0.01, 1.0) * f64::from(self.config.sm_count))
-            .max(1.0);
+        let cap =
+            (self.jobs[j].mps_fraction.clamp(0.01, 1.0) * f64::from(self.config.sm_count)).max(1.0);
         let want = f64::from(k.sm_demand);
         let sms = want.min(cap);
         self.running.push(Running {
@@ -661,7 +663,11 @@ mod tests {
         assert!((2_000 * US..2_050 * US).contains(&p50), "{p50}");
         let r = run(&config(), &[offline()], policy(PolicyKind::Passthrough));
         // 50 x 400 us = 20 ms an iteration: 50 a second, less the sync at each end.
-        assert!((48.0..=50.0).contains(&r[0].per_second), "{}", r[0].per_second);
+        assert!(
+            (48.0..=50.0).contains(&r[0].per_second),
+            "{}",
+            r[0].per_second
+        );
     }
 
     #[test]
@@ -680,7 +686,10 @@ mod tests {
         let train_alone =
             run(&config(), &[offline()], policy(PolicyKind::Passthrough))[0].per_second;
         let shared = p50(&run(&config(), &jobs, policy(PolicyKind::Passthrough))[0]);
-        assert!(shared > 1.3 * alone, "plain sharing hurts: {shared} vs {alone}");
+        assert!(
+            shared > 1.3 * alone,
+            "plain sharing hurts: {shared} vs {alone}"
+        );
         for (kind, within) in [
             // Thres (250 us) lets a 400 us kernel in several times in a 2 ms request.
             (PolicyKind::Mmk, 1.4),
@@ -734,4 +743,3 @@ mod tests {
         assert_eq!(job.requests[0][0].expect.duration_ns, Some(50 * US));
     }
 }
-

@@ -5,9 +5,11 @@
 
 mod cli;
 pub mod client;
+mod ksim;
 mod output;
 mod picture;
 mod predictor;
+mod profile;
 mod simulate;
 
 use std::process::ExitCode;

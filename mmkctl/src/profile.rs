@@ -50,6 +50,9 @@ pub struct ProfileArgs {
     /// instead of running the job; the job file still names the job and its class.
     #[arg(long, value_name = "TRACE")]
     pub from_trace: Vec<PathBuf>,
+    /// Also write every launch recorded, as one trace (for `mmkctl ksim`).
+    #[arg(long, value_name = "FILE")]
+    pub save_trace: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -145,6 +148,17 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
             trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?,
         );
     }
+    if let Some(path) = &args.save_trace {
+        let mut text = String::with_capacity(records.len() * 160 + 256);
+        text.push_str(trace::HEADER);
+        text.push('\n');
+        for r in &records {
+            text.push_str(&r.to_line());
+            text.push('\n');
+        }
+        std::fs::write(path, text)
+            .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
+    }
     let mut profile = Profile::from_trace(&spec.name, class, &records).map_err(|e| {
         Failure::usage(format!(
             "{}: {e}; did the job launch any kernel?",
@@ -170,6 +184,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
             .unwrap_or(Path::new("."))
             .join(format!("{}.kprofile.json", spec.name))
     });
+    let out = std::path::absolute(&out).unwrap_or(out);
     let tmp = out.with_extension("json.tmp");
     std::fs::write(&tmp, profile.to_json() + "\n")
         .and_then(|()| std::fs::rename(&tmp, &out))
@@ -318,7 +333,11 @@ fn print_summary(fmt: Format, out: &Path, runs: u32, p: &Profile) {
         );
         return;
     }
-    let _ = writeln!(o, "profile of {} ({}) written to {}", p.job, p.class, summary.file);
+    let _ = writeln!(
+        o,
+        "profile of {} ({}) written to {}",
+        p.job, p.class, summary.file
+    );
     let _ = writeln!(
         o,
         "{} launches of {} kernels; {} requests, median {:.1} us (DUR_THRESHOLD {}); {} compute-bound, {} memory-bound",

@@ -43,10 +43,7 @@ pub struct OnlineTuning {
 impl OnlineTuning {
     /// Read what an online job's spec asks for: its policy, and its kernel profile's
     /// DUR_THRESHOLD. An unreadable or bad profile is an error that names the file.
-    pub fn from_spec(
-        policy: Option<&str>,
-        profile: Option<&Path>,
-    ) -> Result<OnlineTuning, String> {
+    pub fn from_spec(policy: Option<&str>, profile: Option<&Path>) -> Result<OnlineTuning, String> {
         let policy = policy
             .map(|p| p.parse::<PolicyKind>())
             .transpose()
@@ -220,7 +217,11 @@ mod tests {
         .unwrap();
         std::fs::write(&profile, p.to_json()).unwrap();
         let tuning = OnlineTuning::from_spec(Some("orion"), Some(&profile)).unwrap();
-        assert_eq!(tuning.base, Some(Duration::from_micros(200)), "2.5 % of 8 ms");
+        assert_eq!(
+            tuning.base,
+            Some(Duration::from_micros(200)),
+            "2.5 % of 8 ms"
+        );
         let job = k
             .prepare("g0", 132, Some(&profile), Some(tuning))
             .unwrap()
@@ -242,7 +243,10 @@ mod tests {
         assert!(err.contains("none.json"), "{err}");
         std::fs::write(&profile, "{}").unwrap();
         let err = OnlineTuning::from_spec(None, Some(&profile)).unwrap_err();
-        assert!(err.contains("serve.kprofile.json") && err.contains("kernel profile"), "{err}");
+        assert!(
+            err.contains("serve.kprofile.json") && err.contains("kernel profile"),
+            "{err}"
+        );
     }
 
     #[test]

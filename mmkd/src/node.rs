@@ -901,8 +901,8 @@ impl Node {
             };
             k.prepare(&key, sms, profile.as_deref(), tuning)
         })
-            .await
-            .unwrap_or_else(|e| Err(format!("kernel scheduler: {e}")));
+        .await
+        .unwrap_or_else(|e| Err(format!("kernel scheduler: {e}")));
         let ksched = match prepared {
             Ok(k) => k,
             Err(why) => {

@@ -105,7 +105,12 @@ pub fn expect(
     block: [u32; 3],
     shared_mem: u32,
 ) -> Expect {
-    let key = (Rc::as_ptr(name).cast::<u8>() as usize, grid, block, shared_mem);
+    let key = (
+        Rc::as_ptr(name).cast::<u8>() as usize,
+        grid,
+        block,
+        shared_mem,
+    );
     if let Some(hit) = EXPECT.with_borrow(|c| c.get(&key).copied()) {
         return hit;
     }

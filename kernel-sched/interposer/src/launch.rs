@@ -8,8 +8,8 @@ use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 
-use mmk_kernel_sched::trace::TraceRecord;
 use mmk_kernel_sched::profile::Expect;
+use mmk_kernel_sched::trace::TraceRecord;
 use mmk_kernel_sched::{Charge, Class, Launch, sm_demand};
 
 use crate::cuda::*;

@@ -1,17 +1,17 @@
 //! The interposer's state in one job process, made at the first launch: the job's class
 //! and share, its gate slot and policy, record mode, counters, and the completion tracker.
 
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
 use std::time::Duration;
 
-use mmk_kernel_sched::trace::{HEADER, TraceRecord};
 use mmk_kernel_sched::profile::{Expect, KernelKey, Profile};
+use mmk_kernel_sched::trace::{HEADER, TraceRecord};
 use mmk_kernel_sched::{Charge, Class, Gate, Policy, PolicyKind, SlotId, env, monotonic_ns};
 
 use crate::cuda::*;

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use mmk_kernel_sched::{Charge, SlotId};
 use mmk_kernel_sched::trace::TraceRecord;
+use mmk_kernel_sched::{Charge, SlotId};
 
 use crate::cuda::*;
 use crate::process::Process;

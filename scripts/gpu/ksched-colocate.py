@@ -1,0 +1,217 @@
+"""The co-location benchmark of issue 7 (docs/kernel-sched.md, "Co-location on an H200").
+
+An online ResNet-50 service (Poisson arrivals) next to offline BERT training on one GPU,
+MIG off, under: the service alone (ideal), time-slicing (no MPS), plain MPS, MPS with
+shares, and MPS with shares plus the kernel scheduler under each policy. The kernel
+profiles come from `mmkctl profile` (each job alone, record mode); the raw traces are kept
+for `mmkctl ksim`.
+
+Usage, on the GPU machine from the repo root:
+  python3 scripts/gpu/ksched-colocate.py BIN_DIR OUT_DIR [--configs a,b,...] [--seconds S]
+BIN_DIR holds libmmk_interposer.so, mmk-gate and mmkctl (release builds).
+
+Starts one MPS control daemon with private pipe and log directories and quits it at the
+end; changes no other GPU setting.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+APP = os.path.join(HERE, "colocate.py")
+
+NO_MPS = ["ideal", "train-alone", "timeslice"]
+MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
+# ksfull-POLICY: the kernel scheduler on plain MPS (both jobs at 100 %).
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def job_yaml(path, name, cls, args):
+    with open(path, "w") as f:
+        f.write(f"name: {name}\nclass: {cls}\ngpu_memory: 8GiB\ncommand:\n  args: {json.dumps(args)}\n")
+
+
+def wait_line(proc, needle, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        line = proc.stderr.readline()
+        if not line:
+            if proc.poll() is not None:
+                raise RuntimeError(f"process exited ({proc.returncode}) before {needle!r}")
+            continue
+        if needle in line:
+            return
+    raise RuntimeError(f"no {needle!r} within {timeout} s")
+
+
+def drain(proc):
+    # Keep the pipe from filling up; the lines are not needed.
+    import threading
+
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin")
+    ap.add_argument("out")
+    ap.add_argument("--configs", default=",".join(NO_MPS + MPS))
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--interval-ms", type=float, default=20.0)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--online-share", type=int, default=60)
+    ap.add_argument("--offline-share", type=int, default=40)
+    ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--profile-seconds", type=float, default=4.0)
+    a = ap.parse_args()
+    bin_dir = os.path.abspath(a.bin)
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    so = os.path.join(bin_dir, "libmmk_interposer.so")
+    work = tempfile.mkdtemp(prefix="mmk-colocate-")
+    configs = a.configs.split(",")
+    results = {"configs": {}, "setup": vars(a)}
+    results["gpu"] = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        capture_output=True, text=True).stdout.strip()
+    serve_args = ["python3", APP, "serve", "--batch", str(a.batch), "--interval-ms",
+                  str(a.interval_ms), "--seconds", str(a.seconds)]
+    base = dict(os.environ, PYTHONUNBUFFERED="1")
+    for k in list(base):
+        if k.startswith("MMK_") or k.startswith("CUDA_MPS_"):
+            del base[k]
+
+    # 1. Kernel profiles of each job alone (record mode, no MPS), through mmkctl profile.
+    profiles = {}
+    need_profiles = any(c.startswith("ks") for c in configs)
+    for name, cls, args in [
+        ("serve", "online", serve_args[:-1] + [str(a.profile_seconds), "--out", f"{work}/p-serve.json"]),
+        ("train", "offline", ["python3", APP, "train", "--seconds", str(a.profile_seconds), "--out", f"{work}/p-train.json"]),
+    ]:
+        if not need_profiles:
+            break
+        y = f"{work}/{name}.yaml"
+        job_yaml(y, name, cls, args)
+        t = time.time()
+        r = subprocess.run([f"{bin_dir}/mmkctl", "--output", "json", "profile", y,
+                            "--interposer", so, "-o", f"{out}/{name}.kprofile.json",
+                            "--save-trace", f"{out}/{name}.trace.csv"],
+                           env=base, capture_output=True, text=True)
+        if r.returncode != 0:
+            log(r.stderr[-3000:])
+            raise SystemExit(f"mmkctl profile {name} failed")
+        profiles[name] = json.loads(r.stdout)
+        subprocess.run(["gzip", "-f", "-9", f"{out}/{name}.trace.csv"], check=True)
+        log(f"profile {name}: {time.time() - t:.0f} s, {profiles[name]['launches']} launches, "
+            f"request {profiles[name]['request_us']:.0f} us")
+    results["profiles"] = profiles
+    dur_us = None
+    if "serve" in profiles and profiles["serve"]["dur_threshold_us"]:
+        dur_us = max(1, round(profiles["serve"]["dur_threshold_us"]))
+
+    mps_dir = f"{work}/mps"
+    mps_env = dict(base, CUDA_MPS_PIPE_DIRECTORY=f"{mps_dir}/pipe",
+                   CUDA_MPS_LOG_DIRECTORY=f"{mps_dir}/log")
+    mps_on = False
+
+    def mps_start():
+        os.makedirs(f"{mps_dir}/pipe", exist_ok=True)
+        os.makedirs(f"{mps_dir}/log", exist_ok=True)
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], env=mps_env, check=True)
+        time.sleep(1)
+
+    def mps_quit():
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=mps_env)
+        time.sleep(2)
+
+    try:
+        for c in configs:
+            uses_mps = c in MPS or c.startswith("ksfull-")
+            if uses_mps and not mps_on:
+                mps_start()
+                mps_on = True
+            env = mps_env if uses_mps else base
+            on_env, off_env = dict(env), dict(env)
+            if c != "mps" and not c.startswith("ksfull-") and uses_mps:
+                on_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.online_share)
+                off_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.offline_share)
+            if c.startswith("ks-") or c.startswith("ksfull-"):
+                policy = c.split("-", 1)[1]
+                gate = f"{work}/{policy}.gate"
+                cmd = [f"{bin_dir}/mmk-gate", "create", gate, "--sms", str(a.sms), "--policy", policy]
+                if dur_us:
+                    cmd += ["--base-us", str(dur_us)]
+                subprocess.run(cmd, check=True, capture_output=True)
+                for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", "train")]:
+                    e.update(LD_PRELOAD=so, MMK_GATE=gate, MMK_JOB_CLASS=cls,
+                             MMK_KSCHED_STATS=f"{out}/{c}.{cls}.stats.json")
+                    if os.path.exists(f"{out}/{prof}.kprofile.json"):
+                        e["MMK_KSCHED_PROFILE"] = f"{out}/{prof}.kprofile.json"
+            t = time.time()
+            r = {}
+            train = None
+            if c != "ideal":
+                secs = a.seconds if c == "train-alone" else 600
+                train = subprocess.Popen(["python3", APP, "train", "--seconds", str(secs),
+                                          "--out", f"{work}/{c}.train.json"],
+                                         env=off_env, stderr=subprocess.PIPE, text=True)
+                wait_line(train, "train: warm", 180)
+                drain(train)
+            if c != "train-alone":
+                serve = subprocess.Popen(serve_args + ["--out", f"{work}/{c}.serve.json"],
+                                         env=on_env, stderr=subprocess.PIPE, text=True)
+                drain(serve)
+                serve.wait(timeout=300)
+                if serve.returncode != 0:
+                    raise RuntimeError(f"{c}: serve exited {serve.returncode}")
+                s = json.load(open(f"{work}/{c}.serve.json"))
+                lat = [x * 1e3 for x in s["latencies_s"]]
+                r.update(requests=len(lat), p50_ms=pct(lat, 50), p99_ms=pct(lat, 99),
+                         mean_ms=statistics.fmean(lat), window_s=s["t1"] - s["t0"])
+                window = (s["t0"], s["t1"])
+            if train is not None:
+                if c != "train-alone":
+                    train.send_signal(signal.SIGINT)
+                train.wait(timeout=120)
+                ends = json.load(open(f"{work}/{c}.train.json"))["step_ends_s"]
+                if c == "train-alone":
+                    window = (ends[0], ends[-1])
+                    n = len(ends) - 1
+                else:
+                    n = sum(1 for e in ends if window[0] <= e <= window[1])
+                r["train_steps_per_s"] = n / (window[1] - window[0])
+            for cls in ["online", "offline"]:
+                p = f"{out}/{c}.{cls}.stats.json"
+                if os.path.exists(p):
+                    r[f"{cls}_stats"] = json.load(open(p))
+            r["wall_s"] = time.time() - t
+            results["configs"][c] = r
+            log(f"{c}: " + json.dumps({k: v for k, v in r.items() if not k.endswith("_stats")}))
+            json.dump(results, open(f"{out}/colocate.json", "w"), indent=1)
+    finally:
+        if mps_on:
+            mps_quit()
+        shutil.rmtree(work, ignore_errors=True)
+    json.dump(results, open(f"{out}/colocate.json", "w"), indent=1)
+    # One archive of everything, for machines that send back only a few files.
+    names = sorted(n for n in os.listdir(out) if n != "all.tar.gz")
+    subprocess.run(["tar", "czf", f"{out}/all.tar.gz", "-C", out] + names, check=True)
+
+
+if __name__ == "__main__":
+    main()
