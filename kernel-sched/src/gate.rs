@@ -190,12 +190,13 @@ pub struct Charge {
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of traces, gaps and policies, the same in
 /// every process of the node.
+#[inline]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime with a valid out pointer.
+    // SAFETY: clock_gettime with a valid out pointer (vDSO, no syscall).
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64)
         .saturating_mul(1_000_000_000)
@@ -268,7 +269,11 @@ impl Gate {
             Err(GateError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                 Gate::create_new(path)?
             }
-            Err(GateError::NotAGate { .. }) => {
+            // Not a gate, or one of another mmk version: processes that still map the old
+            // file keep it; new ones get a fresh gate.
+            Err(
+                GateError::NotAGate { .. } | GateError::Version { .. } | GateError::Policy { .. },
+            ) => {
                 std::fs::remove_file(path).map_err(io_err(path, "remove"))?;
                 Gate::create_new(path)?
             }
@@ -982,6 +987,15 @@ mod tests {
         assert_eq!(g.config().sm_count, 14);
         let err = Gate::create(&junk, &GateConfig::new(0, PolicyKind::Mmk)).unwrap_err();
         assert!(err.to_string().contains("sm_count"), "{err}");
+        // A gate of layout version 1 (an older mmk) is refused by jobs and replaced by mmkd.
+        drop(g);
+        let mut bytes = std::fs::read(&junk).unwrap();
+        bytes[8..12].copy_from_slice(&1u32.to_ne_bytes());
+        std::fs::write(&junk, bytes).unwrap();
+        let err = Gate::open(&junk).unwrap_err();
+        assert!(err.to_string().contains("layout version 1"), "{err}");
+        let g = Gate::create(&junk, &GateConfig::new(14, PolicyKind::Orion)).unwrap();
+        assert_eq!(g.config().policy, PolicyKind::Orion);
     }
 
     #[test]

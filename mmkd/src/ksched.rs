@@ -50,7 +50,7 @@ impl OnlineTuning {
             .map_err(|e| format!("command.kernel_policy: {e}"))?;
         let base = match profile {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
+                let text = read_bounded(path)
                     .map_err(|e| format!("kernel profile {}: {e}", path.display()))?;
                 let p = Profile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
                 p.dur_threshold_ns().map(Duration::from_nanos)
@@ -149,6 +149,29 @@ impl KernelSched {
     }
 }
 
+/// The largest kernel profile mmkd reads (a profile of thousands of kernels is a few MiB).
+const MAX_PROFILE_BYTES: u64 = 64 << 20;
+
+/// Read a user-named file, refusing what is not a regular file or is too large to be a
+/// profile (a job spec must not make mmkd read `/dev/zero`).
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_PROFILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "{} bytes; a profile is at most {MAX_PROFILE_BYTES}",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    file.take(MAX_PROFILE_BYTES).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// SMs of the partition an assignment runs in: its MIG profile's, or the whole GPU's.
 pub fn partition_sms(gpus: &[GpuState], a: &Assignment) -> u32 {
     gpus.iter()
@@ -241,6 +264,8 @@ mod tests {
 
         let err = OnlineTuning::from_spec(None, Some(&dir.path().join("none.json"))).unwrap_err();
         assert!(err.contains("none.json"), "{err}");
+        let err = OnlineTuning::from_spec(None, Some(Path::new("/dev/zero"))).unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
         std::fs::write(&profile, "{}").unwrap();
         let err = OnlineTuning::from_spec(None, Some(&profile)).unwrap_err();
         assert!(

@@ -165,16 +165,6 @@ impl Stats {
     }
 }
 
-/// `CLOCK_MONOTONIC` in ns: the clock trace lines use, comparable across processes.
-#[inline]
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime with a valid out pointer (vDSO, no syscall).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
+/// `CLOCK_MONOTONIC` in ns: the clock trace lines and the gate use, comparable across
+/// processes.
+pub use mmk_kernel_sched::monotonic_ns as now_ns;
