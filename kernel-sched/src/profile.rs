@@ -167,6 +167,36 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// The measured launches of a trace cut into requests: per process, in GPU start order, a
+/// new request wherever the GPU idled longer than [`REQUEST_GAP`] (kernels of several
+/// streams overlap, so the idle time runs from the latest end so far). Each launch comes
+/// with the GPU gap after it inside its request; `None` for the last one of a request.
+pub fn requests(records: &[TraceRecord]) -> Vec<Vec<(&TraceRecord, Option<u64>)>> {
+    let mut by_pid: BTreeMap<u32, Vec<&TraceRecord>> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.duration_ns().is_some()) {
+        by_pid.entry(r.pid).or_default().push(r);
+    }
+    let mut requests = Vec::new();
+    for mut list in by_pid.into_values() {
+        list.sort_by_key(|r| (r.start_ns, r.seq));
+        let mut request = Vec::new();
+        let mut busy_until = 0u64;
+        for (i, r) in list.iter().enumerate() {
+            busy_until = busy_until.max(r.end_ns.unwrap_or(0));
+            let gap = list
+                .get(i + 1)
+                .and_then(|n| n.start_ns)
+                .map(|next| next.saturating_sub(busy_until))
+                .filter(|&gap| gap <= REQUEST_GAP);
+            request.push((*r, gap));
+            if gap.is_none() {
+                requests.push(std::mem::take(&mut request));
+            }
+        }
+    }
+    requests
+}
+
 #[derive(Default)]
 struct Acc {
     durations: Vec<u64>,
@@ -183,46 +213,29 @@ impl Profile {
         class: Class,
         records: &[TraceRecord],
     ) -> Result<Profile, ProfileError> {
-        // Per process, in GPU start order.
-        let mut by_pid: BTreeMap<u32, Vec<&TraceRecord>> = BTreeMap::new();
-        for r in records.iter().filter(|r| r.duration_ns().is_some()) {
-            by_pid.entry(r.pid).or_default().push(r);
-        }
-        if by_pid.is_empty() {
+        let requests = requests(records);
+        if requests.is_empty() {
             return Err(ProfileError::Empty);
         }
         let mut acc: HashMap<KernelKey, Acc> = HashMap::new();
-        let mut request_lengths = Vec::new();
+        let mut request_lengths = Vec::with_capacity(requests.len());
         let mut launches = 0;
-        for list in by_pid.values_mut() {
-            list.sort_by_key(|r| (r.start_ns, r.seq));
-            let mut request_start = list[0].start_ns.unwrap_or(0);
-            // The latest end so far: kernels of several streams overlap.
+        for request in &requests {
+            let first = request[0].0.start_ns.unwrap_or(0);
             let mut busy_until = 0u64;
-            for (i, r) in list.iter().enumerate() {
+            for &(r, gap) in request {
                 let (start, end) = (r.start_ns.unwrap_or(0), r.end_ns.unwrap_or(0));
                 busy_until = busy_until.max(end);
                 launches += 1;
                 let a = acc.entry(KernelKey::of(r)).or_default();
                 a.durations.push(end.saturating_sub(start));
                 a.sm_demand = a.sm_demand.max(r.sm_demand);
-                match list.get(i + 1).and_then(|n| n.start_ns) {
-                    Some(next) => {
-                        let gap = next.saturating_sub(busy_until);
-                        if gap > REQUEST_GAP {
-                            a.ends += 1;
-                            request_lengths.push(busy_until.saturating_sub(request_start));
-                            request_start = next;
-                        } else {
-                            a.gaps.push(gap);
-                        }
-                    }
-                    None => {
-                        a.ends += 1;
-                        request_lengths.push(busy_until.saturating_sub(request_start));
-                    }
+                match gap {
+                    Some(gap) => a.gaps.push(gap),
+                    None => a.ends += 1,
                 }
             }
+            request_lengths.push(busy_until.saturating_sub(first));
         }
         request_lengths.sort_unstable();
         let mut kernels: Vec<KernelStats> = acc

@@ -4,7 +4,7 @@
 //!
 //! The model, and what it leaves out:
 //! - Each job is one CPU thread and one in-order stream. Its trace (the job alone, record
-//!   mode) is cut into requests where the GPU idled longer than [`crate::profile::REQUEST_GAP`];
+//!   mode) is cut into requests as its profile is ([`crate::profile::requests`]);
 //!   a request's kernels are launched with the CPU gaps measured between their launch calls,
 //!   and the job waits for the GPU at the end of each request (the synchronisation a
 //!   `loss.item()` or a response makes). Online requests arrive as a Poisson process and
@@ -23,7 +23,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy};
-use crate::profile::{Expect, KernelKey, Profile, REQUEST_GAP};
+use crate::profile::{Expect, KernelKey, Profile, requests};
 use crate::trace::TraceRecord;
 
 /// One kernel of a job's request.
@@ -62,38 +62,52 @@ impl SimJob {
         interval_ns: u64,
     ) -> Result<SimJob, String> {
         let profile = Profile::from_trace(name, class, records).map_err(|e| e.to_string())?;
+        Ok(SimJob::with_profile(
+            name,
+            class,
+            records,
+            &profile,
+            mps_fraction,
+            interval_ns,
+        ))
+    }
+
+    /// A job from its trace and the profile already built from it.
+    pub fn with_profile(
+        name: &str,
+        class: Class,
+        records: &[TraceRecord],
+        profile: &Profile,
+        mps_fraction: f64,
+        interval_ns: u64,
+    ) -> SimJob {
         let index = profile.index();
-        let mut measured: Vec<&TraceRecord> = records
-            .iter()
-            .filter(|r| r.duration_ns().is_some())
+        let requests = requests(records)
+            .into_iter()
+            .map(|request| {
+                let mut prev_launch = request[0].0.launch_ns;
+                request
+                    .into_iter()
+                    .map(|(r, _)| {
+                        let k = SimKernel {
+                            duration_ns: r.duration_ns().unwrap_or(0).max(1),
+                            sm_demand: r.sm_demand.max(1),
+                            cpu_gap_ns: r.launch_ns.saturating_sub(prev_launch),
+                            expect: index.get(&KernelKey::of(r)).copied().unwrap_or_default(),
+                        };
+                        prev_launch = r.launch_ns;
+                        k
+                    })
+                    .collect()
+            })
             .collect();
-        measured.sort_by_key(|r| (r.start_ns, r.seq));
-        let mut requests: Vec<Vec<SimKernel>> = Vec::new();
-        let mut busy_until = 0u64;
-        let mut prev_launch = 0u64;
-        for r in measured {
-            let start = r.start_ns.unwrap_or(0);
-            if requests.is_empty() || start.saturating_sub(busy_until) > REQUEST_GAP {
-                requests.push(Vec::new());
-                prev_launch = r.launch_ns;
-            }
-            busy_until = busy_until.max(r.end_ns.unwrap_or(0));
-            let kernels = requests.last_mut().expect("pushed above");
-            kernels.push(SimKernel {
-                duration_ns: r.duration_ns().unwrap_or(0).max(1),
-                sm_demand: r.sm_demand.max(1),
-                cpu_gap_ns: r.launch_ns.saturating_sub(prev_launch),
-                expect: index.get(&KernelKey::of(r)).copied().unwrap_or_default(),
-            });
-            prev_launch = r.launch_ns;
-        }
-        Ok(SimJob {
+        SimJob {
             name: name.to_owned(),
             class,
             mps_fraction,
             interval_ns,
             requests,
-        })
+        }
     }
 }
 

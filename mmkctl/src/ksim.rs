@@ -108,24 +108,31 @@ struct AloneRow {
     per_second: f64,
 }
 
-fn load(path: &PathBuf, class: Class, share: u32, interval: Duration) -> Result<SimJob, Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
-    let records =
-        trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+/// A job from its trace, and its profile's DUR_THRESHOLD.
+fn load(
+    path: &PathBuf,
+    class: Class,
+    share: u32,
+    interval: Duration,
+) -> Result<(SimJob, Option<u64>), Failure> {
+    let bad = |e: &dyn std::fmt::Display| Failure::usage(format!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
+    let records = trace::parse(&text).map_err(|e| bad(&e))?;
     let name = path
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("job")
         .to_owned();
-    SimJob::from_trace(
+    let profile = Profile::from_trace(&name, class, &records).map_err(|e| bad(&e))?;
+    let job = SimJob::with_profile(
         &name,
         class,
         &records,
+        &profile,
         f64::from(share) / 100.0,
         u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX),
-    )
-    .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+    );
+    Ok((job, profile.dur_threshold_ns()))
 }
 
 fn ms(ns: Option<u64>) -> Option<f64> {
@@ -156,24 +163,20 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
         })
         .collect::<Result<_, _>>()?;
     let mut jobs = Vec::new();
-    for p in &args.online {
-        jobs.push(load(p, Class::Online, args.online_share, args.interval)?);
+    let mut dur_threshold = None;
+    for (i, p) in args.online.iter().enumerate() {
+        let (job, dur) = load(p, Class::Online, args.online_share, args.interval)?;
+        if i == 0 {
+            dur_threshold = dur;
+        }
+        jobs.push(job);
     }
     for p in &args.offline {
-        jobs.push(load(p, Class::Offline, args.offline_share, args.interval)?);
+        jobs.push(load(p, Class::Offline, args.offline_share, args.interval)?.0);
     }
-    let base = match args.base {
-        Some(b) => b,
-        None => {
-            let text = std::fs::read_to_string(&args.online[0])
-                .map_err(|e| Failure::usage(format!("{}: {e}", args.online[0].display())))?;
-            let records = trace::parse(&text).map_err(|e| Failure::usage(e.to_string()))?;
-            Profile::from_trace("online", Class::Online, &records)
-                .ok()
-                .and_then(|p| p.dur_threshold_ns())
-                .map_or(Duration::from_micros(250), Duration::from_nanos)
-        }
-    };
+    let base = args
+        .base
+        .unwrap_or_else(|| dur_threshold.map_or(Duration::from_micros(250), Duration::from_nanos));
     let config = SimConfig {
         duration: args.duration,
         detect: args.detect,

@@ -120,7 +120,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
                 args.runs, spec.name
             );
             let pattern = work.path().join(format!("run{run}-%p.csv"));
-            let mut cmd = job_command(command, class)?;
+            let mut cmd = job_command(command, class);
             let preload = match command.env.get("LD_PRELOAD") {
                 Some(own) if !own.is_empty() => format!("{}:{own}", interposer.display()),
                 _ => interposer.display().to_string(),
@@ -193,7 +193,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn job_command(c: &mmk_core::spec::CommandSpec, class: Class) -> Result<Command, Failure> {
+fn job_command(c: &mmk_core::spec::CommandSpec, class: Class) -> Command {
     let mut cmd = Command::new(&c.args[0]);
     cmd.args(&c.args[1..])
         .envs(&c.env)
@@ -205,7 +205,7 @@ fn job_command(c: &mmk_core::spec::CommandSpec, class: Class) -> Result<Command,
     if let Some(dir) = &c.workdir {
         cmd.current_dir(dir);
     }
-    Ok(cmd)
+    cmd
 }
 
 fn run_child(mut cmd: Command, limit: Option<Duration>) -> Result<ExitStatus, Failure> {
@@ -266,7 +266,7 @@ fn run_ncu(
         args.ncu_launches
     );
     let log = work.join("ncu.csv");
-    let inner = job_command(c, class)?;
+    let inner = job_command(c, class);
     let mut cmd = Command::new(&args.ncu);
     cmd.args(["--csv", "--page", "raw", "--print-kernel-base", "mangled"])
         .args([
