@@ -56,6 +56,9 @@ pub enum Command {
     /// Run a command job alone under the interposer and write its kernel profile, for the
     /// orion and fikit kernel policies (no mmkd needed).
     Profile(crate::profile::ProfileArgs),
+    /// Measure workloads on this GPU under MPS shares, alone and in pairs, for the
+    /// predictor's dataset (no mmkd needed; docs/measure.md).
+    Measure(crate::measure::MeasureArgs),
     /// Replay recorded kernel traces of several jobs on a simulated GPU under each kernel
     /// policy (no GPU, no mmkd needed).
     Ksim(crate::ksim::KsimArgs),
@@ -198,6 +201,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Simulate(args) => crate::simulate::run(fmt, args),
         Command::Profile(args) => crate::profile::run(fmt, args),
         Command::Ksim(args) => crate::ksim::run(fmt, args),
+        Command::Measure(args) => crate::measure::run(fmt, args),
         Command::Submit(args) => submit(&target, fmt, args).await,
         Command::Jobs(args) => match args.command {
             None => list(&target, fmt, &args.state, args.class).await,

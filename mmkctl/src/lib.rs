@@ -6,6 +6,7 @@
 mod cli;
 pub mod client;
 mod ksim;
+mod measure;
 mod output;
 mod picture;
 mod predictor;

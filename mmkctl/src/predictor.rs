@@ -24,6 +24,15 @@ pub enum PredictorCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Turn measurements from `mmkctl measure` into a dataset (docs/measure.md).
+    Import {
+        /// Measurement files (JSON lines); several are read as one.
+        #[arg(required = true)]
+        raw: Vec<PathBuf>,
+        /// Where the CSV goes.
+        #[arg(short = 'o', long = "out", value_name = "DATA.csv")]
+        out: PathBuf,
+    },
     /// Train the random forest on a dataset (hyper-parameters by cross-validation).
     Train {
         data: PathBuf,
@@ -75,6 +84,34 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
                 "wrote {rows} rows to {} (generated from the simulator's ground-truth model, seed {seed})",
                 out.display()
             );
+            Ok(())
+        }
+        PredictorCommand::Import { raw, out } => {
+            let (rows, skipped) = crate::measure::convert(&raw, &out).map_err(Failure::usage)?;
+            #[derive(Serialize)]
+            struct Imported<'a> {
+                out: String,
+                rows: usize,
+                skipped: &'a [String],
+            }
+            let i = Imported {
+                out: out.display().to_string(),
+                rows,
+                skipped: &skipped,
+            };
+            match fmt {
+                Format::Json => json(&i),
+                Format::Table => {
+                    for s in &skipped {
+                        println!("no row: {s}");
+                    }
+                    println!(
+                        "wrote {rows} rows to {} ({} runs gave none)",
+                        i.out,
+                        skipped.len()
+                    );
+                }
+            }
             Ok(())
         }
         PredictorCommand::Train { data, out, seed } => {

@@ -8,6 +8,7 @@
 //!   and the column of a bad value.
 //! - [`groundtruth`]: rows generated from the simulator's documented model, to train and
 //!   test on until measured data exists.
+//! - [`measured`]: measurements from a GPU (`mmkctl measure`) and how they become rows.
 //! - [`forest`]: the random forest (smartcore), trained with cross-validated
 //!   hyper-parameters, saved to and loaded from a versioned model file; it implements the
 //!   partitioner's [`mmk_partitioner::PerfModel`].
@@ -19,6 +20,7 @@ pub mod eval;
 pub mod features;
 pub mod forest;
 pub mod groundtruth;
+pub mod measured;
 
 pub use dataset::{Dataset, DatasetError, Row};
 pub use features::{FEATURE_NAMES, Features};

@@ -1,0 +1,1028 @@
+//! `mmkctl measure PLAN.yaml -o RAW.jsonl`: measure workloads on this machine's GPU under
+//! MPS shares, alone and in pairs, for the predictor's dataset (docs/measure.md).
+//!
+//! A worker process (the plan's `worker` command, for example scripts/gpu/workloads.py)
+//! runs the workloads; mmkctl starts one per MPS share (the share is fixed when a CUDA
+//! context starts), tells it what to build and when to measure over a line protocol, and
+//! samples the GPU's GPM metrics over each window through NVML. Each run is appended to
+//! the output as soon as it is measured, so a cut-off sweep keeps what it did and
+//! `--resume` goes on from there.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use mmk_core::JobClass;
+use mmk_kernel_sched::gate::monotonic_ns;
+use mmk_predictor::measured::{
+    self, FORMAT_VERSION, Failed, Gpm, GpuInfo, Header, JobRef, JobResult, Mode, Record, Run,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::cli::{Failure, Format};
+
+#[derive(Debug, Args)]
+pub struct MeasureArgs {
+    /// The measurement plan (docs/measure.md).
+    pub plan: PathBuf,
+    /// Where the measurements go (JSON lines, appended run by run).
+    #[arg(short = 'o', long = "out", value_name = "RAW.jsonl")]
+    pub out: PathBuf,
+    /// Keep the runs already in the output and measure only the others.
+    #[arg(long)]
+    pub resume: bool,
+    /// Which GPU NVML samples (its index); the workers see what CUDA_VISIBLE_DEVICES gives.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: u32,
+    /// Do not sample GPM metrics (rows need them: such runs only measure speed).
+    #[arg(long)]
+    pub no_gpm: bool,
+    /// Only this part of the plan.
+    #[arg(long, value_enum)]
+    pub only: Option<Part>,
+    /// Also convert everything in the output into the predictor's CSV here.
+    #[arg(long, value_name = "DATA.csv")]
+    pub dataset: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    Alone,
+    Pairs,
+}
+
+// ---------------------------------------------------------------------------------------
+// The plan.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlan {
+    worker: Vec<String>,
+    #[serde(default)]
+    window: Option<String>,
+    #[serde(default)]
+    settle: Option<String>,
+    #[serde(default)]
+    alone: Option<RawAlone>,
+    #[serde(default)]
+    pairs: Option<RawPairs>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlone {
+    shares: Vec<u32>,
+    jobs: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPairs {
+    splits: Vec<[u32; 2]>,
+    jobs: Vec<[String; 2]>,
+}
+
+/// A plan: the worker, the window, and the runs grouped by the workers' shares.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub worker: Vec<String>,
+    /// The worker runs here (the plan file's directory).
+    pub dir: PathBuf,
+    pub window: Duration,
+    /// How long the jobs of a run go before the window opens.
+    pub settle: Duration,
+    pub groups: Vec<Group>,
+}
+
+/// Runs that the same workers measure: one worker per share in `shares`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub mode: Mode,
+    pub shares: Vec<u32>,
+    /// Each run's workloads, one per worker: (name, batch).
+    pub runs: Vec<Vec<(String, u32)>>,
+}
+
+impl Group {
+    fn refs(&self, run: &[(String, u32)]) -> Vec<JobRef> {
+        run.iter()
+            .zip(&self.shares)
+            .map(|((w, b), s)| JobRef {
+                workload: w.clone(),
+                batch: *b,
+                share_pct: *s,
+            })
+            .collect()
+    }
+}
+
+fn job_ref(field: &str, s: &str) -> Result<(String, u32), String> {
+    let bad = || format!("{field}: {s:?} is not NAME/BATCH (for example resnet50-inf/32)");
+    let (name, batch) = s.rsplit_once('/').ok_or_else(bad)?;
+    let batch: u32 = batch.trim().parse().map_err(|_| bad())?;
+    let name = name.trim();
+    if name.is_empty() || batch == 0 || name.contains(',') {
+        return Err(bad());
+    }
+    Ok((name.to_owned(), batch))
+}
+
+fn share(field: &str, s: u32) -> Result<u32, String> {
+    if (1..=100).contains(&s) {
+        Ok(s)
+    } else {
+        Err(format!("{field}: {s} is outside 1..=100"))
+    }
+}
+
+fn duration(field: &str, s: &Option<String>, default: Duration) -> Result<Duration, String> {
+    match s {
+        None => Ok(default),
+        Some(s) => match humantime::parse_duration(s) {
+            Ok(d) if !d.is_zero() && d <= Duration::from_secs(600) => Ok(d),
+            Ok(_) => Err(format!("{field}: {s} must be above 0 and at most 10m")),
+            Err(e) => Err(format!("{field}: {s:?} is not a duration ({e})")),
+        },
+    }
+}
+
+impl Plan {
+    pub fn parse(text: &str, dir: &Path) -> Result<Plan, String> {
+        let raw: RawPlan = serde_saphyr::from_str(text).map_err(|e| {
+            let e = e.without_snippet();
+            match e.location() {
+                Some(l) => format!("line {}: {}", l.line(), first_line(&e.to_string())),
+                None => first_line(&e.to_string()),
+            }
+        })?;
+        if raw.worker.is_empty() || raw.worker[0].trim().is_empty() {
+            return Err("worker: the worker's command is required".into());
+        }
+        let window = duration("window", &raw.window, Duration::from_millis(1500))?;
+        let settle = duration("settle", &raw.settle, Duration::from_millis(300))?;
+        let mut groups = Vec::new();
+        if let Some(a) = raw.alone {
+            let jobs = a
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(i, j)| job_ref(&format!("alone.jobs[{i}]"), j))
+                .collect::<Result<Vec<_>, _>>()?;
+            if jobs.is_empty() || a.shares.is_empty() {
+                return Err("alone: needs at least one share and one job".into());
+            }
+            for (i, s) in a.shares.iter().enumerate() {
+                groups.push(Group {
+                    mode: Mode::Alone,
+                    shares: vec![share(&format!("alone.shares[{i}]"), *s)?],
+                    runs: jobs.iter().map(|j| vec![j.clone()]).collect(),
+                });
+            }
+        }
+        if let Some(p) = raw.pairs {
+            let mut pairs = Vec::new();
+            for (i, [a, b]) in p.jobs.iter().enumerate() {
+                pairs.push(vec![
+                    job_ref(&format!("pairs.jobs[{i}][0]"), a)?,
+                    job_ref(&format!("pairs.jobs[{i}][1]"), b)?,
+                ]);
+            }
+            if pairs.is_empty() || p.splits.is_empty() {
+                return Err("pairs: needs at least one split and one pair".into());
+            }
+            for (i, [a, b]) in p.splits.iter().enumerate() {
+                groups.push(Group {
+                    mode: Mode::Pair,
+                    shares: vec![
+                        share(&format!("pairs.splits[{i}][0]"), *a)?,
+                        share(&format!("pairs.splits[{i}][1]"), *b)?,
+                    ],
+                    runs: pairs.clone(),
+                });
+            }
+        }
+        if groups.is_empty() {
+            return Err("the plan measures nothing: give alone, pairs or both".into());
+        }
+        Ok(Plan {
+            worker: raw.worker,
+            dir: dir.to_path_buf(),
+            window,
+            settle,
+            groups,
+        })
+    }
+
+    fn runs(&self) -> usize {
+        self.groups.iter().map(|g| g.runs.len()).sum()
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// The GPU's side: GPM metrics over a window, and a process's memory.
+
+/// What mmkctl reads from the GPU while workers run.
+pub trait Monitor {
+    fn gpu(&self) -> Option<GpuInfo>;
+    /// Waits until `end_ns` (CLOCK_MONOTONIC) and returns the GPM metrics between
+    /// `start_ns` and `end_ns`.
+    fn window(&self, start_ns: u64, end_ns: u64) -> Result<Gpm, String>;
+    /// GPU memory a process uses, if the driver tells.
+    fn process_memory(&self, pid: u32) -> Option<u64>;
+}
+
+fn sleep_until(ns: u64) {
+    let now = monotonic_ns();
+    if ns > now {
+        std::thread::sleep(Duration::from_nanos(ns - now));
+    }
+}
+
+/// No GPU metrics (`--no-gpm`, or NVML could not start): windows only wait.
+pub struct NoMonitor {
+    pub reason: String,
+}
+
+impl Monitor for NoMonitor {
+    fn gpu(&self) -> Option<GpuInfo> {
+        None
+    }
+    fn window(&self, _start_ns: u64, end_ns: u64) -> Result<Gpm, String> {
+        sleep_until(end_ns);
+        Err(self.reason.clone())
+    }
+    fn process_memory(&self, _pid: u32) -> Option<u64> {
+        None
+    }
+}
+
+/// NVML: GPM samples at the window's two ends (Hopper and newer).
+pub struct NvmlMonitor {
+    nvml: nvml_wrapper::Nvml,
+    index: u32,
+}
+
+impl NvmlMonitor {
+    pub fn new(index: u32) -> Result<NvmlMonitor, String> {
+        let nvml = nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+        nvml.device_by_index(index)
+            .map_err(|e| format!("NVML: GPU {index}: {e}"))?;
+        Ok(NvmlMonitor { nvml, index })
+    }
+}
+
+impl Monitor for NvmlMonitor {
+    fn gpu(&self) -> Option<GpuInfo> {
+        let d = self.nvml.device_by_index(self.index).ok()?;
+        Some(GpuInfo {
+            index: self.index,
+            name: d.name().unwrap_or_default(),
+            driver: self.nvml.sys_driver_version().unwrap_or_default(),
+            memory_bytes: d.memory_info().map(|m| m.total).unwrap_or(0),
+            mig_enabled: d.mig_mode().ok().map(|m| m.current == 1),
+        })
+    }
+
+    fn window(&self, start_ns: u64, end_ns: u64) -> Result<Gpm, String> {
+        use nvml_wrapper::enums::gpm::GpmMetricId as M;
+        let d = self
+            .nvml
+            .device_by_index(self.index)
+            .map_err(|e| format!("NVML: {e}"))?;
+        sleep_until(start_ns);
+        let first = d.gpm_sample();
+        sleep_until(end_ns);
+        let second = d.gpm_sample();
+        let (first, second) = (
+            first.map_err(|e| format!("GPM sample: {e}"))?,
+            second.map_err(|e| format!("GPM sample: {e}"))?,
+        );
+        let ids = [
+            M::SmUtil,
+            M::SmOccupancy,
+            M::DramBwUtil,
+            M::AnyTensorUtil,
+            M::Fp32Util,
+            M::Fp16Util,
+        ];
+        let got = nvml_wrapper::gpm::gpm_metrics_get(&self.nvml, &first, &second, &ids)
+            .map_err(|e| format!("GPM metrics: {e}"))?;
+        let v = |i: usize| {
+            got.get(i)
+                .and_then(|r| r.as_ref().ok())
+                .map(|m| m.value)
+                .filter(|v| v.is_finite())
+        };
+        Ok(Gpm {
+            sm_util_pct: v(0),
+            sm_occupancy_pct: v(1),
+            dram_bw_util_pct: v(2),
+            any_tensor_util_pct: v(3),
+            fp32_util_pct: v(4),
+            fp16_util_pct: v(5),
+        })
+    }
+
+    fn process_memory(&self, pid: u32) -> Option<u64> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let d = self.nvml.device_by_index(self.index).ok()?;
+        d.running_compute_processes()
+            .ok()?
+            .into_iter()
+            .find(|p| p.pid == pid)
+            .and_then(|p| match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Workers.
+
+/// How long a worker may take to build and warm a workload, and past a window's end.
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(300);
+const MEASURE_GRACE: Duration = Duration::from_secs(120);
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    share: u32,
+}
+
+impl Worker {
+    fn spawn(plan: &Plan, share: u32, log: &Path) -> Result<Worker, String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+        let mut child = Command::new(&plan.worker[0])
+            .args(&plan.worker[1..])
+            .current_dir(&plan.dir)
+            .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start the worker {:?}: {e}", plan.worker[0]))?;
+        let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
+            (Some(i), Some(o)) => (i, o),
+            _ => return Err("the worker's pipes were not made".into()),
+        };
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Worker {
+            child,
+            stdin,
+            lines,
+            share,
+        })
+    }
+
+    fn send(&mut self, req: &Value) -> Result<(), String> {
+        writeln!(self.stdin, "{req}")
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| format!("the worker at {} % is gone ({e})", self.share))
+    }
+
+    fn reply(&mut self, timeout: Duration) -> Result<Map<String, Value>, String> {
+        let line = match self.lines.recv_timeout(timeout) {
+            Ok(l) => l,
+            Err(RecvTimeoutError::Timeout) => {
+                return Err(format!(
+                    "the worker at {} % did not answer within {}",
+                    self.share,
+                    humantime::format_duration(timeout)
+                ));
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self.child.try_wait().ok().flatten();
+                return Err(format!(
+                    "the worker at {} % exited{} (its log says why)",
+                    self.share,
+                    status.map(|s| format!(" ({s})")).unwrap_or_default()
+                ));
+            }
+        };
+        let v: Value = serde_json::from_str(&line).map_err(|e| {
+            format!(
+                "the worker at {} % answered {:?}, not JSON ({e})",
+                self.share,
+                truncate(&line)
+            )
+        })?;
+        let Value::Object(m) = v else {
+            return Err(format!(
+                "the worker at {} % answered {}, not an object",
+                self.share,
+                truncate(&line)
+            ));
+        };
+        if m.get("ok") == Some(&Value::Bool(true)) {
+            Ok(m)
+        } else {
+            Err(m
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("the worker answered {}", truncate(&line))))
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", json!({"op": "quit"}));
+        let _ = self.stdin.flush();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(200).collect()
+}
+
+/// One worker's iterations ([end, seconds] each) as a job result.
+fn job_result(
+    job: JobRef,
+    class: JobClass,
+    reply: &Map<String, Value>,
+) -> Result<JobResult, String> {
+    let iters = reply
+        .get("iters")
+        .and_then(Value::as_array)
+        .ok_or("the measure reply has no iters list")?;
+    let mut d: Vec<f64> = Vec::with_capacity(iters.len());
+    for it in iters {
+        let secs = it
+            .as_array()
+            .and_then(|a| a.get(1))
+            .and_then(Value::as_f64)
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .ok_or_else(|| format!("iters: {} is not [END, SECONDS]", truncate(&it.to_string())))?;
+        d.push(secs);
+    }
+    d.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        if d.is_empty() {
+            0.0
+        } else {
+            d[((p * (d.len() - 1) as f64).round() as usize).min(d.len() - 1)]
+        }
+    };
+    let mean = if d.is_empty() {
+        0.0
+    } else {
+        d.iter().sum::<f64>() / d.len() as f64
+    };
+    Ok(JobResult {
+        job,
+        class,
+        iters: d.len() as u32,
+        mean_s: mean,
+        p50_s: pct(0.5),
+        p99_s: pct(0.99),
+        mem_bytes: None,
+        process_mem_bytes: None,
+    })
+}
+
+fn class_of(reply: &Map<String, Value>) -> Result<JobClass, String> {
+    match reply.get("class").and_then(Value::as_str) {
+        Some("online") => Ok(JobClass::Online),
+        Some("offline") => Ok(JobClass::Offline),
+        other => Err(format!(
+            "the prepare reply's class is {other:?}, not online or offline"
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The sweep.
+
+/// What a sweep did.
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    pub out: String,
+    pub planned: usize,
+    pub measured: usize,
+    pub failed: usize,
+    pub kept: usize,
+    pub seconds: f64,
+    pub dataset: Option<String>,
+    pub rows: Option<usize>,
+}
+
+/// Measures every run of `plan` not already in `done`, appending records to `out`.
+pub fn sweep(
+    plan: &Plan,
+    monitor: &dyn Monitor,
+    out: &Path,
+    done: &HashSet<(Mode, Vec<JobRef>)>,
+    mut write_header: bool,
+) -> Result<Summary, String> {
+    let started = Instant::now();
+    let log = out.with_extension("workers.log");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .map_err(|e| format!("cannot open {}: {e}", out.display()))?;
+    let mut append = |r: &Record| -> Result<(), String> {
+        let line = serde_json::to_string(r).map_err(|e| e.to_string())?;
+        writeln!(file, "{line}")
+            .and_then(|()| file.sync_data())
+            .map_err(|e| format!("cannot write {}: {e}", out.display()))
+    };
+    let mut s = Summary {
+        out: out.display().to_string(),
+        planned: plan.runs(),
+        ..Summary::default()
+    };
+    let total = s.planned;
+    let mut n = 0;
+    for g in &plan.groups {
+        let todo: Vec<&Vec<(String, u32)>> = g
+            .runs
+            .iter()
+            .filter(|r| !done.contains(&(g.mode, g.refs(r))))
+            .collect();
+        n += g.runs.len() - todo.len();
+        s.kept += g.runs.len() - todo.len();
+        if todo.is_empty() {
+            continue;
+        }
+        let mut workers: Vec<Worker> = Vec::new();
+        for run in todo {
+            n += 1;
+            let refs = g.refs(run);
+            // A worker that died (out of memory, a crash) is started again.
+            if workers.len() != g.shares.len() || !workers.iter_mut().all(Worker::alive) {
+                workers.clear();
+                for sh in &g.shares {
+                    workers.push(Worker::spawn(plan, *sh, &log)?);
+                }
+                if write_header {
+                    write_header = false;
+                    let info = info(&mut workers[0]);
+                    append(&Record::Header(header(plan, monitor, info)))?;
+                }
+            }
+            let label = refs
+                .iter()
+                .map(|r| format!("{} @ {} %", r.label(), r.share_pct))
+                .collect::<Vec<_>>()
+                .join(" + ");
+            match measure_run(plan, g, run, &refs, &mut workers, monitor) {
+                Ok(r) => {
+                    eprintln!("[{n:>4}/{total}] {}", progress(&r, &label));
+                    append(&Record::Run(r))?;
+                    s.measured += 1;
+                }
+                Err(error) => {
+                    eprintln!("[{n:>4}/{total}] {label}: failed: {error}");
+                    append(&Record::Failed(Failed {
+                        mode: g.mode,
+                        jobs: refs,
+                        error,
+                    }))?;
+                    s.failed += 1;
+                }
+            }
+            if g.mode == Mode::Alone {
+                // Each workload is measured once per share: free it.
+                for w in &mut workers {
+                    let _ = w.send(&json!({"op": "drop"}));
+                    let _ = w.reply(PREPARE_TIMEOUT);
+                }
+            }
+        }
+    }
+    s.seconds = started.elapsed().as_secs_f64();
+    Ok(s)
+}
+
+fn info(w: &mut Worker) -> BTreeMap<String, String> {
+    if w.send(&json!({"op": "info"})).is_err() {
+        return BTreeMap::new();
+    }
+    match w.reply(PREPARE_TIMEOUT) {
+        Ok(m) => m
+            .into_iter()
+            .filter(|(k, _)| k != "ok")
+            .map(|(k, v)| {
+                let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                (k, v)
+            })
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+fn header(plan: &Plan, monitor: &dyn Monitor, worker: BTreeMap<String, String>) -> Header {
+    Header {
+        version: FORMAT_VERSION,
+        mmk_version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        plan: plan.dir.display().to_string(),
+        gpu: monitor.gpu(),
+        mps_pipe_directory: std::env::var("CUDA_MPS_PIPE_DIRECTORY").ok(),
+        worker,
+    }
+}
+
+fn measure_run(
+    plan: &Plan,
+    g: &Group,
+    run: &[(String, u32)],
+    refs: &[JobRef],
+    workers: &mut [Worker],
+    monitor: &dyn Monitor,
+) -> Result<Run, String> {
+    // Build and warm every job first; then all measure over the same window.
+    for (w, (name, batch)) in workers.iter_mut().zip(run) {
+        w.send(&json!({"op": "prepare", "workload": name, "batch": batch}))?;
+    }
+    let mut prepared = Vec::new();
+    for (w, r) in workers.iter_mut().zip(refs) {
+        let m = w
+            .reply(PREPARE_TIMEOUT)
+            .map_err(|e| format!("{}: prepare: {e}", r.label()))?;
+        let class = class_of(&m).map_err(|e| format!("{}: {e}", r.label()))?;
+        prepared.push((class, m.get("mem_bytes").and_then(Value::as_u64)));
+    }
+    let start = monotonic_ns() + plan.settle.as_nanos() as u64;
+    let end = start + plan.window.as_nanos() as u64;
+    for (w, (name, batch)) in workers.iter_mut().zip(run) {
+        w.send(&json!({
+            "op": "measure", "workload": name, "batch": batch,
+            "start": start as f64 / 1e9, "end": end as f64 / 1e9,
+        }))?;
+    }
+    let gpm = monitor.window(start, end);
+    let mut jobs = Vec::new();
+    for ((w, r), (class, mem)) in workers.iter_mut().zip(refs).zip(prepared) {
+        let m = w
+            .reply(MEASURE_GRACE)
+            .map_err(|e| format!("{}: measure: {e}", r.label()))?;
+        let mut j = job_result(r.clone(), class, &m).map_err(|e| format!("{}: {e}", r.label()))?;
+        j.mem_bytes = mem;
+        j.process_mem_bytes = monitor.process_memory(w.child.id());
+        jobs.push(j);
+    }
+    let (gpm, gpm_error) = match gpm {
+        Ok(g) => (Some(g), None),
+        Err(e) => (None, Some(e)),
+    };
+    Ok(Run {
+        mode: g.mode,
+        window_s: plan.window.as_secs_f64(),
+        jobs,
+        gpm,
+        gpm_error,
+    })
+}
+
+fn progress(r: &Run, label: &str) -> String {
+    let speeds = r
+        .jobs
+        .iter()
+        .map(|j| format!("{:.2} ms/it ({} it)", j.mean_s * 1e3, j.iters))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let gpm = match &r.gpm {
+        Some(g) => format!(
+            "  sm {:.0} %  dram {:.0} %",
+            g.sm_util_pct.unwrap_or(f64::NAN),
+            g.dram_bw_util_pct.unwrap_or(f64::NAN)
+        ),
+        None => String::new(),
+    };
+    format!("{label}: {speeds}{gpm}")
+}
+
+/// The runs already in a measurement file.
+fn done_runs(path: &Path) -> Result<HashSet<(Mode, Vec<JobRef>)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let recs = measured::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Run(run) => Some(run.key()),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Converts measurement files into the predictor's CSV; returns the rows written and the
+/// runs that gave none.
+pub fn convert(inputs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>), String> {
+    let mut recs = Vec::new();
+    for p in inputs {
+        let text =
+            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        recs.extend(measured::parse(&text).map_err(|e| format!("{}: {e}", p.display()))?);
+    }
+    let c = measured::to_dataset(&recs).map_err(|e| e.to_string())?;
+    if c.dataset.rows.is_empty() {
+        return Err(format!(
+            "no run gave a row ({} skipped; the first: {})",
+            c.skipped.len(),
+            c.skipped.first().map_or("", String::as_str)
+        ));
+    }
+    let tmp = out.with_extension("csv.tmp");
+    std::fs::write(&tmp, c.dataset.to_csv())
+        .and_then(|()| std::fs::rename(&tmp, out))
+        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    Ok((c.dataset.rows.len(), c.skipped))
+}
+
+pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(&args.plan)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", args.plan.display())))?;
+    let dir = args
+        .plan
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let mut plan = Plan::parse(&text, &dir)
+        .map_err(|e| Failure::usage(format!("{}: {e}", args.plan.display())))?;
+    if let Some(only) = args.only {
+        let mode = match only {
+            Part::Alone => Mode::Alone,
+            Part::Pairs => Mode::Pair,
+        };
+        plan.groups.retain(|g| g.mode == mode);
+    }
+    let exists = args.out.exists();
+    if exists && !args.resume {
+        return Err(Failure::usage(format!(
+            "{} exists: give --resume to go on with it, or another -o",
+            args.out.display()
+        )));
+    }
+    let done = if exists {
+        done_runs(&args.out).map_err(Failure::usage)?
+    } else {
+        HashSet::new()
+    };
+    if plan
+        .groups
+        .iter()
+        .any(|g| g.shares.iter().any(|s| *s < 100))
+        && std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").is_none()
+        && !Path::new("/tmp/nvidia-mps").exists()
+    {
+        eprintln!(
+            "mmkctl: warning: no MPS control daemon found (CUDA_MPS_PIPE_DIRECTORY is unset and /tmp/nvidia-mps is missing): shares below 100 % have no effect without one"
+        );
+    }
+    let monitor: Box<dyn Monitor> = if args.no_gpm {
+        Box::new(NoMonitor {
+            reason: "--no-gpm".into(),
+        })
+    } else {
+        match NvmlMonitor::new(args.gpu) {
+            Ok(m) => Box::new(m),
+            Err(e) => {
+                eprintln!("mmkctl: warning: no GPM metrics ({e}); the runs give no dataset rows");
+                Box::new(NoMonitor { reason: e })
+            }
+        }
+    };
+    eprintln!(
+        "measuring {} runs ({} already in {}), {} window each; workers log to {}",
+        plan.runs(),
+        done.len(),
+        args.out.display(),
+        humantime::format_duration(plan.window),
+        args.out.with_extension("workers.log").display()
+    );
+    let mut s =
+        sweep(&plan, monitor.as_ref(), &args.out, &done, !exists).map_err(Failure::usage)?;
+    if let Some(csv) = &args.dataset {
+        let (rows, skipped) =
+            convert(std::slice::from_ref(&args.out), csv).map_err(Failure::usage)?;
+        for r in &skipped {
+            eprintln!("no row: {r}");
+        }
+        s.dataset = Some(csv.display().to_string());
+        s.rows = Some(rows);
+    }
+    match fmt {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&s).unwrap_or_else(|e| e.to_string())
+        ),
+        Format::Table => {
+            println!(
+                "{} runs measured, {} failed, {} kept from before, in {:.0} s: {}",
+                s.measured, s.failed, s.kept, s.seconds, s.out
+            );
+            if let (Some(d), Some(r)) = (&s.dataset, s.rows) {
+                println!("{r} dataset rows: {d}");
+            }
+        }
+    }
+    if s.failed > 0 {
+        return Err(Failure::usage(format!(
+            "{} of {} runs failed (the output and the workers' log say why)",
+            s.failed, s.planned
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_grouped_by_share_and_bad_fields_are_named() {
+        let p = Plan::parse(
+            "worker: [python3, workloads.py, worker]\nwindow: 2s\nalone:\n  shares: [20, 100]\n  jobs: [resnet50-inf/32, bert-train/8]\npairs:\n  splits: [[60, 40]]\n  jobs: [[resnet50-inf/32, bert-train/8]]\n",
+            Path::new("/x"),
+        )
+        .unwrap();
+        assert_eq!(p.window, Duration::from_secs(2));
+        assert_eq!(p.groups.len(), 3);
+        assert_eq!(p.runs(), 5);
+        assert_eq!(p.groups[2].shares, [60, 40]);
+        assert_eq!(
+            p.groups[2].refs(&p.groups[2].runs[0])[1],
+            JobRef {
+                workload: "bert-train".into(),
+                batch: 8,
+                share_pct: 40
+            }
+        );
+        let bad = |t: &str| Plan::parse(t, Path::new("/x")).unwrap_err();
+        assert_eq!(
+            bad("worker: [w]\nalone:\n  shares: [10]\n  jobs: [a/1, b]\n"),
+            "alone.jobs[1]: \"b\" is not NAME/BATCH (for example resnet50-inf/32)"
+        );
+        assert_eq!(
+            bad("worker: [w]\nalone:\n  shares: [10, 0]\n  jobs: [a/1]\n"),
+            "alone.shares[1]: 0 is outside 1..=100"
+        );
+        assert_eq!(
+            bad("worker: [w]\npairs:\n  splits: [[50, 150]]\n  jobs: [[a/1, b/2]]\n"),
+            "pairs.splits[0][1]: 150 is outside 1..=100"
+        );
+        assert_eq!(
+            bad("worker: [w]\n"),
+            "the plan measures nothing: give alone, pairs or both"
+        );
+        assert_eq!(
+            bad("worker: [w]\nwindow: 0s\nalone:\n  shares: [10]\n  jobs: [a/1]\n"),
+            "window: 0s must be above 0 and at most 10m"
+        );
+        assert!(
+            bad("worker: [w]\nwindo: 1s\n").starts_with("line 2:"),
+            "{}",
+            bad("worker: [w]\nwindo: 1s\n")
+        );
+    }
+
+    /// A fake worker in sh: an iteration takes 1 / share seconds (10 ms at 100 %), twice
+    /// as long next to a co-runner is not modelled; `boom/1` fails to prepare.
+    const FAKE: &str = r#"
+share=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+ms=$((1000 / share))
+while read -r line; do
+  case "$line" in
+    *'"op":"info"'*) echo '{"ok":true,"torch":"fake 1.0"}' ;;
+    *'"op":"prepare"'*'"workload":"boom"'*) echo '{"ok":false,"error":"KeyError: unknown workload boom"}' ;;
+    *'"op":"prepare"'*) echo '{"ok":true,"class":"offline","mem_bytes":1000}' ;;
+    *'"op":"measure"'*) printf '{"ok":true,"iters":[[1,0.%03d],[2,0.%03d],[3,0.%03d]]}\n' $ms $ms $ms ;;
+    *'"op":"drop"'*) echo '{"ok":true}' ;;
+    *'"op":"quit"'*) exit 0 ;;
+  esac
+done
+"#;
+
+    struct FakeGpm;
+    impl Monitor for FakeGpm {
+        fn gpu(&self) -> Option<GpuInfo> {
+            None
+        }
+        fn window(&self, _s: u64, end_ns: u64) -> Result<Gpm, String> {
+            sleep_until(end_ns);
+            Ok(Gpm {
+                sm_util_pct: Some(50.0),
+                dram_bw_util_pct: Some(20.0),
+                ..Gpm::default()
+            })
+        }
+        fn process_memory(&self, _pid: u32) -> Option<u64> {
+            Some(7)
+        }
+    }
+
+    #[test]
+    fn a_sweep_records_every_run_keeps_going_past_failures_and_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("fake.sh"), FAKE).unwrap();
+        let plan = Plan::parse(
+            "worker: [sh, fake.sh]\nwindow: 20ms\nsettle: 1ms\nalone:\n  shares: [50, 100]\n  jobs: [a/1, boom/1]\npairs:\n  splits: [[100, 50]]\n  jobs: [[a/1, a/1]]\n",
+            dir.path(),
+        )
+        .unwrap();
+        let out = dir.path().join("raw.jsonl");
+        let s = sweep(&plan, &FakeGpm, &out, &HashSet::new(), true).unwrap();
+        assert_eq!((s.planned, s.measured, s.failed), (5, 3, 2));
+        let recs = measured::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let Record::Header(h) = &recs[0] else {
+            panic!("{:?}", recs[0])
+        };
+        assert_eq!(h.worker["torch"], "fake 1.0");
+        let runs: Vec<&Run> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Run(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(runs.len(), 3);
+        // 20 ms an iteration at 50 %, 10 ms at 100 %.
+        assert!((runs[0].jobs[0].mean_s - 0.020).abs() < 1e-9);
+        assert!((runs[1].jobs[0].mean_s - 0.010).abs() < 1e-9);
+        assert_eq!(runs[1].jobs[0].process_mem_bytes, Some(7));
+        assert_eq!(runs[2].jobs.len(), 2);
+        assert!(recs.iter().any(|r| matches!(r, Record::Failed(f)
+            if f.error == "boom-b1: prepare: KeyError: unknown workload boom")));
+        // The rows: a at 50 % runs at half speed.
+        let c = measured::to_dataset(&recs).unwrap();
+        assert_eq!(c.dataset.rows.len(), 4);
+        assert!((c.dataset.rows[0].normalized_perf - 0.5).abs() < 1e-9);
+        // Resuming measures only the failed runs again.
+        let done = done_runs(&out).unwrap();
+        let s = sweep(&plan, &FakeGpm, &out, &done, false).unwrap();
+        assert_eq!((s.kept, s.measured, s.failed), (3, 0, 2));
+    }
+
+    #[test]
+    fn a_worker_that_dies_fails_its_run_and_is_started_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("die.sh"),
+            "read -r line; echo '{\"ok\":true}'; read -r line; exit 3\n",
+        )
+        .unwrap();
+        let plan = Plan::parse(
+            "worker: [sh, die.sh]\nwindow: 10ms\nalone:\n  shares: [100]\n  jobs: [a/1, b/1]\n",
+            dir.path(),
+        )
+        .unwrap();
+        let out = dir.path().join("raw.jsonl");
+        let s = sweep(
+            &plan,
+            &NoMonitor {
+                reason: "none".into(),
+            },
+            &out,
+            &HashSet::new(),
+            true,
+        )
+        .unwrap();
+        assert_eq!((s.measured, s.failed), (0, 2));
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains("exited"), "{text}");
+    }
+}
