@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU profiling dataset (issue 9, docs/measure.md), on the GPU machine, from the repo root:
-#   scripts/gpu/measure.sh BIN_DIR OUT_DIR alone|pairs [RESUME_FROM.jsonl]
+#   scripts/gpu/measure.sh BIN_DIR OUT_DIR alone|pairs|repeat [RESUME_FROM.jsonl]
 # BIN_DIR holds a release mmkctl. Starts one MPS control daemon with private pipe and log
 # directories, runs `mmkctl measure` on scripts/gpu/measure-plan.yaml for that part of the
-# plan, and quits the daemon; changes no other GPU setting. With RESUME_FROM, the runs in
+# plan (repeat: scripts/gpu/measure-repeat.yaml, a second measurement alone), and quits the daemon; changes no other GPU setting. With RESUME_FROM, the runs in
 # it are kept and only the others are measured.
 set -u
 bin=$(realpath "$1"); out=$(realpath "$2"); part=$3; from=${4:-}
@@ -16,6 +16,10 @@ raw=$out/raw-$part.jsonl
 resume=()
 if [ -n "$from" ]; then cp "$from" "$raw"; chmod u+w "$raw"; resume=(--resume); fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,clocks.max.sm --format=csv >"$out/gpu-$part.csv"
-"$bin/mmkctl" measure scripts/gpu/measure-plan.yaml -o "$raw" --only "$part" "${resume[@]}"
+if [ "$part" = repeat ]; then
+  "$bin/mmkctl" measure scripts/gpu/measure-repeat.yaml -o "$raw" "${resume[@]}"
+else
+  "$bin/mmkctl" measure scripts/gpu/measure-plan.yaml -o "$raw" --only "$part" "${resume[@]}"
+fi
 rc=$?
 exit $rc

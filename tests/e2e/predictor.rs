@@ -164,3 +164,133 @@ async fn generate_train_eval_explain_then_mmkd_plans_with_the_model() {
         text(&out.stderr)
     );
 }
+
+/// A worker in sh (docs/measure.md's protocol): an iteration takes 1 / share seconds.
+const SH_WORKER: &str = r#"
+ms=$((1000 / CUDA_MPS_ACTIVE_THREAD_PERCENTAGE))
+while read -r line; do
+  case "$line" in
+    *'"op":"info"'*) echo '{"ok":true,"torch":"none"}' ;;
+    *'"op":"prepare"'*) echo '{"ok":true,"class":"online","mem_bytes":4096}' ;;
+    *'"op":"measure"'*) printf '{"ok":true,"iters":[[1,0.%03d],[2,0.%03d]]}\n' $ms $ms ;;
+    *'"op":"quit"'*) exit 0 ;;
+    *) echo '{"ok":true}' ;;
+  esac
+done
+"#;
+
+#[test]
+fn measure_writes_runs_as_they_come_refuses_to_overwrite_and_resumes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::write(d.join("worker.sh"), SH_WORKER).expect("worker");
+    std::fs::write(
+        d.join("plan.yaml"),
+        "worker: [sh, worker.sh]\nwindow: 10ms\nalone:\n  shares: [100, 25]\n  jobs: [svc/8]\n",
+    )
+    .expect("plan");
+    let args = [
+        "measure",
+        "plan.yaml",
+        "-o",
+        "raw.jsonl",
+        "--no-gpm",
+        "--output",
+        "json",
+    ];
+    let s = json(&mmkctl(d, &args));
+    assert_eq!(
+        (s["planned"].as_u64(), s["measured"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let raw = std::fs::read_to_string(d.join("raw.jsonl")).expect("raw");
+    assert_eq!(raw.lines().count(), 3, "{raw}");
+    assert!(raw.contains("\"gpm_error\":\"--no-gpm\""), "{raw}");
+    // Without GPM metrics there is no job_sm_frac: no rows, and the reason.
+    let out = mmkctl(d, &["predictor", "import", "raw.jsonl", "-o", "d.csv"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no run of it alone at 100 % with GPM metrics"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = mmkctl(d, &args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("raw.jsonl exists: give --resume"));
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    let s = json(&mmkctl(d, &resume));
+    assert_eq!(
+        (s["kept"].as_u64(), s["measured"].as_u64()),
+        (Some(2), Some(0))
+    );
+
+    std::fs::write(
+        d.join("bad.yaml"),
+        "worker: [sh]\nalone:\n  shares: [100]\n  jobs: [svc]\n",
+    )
+    .expect("plan");
+    let out = mmkctl(d, &["measure", "bad.yaml", "-o", "x.jsonl"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "mmkctl: bad.yaml: alone.jobs[0]: \"svc\" is not NAME/BATCH (for example resnet50-inf/32)"
+    );
+    assert!(!d.join("x.jsonl").exists());
+}
+
+#[test]
+fn the_h200_dataset_imports_trains_and_beats_linear_regression() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gpu/h200-2026-11-21");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let raw = |f: &str| data.join(f).display().to_string();
+    let i = json(&mmkctl(
+        d,
+        &[
+            "predictor",
+            "import",
+            &raw("raw-alone.jsonl"),
+            &raw("raw-pairs.jsonl"),
+            "-o",
+            "h200.csv",
+            "--output",
+            "json",
+        ],
+    ));
+    // 28 workloads x 6 shares alone, 38 pairs x 4 splits x 2 jobs.
+    assert_eq!(i["rows"].as_u64(), Some(28 * 6 + 38 * 4 * 2));
+    let shipped = std::fs::read_to_string(data.join("dataset.csv")).expect("dataset.csv");
+    let made = std::fs::read_to_string(d.join("h200.csv")).expect("h200.csv");
+    assert_eq!(
+        made, shipped,
+        "data/gpu/h200-2026-11-21/dataset.csv is stale"
+    );
+    json(&mmkctl(
+        d,
+        &[
+            "predictor",
+            "train",
+            "h200.csv",
+            "-o",
+            "m.mmk",
+            "--output",
+            "json",
+        ],
+    ));
+    let e = json(&mmkctl(
+        d,
+        &["predictor", "eval", "m.mmk", "h200.csv", "--output", "json"],
+    ));
+    let err = |name: &str| {
+        e["held_out"]
+            .as_array()
+            .expect("held_out")
+            .iter()
+            .find(|m| m["model"].as_str().is_some_and(|s| s.starts_with(name)))
+            .and_then(|m| m["overall"]["rel_error_pct"].as_f64())
+            .expect(name)
+    };
+    let (rf, lr) = (err("random forest"), err("linear"));
+    assert!(rf < 10.0 && rf < lr / 2.0, "forest {rf} %, linear {lr} %");
+}
