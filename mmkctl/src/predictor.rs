@@ -274,6 +274,7 @@ fn short(model: &str) -> &str {
         Some("linear") => "LR",
         Some("SVR") => "SVR",
         Some("k-nearest") => "kNN",
+        Some("analytic") => "analytic",
         _ => model,
     }
 }

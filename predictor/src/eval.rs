@@ -15,7 +15,10 @@ use smartcore::neighbors::knn_regressor::{KNNRegressor, KNNRegressorParameters};
 use smartcore::svm::Kernels;
 use smartcore::svm::svr::{SVR, SVRParameters};
 
+use mmk_partitioner::{AnalyticModel, CoRunner, JobProfile, PartitionShape, PerfModel};
+
 use crate::dataset::Dataset;
+use crate::features::Features;
 use crate::forest::{ForestParams, ModelError, fit, matrix, mre_pct};
 use mmk_core::rng::Rng;
 
@@ -51,6 +54,44 @@ pub struct ModelScore {
     pub model: String,
     pub overall: Errors,
     pub per_workload: BTreeMap<String, Errors>,
+}
+
+/// What the planner's analytic model says of a row. The row has the co-runners' use
+/// already limited by their shares, so they count as one co-runner at 100 %.
+fn analytic_estimate(model: &AnalyticModel, f: &Features) -> f64 {
+    const GPU_SMS: u32 = 1000;
+    const GPU_SLICES: u8 = 8;
+    let part = PartitionShape {
+        sm_count: ((f.partition_sm_frac * f64::from(GPU_SMS)).round() as u32).max(1),
+        gpu_sm_count: GPU_SMS,
+        memory_slices: ((f.partition_mem_frac * f64::from(GPU_SLICES)).round() as u8).max(1),
+        gpu_memory_slices: GPU_SLICES,
+    };
+    let job = JobProfile {
+        class: f.class,
+        sm_demand: f.job_sm_frac,
+        bw_demand: f.job_bw_frac,
+        solo_latency_ms: None,
+    };
+    let co: Vec<CoRunner> = if f.co_runners > 0 {
+        vec![CoRunner {
+            profile: JobProfile {
+                class: f.class,
+                sm_demand: f.co_sm_frac,
+                bw_demand: f.co_bw_frac.min(1.0),
+                solo_latency_ms: None,
+            },
+            mps_share: 100,
+        }]
+    } else {
+        Vec::new()
+    };
+    model.estimate(
+        &job,
+        &part,
+        f.mps_share_pct.round().clamp(1.0, 100.0) as u8,
+        &co,
+    )
 }
 
 /// Splits `data` (seeded), fits each model family on the 80 % and scores it on the 20 %.
@@ -116,6 +157,15 @@ pub fn compare(
     out.push((
         "k-nearest neighbours (k=5)".to_owned(),
         knn.predict(&msvx).map_err(err)?,
+    ));
+
+    // The model mmkd plans with when it has no model file: no training, the features only.
+    let analytic = AnalyticModel::default();
+    out.push((
+        "analytic model (no training)".to_owned(),
+        test.iter()
+            .map(|&i| analytic_estimate(&analytic, &data.rows[i].features))
+            .collect(),
     ));
 
     Ok(out

@@ -240,7 +240,7 @@ fn measure_writes_runs_as_they_come_refuses_to_overwrite_and_resumes() {
 }
 
 #[test]
-fn the_h200_dataset_imports_trains_and_beats_linear_regression() {
+fn the_h200_dataset_imports_and_trains_a_forest_closer_to_it_than_the_analytic_model() {
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gpu/h200-2026-11-21");
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
@@ -291,6 +291,8 @@ fn the_h200_dataset_imports_trains_and_beats_linear_regression() {
             .and_then(|m| m["overall"]["rel_error_pct"].as_f64())
             .expect(name)
     };
-    let (rf, lr) = (err("random forest"), err("linear"));
+    let (rf, lr, analytic) = (err("random forest"), err("linear"), err("analytic"));
     assert!(rf < 10.0 && rf < lr / 2.0, "forest {rf} %, linear {lr} %");
+    // Trained on the GPU's numbers, the forest is closer to them than the stand-in model.
+    assert!(rf < analytic / 2.0, "forest {rf} %, analytic {analytic} %");
 }
