@@ -90,6 +90,8 @@ struct RawPairs {
 /// A plan: the worker, the window, and the runs grouped by the workers' shares.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
+    /// The plan file, as given (recorded in the header).
+    pub file: String,
     pub worker: Vec<String>,
     /// The worker runs here (the plan file's directory).
     pub dir: PathBuf,
@@ -210,6 +212,7 @@ impl Plan {
             return Err("the plan measures nothing: give alone, pairs or both".into());
         }
         Ok(Plan {
+            file: String::new(),
             worker: raw.worker,
             dir: dir.to_path_buf(),
             window,
@@ -610,6 +613,9 @@ pub fn sweep(
                     s.measured += 1;
                 }
                 Err(error) => {
+                    // A worker may still owe a reply (its partner failed first, or it
+                    // answered too late): start the group's workers afresh.
+                    workers.clear();
                     eprintln!("[{n:>4}/{total}] {label}: failed: {error}");
                     append(&Record::Failed(Failed {
                         mode: g.mode,
@@ -657,7 +663,7 @@ fn header(plan: &Plan, monitor: &dyn Monitor, worker: BTreeMap<String, String>) 
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
-        plan: plan.dir.display().to_string(),
+        plan: plan.file.clone(),
         gpu: monitor.gpu(),
         mps_pipe_directory: std::env::var("CUDA_MPS_PIPE_DIRECTORY").ok(),
         worker,
@@ -723,13 +729,14 @@ fn progress(r: &Run, label: &str) -> String {
         .map(|j| format!("{:.2} ms/it ({} it)", j.mean_s * 1e3, j.iters))
         .collect::<Vec<_>>()
         .join(", ");
-    let gpm = match &r.gpm {
-        Some(g) => format!(
+    let gpm = match (&r.gpm, &r.gpm_error) {
+        (Some(g), _) => format!(
             "  sm {:.0} %  dram {:.0} %",
             g.sm_util_pct.unwrap_or(f64::NAN),
             g.dram_bw_util_pct.unwrap_or(f64::NAN)
         ),
-        None => String::new(),
+        (None, Some(e)) => format!("  (no GPM metrics: {e})"),
+        (None, None) => String::new(),
     };
     format!("{label}: {speeds}{gpm}")
 }
@@ -783,6 +790,7 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
         .to_path_buf();
     let mut plan = Plan::parse(&text, &dir)
         .map_err(|e| Failure::usage(format!("{}: {e}", args.plan.display())))?;
+    plan.file = args.plan.display().to_string();
     if let Some(only) = args.only {
         let mode = match only {
             Part::Alone => Mode::Alone,
@@ -960,13 +968,15 @@ done
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("fake.sh"), FAKE).unwrap();
         let plan = Plan::parse(
-            "worker: [sh, fake.sh]\nwindow: 20ms\nsettle: 1ms\nalone:\n  shares: [50, 100]\n  jobs: [a/1, boom/1]\npairs:\n  splits: [[100, 50]]\n  jobs: [[a/1, a/1]]\n",
+            "worker: [sh, fake.sh]\nwindow: 20ms\nsettle: 1ms\nalone:\n  shares: [50, 100]\n  jobs: [a/1, boom/1]\npairs:\n  splits: [[100, 50]]\n  jobs: [[boom/1, a/1], [a/1, a/1]]\n",
             dir.path(),
         )
         .unwrap();
         let out = dir.path().join("raw.jsonl");
         let s = sweep(&plan, &FakeGpm, &out, &HashSet::new(), true).unwrap();
-        assert_eq!((s.planned, s.measured, s.failed), (5, 3, 2));
+        // The pair after a failed one is measured right: no reply of the failed run is
+        // left over to be taken for one of its own.
+        assert_eq!((s.planned, s.measured, s.failed), (6, 3, 3));
         let recs = measured::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
         let Record::Header(h) = &recs[0] else {
             panic!("{:?}", recs[0])
@@ -994,7 +1004,7 @@ done
         // Resuming measures only the failed runs again.
         let done = done_runs(&out).unwrap();
         let s = sweep(&plan, &FakeGpm, &out, &done, false).unwrap();
-        assert_eq!((s.kept, s.measured, s.failed), (3, 0, 2));
+        assert_eq!((s.kept, s.measured, s.failed), (3, 0, 3));
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub struct Header {
     pub version: u32,
     pub mmk_version: String,
     pub started_unix_s: u64,
+    /// The plan file.
     pub plan: String,
     pub gpu: Option<GpuInfo>,
     /// Where the MPS control daemon's pipes are (`CUDA_MPS_PIPE_DIRECTORY`), if set.

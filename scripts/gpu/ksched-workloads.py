@@ -11,6 +11,7 @@ interposer's launch counter (mmk_interposer_launches) around a region that torch
 """
 import ctypes
 import json
+import os
 import statistics
 import sys
 import time
@@ -32,20 +33,11 @@ def resnet50():
 
 
 def bert():
-    from transformers import BertConfig, BertForMaskedLM
+    """BERT-base masked-LM training, batch 8 x 128 (the same job as workloads.py's)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import workloads
 
-    config = BertConfig()  # bert-base shape, random weights
-    model = BertForMaskedLM(config).cuda().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, config.vocab_size, (8, 128), device="cuda")
-
-    def step():
-        out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+    return workloads.bert_train(8)
 
 
 def interposer_launches():
