@@ -355,6 +355,8 @@ impl Monitor for NvmlMonitor {
 /// How long a worker may take to build and warm a workload, and past a window's end.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(300);
 const MEASURE_GRACE: Duration = Duration::from_secs(120);
+/// A worker's start (importing its framework) and its answer to `info`.
+const INFO_TIMEOUT: Duration = Duration::from_secs(120);
 
 struct Worker {
     child: Child,
@@ -597,7 +599,15 @@ pub fn sweep(
                 }
                 if write_header {
                     write_header = false;
-                    let info = info(&mut workers[0]);
+                    let info = match info(&mut workers[0]) {
+                        Ok(info) => info,
+                        Err(e) => {
+                            // No answer to keep in step with: start it again.
+                            eprintln!("mmkctl: warning: the worker did not say what it is: {e}");
+                            workers[0] = Worker::spawn(plan, g.shares[0], &log)?;
+                            BTreeMap::new()
+                        }
+                    };
                     append(&Record::Header(header(plan, monitor, info)))?;
                 }
             }
@@ -626,10 +636,13 @@ pub fn sweep(
                 }
             }
             if g.mode == Mode::Alone {
-                // Each workload is measured once per share: free it.
-                for w in &mut workers {
-                    let _ = w.send(&json!({"op": "drop"}));
-                    let _ = w.reply(PREPARE_TIMEOUT);
+                // Each workload is measured once per share: free it. A worker that does
+                // not answer is started again before the next run.
+                let dropped = workers.iter_mut().all(|w| {
+                    w.send(&json!({"op": "drop"})).is_ok() && w.reply(PREPARE_TIMEOUT).is_ok()
+                });
+                if !dropped {
+                    workers.clear();
                 }
             }
         }
@@ -638,21 +651,17 @@ pub fn sweep(
     Ok(s)
 }
 
-fn info(w: &mut Worker) -> BTreeMap<String, String> {
-    if w.send(&json!({"op": "info"})).is_err() {
-        return BTreeMap::new();
-    }
-    match w.reply(PREPARE_TIMEOUT) {
-        Ok(m) => m
-            .into_iter()
-            .filter(|(k, _)| k != "ok")
-            .map(|(k, v)| {
-                let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
-                (k, v)
-            })
-            .collect(),
-        Err(_) => BTreeMap::new(),
-    }
+/// What the worker says of itself (`{"op": "info"}`).
+fn info(w: &mut Worker) -> Result<BTreeMap<String, String>, String> {
+    w.send(&json!({"op": "info"}))?;
+    Ok(w.reply(INFO_TIMEOUT)?
+        .into_iter()
+        .filter(|(k, _)| k != "ok")
+        .map(|(k, v)| {
+            let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+            (k, v)
+        })
+        .collect())
 }
 
 fn header(plan: &Plan, monitor: &dyn Monitor, worker: BTreeMap<String, String>) -> Header {
