@@ -3,6 +3,7 @@
 //! - [`spec`]: what a user asks for (`job.yaml`), validated at the edge;
 //! - [`yaml`]: parsing `job.yaml` with errors that name the field and the line;
 //! - [`job`]: job classes and the job state machine;
+//! - [`stats`]: quantiles for reports;
 //! - [`units`]: memory sizes and durations as users write them;
 //! - [`workload`]: the named workload profiles that simulated jobs run.
 
@@ -11,6 +12,7 @@ pub mod job;
 pub mod paths;
 pub mod rng;
 pub mod spec;
+pub mod stats;
 pub mod units;
 pub mod workload;
 pub mod yaml;

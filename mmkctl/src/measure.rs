@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use mmk_core::JobClass;
+use mmk_core::stats::quantile;
 use mmk_kernel_sched::gate::monotonic_ns;
 use mmk_predictor::measured::{
     self, FORMAT_VERSION, Failed, Gpm, GpuInfo, Header, JobRef, JobResult, Mode, Record, Run,
@@ -498,13 +499,6 @@ fn job_result(
         d.push(secs);
     }
     d.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        if d.is_empty() {
-            0.0
-        } else {
-            d[((p * (d.len() - 1) as f64).round() as usize).min(d.len() - 1)]
-        }
-    };
     let mean = if d.is_empty() {
         0.0
     } else {
@@ -515,8 +509,8 @@ fn job_result(
         class,
         iters: d.len() as u32,
         mean_s: mean,
-        p50_s: pct(0.5),
-        p99_s: pct(0.99),
+        p50_s: quantile(&d, 0.5),
+        p99_s: quantile(&d, 0.99),
         mem_bytes: None,
         process_mem_bytes: None,
     })

@@ -1,5 +1,6 @@
 //! The paper's Table IV on our data: the random forest against other model families on a
-//! held-out split, overall and per workload.
+//! held-out split, overall and per workload, and beside them the planner's analytic model
+//! (untrained) on the same rows.
 //!
 //! Errors, over the held-out rows (`p` predicted, `a` measured normalized performance):
 //! - absolute error: mean of `|p - a|`, in units of normalized performance (1 = the job

@@ -150,14 +150,16 @@ def transformer_train(batch):
     return step
 
 
+def torchvision_job(kind, name):
+    """A builder for torchvision's `name` (imported only when a job is built)."""
+    return lambda batch: kind(tv(name))(batch)
+
+
 for _name, _tv in [("vgg16", "vgg16"), ("mobilenet", "mobilenet_v2"), ("resnet18", "resnet18"),
                    ("densenet121", "densenet121"), ("vgg19", "vgg19"), ("resnet50", "resnet50")]:
-    workload(f"{_name}-inf", "online")(
-        (lambda t: lambda batch: cnn_infer(tv(t))(batch))(_tv))
-for _name, _tv in [("resnet152", "resnet152"), ("densenet201", "densenet201"),
-                   ("densenet121", "densenet121"), ("vgg19", "vgg19"), ("resnet50", "resnet50")]:
-    workload(f"{_name}-train", "offline")(
-        (lambda t: lambda batch: cnn_train(tv(t))(batch))(_tv))
+    workload(f"{_name}-inf", "online")(torchvision_job(cnn_infer, _tv))
+for _name in ["resnet152", "densenet201", "densenet121", "vgg19", "resnet50"]:
+    workload(f"{_name}-train", "offline")(torchvision_job(cnn_train, _name))
 workload("bert-train", "offline")(bert_train)
 workload("transformer-inf", "online")(transformer_infer)
 workload("transformer-train", "offline")(transformer_train)

@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use mmk_core::stats::quantile;
+
 use crate::engine::RunResult;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -20,13 +22,6 @@ pub struct Summary {
     pub stp: f64,
     pub reconfigurations: u64,
     pub moves: u64,
-}
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
 }
 
 impl Summary {
