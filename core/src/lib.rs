@@ -19,7 +19,7 @@ pub mod yaml;
 
 pub use error::{ServiceError, ServiceResult};
 pub use job::{JobClass, JobState};
-pub use spec::{CommandSpec, FieldError, JobSpec, RestartPolicy, Task, WorkloadSpec};
+pub use spec::{AttachedSpec, CommandSpec, FieldError, JobSpec, RestartPolicy, Task, WorkloadSpec};
 
 /// Unix time in milliseconds, the unit of every timestamp mmk stores.
 pub fn now_ms() -> i64 {

@@ -1,4 +1,5 @@
-//! Default locations, shared by mmkd and mmkctl so that both find the same socket.
+//! Default locations, shared by mmkd and mmkctl so that both find the same socket, and
+//! the one rule for where mmk's interposer goes in `LD_PRELOAD`.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -34,5 +35,13 @@ pub fn default_data_dir() -> PathBuf {
     match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
         Some(h) => PathBuf::from(h).join(".local/share/mmk"),
         None => PathBuf::from(format!("/tmp/mmk-{}/data", uid())),
+    }
+}
+
+/// `LD_PRELOAD` with `first` (mmk's interposer) ahead of what the job preloads itself.
+pub fn preload_first(first: &str, own: Option<&str>) -> String {
+    match own {
+        Some(own) if !own.is_empty() => format!("{first}:{own}"),
+        _ => first.to_owned(),
     }
 }

@@ -52,6 +52,34 @@ pub enum Task {
     Command(CommandSpec),
     /// A named workload profile, run by the simulated node.
     Workload(WorkloadSpec),
+    /// An attached allocation: mmk reserves the partition and the share, and the caller
+    /// (`mmkctl run`, Slurm, the Kubernetes device plugin) starts the process itself with
+    /// the environment mmk returns.
+    Attached(AttachedSpec),
+}
+
+/// The longest lease an attached allocation may ask for: one day.
+pub const MAX_LEASE_MS: u64 = 24 * 3600 * 1000;
+/// The shortest: one second (a renewer needs a few turns inside it).
+pub const MIN_LEASE_MS: u64 = 1000;
+
+/// An attached allocation. It ends when its watched process ends, when its lease is not
+/// renewed in time, or when the caller releases it; at least one of `pid` and `lease_ms`
+/// is set, so that an allocation whose caller died is always freed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct AttachedSpec {
+    /// The workload (by name) whose demands the planner assumes, as for a command job.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// A process on the node whose end releases the allocation.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// The lease: the allocation is released when it is not renewed for this long.
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
+    /// Online allocations: the kernel policy of the partition while it runs.
+    #[serde(default)]
+    pub kernel_policy: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -188,20 +216,91 @@ impl JobSpec {
                 format!("{} is more than {MAX_RESTARTS}", self.max_restarts),
             ));
         }
-        if let Task::Command(c) = &self.task
-            && c.kernel_policy.is_some()
-            && self.class == JobClass::Offline
-        {
-            return Err(FieldError::new(
-                "command.kernel_policy",
-                "only an online job chooses its partition's kernel policy",
-            ));
+        let (policy_field, policy) = match &self.task {
+            Task::Command(c) => ("command.kernel_policy", c.kernel_policy.as_deref()),
+            Task::Attached(a) => ("attached.kernel_policy", a.kernel_policy.as_deref()),
+            Task::Workload(_) => ("", None),
+        };
+        if let Some(p) = policy {
+            if self.class == JobClass::Offline {
+                return Err(FieldError::new(
+                    policy_field,
+                    "only an online job chooses its partition's kernel policy",
+                ));
+            }
+            check_kernel_policy(policy_field, p)?;
         }
         match &self.task {
             Task::Command(c) => validate_command(c),
             Task::Workload(w) => validate_workload(w),
+            Task::Attached(a) => self.validate_attached(a),
         }
     }
+}
+
+impl JobSpec {
+    fn validate_attached(&self, a: &AttachedSpec) -> Result<(), FieldError> {
+        // The caller runs the process: mmk can neither restart nor move it.
+        if self.checkpoint {
+            return Err(FieldError::new(
+                "checkpoint",
+                "an attached allocation is not moved: its caller runs the process",
+            ));
+        }
+        if self.restart_policy != RestartPolicy::Never {
+            return Err(FieldError::new(
+                "restart_policy",
+                "an attached allocation is not restarted: its caller runs the process",
+            ));
+        }
+        if a.pid.is_none() && a.lease_ms.is_none() {
+            return Err(FieldError::new(
+                "attached",
+                "give a pid to watch or a lease (or both), so that the allocation ends when its caller does",
+            ));
+        }
+        if a.pid == Some(0) {
+            return Err(FieldError::new("attached.pid", "0 is not a process"));
+        }
+        if let Some(ms) = a.lease_ms
+            && !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&ms)
+        {
+            return Err(FieldError::new(
+                "attached.lease",
+                format!("{ms} ms is outside {MIN_LEASE_MS} ms..=1 day"),
+            ));
+        }
+        if let Some(p) = &a.profile {
+            check_profile("attached.profile", p)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_kernel_policy(field: &str, p: &str) -> Result<(), FieldError> {
+    if KERNEL_POLICIES.contains(&p) {
+        return Ok(());
+    }
+    Err(FieldError::new(
+        field,
+        format!(
+            "unknown kernel policy {p:?}; one of: {}",
+            KERNEL_POLICIES.join(", ")
+        ),
+    ))
+}
+
+fn check_profile(field: &str, p: &str) -> Result<(), FieldError> {
+    if workload::find(p).is_some() {
+        return Ok(());
+    }
+    Err(FieldError::new(
+        field,
+        format!(
+            "unknown workload {p:?}; known: {}",
+            workload::names().join(", ")
+        ),
+    ))
 }
 
 fn validate_name(name: &str) -> Result<(), FieldError> {
@@ -294,27 +393,8 @@ fn validate_command(c: &CommandSpec) -> Result<(), FieldError> {
             format!("{p:?} must be an absolute path"),
         ));
     }
-    if let Some(p) = &c.kernel_policy
-        && !KERNEL_POLICIES.contains(&p.as_str())
-    {
-        return Err(FieldError::new(
-            "command.kernel_policy",
-            format!(
-                "unknown kernel policy {p:?}; one of: {}",
-                KERNEL_POLICIES.join(", ")
-            ),
-        ));
-    }
-    if let Some(p) = &c.profile
-        && workload::find(p).is_none()
-    {
-        return Err(FieldError::new(
-            "command.profile",
-            format!(
-                "unknown workload {p:?}; known: {}",
-                workload::names().join(", ")
-            ),
-        ));
+    if let Some(p) = &c.profile {
+        check_profile("command.profile", p)?;
     }
     Ok(())
 }

@@ -67,6 +67,31 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::predictor::PredictorCommand,
     },
+    /// Run a command in an mmk partition (attached mode): allocate, start it with the
+    /// allocation's environment, release when it exits; exits with its code.
+    Run(crate::attach::RunArgs),
+    /// Reserve a partition and a share for a process you start yourself (attached mode).
+    Allocate(crate::attach::AllocateArgs),
+    /// Renew an allocation's lease.
+    Renew { id: u64 },
+    /// End an allocation.
+    Release {
+        id: u64,
+        /// The exit code of the process that used it (not 0: the allocation is FAILED).
+        #[arg(long, allow_negative_numbers = true)]
+        exit_code: Option<i32>,
+        /// Recorded with it.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Would this node take the job now, where, and at what cost to the jobs already
+    /// here? A dry run; exit 0 fits, 3 would wait, 4 never fits.
+    Fit(crate::attach::FitArgs),
+    /// The node's free capacity; with --watch, each change until interrupted.
+    Capacity {
+        #[arg(long)]
+        watch: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -189,7 +214,8 @@ impl From<tonic::Status> for Failure {
     }
 }
 
-pub async fn run(cli: Cli) -> Result<(), Failure> {
+/// Runs a command; returns mmkctl's exit code (`run` and `fit` have their own).
+pub async fn run(cli: Cli) -> Result<u8, Failure> {
     let target = match (&cli.endpoint, cli.socket) {
         (Some(e), _) => Target::Endpoint(e.clone()),
         (None, Some(p)) => Target::Socket(p),
@@ -197,6 +223,24 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     };
     let fmt = cli.output;
     match cli.command {
+        Command::Run(args) => crate::attach::run(&target, args).await,
+        Command::Fit(args) => crate::attach::fit(&target, fmt, args).await,
+        command => run_command(&target, fmt, command).await.map(|()| 0),
+    }
+}
+
+async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(), Failure> {
+    let target = target.clone();
+    match command {
+        Command::Run(_) | Command::Fit(_) => unreachable!("handled by run"),
+        Command::Allocate(args) => crate::attach::allocate(&target, fmt, args).await,
+        Command::Renew { id } => crate::attach::renew(&target, fmt, id).await,
+        Command::Release {
+            id,
+            exit_code,
+            reason,
+        } => crate::attach::release_cmd(&target, fmt, id, exit_code, reason).await,
+        Command::Capacity { watch } => crate::attach::capacity(&target, fmt, watch).await,
         Command::Predictor { command } => crate::predictor::run(fmt, command),
         Command::Simulate(args) => crate::simulate::run(fmt, args),
         Command::Profile(args) => crate::profile::run(fmt, args),
@@ -274,7 +318,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-fn flag_class(online: bool, offline: bool) -> Option<JobClass> {
+pub(crate) fn flag_class(online: bool, offline: bool) -> Option<JobClass> {
     match (online, offline) {
         (true, _) => Some(JobClass::Online),
         (_, true) => Some(JobClass::Offline),

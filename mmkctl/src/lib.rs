@@ -1,8 +1,10 @@
 //! mmkctl, the mmk command-line client. `main` parses flags and calls [`run`]; each
 //! command is a gRPC call and a rendering of its answer (docs/mmkctl.md).
 //!
-//! Exit codes: 0 ok; 1 not found; 2 usage, input or server error.
+//! Exit codes: 0 ok; 1 not found; 2 usage, input or server error. `run` exits with its
+//! command's code; `fit` with 3 (would wait) or 4 (never fits).
 
+mod attach;
 mod cli;
 pub mod client;
 mod ksim;
@@ -33,7 +35,7 @@ pub fn main() -> ExitCode {
         }
     };
     match rt.block_on(cli::run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("mmkctl: {}", e.message);
             ExitCode::from(e.exit_code)

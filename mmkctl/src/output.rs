@@ -52,6 +52,12 @@ pub enum TaskOut {
         batch_size: Option<u32>,
         duration_ms: Option<u64>,
     },
+    /// An attached allocation: its caller runs the process.
+    Attached {
+        profile: Option<String>,
+        pid: Option<u32>,
+        lease_ms: Option<u64>,
+    },
     Unknown,
 }
 
@@ -74,7 +80,7 @@ pub fn class_name(c: i32) -> String {
     class_from_proto(c).map_or_else(|| format!("unknown({c})"), |c| c.as_str().to_owned())
 }
 
-fn time(ts: Option<&Timestamp>) -> Option<String> {
+pub(crate) fn time(ts: Option<&Timestamp>) -> Option<String> {
     let ts = ts?;
     // RFC 3339 has four-digit years: beyond 9999-12-31 show nothing rather than fail.
     let secs = u64::try_from(ts.seconds)
@@ -106,6 +112,11 @@ pub fn job_out(j: &v1::Job) -> JobOut {
                 batch_size: (w.batch_size != 0).then_some(w.batch_size),
                 duration_ms: (w.duration_ms != 0).then_some(w.duration_ms),
             },
+            Some(v1::job_spec::Task::Attached(a)) => TaskOut::Attached {
+                profile: (!a.profile.is_empty()).then_some(a.profile),
+                pid: (a.pid != 0).then_some(a.pid),
+                lease_ms: (a.lease_ms != 0).then_some(a.lease_ms),
+            },
             None => TaskOut::Unknown,
         },
         submitted_at: time(j.submitted_at.as_ref()),
@@ -128,7 +139,7 @@ pub fn job_out(j: &v1::Job) -> JobOut {
     }
 }
 
-fn print_json<T: Serialize>(v: &T) {
+pub(crate) fn print_json<T: Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
         Ok(s) => println!("{s}"),
         Err(e) => eprintln!("mmkctl: cannot encode JSON: {e}"),
@@ -195,6 +206,10 @@ pub fn job_table(fmt: Format, jobs: &[v1::Job]) {
     }
 }
 
+fn format_ms(ms: u64) -> String {
+    humantime::format_duration(Duration::from_millis(ms)).to_string()
+}
+
 pub fn job_detail(fmt: Format, j: &v1::Job) {
     let o = job_out(j);
     if fmt == Format::Json {
@@ -229,6 +244,23 @@ pub fn job_detail(fmt: Format, j: &v1::Job) {
         } => {
             let batch = batch_size.map_or_else(String::new, |b| format!(" (batch {b})"));
             row("workload:", &format!("{name}{batch}"));
+        }
+        TaskOut::Attached {
+            profile,
+            pid,
+            lease_ms,
+        } => {
+            let mut watch = Vec::new();
+            if let Some(p) = pid {
+                watch.push(format!("process {p}"));
+            }
+            if let Some(ms) = lease_ms {
+                watch.push(format!("a lease of {}", format_ms(*ms)));
+            }
+            row("attached:", &format!("ends with {}", watch.join(" or ")));
+            if let Some(p) = profile {
+                row("profile:", p);
+            }
         }
         TaskOut::Unknown => {}
     }

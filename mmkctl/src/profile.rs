@@ -90,7 +90,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
             args.file.display(),
             match &spec.task {
                 Task::Workload(w) => w.name.as_str(),
-                Task::Command(_) => "",
+                Task::Command(_) | Task::Attached(_) => "",
             }
         )));
     };

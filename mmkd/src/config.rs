@@ -43,6 +43,10 @@ pub enum MpsChoice {
     Off,
 }
 
+/// The unit of capacity (AllocationService.WatchCapacity, the Kubernetes device plugin's
+/// devices) when neither the flag nor the file says.
+pub const DEFAULT_CAPACITY_UNIT_MIB: u64 = 10 * 1024;
+
 /// How often MPS daemons are checked when neither the flag nor the file says.
 pub const DEFAULT_MPS_CHECK: Duration = Duration::from_secs(1);
 /// The real MPS control program, looked up in PATH.
@@ -105,6 +109,11 @@ pub struct Args {
     /// to mmkd; the kernel scheduler is off when there is none].
     #[arg(long, value_name = "PATH")]
     pub interposer: Option<PathBuf>,
+    /// GPU memory of one unit of capacity: WatchCapacity counts how many allocations of
+    /// this size of each class the node would start now, and the Kubernetes device plugin
+    /// advertises them as devices [default: 10G]
+    #[arg(long, value_name = "SIZE")]
+    pub capacity_unit: Option<String>,
 }
 
 fn parse_grace(s: &str) -> Result<Duration, String> {
@@ -129,6 +138,7 @@ struct FileConfig {
     model: Option<PathBuf>,
     kernel_policy: Option<String>,
     interposer: Option<PathBuf>,
+    capacity_unit: Option<String>,
 }
 
 /// The resolved configuration.
@@ -150,6 +160,7 @@ pub struct Config {
     pub kernel_policy: Option<mmk_kernel_sched::PolicyKind>,
     /// An interposer named by the operator (must exist), else the default one if present.
     pub interposer: Option<PathBuf>,
+    pub capacity_unit_mib: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -247,7 +258,17 @@ impl Config {
                     })?,
             ),
         };
+        let capacity_unit_mib = match args.capacity_unit.or(file.capacity_unit) {
+            None => DEFAULT_CAPACITY_UNIT_MIB,
+            Some(text) => mmk_core::units::parse_memory_mib(&text).map_err(|message| {
+                ConfigError::Invalid {
+                    field: "capacity_unit",
+                    message,
+                }
+            })?,
+        };
         Ok(Config {
+            capacity_unit_mib,
             planner,
             socket: args
                 .socket
@@ -342,6 +363,10 @@ mod tests {
         assert!(e.to_string().starts_with("sim_speed:"), "{e}");
         let e = Config::resolve(args(&["--mps-check-interval", "1ms"])).expect_err("too short");
         assert!(e.to_string().starts_with("mps_check_interval:"), "{e}");
+        let e = Config::resolve(args(&["--capacity-unit", "0"])).expect_err("zero");
+        assert!(e.to_string().starts_with("capacity_unit:"), "{e}");
+        let e = Config::resolve(args(&["--capacity-unit", "ten"])).expect_err("not a size");
+        assert!(e.to_string().starts_with("capacity_unit:"), "{e}");
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("mmkd.yaml");
         std::fs::write(&f, "backend: sim\nsim_gpu: a\n").expect("write");

@@ -17,6 +17,10 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+mod allocation;
+
+pub use allocation::AllocationApi;
+
 use crate::node::{JobEvent, Node};
 use crate::store::{JobRecord, Owner};
 use mmk_mps_control::DaemonInfo;
@@ -324,6 +328,20 @@ fn profile_name(gpus: &[GpuState], slot: Slot) -> String {
     }
 }
 
+fn step_to_proto(gpus: &[GpuState], s: &Step) -> v1::LayoutStep {
+    let (kind, slot, instance) = match s {
+        Step::Create { slot } => (v1::layout_step::Kind::Create, *slot, 0),
+        Step::Destroy { slot, instance } => (v1::layout_step::Kind::Destroy, *slot, *instance),
+    };
+    v1::LayoutStep {
+        kind: kind as i32,
+        gpu_index: slot.gpu,
+        profile: profile_name(gpus, slot),
+        start_slice: u32::from(slot.start),
+        instance_id: instance,
+    }
+}
+
 #[tonic::async_trait]
 impl PartitionService for PartitionApi {
     async fn plan_jobs(
@@ -346,25 +364,7 @@ impl PartitionService for PartitionApi {
             })
             .collect::<Result<Vec<_>, Status>>()?;
         let (gpus, plan, ids) = self.node.dry_run(&specs).await.map_err(status)?;
-        let steps = plan
-            .steps
-            .iter()
-            .map(|s| {
-                let (kind, slot, instance) = match s {
-                    Step::Create { slot } => (v1::layout_step::Kind::Create, *slot, 0),
-                    Step::Destroy { slot, instance } => {
-                        (v1::layout_step::Kind::Destroy, *slot, *instance)
-                    }
-                };
-                v1::LayoutStep {
-                    kind: kind as i32,
-                    gpu_index: slot.gpu,
-                    profile: profile_name(&gpus, slot),
-                    start_slice: u32::from(slot.start),
-                    instance_id: instance,
-                }
-            })
-            .collect();
+        let steps = plan.steps.iter().map(|s| step_to_proto(&gpus, s)).collect();
         let jobs = specs
             .iter()
             .zip(&ids)

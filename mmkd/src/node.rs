@@ -18,6 +18,10 @@ use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tracing::{info, instrument, warn};
 
+mod attached;
+
+pub use attached::{AllocationView, Capacity, Fit, GpuCapacity, Mount, Verdict};
+
 use crate::backend::GpuBackend;
 use crate::ksched;
 use crate::mps::{self, Mps};
@@ -60,6 +64,8 @@ struct Inner {
     pending_exits: Mutex<Vec<Exit>>,
     /// The pause before a failed pass runs again; doubles up to RETRY_MAX, reset on success.
     retry_delay: Mutex<Duration>,
+    /// Active attached allocations: their watched process, lease and environment.
+    attached: Mutex<HashMap<u64, attached::Held>>,
 }
 
 /// How long `cancel` waits for a stopped job's final state beyond the runner's stop.
@@ -95,6 +101,7 @@ impl Node {
                 cancelling: Mutex::default(),
                 pending_exits: Mutex::default(),
                 retry_delay: Mutex::new(RETRY_FIRST),
+                attached: Mutex::default(),
             }),
         };
         node.recover().await?;
@@ -130,6 +137,7 @@ impl Node {
     #[instrument(skip_all, fields(job = %spec.name, class = %spec.class))]
     pub async fn submit(&self, spec: JobSpec, owner: Option<Owner>) -> ServiceResult<JobRecord> {
         spec.validate()?;
+        let held = Self::hold(&spec)?;
         if owner.is_none()
             && matches!(spec.task, mmk_core::Task::Command(_))
             && runner::running_as_root()
@@ -162,6 +170,9 @@ impl Node {
             .await
             .map_err(store_error)?;
         info!(job = job.id, "job admitted");
+        if let Some(h) = held {
+            self.register(job.id, h);
+        }
         self.emit(ev.seq, ev.at, job.clone());
         self.inner.kick.notify_one();
         Ok(job)
@@ -217,6 +228,16 @@ impl Node {
                 return self
                     .transition(id, JobState::Cancelled, &reason, Change::default())
                     .await;
+            }
+            if matches!(job.spec.task, Task::Attached(_)) {
+                // No process of mmk's to stop: the caller learns it at its next renewal.
+                drop(_pass);
+                return self
+                    .end_allocation(id, JobState::Cancelled, &reason, None)
+                    .await?
+                    .ok_or_else(|| {
+                        ServiceError::FailedPrecondition(format!("job {id} has already ended"))
+                    });
             }
             // Active. If its run already ended, its exit is on the way and decides the
             // state (a job that succeeded stays SUCCEEDED); otherwise stop it.
@@ -332,6 +353,24 @@ impl Node {
             .list_jobs(&[JobState::Starting, JobState::Running], None)
             .await?
         {
+            if matches!(job.spec.task, Task::Attached(_)) {
+                // Its MPS daemon is stopped below: whatever its caller runs has lost it.
+                let reason = format!(
+                    "mmkd restarted while the allocation was {}; its MPS daemon was stopped",
+                    job.state.as_str().to_lowercase()
+                );
+                store
+                    .transition(
+                        job.id,
+                        JobState::Failed,
+                        &reason,
+                        Change::default(),
+                        now_ms(),
+                    )
+                    .await?;
+                info!(job = job.id, reason, "reconciled after restart");
+                continue;
+            }
             if matches!(job.spec.task, mmk_core::Task::Command(_)) {
                 let killed = runner::kill_leftovers(job.id, &self.inner.runner.log_dir(job.id));
                 if killed > 0 {
@@ -377,6 +416,10 @@ impl Node {
                 )
                 .await?;
             info!(job = job.id, state = %to, reason, "reconciled after restart");
+        }
+        // Waiting allocations are watched again.
+        for job in store.list_jobs(&[JobState::Queued], None).await? {
+            self.rewatch(&job);
         }
         // After the jobs' leftovers (MPS clients) are gone and before any job starts.
         let orphans = self.inner.mps.cleanup_orphans().await;
@@ -468,6 +511,7 @@ impl Node {
             .mps
             .enabled()
             .then(|| tokio::spawn(self.clone().watch_mps()));
+        let allocations = tokio::spawn(self.clone().watch_allocations());
         loop {
             tokio::select! {
                 () = shutdown.notified() => break,
@@ -492,6 +536,7 @@ impl Node {
         if let Some(w) = watcher {
             w.abort();
         }
+        allocations.abort();
     }
 
     /// Checks the MPS daemons now and then; what a check finds goes into the records of
@@ -886,6 +931,7 @@ impl Node {
         let sms = ksched::partition_sms(gpus, &a);
         let (profile, policy) = match &job.spec.task {
             Task::Command(c) => (c.kernel_profile.clone(), c.kernel_policy.clone()),
+            Task::Attached(a) => (None, a.kernel_policy.clone()),
             Task::Workload(_) => (None, None),
         };
         let online = job.spec.class == JobClass::Online;
@@ -922,6 +968,9 @@ impl Node {
             owner: job.owner,
             memory_mib: job.spec.gpu_memory_mib,
         };
+        if matches!(job.spec.task, Task::Attached(_)) {
+            return self.attach(job, &launch).await;
+        }
         match self.inner.runner.start(&launch) {
             Ok(pid) => {
                 if a.slot.profile_id.is_some() {
@@ -973,8 +1022,9 @@ fn demand(j: &JobRecord) -> JobDemand {
 /// A job that waits, as the planner sees it.
 fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
     let workload = match &spec.task {
-        mmk_core::Task::Workload(w) => Some(w.name.as_str()),
-        mmk_core::Task::Command(c) => c.profile.as_deref(),
+        Task::Workload(w) => Some(w.name.as_str()),
+        Task::Command(c) => c.profile.as_deref(),
+        Task::Attached(a) => a.profile.as_deref(),
     };
     let profile = workload
         .and_then(mmk_core::workload::find)

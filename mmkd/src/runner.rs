@@ -198,6 +198,9 @@ impl Runner {
                     });
                 (Stopper::Process(pid as i32), Some(pid), fut)
             }
+            Task::Attached(_) => {
+                return Err("an attached allocation's process is started by its caller".into());
+            }
         };
         self.running
             .lock()
@@ -432,12 +435,31 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
     env.entry("PATH".into())
         .or_insert_with(|| DEFAULT_PATH.into());
     env.extend(c.env.clone());
+    let own_preload = env.remove("LD_PRELOAD");
+    env.extend(mmk_env(l));
+    // Also the marker by which a restarted mmkd finds this job's processes.
+    env.insert("MMK_LOG_DIR".into(), log_dir.display().to_string());
+    // The interposer goes first; a preload the spec asked for stays after it.
+    let preload = match env.remove("LD_PRELOAD") {
+        Some(mmk) => mmk_core::paths::preload_first(&mmk, own_preload.as_deref()),
+        None => own_preload.unwrap_or_default(),
+    };
+    if !preload.is_empty() {
+        env.insert("LD_PRELOAD".into(), preload);
+    }
+    env
+}
+
+/// What mmk sets for a job in its partition: the device, the MPS share and memory limit,
+/// the MPS pipe, the kernel scheduler's interposer (`LD_PRELOAD`, alone) and gate, and the
+/// job's identity. A managed job gets these over its spec's own; an attached allocation
+/// returns them to its caller.
+pub fn mmk_env(l: &Launch) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
     let a = &l.assignment;
     env.insert("MMK_JOB_ID".into(), l.job.to_string());
     env.insert("MMK_JOB_NAME".into(), l.name.clone());
     env.insert("MMK_JOB_CLASS".into(), l.class.as_str().into());
-    // Also the marker by which a restarted mmkd finds this job's processes.
-    env.insert("MMK_LOG_DIR".into(), log_dir.display().to_string());
     env.insert(
         "MMK_PARTITION".into(),
         format!("gpu{}/{}@{}", a.slot.gpu, a.profile, a.slot.start),
@@ -456,12 +478,7 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
         env.insert("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string());
     }
     if let Some(k) = &l.ksched {
-        // The interposer goes first; a preload the spec asked for stays after it.
-        let preload = match env.get("LD_PRELOAD") {
-            Some(own) if !own.is_empty() => format!("{}:{own}", k.interposer.display()),
-            _ => k.interposer.display().to_string(),
-        };
-        env.insert("LD_PRELOAD".into(), preload);
+        env.insert("LD_PRELOAD".into(), k.interposer.display().to_string());
         env.insert("MMK_GATE".into(), k.gate.display().to_string());
         if let Some(profile) = &k.profile {
             env.insert("MMK_KSCHED_PROFILE".into(), profile.display().to_string());

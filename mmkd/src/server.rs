@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use mmk_mps_control::{MpsControl, Program, Supervisor};
 use mmk_partitioner::{AnalyticModel, PerfModel};
 use mmk_predictor::Predictor;
+use mmk_proto::v1::allocation_service_server::AllocationServiceServer;
 use mmk_proto::v1::job_service_server::JobServiceServer;
 use mmk_proto::v1::node_service_server::NodeServiceServer;
 use mmk_proto::v1::partition_service_server::PartitionServiceServer;
@@ -23,7 +24,7 @@ use crate::backend::GpuBackend;
 use crate::backend::nvml::NvmlBackend;
 use crate::backend::sim::SimBackend;
 use crate::config::{BackendChoice, Config, MpsChoice};
-use crate::grpc::{JobApi, NodeApi, PartitionApi};
+use crate::grpc::{AllocationApi, JobApi, NodeApi, PartitionApi};
 use crate::ksched::{self, KernelSched};
 use crate::mps::{FAKE_MPS_ARG, Mps};
 use crate::node::Node;
@@ -89,6 +90,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     health_reporter
         .set_serving::<NodeServiceServer<NodeApi>>()
         .await;
+    health_reporter
+        .set_serving::<AllocationServiceServer<AllocationApi>>()
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -98,6 +102,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .add_service(reflection)
         .add_service(JobServiceServer::new(JobApi {
             node: node.clone(),
+            stopping: stopping_rx.clone(),
+        }))
+        .add_service(AllocationServiceServer::new(AllocationApi {
+            node: node.clone(),
+            unit_mib: config.capacity_unit_mib,
             stopping: stopping_rx,
         }))
         .add_service(PartitionServiceServer::new(PartitionApi {

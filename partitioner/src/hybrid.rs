@@ -940,6 +940,12 @@ impl Planner for Hybrid {
                 }
                 let perf = self.perf(jobs, &part.shape, &part.members);
                 stp += perf.iter().sum::<f64>();
+                out.perf.extend(
+                    part.members
+                        .iter()
+                        .zip(&perf)
+                        .map(|(m, p)| (jobs[m.job].id, *p)),
+                );
                 for m in &part.members {
                     out.placements.push(JobPlacement {
                         job: jobs[m.job].id,
@@ -967,6 +973,7 @@ impl Planner for Hybrid {
             }
         }
         out.placements.sort_by_key(|p| p.job);
+        out.perf.sort_by_key(|(job, _)| *job);
         out.moves = moved
             .into_iter()
             .filter(|&j| {
@@ -1071,6 +1078,12 @@ mod tests {
         assert!(plan.queued.is_empty(), "{:?}", plan.queued);
         assert_eq!(plan.placements.len(), 2);
         assert!(plan.stp.is_some_and(|s| s > 1.0), "{:?}", plan.stp);
+        // Each placed job's prediction, summing to the STP.
+        let ids: Vec<u64> = plan.perf.iter().map(|(j, _)| *j).collect();
+        assert_eq!(ids, [1, 2]);
+        assert!(plan.perf.iter().all(|(_, p)| *p > 0.0 && *p <= 1.0));
+        let sum: f64 = plan.perf.iter().map(|(_, p)| p).sum();
+        assert!((sum - plan.stp.unwrap_or(0.0)).abs() < 1e-9);
         assert!(plan.steps.iter().all(|s| matches!(s, Step::Create { .. })));
         let shares: u32 = plan.placements.iter().map(|p| u32::from(p.mps_share)).sum();
         assert!(shares <= 200);

@@ -100,6 +100,9 @@ pub struct Plan {
     /// Placed jobs the plan restarts with another partition or share (checkpoint and
     /// restart); their new place is in `placements`.
     pub moves: Vec<u64>,
+    /// Predicted normalized performance of each placed job (job ID, perf), sorted by job,
+    /// when the planner uses a performance model; `stp` is their sum.
+    pub perf: Vec<(u64, f64)>,
 }
 
 /// Chooses layouts and placements. Implementations are pure and deterministic.

@@ -1,7 +1,7 @@
 //! Conversions between `mmk.v1` messages and domain types. Specs coming in are checked
 //! with [`JobSpec::validate`], so the gRPC API refuses exactly what `job.yaml` refuses.
 
-use mmk_core::spec::{CommandSpec, RestartPolicy, Task, WorkloadSpec};
+use mmk_core::spec::{AttachedSpec, CommandSpec, RestartPolicy, Task, WorkloadSpec};
 use mmk_core::{FieldError, JobClass, JobSpec, JobState};
 
 use crate::v1;
@@ -66,6 +66,12 @@ pub fn spec_to_proto(s: &JobSpec) -> v1::JobSpec {
                 batch_size: w.batch_size.unwrap_or(0),
                 duration_ms: w.duration_ms.unwrap_or(0),
             }),
+            Task::Attached(a) => v1::job_spec::Task::Attached(v1::AttachedTask {
+                profile: a.profile.clone().unwrap_or_default(),
+                pid: a.pid.unwrap_or(0),
+                lease_ms: a.lease_ms.unwrap_or(0),
+                kernel_policy: a.kernel_policy.clone().unwrap_or_default(),
+            }),
         }),
         checkpoint: s.checkpoint,
         restart_policy: match s.restart_policy {
@@ -103,6 +109,12 @@ pub fn spec_from_proto(s: v1::JobSpec) -> Result<JobSpec, FieldError> {
             name: w.name,
             batch_size: (w.batch_size != 0).then_some(w.batch_size),
             duration_ms: (w.duration_ms != 0).then_some(w.duration_ms),
+        }),
+        Some(v1::job_spec::Task::Attached(a)) => Task::Attached(AttachedSpec {
+            profile: (!a.profile.is_empty()).then_some(a.profile),
+            pid: (a.pid != 0).then_some(a.pid),
+            lease_ms: (a.lease_ms != 0).then_some(a.lease_ms),
+            kernel_policy: (!a.kernel_policy.is_empty()).then_some(a.kernel_policy),
         }),
         None => {
             return Err(FieldError::new(

@@ -4,6 +4,7 @@
 mod harness;
 
 mod bad_input;
+mod cluster;
 mod jobs;
 mod ksched;
 mod mps;

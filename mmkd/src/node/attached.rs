@@ -1,0 +1,634 @@
+//! Attached allocations: mmk reserves a partition and a share, and the caller (`mmkctl
+//! run`, a Slurm step, the Kubernetes device plugin) starts the process itself with the
+//! environment mmk returns.
+//!
+//! An allocation is a job whose task is `attached`: it is admitted, planned, placed and
+//! recorded like any other, so `mmkctl jobs` and `partitions show` list it and the planner
+//! counts it. What differs is its end. mmk runs no process for it; instead it watches
+//!
+//! - the caller's process (`attached.pid`), checked with its start time so that a reused
+//!   pid is not taken for it, and
+//! - the lease (`attached.lease`), which the caller renews,
+//!
+//! and ends the allocation when the process ends (SUCCEEDED, "the process ended"), when
+//! the lease runs out (FAILED: the caller vanished without a word), or when the caller
+//! releases it (with the exit code of its process, when it knows it). A cancelled
+//! allocation is CANCELLED; its caller learns it at its next renewal.
+//!
+//! The watch state lives in memory. After an mmkd restart a waiting allocation gets a
+//! fresh lease (its pid is looked up again); one that was running has lost its MPS daemon,
+//! which the restart stops, and is FAILED with that reason (see `Node::recover`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use mmk_core::spec::AttachedSpec;
+use mmk_core::{FieldError, JobSpec, JobState, ServiceError, ServiceResult, Task, now_ms};
+use mmk_partitioner::plan::largest_partition_mib;
+use mmk_partitioner::{JobDemand, NodeState, Step};
+use tokio::sync::broadcast;
+use tracing::{info, warn};
+
+use super::{Node, demand, waiting_demand};
+use crate::runner::{Launch, mmk_env};
+use crate::store::{Change, JobRecord, Owner};
+
+/// How often the watched processes and the leases are checked.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// A process, told apart from a later one that reuses its pid by its start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Watched {
+    pid: u32,
+    /// Field 22 of /proc/PID/stat: clock ticks after boot.
+    start: u64,
+}
+
+impl Watched {
+    fn find(pid: u32) -> Option<Watched> {
+        proc_start(pid).map(|start| Watched { pid, start })
+    }
+
+    fn alive(&self) -> bool {
+        proc_start(self.pid) == Some(self.start)
+    }
+}
+
+/// The start time of a live (not zombie) process.
+fn proc_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state (field 3), ..., starttime (field 22).
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// What mmk keeps about an active allocation.
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    pid: Option<Watched>,
+    lease: Option<Duration>,
+    deadline: Option<Instant>,
+    /// Set once it is placed.
+    env: BTreeMap<String, String>,
+    mounts: Vec<Mount>,
+}
+
+impl Held {
+    fn new(a: &AttachedSpec) -> Result<Held, FieldError> {
+        let pid = match a.pid {
+            Some(pid) => Some(Watched::find(pid).ok_or_else(|| {
+                FieldError::new(
+                    "attached.pid",
+                    format!("no process {pid} runs on this node (as mmkd sees it)"),
+                )
+            })?),
+            None => None,
+        };
+        let lease = a.lease_ms.map(Duration::from_millis);
+        Ok(Held {
+            pid,
+            lease,
+            deadline: lease.map(|l| Instant::now() + l),
+            env: BTreeMap::new(),
+            mounts: Vec::new(),
+        })
+    }
+
+    /// Why the allocation must end now, if it must.
+    fn expired(&self, now: Instant) -> Option<(JobState, String)> {
+        if let Some(w) = self.pid
+            && !w.alive()
+        {
+            return Some((
+                JobState::Succeeded,
+                format!("released: the watched process {} ended", w.pid),
+            ));
+        }
+        match (self.deadline, self.lease) {
+            (Some(d), Some(l)) if now >= d => Some((
+                JobState::Failed,
+                format!(
+                    "lease expired: not renewed for {}",
+                    humantime::format_duration(l)
+                ),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A host path the allocation's process must see at the same path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub path: PathBuf,
+    pub read_only: bool,
+}
+
+/// An allocation as the API shows it.
+#[derive(Debug, Clone)]
+pub struct AllocationView {
+    pub job: JobRecord,
+    /// Empty until it runs.
+    pub env: BTreeMap<String, String>,
+    pub mounts: Vec<Mount>,
+    /// Unix ms; `None` without a lease or once it ended.
+    pub lease_expires_at: Option<i64>,
+}
+
+/// Fit's answer: where the job would go and what it would cost the jobs already there.
+#[derive(Debug, Clone)]
+pub struct Fit {
+    pub verdict: Verdict,
+    /// Where the planner puts it (for `Now`, a partition that exists).
+    pub placement: Option<mmk_partitioner::JobPlacement>,
+    pub reason: String,
+    pub steps: Vec<Step>,
+    pub moves: Vec<u64>,
+    pub predicted_perf: Option<f64>,
+    pub stp_before: Option<f64>,
+    pub stp_after: Option<f64>,
+    /// (job, perf before, perf after) of each placed job that loses performance.
+    pub costs: Vec<(u64, f64, f64)>,
+    /// The GPUs as planned on.
+    pub gpus: Vec<mmk_partitioner::GpuState>,
+}
+
+impl Fit {
+    /// The predicted performance the placed jobs lose in all.
+    pub fn cost(&self) -> Option<f64> {
+        // A fold from +0.0: an empty f64 sum is -0.0, which prints as "-0.000".
+        self.stp_before
+            .map(|_| self.costs.iter().fold(0.0, |sum, (_, b, a)| sum + (b - a)))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Now,
+    AfterReconfiguration,
+    Wait,
+    Never,
+}
+
+/// The node's capacity, as WatchCapacity streams it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capacity {
+    pub gpus: Vec<GpuCapacity>,
+    pub online_units: u32,
+    pub offline_units: u32,
+    pub unit_mib: u64,
+    pub queued_jobs: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuCapacity {
+    pub index: u32,
+    pub uuid: String,
+    pub memory_mib: u64,
+    pub free_memory_mib: u64,
+    pub free_memory_slices: u32,
+    pub online_jobs: u32,
+    pub offline_jobs: u32,
+}
+
+/// The most units Capacity counts per class: a bound on the dry run's size.
+const MAX_UNITS: u32 = 64;
+
+fn attached(job: &JobRecord) -> Option<&AttachedSpec> {
+    match &job.spec.task {
+        Task::Attached(a) => Some(a),
+        _ => None,
+    }
+}
+
+fn not_an_allocation(id: u64) -> ServiceError {
+    ServiceError::FailedPrecondition(format!(
+        "job {id} is not an attached allocation (cancel a managed job instead)"
+    ))
+}
+
+fn ended(job: &JobRecord) -> ServiceError {
+    ServiceError::FailedPrecondition(format!(
+        "allocation {} has ended: {} ({})",
+        job.id, job.state, job.reason
+    ))
+}
+
+impl Node {
+    /// Checks an attached spec's process before it is stored: `Held` for the watch.
+    pub(super) fn hold(spec: &JobSpec) -> ServiceResult<Option<Held>> {
+        match &spec.task {
+            Task::Attached(a) => Ok(Some(Held::new(a)?)),
+            _ => Ok(None),
+        }
+    }
+
+    pub(super) fn register(&self, id: u64, held: Held) {
+        self.held().insert(id, held);
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Held>> {
+        self.inner
+            .attached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// After a restart: a waiting allocation is watched again, with a fresh lease. One
+    /// whose process is gone ends at the first check.
+    pub(super) fn rewatch(&self, job: &JobRecord) {
+        let Some(a) = attached(job) else { return };
+        let lease = a.lease_ms.map(Duration::from_millis);
+        let held = Held {
+            pid: a
+                .pid
+                .map(|pid| Watched::find(pid).unwrap_or(Watched { pid, start: 0 })),
+            lease,
+            deadline: lease.map(|l| Instant::now() + l),
+            env: BTreeMap::new(),
+            mounts: Vec::new(),
+        };
+        self.register(job.id, held);
+    }
+
+    /// Admits an attached allocation and waits up to `wait` for its placement.
+    pub async fn allocate(
+        &self,
+        spec: JobSpec,
+        owner: Option<Owner>,
+        wait: Duration,
+    ) -> ServiceResult<AllocationView> {
+        if !matches!(spec.task, Task::Attached(_)) {
+            return Err(ServiceError::InvalidArgument(FieldError::new(
+                "attached",
+                "an allocation's task is attached (give a pid, a lease or both)",
+            )));
+        }
+        let job = self.submit(spec, owner).await?;
+        self.allocation(job.id, wait).await
+    }
+
+    /// The allocation `id`, after waiting up to `wait` while it is QUEUED or STARTING.
+    pub async fn allocation(&self, id: u64, wait: Duration) -> ServiceResult<AllocationView> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut events = self.subscribe();
+        loop {
+            let job = self.get(id).await?;
+            if attached(&job).is_none() {
+                return Err(not_an_allocation(id));
+            }
+            let settled = !matches!(job.state, JobState::Queued | JobState::Starting);
+            if settled || tokio::time::Instant::now() >= deadline {
+                return Ok(self.view(job));
+            }
+            // Any event for this job, or a lagged channel, reads the job again.
+            let _ = tokio::time::timeout_at(deadline, async {
+                loop {
+                    match events.recv().await {
+                        Ok(ev) if ev.job.id != id => continue,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            std::future::pending::<()>().await;
+                        }
+                        _ => return,
+                    }
+                }
+            })
+            .await;
+        }
+    }
+
+    fn view(&self, job: JobRecord) -> AllocationView {
+        let held = self.held().get(&job.id).cloned();
+        let (env, mounts, lease_expires_at) = match held.filter(|_| !job.state.is_terminal()) {
+            Some(h) => {
+                let left = h.deadline.map(|d| {
+                    let ms = d.saturating_duration_since(Instant::now()).as_millis();
+                    now_ms().saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+                });
+                let placed = job.state == JobState::Running;
+                (
+                    if placed { h.env } else { BTreeMap::new() },
+                    if placed { h.mounts } else { Vec::new() },
+                    left,
+                )
+            }
+            None => (BTreeMap::new(), Vec::new(), None),
+        };
+        AllocationView {
+            job,
+            env,
+            mounts,
+            lease_expires_at,
+        }
+    }
+
+    /// Renews the lease of an active allocation.
+    pub async fn renew(&self, id: u64) -> ServiceResult<AllocationView> {
+        let job = self.get(id).await?;
+        if attached(&job).is_none() {
+            return Err(not_an_allocation(id));
+        }
+        {
+            let mut held = self.held();
+            match held.get_mut(&id) {
+                Some(h) if !job.state.is_terminal() => {
+                    h.deadline = h.lease.map(|l| Instant::now() + l);
+                }
+                _ => return Err(ended(&job)),
+            }
+        }
+        Ok(self.view(job))
+    }
+
+    /// Ends an allocation at its caller's word: SUCCEEDED, or FAILED when the process
+    /// exited with another code than 0; CANCELLED when it had not been placed.
+    pub async fn release_allocation(
+        &self,
+        id: u64,
+        exit_code: Option<i32>,
+        reason: &str,
+    ) -> ServiceResult<JobRecord> {
+        let job = self.get(id).await?;
+        if attached(&job).is_none() {
+            return Err(not_an_allocation(id));
+        }
+        let why = reason.trim();
+        let (state, what) = match exit_code {
+            Some(0) | None => (JobState::Succeeded, "released".to_owned()),
+            Some(c) => (JobState::Failed, format!("released: exited with code {c}")),
+        };
+        let what = if why.is_empty() {
+            what
+        } else {
+            format!("{what} ({why})")
+        };
+        self.end_allocation(id, state, &what, exit_code)
+            .await?
+            .ok_or_else(|| ended(&job))
+    }
+
+    /// Ends an active allocation: `state` if it was placed, CANCELLED if it waited.
+    /// `None` when it had already ended.
+    pub(super) async fn end_allocation(
+        &self,
+        id: u64,
+        state: JobState,
+        reason: &str,
+        exit_code: Option<i32>,
+    ) -> ServiceResult<Option<JobRecord>> {
+        let _pass = self.inner.sched.lock().await;
+        let job = self.get(id).await?;
+        if job.state.is_terminal() {
+            self.held().remove(&id);
+            return Ok(None);
+        }
+        let to = if job.state == JobState::Queued {
+            JobState::Cancelled
+        } else {
+            self.release(&job);
+            state
+        };
+        let change = Change {
+            exit_code,
+            ..Change::default()
+        };
+        let job = self.transition(id, to, reason, change).await?;
+        self.held().remove(&id);
+        info!(job = id, state = %to, reason, "allocation ended");
+        self.inner.kick.notify_one();
+        Ok(Some(job))
+    }
+
+    /// Places an allocation: its environment and mounts are ready for its caller.
+    pub(super) async fn attach(&self, job: &JobRecord, launch: &Launch) -> ServiceResult<()> {
+        let mut mounts = Vec::new();
+        if let Some(pipe) = &launch.mps_pipe {
+            mounts.push(Mount {
+                path: pipe.clone(),
+                read_only: false,
+            });
+        }
+        if let Some(k) = &launch.ksched {
+            mounts.push(Mount {
+                path: k.interposer.clone(),
+                read_only: true,
+            });
+            mounts.push(Mount {
+                path: k.gate.clone(),
+                read_only: false,
+            });
+        }
+        let env = mmk_env(launch);
+        let pid = {
+            let mut held = self.held();
+            let Some(h) = held.get_mut(&job.id) else {
+                // Released or expired while the pass placed it; the next check ends it.
+                return Ok(());
+            };
+            h.env = env;
+            h.mounts = mounts;
+            h.pid.map(|w| w.pid)
+        };
+        let a = &launch.assignment;
+        if a.slot.profile_id.is_some() {
+            self.inner
+                .backend
+                .set_in_use(a.slot.gpu, a.instance_id, true);
+        }
+        let change = Change {
+            pid,
+            ..Change::default()
+        };
+        self.transition(job.id, JobState::Running, "allocated", change)
+            .await?;
+        Ok(())
+    }
+
+    /// Ends the allocations whose process ended or whose lease ran out; runs until mmkd
+    /// stops.
+    pub(super) async fn watch_allocations(self) {
+        let mut tick = tokio::time::interval(CHECK_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let now = Instant::now();
+            let due: Vec<(u64, JobState, String)> = self
+                .held()
+                .iter()
+                .filter_map(|(id, h)| h.expired(now).map(|(s, why)| (*id, s, why)))
+                .collect();
+            for (id, state, why) in due {
+                if let Err(e) = self.end_allocation(id, state, &why, None).await {
+                    warn!(job = id, error = %e, "cannot end an allocation; trying again");
+                }
+            }
+        }
+    }
+
+    /// Whether `spec` fits on this node, and what it would cost the jobs already there:
+    /// two dry runs of the planner, without and with it.
+    pub async fn fit(&self, spec: &JobSpec) -> ServiceResult<Fit> {
+        spec.validate()?;
+        let jobs = self
+            .list(
+                &[JobState::Queued, JobState::Starting, JobState::Running],
+                None,
+            )
+            .await?;
+        let gpus = self.gpus().await?;
+        let node = NodeState { gpus };
+        let demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
+        let id = jobs.iter().map(|j| j.id).max().unwrap_or(0) + 1_000_000;
+        let mut with = demands.clone();
+        with.push(waiting_demand(id, spec));
+        let before = self.inner.planner.plan(&node, &demands);
+        let after = self.inner.planner.plan(&node, &with);
+        let placement = after.placements.iter().find(|p| p.job == id).copied();
+        let largest = largest_partition_mib(&node);
+        let exists = |slot: mmk_partitioner::Slot| {
+            node.gpus.iter().any(|g| {
+                g.index == slot.gpu
+                    && match slot.profile_id {
+                        None => !g.mig_enabled,
+                        Some(pid) => g
+                            .instances
+                            .iter()
+                            .any(|i| i.profile_id == pid && i.placement.start == slot.start),
+                    }
+            })
+        };
+        let moves: Vec<u64> = after
+            .moves
+            .iter()
+            .filter(|m| !before.moves.contains(m))
+            .copied()
+            .collect();
+        let (verdict, reason) = match placement {
+            _ if spec.gpu_memory_mib > largest => (
+                Verdict::Never,
+                format!(
+                    "needs {} of GPU memory; the largest partition this node can make has {}",
+                    mmk_core::units::format_mib(spec.gpu_memory_mib),
+                    mmk_core::units::format_mib(largest)
+                ),
+            ),
+            Some(p) if exists(p.slot) && moves.is_empty() => (Verdict::Now, String::new()),
+            Some(_) => (Verdict::AfterReconfiguration, String::new()),
+            None => (
+                Verdict::Wait,
+                after
+                    .queued
+                    .iter()
+                    .find(|q| q.job == id)
+                    .map(|q| q.reason.clone())
+                    .unwrap_or_default(),
+            ),
+        };
+        let placed: Vec<u64> = jobs
+            .iter()
+            .filter(|j| j.assignment.is_some() && j.state.is_active())
+            .map(|j| j.id)
+            .collect();
+        let perf = |plan: &mmk_partitioner::Plan, job: u64| {
+            plan.perf.iter().find(|(j, _)| *j == job).map(|(_, p)| *p)
+        };
+        let costs = placed
+            .iter()
+            .filter_map(|&j| Some((j, perf(&before, j)?, perf(&after, j)?)))
+            .filter(|(_, b, a)| a < b)
+            .collect();
+        let predicted_perf = perf(&after, id);
+        Ok(Fit {
+            verdict,
+            placement,
+            reason,
+            steps: if placement.is_some() {
+                after.steps
+            } else {
+                Vec::new()
+            },
+            moves,
+            predicted_perf,
+            stp_before: before.stp,
+            stp_after: after.stp,
+            costs,
+            gpus: node.gpus,
+        })
+    }
+
+    /// The node's capacity now: memory and jobs per GPU, and how many allocations of
+    /// `unit_mib` of each class the planner would start next to the jobs the node has.
+    pub async fn capacity(&self, unit_mib: u64) -> ServiceResult<Capacity> {
+        let jobs = self
+            .list(
+                &[JobState::Queued, JobState::Starting, JobState::Running],
+                None,
+            )
+            .await?;
+        let gpus = self.gpus().await?;
+        let node = NodeState { gpus };
+        let demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
+        let total_mib: u64 = node.gpus.iter().map(|g| g.model.memory_mib).sum();
+        let most = u32::try_from(total_mib / unit_mib.max(1))
+            .unwrap_or(u32::MAX)
+            .min(MAX_UNITS);
+        let first = jobs.iter().map(|j| j.id).max().unwrap_or(0) + 1_000_000;
+        let units = |class: mmk_core::JobClass| -> u32 {
+            let mut with = demands.clone();
+            let ids: Vec<u64> = (0..u64::from(most)).map(|i| first + i).collect();
+            with.extend(
+                ids.iter()
+                    .map(|&id| JobDemand::waiting(id, class, unit_mib)),
+            );
+            let plan = self.inner.planner.plan(&node, &with);
+            let placed = plan
+                .placements
+                .iter()
+                .filter(|p| ids.contains(&p.job))
+                .count();
+            u32::try_from(placed).unwrap_or(u32::MAX)
+        };
+        let queued = jobs.iter().filter(|j| j.state == JobState::Queued).count();
+        let gpus = node
+            .gpus
+            .iter()
+            .map(|g| {
+                let here: Vec<&JobRecord> = jobs
+                    .iter()
+                    .filter(|j| {
+                        j.state.is_active()
+                            && j.assignment.as_ref().is_some_and(|a| a.slot.gpu == g.index)
+                    })
+                    .collect();
+                let used: u64 = here.iter().map(|j| j.spec.gpu_memory_mib).sum();
+                let count = |c| u32::try_from(here.iter().filter(|j| j.spec.class == c).count());
+                GpuCapacity {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    memory_mib: g.model.memory_mib,
+                    free_memory_mib: g.model.memory_mib.saturating_sub(used),
+                    free_memory_slices: u32::from(g.model.memory_slices).saturating_sub(
+                        g.instances
+                            .iter()
+                            .map(|i| u32::from(i.placement.size))
+                            .sum(),
+                    ),
+                    online_jobs: count(mmk_core::JobClass::Online).unwrap_or(u32::MAX),
+                    offline_jobs: count(mmk_core::JobClass::Offline).unwrap_or(u32::MAX),
+                }
+            })
+            .collect();
+        Ok(Capacity {
+            gpus,
+            online_units: units(mmk_core::JobClass::Online),
+            offline_units: units(mmk_core::JobClass::Offline),
+            unit_mib,
+            queued_jobs: u32::try_from(queued).unwrap_or(u32::MAX),
+        })
+    }
+}
