@@ -46,7 +46,7 @@ pub struct AllocSpecArgs {
     /// The job's name [default: the program's file name].
     #[arg(long)]
     pub name: Option<String>,
-    /// The workload it resembles (`mmkctl workloads`), for the planner.
+    /// The Table III workload it resembles (docs/job-spec.md), for the planner.
     #[arg(long, value_name = "WORKLOAD")]
     pub profile: Option<String>,
     /// Online: the latency objective per request, in ms.
@@ -203,15 +203,16 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
     let mut int = signal(SignalKind::interrupt()).map_err(signal_error)?;
     let mut hup = signal(SignalKind::hangup()).map_err(signal_error)?;
 
+    let renew_every = (args.lease / 3).max(Duration::from_millis(200));
     let mut alloc = c
         .allocate(v1::AllocateRequest {
             spec: Some(spec_to_proto(&spec)),
-            wait_ms: 2000,
+            // Back well inside the lease, which runs while it waits.
+            wait_ms: u64::try_from(renew_every.as_millis()).unwrap_or(1000),
         })
         .await?
         .into_inner();
     let id = job_id(&alloc);
-    let renew_every = (args.lease / 3).max(Duration::from_millis(200));
     let deadline = args.wait.map(|w| tokio::time::Instant::now() + w);
     let mut said = String::new();
     // Wait for the placement, renewing the lease.
@@ -255,14 +256,7 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
         ));
     }
 
-    let mut env: BTreeMap<String, String> = alloc.env.clone().into_iter().collect();
-    if let Some(mmk) = env.remove("LD_PRELOAD") {
-        let own = std::env::var("LD_PRELOAD").ok();
-        env.insert(
-            "LD_PRELOAD".into(),
-            mmk_core::paths::preload_first(&mmk, own.as_deref()),
-        );
-    }
+    let env = export_env(&alloc.env);
     let mut child = match tokio::process::Command::new(&program)
         .args(&args.command[1..])
         .envs(&env)
@@ -335,13 +329,14 @@ fn forward(pid: i32, sig: i32) {
     }
 }
 
-/// The exit code a shell would report (128 + signal for a killed command), and words.
+/// The exit code a shell would report (128 + signal for a killed command), and what the
+/// code alone does not say.
 fn exit_of(status: &std::process::ExitStatus) -> (i32, String) {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
-        (Some(c), _) => (c, format!("exited with code {c}")),
+        (Some(c), _) => (c, String::new()),
         (None, Some(s)) => (128 + s, format!("killed by signal {s}")),
-        (None, None) => (1, "ended".into()),
+        (None, None) => (1, "ended without an exit status".into()),
     }
 }
 
@@ -442,22 +437,35 @@ pub async fn allocate(target: &Target, fmt: Format, args: AllocateArgs) -> Resul
         .into_inner();
     if args.export {
         if state(&a) != Some(JobState::Running) {
+            // Nobody would use it: give it back rather than leave it waiting.
+            let id = job_id(&a);
+            let _ = release(&mut c, id, None, "not placed in time for --export").await;
             return Err(Failure::server(format!(
-                "allocation {} is {}: {}",
-                job_id(&a),
-                a.job
-                    .as_ref()
-                    .map_or_else(String::new, |j| output::state_name(j.state)),
+                "allocation {id} was not placed in time ({}); released",
                 reason(&a)
             )));
         }
-        for (k, v) in &a.env {
+        for (k, v) in export_env(&a.env) {
             println!("export {k}={v}");
         }
         return Ok(());
     }
     show_allocation(fmt, &a);
     Ok(())
+}
+
+/// The environment for the caller's process, sorted: mmk's interposer goes ahead of the
+/// `LD_PRELOAD` the caller has (the same rule `run` and managed jobs follow).
+fn export_env(env: &std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = env.clone().into_iter().collect();
+    if let Some(mmk) = out.remove("LD_PRELOAD") {
+        let own = std::env::var("LD_PRELOAD").ok();
+        out.insert(
+            "LD_PRELOAD".into(),
+            mmk_core::paths::preload_first(&mmk, own.as_deref()),
+        );
+    }
+    out
 }
 
 fn show_allocation(fmt: Format, a: &v1::Allocation) {

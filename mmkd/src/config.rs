@@ -114,6 +114,19 @@ pub struct Args {
     /// advertises them as devices [default: 10G]
     #[arg(long, value_name = "SIZE")]
     pub capacity_unit: Option<String>,
+    /// Serve the Kubernetes device plugin (mmk.io/online, mmk.io/offline) and register it
+    /// with the kubelet whose device-plugin directory this is
+    /// (/var/lib/kubelet/device-plugins); off when unset
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_dir: Option<PathBuf>,
+    /// The kubelet's pod-resources socket, asked which containers still hold their
+    /// devices [default: DIR/../pod-resources/kubelet.sock]
+    #[arg(long, value_name = "PATH")]
+    pub kubelet_pod_resources: Option<PathBuf>,
+    /// How often the device plugin asks the kubelet which containers still run
+    /// [default: 2s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
+    pub kubelet_check_interval: Option<Duration>,
 }
 
 fn parse_grace(s: &str) -> Result<Duration, String> {
@@ -139,6 +152,9 @@ struct FileConfig {
     kernel_policy: Option<String>,
     interposer: Option<PathBuf>,
     capacity_unit: Option<String>,
+    kubelet_dir: Option<PathBuf>,
+    kubelet_pod_resources: Option<PathBuf>,
+    kubelet_check_interval: Option<String>,
 }
 
 /// The resolved configuration.
@@ -161,6 +177,8 @@ pub struct Config {
     /// An interposer named by the operator (must exist), else the default one if present.
     pub interposer: Option<PathBuf>,
     pub capacity_unit_mib: u64,
+    /// The Kubernetes device plugin; `None` when it is off.
+    pub kubelet: Option<crate::k8s::PluginConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -267,7 +285,28 @@ impl Config {
                 }
             })?,
         };
+        let check_every = match (args.kubelet_check_interval, file.kubelet_check_interval) {
+            (Some(d), _) => d,
+            (None, Some(text)) => parse_grace(&text).map_err(|message| ConfigError::Invalid {
+                field: "kubelet_check_interval",
+                message,
+            })?,
+            (None, None) => Duration::from_secs(2),
+        };
+        let kubelet = args.kubelet_dir.or(file.kubelet_dir).map(|dir| {
+            let pod_resources = args
+                .kubelet_pod_resources
+                .or(file.kubelet_pod_resources)
+                .unwrap_or_else(|| dir.join("../pod-resources/kubelet.sock"));
+            crate::k8s::PluginConfig {
+                kubelet_dir: dir,
+                pod_resources,
+                unit_mib: capacity_unit_mib,
+                check_every,
+            }
+        });
         Ok(Config {
+            kubelet,
             capacity_unit_mib,
             planner,
             socket: args

@@ -25,7 +25,7 @@ use crate::node::{JobEvent, Node};
 use crate::store::{JobRecord, Owner};
 use mmk_mps_control::DaemonInfo;
 
-fn status(e: ServiceError) -> Status {
+pub(crate) fn status(e: ServiceError) -> Status {
     service_error_to_status(e)
 }
 
@@ -231,7 +231,7 @@ pub struct PartitionApi {
 }
 
 /// Memory slices no instance holds.
-fn free_slices(g: &GpuState) -> u32 {
+pub(crate) fn free_slices(g: &GpuState) -> u32 {
     if !g.mig_enabled {
         return 0;
     }

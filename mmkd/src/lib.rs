@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod config;
 pub mod grpc;
+pub mod k8s;
 pub mod ksched;
 pub mod mps;
 pub mod node;

@@ -225,6 +225,7 @@ impl Node {
                 )));
             }
             if job.state == JobState::Queued {
+                self.held().remove(&id);
                 return self
                     .transition(id, JobState::Cancelled, &reason, Change::default())
                     .await;

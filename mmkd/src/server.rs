@@ -107,13 +107,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .add_service(AllocationServiceServer::new(AllocationApi {
             node: node.clone(),
             unit_mib: config.capacity_unit_mib,
-            stopping: stopping_rx,
+            stopping: stopping_rx.clone(),
         }))
         .add_service(PartitionServiceServer::new(PartitionApi {
             node: node.clone(),
         }))
         .add_service(NodeServiceServer::new(NodeApi { node: node.clone() }));
 
+    if let Some(k) = config.kubelet.clone() {
+        info!(dir = %k.kubelet_dir.display(), "kubernetes device plugin");
+        crate::k8s::start(node.clone(), k, stopping_rx);
+    }
     let (closed_tx, _) = tokio::sync::broadcast::channel::<()>(1);
     let closed = |tx: &tokio::sync::broadcast::Sender<()>| {
         let mut rx = tx.subscribe();

@@ -8,6 +8,23 @@ pub mod v1 {
     tonic::include_proto!("mmk.v1");
 }
 
+/// The kubelet's APIs, for mmkd's Kubernetes device plugin (and the fake kubelet of the
+/// tests): the device-plugin API v1beta1 and pod-resources v1.
+pub mod k8s {
+    pub mod deviceplugin {
+        pub mod v1beta1 {
+            #![allow(clippy::all, clippy::pedantic, clippy::unwrap_used)]
+            tonic::include_proto!("v1beta1");
+        }
+    }
+    pub mod podresources {
+        pub mod v1 {
+            #![allow(clippy::all, clippy::pedantic, clippy::unwrap_used)]
+            tonic::include_proto!("v1");
+        }
+    }
+}
+
 mod convert;
 mod status;
 

@@ -6,6 +6,7 @@ mod harness;
 mod bad_input;
 mod cluster;
 mod jobs;
+mod k8s;
 mod ksched;
 mod mps;
 mod predictor;

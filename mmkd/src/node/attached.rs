@@ -10,14 +10,17 @@
 //!   pid is not taken for it, and
 //! - the lease (`attached.lease`), which the caller renews,
 //!
-//! and ends the allocation when the process ends (SUCCEEDED, "the process ended"), when
-//! the lease runs out (FAILED: the caller vanished without a word), or when the caller
-//! releases it (with the exit code of its process, when it knows it). A cancelled
-//! allocation is CANCELLED; its caller learns it at its next renewal.
+//! and ends the allocation when the process ends (SUCCEEDED, "released: the watched
+//! process N ended"), when the lease runs out (FAILED, "lease expired: ..."), or when the
+//! caller releases it (SUCCEEDED, or FAILED with the exit code of its process when that is
+//! not 0). An allocation that ends this way before it was placed is CANCELLED with the
+//! same reason. A cancelled allocation is CANCELLED; a caller with a lease learns it at
+//! its next renewal, one with only a pid is not told.
 //!
 //! The watch state lives in memory. After an mmkd restart a waiting allocation gets a
-//! fresh lease (its pid is looked up again); one that was running has lost its MPS daemon,
-//! which the restart stops, and is FAILED with that reason (see `Node::recover`).
+//! fresh lease, and its pid is looked up again by number (the start time it had is not
+//! stored); one that was running has lost its MPS daemon, which the restart stops, and is
+//! FAILED with that reason (see `Node::recover`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -232,7 +235,7 @@ impl Node {
         self.held().insert(id, held);
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Held>> {
+    pub(super) fn held(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Held>> {
         self.inner
             .attached
             .lock()
@@ -358,14 +361,14 @@ impl Node {
             return Err(not_an_allocation(id));
         }
         let why = reason.trim();
-        let (state, what) = match exit_code {
-            Some(0) | None => (JobState::Succeeded, "released".to_owned()),
-            Some(c) => (JobState::Failed, format!("released: exited with code {c}")),
-        };
-        let what = if why.is_empty() {
-            what
-        } else {
-            format!("{what} ({why})")
+        let (state, what) = match (exit_code, why.is_empty()) {
+            (Some(0) | None, true) => (JobState::Succeeded, "released".to_owned()),
+            (Some(0) | None, false) => (JobState::Succeeded, format!("released: {why}")),
+            (Some(c), true) => (JobState::Failed, format!("released: exited with code {c}")),
+            (Some(c), false) => (
+                JobState::Failed,
+                format!("released: exited with code {c} ({why})"),
+            ),
         };
         self.end_allocation(id, state, &what, exit_code)
             .await?
@@ -612,12 +615,7 @@ impl Node {
                     uuid: g.uuid.clone(),
                     memory_mib: g.model.memory_mib,
                     free_memory_mib: g.model.memory_mib.saturating_sub(used),
-                    free_memory_slices: u32::from(g.model.memory_slices).saturating_sub(
-                        g.instances
-                            .iter()
-                            .map(|i| u32::from(i.placement.size))
-                            .sum(),
-                    ),
+                    free_memory_slices: crate::grpc::free_slices(g),
                     online_jobs: count(mmk_core::JobClass::Online).unwrap_or(u32::MAX),
                     offline_jobs: count(mmk_core::JobClass::Offline).unwrap_or(u32::MAX),
                 }
