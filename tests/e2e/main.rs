@@ -12,3 +12,4 @@ mod mps;
 mod predictor;
 mod restart;
 mod simulate;
+mod slurm;
