@@ -241,8 +241,22 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
         let wait_ms = u64::try_from(renew_every.as_millis()).unwrap_or(1000);
         tokio::select! {
             r = c.get_allocation(v1::GetAllocationRequest { id, wait_ms }) => {
-                alloc = r?.into_inner();
-                c.renew_lease(v1::RenewLeaseRequest { id }).await?;
+                let renewed = match r {
+                    Ok(a) => {
+                        alloc = a.into_inner();
+                        c.renew_lease(v1::RenewLeaseRequest { id }).await.map(|_| ())
+                    }
+                    Err(s) => Err(s),
+                };
+                match renewed {
+                    Ok(()) => {}
+                    // mmkd restarting or busy: try again, inside the lease.
+                    Err(s) if transient(&s) => {
+                        eprintln!("mmkctl run: cannot reach mmkd: {}; trying again", s.message());
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(s) => return Err(s.into()),
+                }
             }
             _ = term.recv() => return give_up(&mut c, id, libc::SIGTERM).await,
             _ = int.recv() => return give_up(&mut c, id, libc::SIGINT).await,
@@ -314,6 +328,14 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
         }
     }
     Ok(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
+}
+
+/// An error worth retrying: mmkd restarting, overloaded or cut off for a moment.
+fn transient(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Internal
+    )
 }
 
 fn signal_error(e: std::io::Error) -> Failure {
@@ -426,19 +448,41 @@ pub async fn allocate(target: &Target, fmt: Format, args: AllocateArgs) -> Resul
         },
     )?;
     let mut c = client(target).await?;
-    let a = c
+    // mmkd waits at most 5 minutes per call, and a lease runs while the allocation waits:
+    // wait in steps, renewing the lease between them.
+    let wait = args.wait.unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + wait;
+    let step = args.lease.map_or(Duration::from_secs(60), |l| {
+        (l / 3).max(Duration::from_millis(200))
+    });
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let mut a = c
         .allocate(v1::AllocateRequest {
             spec: Some(spec_to_proto(&spec)),
-            wait_ms: args
-                .wait
-                .map_or(0, |w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+            wait_ms: ms(wait.min(step)),
         })
         .await?
         .into_inner();
+    let id = job_id(&a);
+    while matches!(state(&a), Some(JobState::Queued | JobState::Starting)) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        if args.lease.is_some() {
+            c.renew_lease(v1::RenewLeaseRequest { id }).await?;
+        }
+        a = c
+            .get_allocation(v1::GetAllocationRequest {
+                id,
+                wait_ms: ms(left.min(step)),
+            })
+            .await?
+            .into_inner();
+    }
     if args.export {
         if state(&a) != Some(JobState::Running) {
             // Nobody would use it: give it back rather than leave it waiting.
-            let id = job_id(&a);
             let _ = release(&mut c, id, None, "not placed in time for --export").await;
             return Err(Failure::server(format!(
                 "allocation {id} was not placed in time ({}); released",

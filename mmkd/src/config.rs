@@ -293,6 +293,14 @@ impl Config {
             })?,
             (None, None) => Duration::from_secs(2),
         };
+        if !(Duration::from_millis(10)..=crate::k8s::MAX_CHECK).contains(&check_every) {
+            return Err(ConfigError::Invalid {
+                field: "kubelet_check_interval",
+                message: format!(
+                    "{check_every:?} is outside 10ms..=20s (the plugin's leases last 60s)"
+                ),
+            });
+        }
         let kubelet = args.kubelet_dir.or(file.kubelet_dir).map(|dir| {
             let pod_resources = args
                 .kubelet_pod_resources

@@ -43,6 +43,8 @@ pub const DOMAIN: &str = "mmk.io";
 const LEASE: Duration = Duration::from_secs(60);
 /// How long Allocate waits for a placement before it refuses the container.
 const PLACE_WAIT: Duration = Duration::from_secs(20);
+/// The longest `--kubelet-check-interval`: leases are renewed several times each.
+pub const MAX_CHECK: Duration = Duration::from_secs(20);
 /// Lists in a row without a container's devices before its allocation is released.
 const MISSES: u32 = 2;
 
@@ -212,8 +214,14 @@ impl Plugin {
         );
         let _ = self.changed.send(());
         info!(allocation = id, devices = ?ids, class = %self.class, "allocated for a container");
+        let mut envs: std::collections::HashMap<String, String> = a.env.into_iter().collect();
+        // The NVIDIA container runtime gives the container the device nodes of what this
+        // names: the partition's MIG instance, or its GPU.
+        if let Some(dev) = envs.get("CUDA_VISIBLE_DEVICES").cloned() {
+            envs.insert("NVIDIA_VISIBLE_DEVICES".into(), dev);
+        }
         Ok(dp::ContainerAllocateResponse {
-            envs: a.env.into_iter().collect(),
+            envs,
             mounts: a
                 .mounts
                 .iter()
@@ -366,6 +374,8 @@ async fn unix_channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
     let path = path.to_path_buf();
     Endpoint::from_static("http://kubelet.local")
         .connect_timeout(Duration::from_secs(5))
+        // A kubelet that hangs must not stop the check (and so the leases' renewal).
+        .timeout(Duration::from_secs(5))
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move {
@@ -554,11 +564,21 @@ async fn check_pods(plugins: Vec<Plugin>, mut stopping: watch::Receiver<bool>) {
             .iter()
             .filter(|(id, _)| !gone.iter().any(|(g, _)| g == id))
         {
-            if let Err(e) = first.node.renew(*id).await {
-                // Cancelled or ended by other means: its devices are free again.
-                info!(allocation = id, reason = %e, "a container's allocation ended");
-                first.state().held.remove(id);
-                let _ = first.changed.send(());
+            match first.node.renew(*id).await {
+                Ok(_) => {}
+                Err(
+                    e @ (mmk_core::ServiceError::FailedPrecondition(_)
+                    | mmk_core::ServiceError::NotFound { .. }),
+                ) => {
+                    // Cancelled or ended by other means: its devices are free again.
+                    info!(allocation = id, reason = %e, "a container's allocation ended");
+                    first.state().held.remove(id);
+                    let _ = first.changed.send(());
+                }
+                // The store is busy or failing: try again at the next check.
+                Err(e) => {
+                    warn!(allocation = id, error = %e, "cannot renew a container's allocation")
+                }
             }
         }
     }

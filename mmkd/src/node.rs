@@ -225,10 +225,11 @@ impl Node {
                 )));
             }
             if job.state == JobState::Queued {
-                self.held().remove(&id);
-                return self
+                let job = self
                     .transition(id, JobState::Cancelled, &reason, Change::default())
-                    .await;
+                    .await?;
+                self.held().remove(&id);
+                return Ok(job);
             }
             if matches!(job.spec.task, Task::Attached(_)) {
                 // No process of mmk's to stop: the caller learns it at its next renewal.
@@ -656,6 +657,10 @@ impl Node {
             self.transition(job.id, JobState::Failed, &what, change)
                 .await
         };
+        if result.is_ok() && matches!(job.spec.task, Task::Attached(_)) {
+            // An allocation that could not start: nothing to watch any more.
+            self.held().remove(&job.id);
+        }
         if let Err(e) = result {
             warn!(error = %e, "cannot record a job's end; trying again");
             self.inner

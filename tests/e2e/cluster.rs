@@ -90,10 +90,7 @@ async fn run_starts_the_command_in_its_partition_and_releases_it_with_its_exit_c
     );
     assert_eq!(job["state"], "FAILED");
     assert_eq!(job["exit_code"], 3);
-    assert_eq!(
-        job["reason"],
-        "released: exited with code 3 (exited with code 3)"
-    );
+    assert_eq!(job["reason"], "released: exited with code 3");
     assert_eq!(job["task"]["kind"], "attached");
     let err = text(&out.stderr);
     assert!(err.contains("allocation 1: gpu 0"), "{err}");

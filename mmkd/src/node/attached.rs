@@ -102,6 +102,21 @@ impl Held {
         })
     }
 
+    /// The watch of a stored allocation, with a fresh lease; its pid is looked up by
+    /// number (one that is gone ends it at the first check).
+    fn rewatched(a: Option<&AttachedSpec>) -> Held {
+        let lease = a.and_then(|a| a.lease_ms).map(Duration::from_millis);
+        Held {
+            pid: a
+                .and_then(|a| a.pid)
+                .map(|pid| Watched::find(pid).unwrap_or(Watched { pid, start: 0 })),
+            lease,
+            deadline: lease.map(|l| Instant::now() + l),
+            env: BTreeMap::new(),
+            mounts: Vec::new(),
+        }
+    }
+
     /// Why the allocation must end now, if it must.
     fn expired(&self, now: Instant) -> Option<(JobState, String)> {
         if let Some(w) = self.pid
@@ -245,18 +260,9 @@ impl Node {
     /// After a restart: a waiting allocation is watched again, with a fresh lease. One
     /// whose process is gone ends at the first check.
     pub(super) fn rewatch(&self, job: &JobRecord) {
-        let Some(a) = attached(job) else { return };
-        let lease = a.lease_ms.map(Duration::from_millis);
-        let held = Held {
-            pid: a
-                .pid
-                .map(|pid| Watched::find(pid).unwrap_or(Watched { pid, start: 0 })),
-            lease,
-            deadline: lease.map(|l| Instant::now() + l),
-            env: BTreeMap::new(),
-            mounts: Vec::new(),
-        };
-        self.register(job.id, held);
+        if let Some(a) = attached(job) {
+            self.register(job.id, Held::rewatched(Some(a)));
+        }
     }
 
     /// Admits an attached allocation and waits up to `wait` for its placement.
@@ -384,7 +390,36 @@ impl Node {
         reason: &str,
         exit_code: Option<i32>,
     ) -> ServiceResult<Option<JobRecord>> {
-        let _pass = self.inner.sched.lock().await;
+        let pass = self.inner.sched.lock().await;
+        self.end_locked(pass, id, state, reason, exit_code).await
+    }
+
+    /// Ends an allocation the watch found expired, unless a renewal came in since.
+    async fn end_expired(
+        &self,
+        id: u64,
+        state: JobState,
+        reason: &str,
+    ) -> ServiceResult<Option<JobRecord>> {
+        let pass = self.inner.sched.lock().await;
+        let still = self
+            .held()
+            .get(&id)
+            .is_some_and(|h| h.expired(Instant::now()).is_some());
+        if !still {
+            return Ok(None);
+        }
+        self.end_locked(pass, id, state, reason, None).await
+    }
+
+    async fn end_locked(
+        &self,
+        _pass: tokio::sync::MutexGuard<'_, ()>,
+        id: u64,
+        state: JobState,
+        reason: &str,
+        exit_code: Option<i32>,
+    ) -> ServiceResult<Option<JobRecord>> {
         let job = self.get(id).await?;
         if job.state.is_terminal() {
             self.held().remove(&id);
@@ -429,10 +464,11 @@ impl Node {
         let env = mmk_env(launch);
         let pid = {
             let mut held = self.held();
-            let Some(h) = held.get_mut(&job.id) else {
-                // Released or expired while the pass placed it; the next check ends it.
-                return Ok(());
-            };
+            // Its watch is gone only if a cancel's record failed: watch it again, so that
+            // its lease or process ends it.
+            let h = held
+                .entry(job.id)
+                .or_insert_with(|| Held::rewatched(attached(job)));
             h.env = env;
             h.mounts = mounts;
             h.pid.map(|w| w.pid)
@@ -466,7 +502,7 @@ impl Node {
                 .filter_map(|(id, h)| h.expired(now).map(|(s, why)| (*id, s, why)))
                 .collect();
             for (id, state, why) in due {
-                if let Err(e) = self.end_allocation(id, state, &why, None).await {
+                if let Err(e) = self.end_expired(id, state, &why).await {
                     warn!(job = id, error = %e, "cannot end an allocation; trying again");
                 }
             }
