@@ -282,21 +282,58 @@ impl Node {
         &self,
         specs: &[JobSpec],
     ) -> ServiceResult<(Vec<GpuState>, Plan, Vec<u64>)> {
+        let now = self.planning_state().await?;
+        let mut demands = now.demands;
+        let ids: Vec<u64> = (0..specs.len() as u64)
+            .map(|i| now.first_free + i)
+            .collect();
+        demands.extend(specs.iter().zip(&ids).map(|(s, id)| waiting_demand(*id, s)));
+        let plan = self.inner.planner.plan(&now.node, &demands);
+        Ok((now.node.gpus, plan, ids))
+    }
+
+    /// What a dry run plans from: the active jobs, the GPUs, the jobs as the planner sees
+    /// them, and the first ID free for hypothetical jobs (after every stored one).
+    async fn planning_state(&self) -> ServiceResult<PlanningState> {
         let jobs = self
             .list(
                 &[JobState::Queued, JobState::Starting, JobState::Running],
                 None,
             )
             .await?;
-        let gpus = self.gpus().await?;
-        let mut demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
-        // Hypothetical jobs come after every stored one, in the order given.
-        let first = jobs.iter().map(|j| j.id).max().unwrap_or(0) + 1_000_000;
-        let ids: Vec<u64> = (0..specs.len() as u64).map(|i| first + i).collect();
-        demands.extend(specs.iter().zip(&ids).map(|(s, id)| waiting_demand(*id, s)));
-        let node = NodeState { gpus };
-        let plan = self.inner.planner.plan(&node, &demands);
-        Ok((node.gpus, plan, ids))
+        let node = NodeState {
+            gpus: self.gpus().await?,
+        };
+        let demands = jobs.iter().map(demand).collect();
+        let first_free = jobs.iter().map(|j| j.id).max().unwrap_or(0) + 1_000_000;
+        Ok(PlanningState {
+            jobs,
+            node,
+            demands,
+            first_free,
+        })
+    }
+
+    /// A placed job's run has begun: its instance is in use and it is RUNNING.
+    async fn started(
+        &self,
+        job: &JobRecord,
+        a: &Assignment,
+        pid: Option<u32>,
+        reason: &str,
+    ) -> ServiceResult<()> {
+        if a.slot.profile_id.is_some() {
+            self.inner
+                .backend
+                .set_in_use(a.slot.gpu, a.instance_id, true);
+        }
+        let change = Change {
+            pid,
+            ..Change::default()
+        };
+        self.transition(job.id, JobState::Running, reason, change)
+            .await?;
+        Ok(())
     }
 
     /// The GPUs as the backend reports them now.
@@ -978,19 +1015,7 @@ impl Node {
             return self.attach(job, &launch).await;
         }
         match self.inner.runner.start(&launch) {
-            Ok(pid) => {
-                if a.slot.profile_id.is_some() {
-                    self.inner
-                        .backend
-                        .set_in_use(a.slot.gpu, a.instance_id, true);
-                }
-                let change = Change {
-                    pid,
-                    ..Change::default()
-                };
-                self.transition(job.id, JobState::Running, "running", change)
-                    .await?;
-            }
+            Ok(pid) => self.started(job, &a, pid, "running").await?,
             Err(why) => self.not_started(job, why),
         }
         Ok(())
@@ -1011,6 +1036,14 @@ impl Node {
             });
         self.inner.kick.notify_one();
     }
+}
+
+/// See [`Node::planning_state`].
+struct PlanningState {
+    jobs: Vec<JobRecord>,
+    node: NodeState,
+    demands: Vec<JobDemand>,
+    first_free: u64,
 }
 
 /// A job as the planner sees it: its place and share when it runs, its SLO, and the

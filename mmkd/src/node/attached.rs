@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 use mmk_core::spec::AttachedSpec;
 use mmk_core::{FieldError, JobSpec, JobState, ServiceError, ServiceResult, Task, now_ms};
 use mmk_partitioner::plan::largest_partition_mib;
-use mmk_partitioner::{JobDemand, NodeState, Step};
+use mmk_partitioner::{JobDemand, Step};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use super::{Node, demand, waiting_demand};
+use super::{Node, waiting_demand};
 use crate::runner::{Launch, mmk_env};
 use crate::store::{Change, JobRecord, Owner};
 
@@ -473,19 +473,8 @@ impl Node {
             h.mounts = mounts;
             h.pid.map(|w| w.pid)
         };
-        let a = &launch.assignment;
-        if a.slot.profile_id.is_some() {
-            self.inner
-                .backend
-                .set_in_use(a.slot.gpu, a.instance_id, true);
-        }
-        let change = Change {
-            pid,
-            ..Change::default()
-        };
-        self.transition(job.id, JobState::Running, "allocated", change)
-            .await?;
-        Ok(())
+        self.started(job, &launch.assignment, pid, "allocated")
+            .await
     }
 
     /// Ends the allocations whose process ended or whose lease ran out; runs until mmkd
@@ -513,16 +502,12 @@ impl Node {
     /// two dry runs of the planner, without and with it.
     pub async fn fit(&self, spec: &JobSpec) -> ServiceResult<Fit> {
         spec.validate()?;
-        let jobs = self
-            .list(
-                &[JobState::Queued, JobState::Starting, JobState::Running],
-                None,
-            )
-            .await?;
-        let gpus = self.gpus().await?;
-        let node = NodeState { gpus };
-        let demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
-        let id = jobs.iter().map(|j| j.id).max().unwrap_or(0) + 1_000_000;
+        let super::PlanningState {
+            jobs,
+            node,
+            demands,
+            first_free: id,
+        } = self.planning_state().await?;
         let mut with = demands.clone();
         with.push(waiting_demand(id, spec));
         let before = self.inner.planner.plan(&node, &demands);
@@ -603,20 +588,16 @@ impl Node {
     /// The node's capacity now: memory and jobs per GPU, and how many allocations of
     /// `unit_mib` of each class the planner would start next to the jobs the node has.
     pub async fn capacity(&self, unit_mib: u64) -> ServiceResult<Capacity> {
-        let jobs = self
-            .list(
-                &[JobState::Queued, JobState::Starting, JobState::Running],
-                None,
-            )
-            .await?;
-        let gpus = self.gpus().await?;
-        let node = NodeState { gpus };
-        let demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
+        let super::PlanningState {
+            jobs,
+            node,
+            demands,
+            first_free: first,
+        } = self.planning_state().await?;
         let total_mib: u64 = node.gpus.iter().map(|g| g.model.memory_mib).sum();
         let most = u32::try_from(total_mib / unit_mib.max(1))
             .unwrap_or(u32::MAX)
             .min(MAX_UNITS);
-        let first = jobs.iter().map(|j| j.id).max().unwrap_or(0) + 1_000_000;
         let units = |class: mmk_core::JobClass| -> u32 {
             let mut with = demands.clone();
             let ids: Vec<u64> = (0..u64::from(most)).map(|i| first + i).collect();
