@@ -2,13 +2,10 @@
 
 use std::path::PathBuf;
 
-use hyper_util::rt::TokioIo;
 use mmk_proto::v1::job_service_client::JobServiceClient;
 use mmk_proto::v1::node_service_client::NodeServiceClient;
 use mmk_proto::v1::partition_service_client::PartitionServiceClient;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
-use tower::service_fn;
+use tonic::transport::{Channel, Endpoint};
 
 use crate::cli::Failure;
 
@@ -48,13 +45,7 @@ pub async fn connect(target: &Target) -> Result<Clients, Failure> {
             if !path.exists() {
                 return Err(fail(&"no such socket"));
             }
-            let path = path.clone();
-            // The URI is required but unused: the connector dials the socket.
-            Endpoint::from_static("http://mmkd.local")
-                .connect_with_connector(service_fn(move |_: Uri| {
-                    let path = path.clone();
-                    async move { UnixStream::connect(path).await.map(TokioIo::new) }
-                }))
+            mmk_proto::unix_channel(path, None)
                 .await
                 .map_err(|e| fail(&source_chain(&e)))?
         }

@@ -35,6 +35,17 @@ fn invalid(field: &str, message: &str) -> Status {
     )))
 }
 
+/// The caller, from the Unix socket's peer credentials; `None` over TCP.
+fn owner<T>(req: &Request<T>) -> Option<Owner> {
+    req.extensions()
+        .get::<tonic::transport::server::UdsConnectInfo>()
+        .and_then(|i| i.peer_cred)
+        .map(|c| Owner {
+            uid: c.uid(),
+            gid: c.gid(),
+        })
+}
+
 /// A job as the API shows it.
 pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
     let is_command = matches!(j.spec.task, mmk_core::Task::Command(_));
@@ -83,14 +94,7 @@ impl JobService for JobApi {
         &self,
         req: Request<v1::SubmitJobRequest>,
     ) -> Result<Response<v1::SubmitJobResponse>, Status> {
-        let owner = req
-            .extensions()
-            .get::<tonic::transport::server::UdsConnectInfo>()
-            .and_then(|i| i.peer_cred)
-            .map(|c| Owner {
-                uid: c.uid(),
-                gid: c.gid(),
-            });
+        let owner = owner(&req);
         let spec = req
             .into_inner()
             .spec

@@ -22,14 +22,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use mmk_core::spec::AttachedSpec;
 use mmk_core::{JobClass, JobSpec, JobState, RestartPolicy, Task};
 use mmk_proto::k8s::deviceplugin::v1beta1 as dp;
 use mmk_proto::k8s::podresources::v1 as pr;
+use mmk_proto::unix_channel;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
-use tonic::transport::{Channel, Endpoint, Uri};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
@@ -39,6 +38,9 @@ use crate::node::Node;
 pub const DEVICES: u32 = 64;
 /// The resource names' domain.
 pub const DOMAIN: &str = "mmk.io";
+/// How long a call to the kubelet may take: one that hangs must not stop the check, and
+/// so the leases' renewal.
+const KUBELET_TIMEOUT: Duration = Duration::from_secs(5);
 /// The lease of a container's allocation; the check renews it.
 const LEASE: Duration = Duration::from_secs(60);
 /// How long Allocate waits for a placement before it refuses the container.
@@ -369,24 +371,6 @@ fn options() -> dp::DevicePluginOptions {
     }
 }
 
-/// A gRPC channel over a Unix socket.
-async fn unix_channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
-    let path = path.to_path_buf();
-    Endpoint::from_static("http://kubelet.local")
-        .connect_timeout(Duration::from_secs(5))
-        // A kubelet that hangs must not stop the check (and so the leases' renewal).
-        .timeout(Duration::from_secs(5))
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                tokio::net::UnixStream::connect(path)
-                    .await
-                    .map(TokioIo::new)
-            }
-        }))
-        .await
-}
-
 fn inode(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.ino())
 }
@@ -477,7 +461,9 @@ async fn serve_and_register(p: Plugin, mut stopping: watch::Receiver<bool>) {
 }
 
 async fn register(kubelet: &Path, class: JobClass) -> Result<(), String> {
-    let ch = unix_channel(kubelet).await.map_err(|e| e.to_string())?;
+    let ch = unix_channel(kubelet, Some(KUBELET_TIMEOUT))
+        .await
+        .map_err(|e| e.to_string())?;
     dp::registration_client::RegistrationClient::new(ch)
         .register(dp::RegisterRequest {
             version: "v1beta1".into(),
@@ -492,7 +478,9 @@ async fn register(kubelet: &Path, class: JobClass) -> Result<(), String> {
 
 /// The device IDs of our resources that pods hold, per resource name.
 async fn pod_devices(path: &Path) -> Result<BTreeMap<String, Vec<String>>, String> {
-    let ch = unix_channel(path).await.map_err(|e| e.to_string())?;
+    let ch = unix_channel(path, Some(KUBELET_TIMEOUT))
+        .await
+        .map_err(|e| e.to_string())?;
     let list = pr::pod_resources_lister_client::PodResourcesListerClient::new(ch)
         .list(pr::ListPodResourcesRequest {})
         .await

@@ -35,6 +35,30 @@ pub use convert::{
 pub use prost_types::Timestamp;
 pub use status::{FIELD_METADATA, service_error_to_status};
 
+/// A gRPC channel over a Unix socket: mmkd's own, or the kubelet's and a device plugin's.
+/// With `timeout`, both connecting and each call give up after it.
+pub async fn unix_channel(
+    path: &std::path::Path,
+    timeout: Option<std::time::Duration>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    // The URI is required but unused: the connector dials the socket.
+    let mut endpoint = tonic::transport::Endpoint::from_static("http://unix.socket");
+    if let Some(t) = timeout {
+        endpoint = endpoint.connect_timeout(t).timeout(t);
+    }
+    endpoint
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                tokio::net::UnixStream::connect(path)
+                    .await
+                    .map(hyper_util::rt::TokioIo::new)
+            }
+        }))
+        .await
+}
+
 /// The encoded file descriptor set of `mmk.v1`, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/mmk_v1_descriptor.bin"));

@@ -10,7 +10,7 @@ use mmk_proto::v1::allocation_service_client::AllocationServiceClient;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
-use crate::harness::{Daemon, PATIENCE, text, wait_state};
+use crate::harness::{Daemon, PATIENCE, text, wait_for, wait_state};
 
 async fn alloc_client(d: &Daemon) -> AllocationServiceClient<Channel> {
     AllocationServiceClient::new(d.clients().await.channel)
@@ -39,17 +39,6 @@ fn only_job(d: &Daemon) -> serde_json::Value {
     let jobs = jobs.as_array().expect("a list");
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     jobs[0].clone()
-}
-
-fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[tokio::test]
@@ -130,7 +119,7 @@ async fn a_killed_run_frees_its_allocation_when_the_lease_runs_out() {
     let mut c = d.clients().await;
     wait_state(&mut c, 1, v1::JobState::Running).await;
     // SIGKILL of mmkctl, as a Slurm step's end would do; its command is killed too.
-    let sleep_pid = wait_until("the command", || {
+    let sleep_pid = wait_for("the command", || {
         procs_with_parent(run.id()).into_iter().next()
     });
     run.kill().expect("kill");
@@ -185,7 +174,7 @@ async fn sigterm_to_run_reaches_the_command_and_the_allocation_records_its_exit(
         .expect("mmkctl runs");
     let mut c = d.clients().await;
     wait_state(&mut c, 1, v1::JobState::Running).await;
-    wait_until("the command", || {
+    wait_for("the command", || {
         procs_with_parent(run.id()).into_iter().next()
     });
     // SAFETY: signalling a process this test started.
@@ -601,7 +590,7 @@ async fn a_scheduler_script_places_a_trace_across_nodes_with_fit() {
     assert!(now >= 6, "{placed:?}");
     // Each node starts the two it has room for (its passes run as the jobs come in).
     for n in &nodes {
-        wait_until("two running jobs on each node", || {
+        wait_for("two running jobs on each node", || {
             let running = n.ctl_json(&["jobs", "--state", "running"]);
             (running.as_array().map(Vec::len) == Some(2)).then_some(())
         });

@@ -252,6 +252,21 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// Polls `f` until it gives a value; fails the test after [`PATIENCE`].
+pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits, through WatchJobs, until job `id` is in `state`; returns the job then.
 pub async fn wait_state(c: &mut Clients, id: u64, state: v1::JobState) -> v1::Job {
     let fut = async {

@@ -11,7 +11,7 @@ use mmk_proto::k8s::podresources::v1 as pr;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::harness::{Daemon, PATIENCE};
@@ -108,16 +108,7 @@ impl FakeKubelet {
         &self,
         endpoint: &str,
     ) -> dp::device_plugin_client::DevicePluginClient<Channel> {
-        let path = self.dir.join(endpoint);
-        let ch = Endpoint::from_static("http://plugin.local")
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move {
-                    tokio::net::UnixStream::connect(path)
-                        .await
-                        .map(hyper_util::rt::TokioIo::new)
-                }
-            }))
+        let ch = mmk_proto::unix_channel(&self.dir.join(endpoint), None)
             .await
             .expect("connect to the plugin");
         dp::device_plugin_client::DevicePluginClient::new(ch)

@@ -3,12 +3,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use mmk_mps_control::procs;
 use mmk_proto::v1;
 
-use crate::harness::{Daemon, PATIENCE, text, wait_state};
+use crate::harness::{Daemon, text, wait_for, wait_state};
 
 /// Sends one command to a daemon through the fake control program, as
 /// `echo CMD | nvidia-cuda-mps-control` would.
@@ -39,17 +38,6 @@ fn daemon_pid(pipe: &Path) -> Option<i32> {
         .trim()
         .parse()
         .ok()
-}
-
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The `KEY=VALUE` lines a job printed, once it printed `lines` of them.

@@ -9,9 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::harness::{Daemon, PATIENCE, text};
+use crate::harness::{Daemon, text, wait_for};
 
 const PROGRAMS: [&str; 6] = ["munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo"];
 
@@ -180,17 +179,6 @@ impl Cluster {
 
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
-    }
-}
-
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

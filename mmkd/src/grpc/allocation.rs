@@ -11,9 +11,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{invalid, job_to_proto, profile_name, status, until_true};
+use super::{invalid, job_to_proto, owner, profile_name, status, until_true};
 use crate::node::{AllocationView, Capacity, Node, Verdict};
-use crate::store::Owner;
 
 /// The longest a call waits for a placement.
 const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -70,16 +69,6 @@ pub fn capacity_to_proto(c: &Capacity) -> v1::Capacity {
         unit_mib: c.unit_mib,
         queued_jobs: c.queued_jobs,
     }
-}
-
-fn owner<T>(req: &Request<T>) -> Option<Owner> {
-    req.extensions()
-        .get::<tonic::transport::server::UdsConnectInfo>()
-        .and_then(|i| i.peer_cred)
-        .map(|c| Owner {
-            uid: c.uid(),
-            gid: c.gid(),
-        })
 }
 
 fn spec(s: Option<v1::JobSpec>) -> Result<mmk_core::JobSpec, Status> {
