@@ -339,14 +339,19 @@ impl Profile {
     }
 }
 
-/// Read `ncu --csv --page raw` output with the metrics
-/// `sm__throughput.avg.pct_of_peak_sustained_elapsed` and
-/// `gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed` into an intensity per
-/// kernel name (mangled, as `--print-kernel-base mangled` writes it). A name measured several
-/// times gets the mean of its throughputs.
-pub fn parse_ncu_csv(text: &str) -> Result<HashMap<String, Intensity>, String> {
-    const COMPUTE: &str = "sm__throughput.avg.pct_of_peak_sustained_elapsed";
-    const MEMORY: &str = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed";
+/// One kernel launch as `ncu --csv --page raw` reports it: the kernel's name and the
+/// metrics asked for, by metric name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NcuRow {
+    pub name: String,
+    pub metrics: HashMap<String, f64>,
+}
+
+/// Reads `ncu --csv --page raw` output (what comes before the CSV header, ncu's own
+/// messages, is skipped), keeping the `Kernel Name` and the `metrics` columns of each
+/// launch. A missing column or a value that is not a number is an error naming it; ncu's
+/// `n/a` is left out of that launch's metrics.
+pub fn parse_ncu_rows(text: &str, metrics: &[&str]) -> Result<Vec<NcuRow>, String> {
     let mut lines = text
         .lines()
         .skip_while(|l| !l.starts_with('"'))
@@ -361,33 +366,58 @@ pub fn parse_ncu_csv(text: &str) -> Result<HashMap<String, Intensity>, String> {
             .position(|h| h == name)
             .ok_or_else(|| format!("ncu output has no {name:?} column"))
     };
-    let (name_col, compute_col, memory_col) = (col("Kernel Name")?, col(COMPUTE)?, col(MEMORY)?);
-    let mut sums: HashMap<String, (f64, f64, u32)> = HashMap::new();
+    let name_col = col("Kernel Name")?;
+    let cols = metrics
+        .iter()
+        .map(|m| Ok((*m, col(m)?)))
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut rows = Vec::new();
     for (i, line) in lines.enumerate() {
         let f = split_csv(line);
         let get = |c: usize| f.get(c).map(String::as_str).unwrap_or("");
+        let name = get(name_col);
         // The units line under the header has an empty kernel name.
-        let Ok(compute) = get(compute_col).replace(',', "").parse::<f64>() else {
-            if i == 0 {
+        if i == 0 && name.is_empty() {
+            continue;
+        }
+        let mut row = NcuRow {
+            name: name.to_owned(),
+            metrics: HashMap::new(),
+        };
+        for &(metric, c) in &cols {
+            let v = get(c).replace(',', "");
+            if v == "n/a" {
                 continue;
             }
-            return Err(format!(
-                "ncu CSV line {}: {COMPUTE} is not a number: {:?}",
-                i + 2,
-                get(compute_col)
-            ));
-        };
-        let memory = get(memory_col)
-            .replace(',', "")
-            .parse::<f64>()
-            .map_err(|_| {
+            let v = v.parse::<f64>().map_err(|_| {
                 format!(
-                    "ncu CSV line {}: {MEMORY} is not a number: {:?}",
+                    "ncu CSV line {}: {metric} is not a number: {:?}",
                     i + 2,
-                    get(memory_col)
+                    get(c)
                 )
             })?;
-        let e = sums.entry(get(name_col).to_owned()).or_default();
+            row.metrics.insert(metric.to_owned(), v);
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Read `ncu --csv --page raw` output with the metrics
+/// `sm__throughput.avg.pct_of_peak_sustained_elapsed` and
+/// `gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed` into an intensity per
+/// kernel name (mangled, as `--print-kernel-base mangled` writes it). A name measured several
+/// times gets the mean of its throughputs.
+pub fn parse_ncu_csv(text: &str) -> Result<HashMap<String, Intensity>, String> {
+    const COMPUTE: &str = "sm__throughput.avg.pct_of_peak_sustained_elapsed";
+    const MEMORY: &str = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed";
+    let mut sums: HashMap<String, (f64, f64, u32)> = HashMap::new();
+    for row in parse_ncu_rows(text, &[COMPUTE, MEMORY])? {
+        let (Some(compute), Some(memory)) = (row.metrics.get(COMPUTE), row.metrics.get(MEMORY))
+        else {
+            continue;
+        };
+        let e = sums.entry(row.name).or_default();
         e.0 += compute;
         e.1 += memory;
         e.2 += 1;

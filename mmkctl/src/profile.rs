@@ -268,7 +268,9 @@ fn run_ncu(
     let log = work.join("ncu.csv");
     let inner = job_command(c, class);
     let mut cmd = Command::new(&args.ncu);
+    // `--clock-control none`: ncu must leave the GPU's clocks as they are.
     cmd.args(["--csv", "--page", "raw", "--print-kernel-base", "mangled"])
+        .args(["--clock-control", "none"])
         .args([
             "--metrics",
             "sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",

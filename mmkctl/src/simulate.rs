@@ -1,12 +1,16 @@
 //! `mmkctl simulate`: replay a job trace through mmk's planners and the baselines, with no
 //! GPU and no mmkd (docs/simulate.md).
 
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use mmk_partitioner::{AnalyticModel, PLANNERS, PerfModel, planner};
+use mmk_core::JobClass;
+use mmk_core::workload;
+use mmk_partitioner::{AnalyticModel, JobProfile, PLANNERS, PerfModel, planner};
+use mmk_predictor::truth::MeasuredTruth;
 use mmk_predictor::{Predictor, TrainOptions, groundtruth};
 use mmk_simulator::report::{self, change_pct};
 use mmk_simulator::{RunResult, SimConfig, Summary, Trace, TraceSpec, simulate, trace};
@@ -52,6 +56,11 @@ pub struct SimulateArgs {
     /// file from `mmkctl predictor train`.
     #[arg(long, default_value = "forest")]
     pub model: String,
+    /// How fast jobs really run: `measured` (the H200 measurements in
+    /// data/gpu/h200-2026-11-21, with MIG instances as SM fractions; docs/simulate.md)
+    /// or `analytic` (the planner's formula with the workload table's nominal demands).
+    #[arg(long, default_value = "measured", value_parser = ["measured", "analytic"])]
+    pub truth: String,
     /// Also write the relative-JCT CDF of each policy as an SVG.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
@@ -78,6 +87,9 @@ struct Report {
     gpu_model: String,
     model: String,
     ground_truth: &'static str,
+    /// Workloads the measured ground truth does not have (they get the analytic model).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unmeasured: Vec<&'static str>,
     policies: Vec<PolicyReport>,
 }
 
@@ -132,11 +144,38 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         std::fs::write(path, t.to_csv())
             .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
     }
+    let mut cfg = SimConfig::new(&a.gpu_model, gpus);
+    let truth: Arc<dyn PerfModel> = if a.truth == "measured" {
+        let (truth, profiles) = measured_truth().map_err(Failure::usage)?;
+        cfg.profiles = profiles;
+        Arc::new(truth)
+    } else {
+        Arc::new(AnalyticModel::default())
+    };
     let model: Arc<dyn PerfModel> = match a.model.as_str() {
-        "analytic" => Arc::new(AnalyticModel::default()),
+        "analytic" => truth.clone(),
         "forest" => {
-            eprintln!("training the planners' forest on 1400 generated rows (seed 99)...");
-            let rows = groundtruth::generate(1400, 99);
+            eprintln!(
+                "training the planners' forest on 1400 rows generated from the {} ground truth (seed 99)...",
+                a.truth
+            );
+            let jobs: Vec<(String, JobProfile)> = workload::WORKLOADS
+                .iter()
+                .map(|w| {
+                    let p = cfg.profiles.get(w.name).copied().unwrap_or(JobProfile {
+                        class: if w.solo_latency_ms.is_some() {
+                            JobClass::Online
+                        } else {
+                            JobClass::Offline
+                        },
+                        sm_demand: w.sm_demand,
+                        bw_demand: w.bw_demand,
+                        solo_latency_ms: w.solo_latency_ms,
+                    });
+                    (w.name.to_owned(), p)
+                })
+                .collect();
+            let rows = groundtruth::generate_with(truth.as_ref(), &jobs, 1400, 99);
             Arc::new(
                 Predictor::train(&rows, &TrainOptions::standard(99))
                     .map_err(|e| Failure::usage(source_chain(&e)))?,
@@ -147,8 +186,6 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::usage(source_chain(&e)))?,
         ),
     };
-    let truth = AnalyticModel::default();
-    let cfg = SimConfig::new(&a.gpu_model, gpus);
     let mut runs: Vec<(RunResult, f64)> = Vec::new();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     for name in &a.policies {
@@ -165,7 +202,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
                 let _ = std::io::stderr().flush();
             }
         };
-        let r = simulate(&t, &cfg, p.as_ref(), &truth, &mut progress)
+        let r = simulate(&t, &cfg, p.as_ref(), truth.as_ref(), &mut progress)
             .map_err(|e| Failure::usage(format!("{name}: {e}")))?;
         let secs = started.elapsed().as_secs_f64();
         if tty {
@@ -191,7 +228,20 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         gpus,
         gpu_model: a.gpu_model.clone(),
         model: a.model.clone(),
-        ground_truth: "analytic model (docs/simulate.md)",
+        unmeasured: if a.truth == "measured" {
+            workload::WORKLOADS
+                .iter()
+                .map(|w| w.name)
+                .filter(|n| !cfg.profiles.contains_key(n))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        ground_truth: if a.truth == "measured" {
+            "measured on an H200 (docs/simulate.md)"
+        } else {
+            "analytic model (docs/simulate.md)"
+        },
         policies: sums
             .into_iter()
             .map(|(s, seconds)| PolicyReport {
@@ -216,6 +266,30 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         Format::Table => print_table(&report),
     }
     Ok(())
+}
+
+/// The measurements shipped in data/gpu/h200-2026-11-21 as the ground truth, and each
+/// workload of the table as the planners see it there: the measured job of the same
+/// model and phase at the batch nearest the workload's default batch.
+fn measured_truth() -> Result<(MeasuredTruth, HashMap<&'static str, JobProfile>), String> {
+    const ALONE: &str = include_str!("../../data/gpu/h200-2026-11-21/raw-alone.jsonl");
+    const PAIRS: &str = include_str!("../../data/gpu/h200-2026-11-21/raw-pairs.jsonl");
+    let truth = MeasuredTruth::from_texts([ALONE, PAIRS])
+        .map_err(|e| format!("the shipped H200 measurements: {e}"))?;
+    let mut profiles = HashMap::new();
+    for w in workload::WORKLOADS {
+        let stem = w.name.replace("-inference", "-inf");
+        let batch = w.default_batch();
+        if let Some(j) = truth
+            .jobs()
+            .iter()
+            .filter(|j| j.workload == stem)
+            .min_by_key(|j| j.batch.abs_diff(batch))
+        {
+            profiles.insert(w.name, j.profile);
+        }
+    }
+    Ok((truth, profiles))
 }
 
 fn pct(v: Option<f64>) -> String {

@@ -37,7 +37,25 @@ fn profile(w: &workload::Workload) -> JobProfile {
 
 /// `n` rows, the same for the same seed.
 pub fn generate(n: usize, seed: u64) -> Dataset {
-    let model = AnalyticModel::default();
+    let jobs: Vec<(String, JobProfile)> = workload::WORKLOADS
+        .iter()
+        .map(|w| (w.name.to_owned(), profile(w)))
+        .collect();
+    generate_with(&AnalyticModel::default(), &jobs, n, seed)
+}
+
+/// `n` rows of `jobs` (name, profile) as `model` has them, in the same configurations as
+/// [`generate`] and with the same noise: how the simulator trains the planners' forest on
+/// a ground truth other than the analytic model.
+pub fn generate_with(
+    model: &dyn PerfModel,
+    jobs: &[(String, JobProfile)],
+    n: usize,
+    seed: u64,
+) -> Dataset {
+    if jobs.is_empty() {
+        return Dataset::default();
+    }
     let gpus: Vec<_> = MODELS.iter().filter_map(|k| catalog::model(k)).collect();
     let mut shapes = Vec::new();
     for g in &gpus {
@@ -56,13 +74,12 @@ pub fn generate(n: usize, seed: u64) -> Dataset {
             });
         }
     }
-    let all = workload::WORKLOADS;
+    let all = jobs;
     let mut rng = Rng::new(seed);
     let mut rows = Vec::with_capacity(n);
     while rows.len() < n {
         let shape = shapes[rng.below(shapes.len())];
-        let w = &all[rng.below(all.len())];
-        let job = profile(w);
+        let (name, job) = &all[rng.below(all.len())];
         let share = 10 * (1 + rng.below(10)) as u8;
         let mut left = 100 - u32::from(share);
         let mut co = Vec::new();
@@ -73,15 +90,15 @@ pub fn generate(n: usize, seed: u64) -> Dataset {
             let s = 10 * (1 + rng.below((left / 10) as usize)) as u8;
             left -= u32::from(s);
             co.push(CoRunner {
-                profile: profile(&all[rng.below(all.len())]),
+                profile: all[rng.below(all.len())].1,
                 mps_share: s,
             });
         }
-        let truth = model.estimate(&job, &shape, share, &co);
+        let truth = model.estimate(job, &shape, share, &co);
         let measured = (truth * (1.0 + NOISE_SIGMA * rng.normal())).clamp(1e-3, 1.5);
         rows.push(Row {
-            workload: w.name.to_owned(),
-            features: Features::of(&job, &shape, share, &co),
+            workload: name.clone(),
+            features: Features::of(job, &shape, share, &co),
             normalized_perf: measured,
         });
     }

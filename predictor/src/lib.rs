@@ -9,6 +9,7 @@
 //! - [`groundtruth`]: rows generated from the simulator's documented model, to train and
 //!   test on until measured data exists.
 //! - [`measured`]: measurements from a GPU (`mmkctl measure`) and how they become rows.
+//! - [`truth`]: a ground-truth model read from those measurements, for the simulator.
 //! - [`forest`]: the random forest (smartcore), trained with cross-validated
 //!   hyper-parameters, saved to and loaded from a versioned model file; it implements the
 //!   partitioner's [`mmk_partitioner::PerfModel`].
@@ -21,6 +22,7 @@ pub mod features;
 pub mod forest;
 pub mod groundtruth;
 pub mod measured;
+pub mod truth;
 
 pub use dataset::{Dataset, DatasetError, Row};
 pub use features::{FEATURE_NAMES, Features};

@@ -13,7 +13,14 @@
 //! - a run alone at share S gives a row with no co-runners;
 //! - a pair gives a row for each job, whose co-runner's demands are the co-runner's GPM
 //!   metrics alone at its own share (interpolated between the shares measured);
-//! - MIG is off on the measuring machine: every row has the whole GPU as its partition.
+//! - MIG is off on the measuring machine: every row has the whole GPU as its partition;
+//! - a job's kernel-level columns (`occupancy_frac`, `ipc`, `l2_hit_frac`,
+//!   `dram_tput_frac`) come from its [`Deep`] record (ncu, `mmkctl measure --deep`) when
+//!   there is one; otherwise occupancy and DRAM throughput come from its GPM reference and
+//!   IPC and L2 hit rate are missing.
+//!
+//! [`Kernels`] records (the interposer's record mode, `mmkctl measure --kernels`) describe
+//! a job's kernels (count, busy fraction, SM demand, duration mix); rows do not use them.
 //!
 //! For an online job, normalized performance is latency alone / latency, and latency is
 //! the time of one iteration (one batch served), so both classes use the same ratio of
@@ -40,6 +47,8 @@ pub enum Record {
     Header(Header),
     Run(Run),
     Failed(Failed),
+    Kernels(Kernels),
+    Deep(Deep),
 }
 
 /// What machine and software measured.
@@ -72,6 +81,10 @@ pub struct GpuInfo {
 pub enum Mode {
     Alone,
     Pair,
+    /// `--kernels` (only in `Failed` records: a measured one is a [`Kernels`] record).
+    Kernels,
+    /// `--deep` (only in `Failed` records: a measured one is a [`Deep`] record).
+    Deep,
 }
 
 /// A job of a run: which workload at which batch, at which MPS share.
@@ -141,6 +154,66 @@ pub struct Failed {
     pub error: String,
 }
 
+/// A job's kernels alone at 100 %, from the interposer's record mode over one window
+/// (`mmkctl measure --kernels`). Record mode times every launch with events, so the job
+/// runs a little slower than in its [`Run`]s; these numbers describe its kernels, not
+/// its speed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Kernels {
+    #[serde(flatten)]
+    pub job: JobRef,
+    pub window_s: f64,
+    /// Iterations that ended inside the window.
+    pub iters: u32,
+    /// Launches inside the window (a graph launch counts once).
+    pub launches: u64,
+    /// Distinct kernels (by name) among them.
+    pub distinct: u32,
+    /// Launches whose run time was measured; the fractions below are over those.
+    pub timed: u64,
+    /// Share of the window in which at least one of the job's kernels ran.
+    pub busy_frac: f64,
+    /// SMs the job's kernels asked for (grid over blocks per SM), weighted by run time.
+    pub sm_demand: f64,
+    /// The GPU's SMs, when the worker said (`sms` in its `info`).
+    pub gpu_sms: Option<u32>,
+    /// Kernel run time, median and 90th percentile over launches, in microseconds.
+    pub p50_us: f64,
+    pub p90_us: f64,
+    /// Share of the kernels' run time in kernels under 10 us, 10-100 us, 100 us-1 ms and
+    /// 1 ms or more.
+    pub time_by_duration: [f64; 4],
+}
+
+/// A job's top kernels alone at 100 %, measured by Nsight Compute (`mmkctl measure
+/// --deep`). Fractions are of the peak (0..1); the job's figures are averages weighted by
+/// each kernel's run time over every kernel profiled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deep {
+    #[serde(flatten)]
+    pub job: JobRef,
+    /// Launches ncu profiled (from the window's start, up to its launch count).
+    pub profiled: u32,
+    pub occupancy_frac: Option<f64>,
+    pub ipc: Option<f64>,
+    pub l2_hit_frac: Option<f64>,
+    pub dram_tput_frac: Option<f64>,
+    /// The kernels that took the most time, most first.
+    pub top: Vec<DeepKernel>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeepKernel {
+    pub name: String,
+    pub launches: u32,
+    /// Share of the profiled kernels' run time.
+    pub time_frac: f64,
+    pub occupancy_frac: Option<f64>,
+    pub ipc: Option<f64>,
+    pub l2_hit_frac: Option<f64>,
+    pub dram_tput_frac: Option<f64>,
+}
+
 #[derive(Debug, Error)]
 pub enum MeasuredError {
     #[error("line {line}: {message}")]
@@ -172,12 +245,16 @@ pub fn parse(text: &str) -> Result<Vec<Record>, MeasuredError> {
                 ),
             });
         }
-        if let Record::Run(run) = &r {
-            check_run(run).map_err(|message| MeasuredError::Bad {
-                line: i + 1,
-                message,
-            })?;
-        }
+        let checked = match &r {
+            Record::Run(run) => check_run(run),
+            Record::Kernels(k) => check_kernels(k),
+            Record::Deep(d) => check_deep(d),
+            Record::Header(_) | Record::Failed(_) => Ok(()),
+        };
+        checked.map_err(|message| MeasuredError::Bad {
+            line: i + 1,
+            message,
+        })?;
         out.push(r);
     }
     Ok(out)
@@ -187,6 +264,12 @@ fn check_run(run: &Run) -> Result<(), String> {
     let want = match run.mode {
         Mode::Alone => 1,
         Mode::Pair => 2,
+        Mode::Kernels | Mode::Deep => {
+            return Err(format!(
+                "a run cannot be of mode {:?}: those are kernels and deep records",
+                run.mode
+            ));
+        }
     };
     if run.jobs.len() != want {
         return Err(format!(
@@ -210,6 +293,77 @@ fn check_run(run: &Run) -> Result<(), String> {
                     j.job.label()
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+fn check_fracs<'a>(
+    label: &str,
+    fracs: impl IntoIterator<Item = (&'a str, Option<f64>)>,
+) -> Result<(), String> {
+    for (name, v) in fracs {
+        if let Some(v) = v
+            && !(0.0..=1.0).contains(&v)
+        {
+            return Err(format!("{label}: {name} {v} is outside 0..=1"));
+        }
+    }
+    Ok(())
+}
+
+fn check_kernels(k: &Kernels) -> Result<(), String> {
+    let label = k.job.label();
+    check_fracs(
+        &label,
+        [("busy_frac", Some(k.busy_frac))].into_iter().chain(
+            k.time_by_duration
+                .iter()
+                .map(|v| ("time_by_duration", Some(*v))),
+        ),
+    )?;
+    for (name, v) in [
+        ("sm_demand", k.sm_demand),
+        ("p50_us", k.p50_us),
+        ("p90_us", k.p90_us),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("{label}: {name} {v} is not a number of 0 or more"));
+        }
+    }
+    Ok(())
+}
+
+fn check_deep(d: &Deep) -> Result<(), String> {
+    let label = d.job.label();
+    for (who, occ, ipc, l2, dram) in std::iter::once((
+        label.clone(),
+        d.occupancy_frac,
+        d.ipc,
+        d.l2_hit_frac,
+        d.dram_tput_frac,
+    ))
+    .chain(d.top.iter().map(|k| {
+        (
+            format!("{label}: kernel {}", k.name),
+            k.occupancy_frac,
+            k.ipc,
+            k.l2_hit_frac,
+            k.dram_tput_frac,
+        )
+    })) {
+        check_fracs(
+            &who,
+            [
+                ("occupancy_frac", occ),
+                ("l2_hit_frac", l2),
+                ("dram_tput_frac", dram),
+            ],
+        )?;
+        if let Some(v) = ipc
+            && !(v.is_finite() && v >= 0.0)
+        {
+            return Err(format!("{who}: ipc {v} is not a number of 0 or more"));
         }
     }
     Ok(())
@@ -270,6 +424,14 @@ pub fn to_dataset(records: &[Record]) -> Result<Converted, MeasuredError> {
     for u in uses.values_mut() {
         u.sort_by_key(|u| u.share);
     }
+    // The last deep record of a job wins.
+    let deep: HashMap<Key, &Deep> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Deep(d) => Some((key(&d.job), d)),
+            _ => None,
+        })
+        .collect();
 
     let mut out = Converted::default();
     for run in &runs {
@@ -325,6 +487,20 @@ pub fn to_dataset(records: &[Record]) -> Result<Converted, MeasuredError> {
                 continue;
             }
             let frac = |v: Option<f64>| v.map(|p| (p / 100.0).clamp(0.0, 1.0));
+            let kernel = match deep.get(&key(&j.job)) {
+                Some(d) => KernelFeatures {
+                    occupancy_frac: d.occupancy_frac.or(frac(ref_gpm.sm_occupancy_pct)),
+                    ipc: d.ipc,
+                    l2_hit_frac: d.l2_hit_frac,
+                    dram_tput_frac: d.dram_tput_frac.or(frac(ref_gpm.dram_bw_util_pct)),
+                },
+                None => KernelFeatures {
+                    occupancy_frac: frac(ref_gpm.sm_occupancy_pct),
+                    ipc: None,
+                    l2_hit_frac: None,
+                    dram_tput_frac: frac(ref_gpm.dram_bw_util_pct),
+                },
+            };
             out.dataset.rows.push(Row {
                 workload: j.job.label(),
                 features: Features {
@@ -339,12 +515,7 @@ pub fn to_dataset(records: &[Record]) -> Result<Converted, MeasuredError> {
                     co_sm_frac: co_sm.clamp(0.0, 1.0),
                     co_bw_frac: co_bw.clamp(0.0, 64.0),
                     co_l2_frac: None,
-                    kernel: KernelFeatures {
-                        occupancy_frac: frac(ref_gpm.sm_occupancy_pct),
-                        ipc: None,
-                        l2_hit_frac: None,
-                        dram_tput_frac: frac(ref_gpm.dram_bw_util_pct),
-                    },
+                    kernel,
                 },
                 normalized_perf: perf,
             });
@@ -509,6 +680,63 @@ mod tests {
                 "mobilenet-inf-b32 at 50 %: no run of it alone at 100 % with GPM metrics"
             ]
         );
+    }
+
+    #[test]
+    fn a_deep_record_fills_the_kernel_columns_and_bad_ones_are_refused() {
+        use JobClass::*;
+        let deep = Deep {
+            job: JobRef {
+                workload: "vgg16-inf".into(),
+                batch: 32,
+                share_pct: 100,
+            },
+            profiled: 200,
+            occupancy_frac: Some(0.6),
+            ipc: Some(1.5),
+            l2_hit_frac: Some(0.7),
+            dram_tput_frac: None,
+            top: Vec::new(),
+        };
+        let recs = [
+            alone("vgg16-inf", 100, Online, 0.01, 80.0, 30.0),
+            alone("vgg16-inf", 50, Online, 0.02, 50.0, 20.0),
+            alone("resnet18-inf", 100, Online, 0.01, 80.0, 30.0),
+            Record::Deep(deep.clone()),
+        ];
+        let text: String = recs
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap() + "\n")
+            .collect();
+        let c = to_dataset(&parse(&text).unwrap()).unwrap();
+        let k = |i: usize| c.dataset.rows[i].features.kernel;
+        for i in [0, 1] {
+            assert_eq!(k(i).ipc, Some(1.5));
+            assert_eq!(k(i).l2_hit_frac, Some(0.7));
+            assert_eq!(k(i).occupancy_frac, Some(0.6));
+            // ncu gave no DRAM figure: GPM's stands.
+            assert_eq!(k(i).dram_tput_frac, Some(0.3));
+        }
+        // A job without a deep record keeps GPM's columns and no IPC.
+        assert_eq!(k(2).ipc, None);
+        assert_eq!(k(2).occupancy_frac, Some(0.4));
+
+        let mut bad = deep;
+        bad.l2_hit_frac = Some(70.0);
+        let e = parse(&serde_json::to_string(&Record::Deep(bad)).unwrap()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 1: vgg16-inf-b32: l2_hit_frac 70 is outside 0..=1"
+        );
+        let run = Record::Run(Run {
+            mode: Mode::Deep,
+            window_s: 1.0,
+            jobs: Vec::new(),
+            gpm: None,
+            gpm_error: None,
+        });
+        let e = parse(&serde_json::to_string(&run).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("cannot be of mode Deep"), "{e}");
     }
 
     #[test]

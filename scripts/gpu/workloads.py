@@ -18,9 +18,12 @@ reply per line on stdout; everything else goes to stderr.
   {"op": "measure", "workload": ..., "batch": ..., "start": T0, "end": T1}
       run iterations back to back from now until the first one that ends after T1
       (CLOCK_MONOTONIC seconds); reply {"ok": true, "iters": [[END, SECONDS], ...]} with
-      every iteration that ended inside [T0, T1]
+      every iteration that ended inside [T0, T1]; with "profile": true (mmkctl measure
+      --deep, under ncu --profile-from-start off) the CUDA profiler is started at the
+      first iteration that begins inside the window and stopped after the last
   {"op": "drop"}   free every model built so far; reply {"ok": true}
   {"op": "info"}   reply with the software's versions (recorded with the measurements)
+                   and the GPU's SM count ("sms")
   {"op": "quit"}   exit
 A failure (out of memory, an unknown workload) is replied as {"ok": false, "error": "..."}
 and the worker goes on.
@@ -195,9 +198,15 @@ class Worker:
     def measure(self, req):
         step = self.get(req["workload"], req["batch"])
         t0, t1 = float(req["start"]), float(req["end"])
+        profile = bool(req.get("profile"))
+        profiling = False
         iters = []
         begin = time.monotonic()
         while True:
+            if profile and not profiling and begin >= t0:
+                # mmkctl measure --deep: ncu profiles from the window's first iteration.
+                torch.cuda.profiler.start()
+                profiling = True
             step()
             sync()
             end = time.monotonic()
@@ -206,6 +215,8 @@ class Worker:
             if end > t1:
                 break
             begin = end
+        if profiling:
+            torch.cuda.profiler.stop()
         return {"iters": iters}
 
     def info(self, _req):
@@ -216,7 +227,8 @@ class Worker:
         return {"python": platform.python_version(), "torch": torch.__version__,
                 "torchvision": torchvision.__version__, "cuda": str(torch.version.cuda),
                 "cudnn": str(torch.backends.cudnn.version()),
-                "device": torch.cuda.get_device_name(0), "precision": "fp32"}
+                "device": torch.cuda.get_device_name(0), "precision": "fp32",
+                "sms": str(torch.cuda.get_device_properties(0).multi_processor_count)}
 
     def drop(self, _req):
         self.built.clear()

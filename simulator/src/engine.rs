@@ -23,6 +23,9 @@ pub struct SimConfig {
     pub destroy_s: f64,
     /// Seconds a moved job loses to checkpoint and restart.
     pub restart_s: f64,
+    /// What the planners know of a workload, by name, where it is not the workload
+    /// table's nominal demands (the measured ones, with a measured ground truth).
+    pub profiles: HashMap<&'static str, JobProfile>,
 }
 
 impl SimConfig {
@@ -33,6 +36,7 @@ impl SimConfig {
             create_s: 0.4,
             destroy_s: 0.2,
             restart_s: 10.0,
+            profiles: HashMap::new(),
         }
     }
 }
@@ -109,16 +113,21 @@ fn shape(node: &NodeState, slot: Slot) -> PartitionShape {
     }
 }
 
-fn demand(id: u64, j: &TraceJob) -> JobDemand {
+fn demand(id: u64, j: &TraceJob, cfg: &SimConfig) -> JobDemand {
     let mut d = JobDemand::waiting(id, j.class, j.memory_mib);
-    d.profile = JobProfile {
-        class: j.class,
-        sm_demand: j.workload.sm_demand,
-        bw_demand: j.workload.bw_demand,
-        solo_latency_ms: j.workload.solo_latency_ms,
-    };
+    d.profile = cfg
+        .profiles
+        .get(j.workload.name)
+        .copied()
+        .unwrap_or(JobProfile {
+            class: j.class,
+            sm_demand: j.workload.sm_demand,
+            bw_demand: j.workload.bw_demand,
+            solo_latency_ms: j.workload.solo_latency_ms,
+        });
+    d.profile.class = j.class;
     if j.class == mmk_core::JobClass::Online {
-        d.slo_ms = j.workload.solo_latency_ms.map(|l| (l * 3.0).ceil() as u64);
+        d.slo_ms = d.profile.solo_latency_ms.map(|l| (l * 3.0).ceil() as u64);
     }
     d.movable = j.checkpoint;
     d
@@ -155,7 +164,7 @@ pub fn simulate(
         while next < total && trace.jobs[next].arrival_s <= now + 1e-9 {
             let j = &trace.jobs[next];
             let id = next as u64 + 1;
-            active.push(demand(id, j));
+            active.push(demand(id, j, cfg));
             runs.insert(
                 id,
                 Run {

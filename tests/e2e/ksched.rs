@@ -208,3 +208,174 @@ async fn profile_ksim_and_an_online_jobs_policy_work_end_to_end() {
     let job = wait_state(&mut c, id, v1::JobState::Failed).await;
     assert!(job.reason.contains("missing.json"), "{}", job.reason);
 }
+
+/// A measure worker in sh that runs the fake driver's app on `measure` (so its kernels
+/// pass through the interposer that mmkctl preloads) and marks a `"profile": true`.
+const KERNEL_WORKER: &str = r#"
+while read -r line; do
+  case "$line" in
+    *'"op":"info"'*) echo '{"ok":true,"sms":"132"}' ;;
+    *'"op":"prepare"'*) echo '{"ok":true,"class":"online","mem_bytes":4096}' ;;
+    *'"op":"measure"'*)
+      case "$line" in *'"profile":true'*) touch profiled ;; esac
+      "$APP" --api driver --kernels 30 --duration-us 200 --gap-us 300 >/dev/null
+      echo '{"ok":true,"iters":[[1,0.01],[2,0.01],[3,0.01]]}' ;;
+    *'"op":"quit"'*) exit 0 ;;
+    *) echo '{"ok":true}' ;;
+  esac
+done
+"#;
+
+/// A stand-in for ncu: runs the command after its options, speaks on stdout as ncu does,
+/// and writes a raw CSV report to --log-file only if the worker started the profiler.
+const FAKE_NCU: &str = r#"#!/bin/sh
+log=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --log-file) log=$2; shift 2 ;;
+    --csv) shift ;;
+    --*) shift 2 ;;
+    *) break ;;
+  esac
+done
+echo "==PROF== Connected to process $$"
+"$@"
+if [ -e profiled ]; then
+  cat >"$log" <<'CSV'
+==PROF== Disconnected
+"ID","Kernel Name","gpu__time_duration.sum","sm__warps_active.avg.pct_of_peak_sustained_active","sm__inst_executed.avg.per_cycle_active","lts__t_sector_hit_rate.pct","dram__throughput.avg.pct_of_peak_sustained_elapsed"
+"","","ns","%","inst/cycle","%","%"
+"0","gemm","3,000","50","2.0","80","20"
+"1","relu","1,000","90","0.5","40","n/a"
+"2","gemm","3,000","50","2.0","80","20"
+CSV
+fi
+"#;
+
+#[test]
+fn measure_records_each_jobs_kernels_through_the_interposer_and_ncu() {
+    let bin = built();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let lib = fake_driver_in(&bin, d);
+    std::fs::write(d.join("worker.sh"), KERNEL_WORKER).expect("worker");
+    std::fs::write(d.join("ncu.sh"), FAKE_NCU).expect("ncu");
+    std::fs::write(
+        d.join("plan.yaml"),
+        "worker: [sh, worker.sh]\nwindow: 3s\nsettle: 1ms\nalone:\n  shares: [100]\n  jobs: [svc/8, other/4]\n",
+    )
+    .expect("plan");
+    let run = |out: &str, extra: &[&str]| {
+        let mut args = vec!["--output", "json", "measure", "plan.yaml", "-o", out];
+        args.extend_from_slice(extra);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mmkctl"));
+        cmd.current_dir(d)
+            .args(&args)
+            .env("APP", bin.join(FAKE_APP))
+            .env("LD_LIBRARY_PATH", &lib);
+        cmd.output().expect("mmkctl runs")
+    };
+    let interposer = bin.join(INTERPOSER).display().to_string();
+    let out = run(
+        "raw.jsonl",
+        &["--only", "kernels", "--no-gpm", "--interposer", &interposer],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (s["planned"].as_u64(), s["measured"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert!(
+        text(&out.stderr).contains("svc-b8 (kernels): 30 launches"),
+        "{}",
+        text(&out.stderr)
+    );
+    let recs =
+        mmk_predictor::measured::parse(&std::fs::read_to_string(d.join("raw.jsonl")).unwrap())
+            .expect("a valid measurement file");
+    let kernels: Vec<_> = recs
+        .iter()
+        .filter_map(|r| match r {
+            mmk_predictor::measured::Record::Kernels(k) => Some(k),
+            _ => None,
+        })
+        .collect();
+    assert!(matches!(
+        recs[0],
+        mmk_predictor::measured::Record::Header(_)
+    ));
+    assert_eq!(kernels.len(), 2);
+    let k = kernels[0];
+    assert_eq!(
+        (k.launches, k.distinct, k.gpu_sms, k.iters),
+        (30, 1, Some(132), 3)
+    );
+    assert!(
+        (150.0..2_000.0).contains(&k.p50_us),
+        "the fake's 200 us kernels measured {} us",
+        k.p50_us
+    );
+    assert!(k.busy_frac > 0.0 && k.busy_frac < 0.5, "{}", k.busy_frac);
+    assert_eq!(k.time_by_duration[2], 1.0, "every kernel is 100 us-1 ms");
+
+    // --deep under the stand-in ncu: the worker is asked to start the profiler, ncu's own
+    // line on stdout does not upset the protocol, and the report becomes a deep record.
+    let ncu = d.join("ncu.sh");
+    std::fs::set_permissions(&ncu, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let out = run(
+        "raw.jsonl",
+        &[
+            "--only",
+            "deep",
+            "--no-gpm",
+            "--resume",
+            "--ncu",
+            &ncu.display().to_string(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let recs =
+        mmk_predictor::measured::parse(&std::fs::read_to_string(d.join("raw.jsonl")).unwrap())
+            .expect("a valid measurement file");
+    let deep: Vec<_> = recs
+        .iter()
+        .filter_map(|r| match r {
+            mmk_predictor::measured::Record::Deep(k) => Some(k),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deep.len(), 2);
+    assert_eq!(deep[0].profiled, 3);
+    assert_eq!(deep[0].top[0].name, "gemm");
+    assert!((deep[0].ipc.unwrap() - (2.0 * 6.0 + 0.5) / 7.0).abs() < 1e-9);
+    assert!(
+        (deep[0].dram_tput_frac.unwrap() - 0.2).abs() < 1e-9,
+        "n/a is left out"
+    );
+
+    // ncu that writes nothing: each job's failure says why, and the exit code is 2.
+    std::fs::remove_file(d.join("profiled")).ok();
+    std::fs::write(
+        d.join("worker.sh"),
+        KERNEL_WORKER.replace("touch profiled", "true"),
+    )
+    .expect("worker");
+    let out = run(
+        "raw2.jsonl",
+        &[
+            "--only",
+            "deep",
+            "--no-gpm",
+            "--ncu",
+            &ncu.display().to_string(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("wrote no report"),
+        "{}",
+        text(&out.stderr)
+    );
+}

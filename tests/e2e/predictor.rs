@@ -252,6 +252,8 @@ fn the_h200_dataset_imports_and_trains_a_forest_closer_to_it_than_the_analytic_m
             "import",
             &raw("raw-alone.jsonl"),
             &raw("raw-pairs.jsonl"),
+            &raw("raw-deep.jsonl"),
+            &raw("raw-kernels.jsonl"),
             "-o",
             "h200.csv",
             "--output",
@@ -262,6 +264,13 @@ fn the_h200_dataset_imports_and_trains_a_forest_closer_to_it_than_the_analytic_m
     assert_eq!(i["rows"].as_u64(), Some(28 * 6 + 38 * 4 * 2));
     let shipped = std::fs::read_to_string(data.join("dataset.csv")).expect("dataset.csv");
     let made = std::fs::read_to_string(d.join("h200.csv")).expect("h200.csv");
+    // Every job was profiled by ncu: its rows carry IPC and the L2 hit rate.
+    assert!(
+        made.lines()
+            .skip(1)
+            .all(|l| l.split(',').nth(13).is_some_and(|ipc| !ipc.is_empty())),
+        "a row without IPC"
+    );
     assert_eq!(
         made, shipped,
         "data/gpu/h200-2026-11-21/dataset.csv is stale"

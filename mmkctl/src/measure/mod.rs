@@ -7,8 +7,13 @@
 //! samples the GPU's GPM metrics over each window through NVML. Each run is appended to
 //! the output as soon as it is measured, so a cut-off sweep keeps what it did and
 //! `--resume` goes on from there.
+//!
+//! `--kernels` and `--deep` add passes that describe each job's kernels ([`kernels`]).
+
+mod kernels;
 
 use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsString;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -18,6 +23,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use mmk_core::JobClass;
 use mmk_core::stats::quantile;
+use mmk_kernel_sched::artifacts;
 use mmk_kernel_sched::gate::monotonic_ns;
 use mmk_predictor::measured::{
     self, FORMAT_VERSION, Failed, Gpm, GpuInfo, Header, JobRef, JobResult, Mode, Record, Run,
@@ -49,12 +55,33 @@ pub struct MeasureArgs {
     /// Also convert everything in the output into the predictor's CSV here.
     #[arg(long, value_name = "DATA.csv")]
     pub dataset: Option<PathBuf>,
+    /// Also record each job's kernels alone at 100 % with the interposer's record mode
+    /// (launches, busy fraction, SM demand, duration mix).
+    #[arg(long)]
+    pub kernels: bool,
+    /// Also profile each job's kernels alone at 100 % under Nsight Compute (occupancy,
+    /// IPC, L2 hit rate, DRAM throughput); these fill the rows' kernel-level columns.
+    #[arg(long)]
+    pub deep: bool,
+    /// The interposer for --kernels (default: the one next to mmkctl).
+    #[arg(long, value_name = "PATH")]
+    pub interposer: Option<PathBuf>,
+    /// The ncu program for --deep.
+    #[arg(long, default_value = "ncu", value_name = "PATH")]
+    pub ncu: PathBuf,
+    /// --deep: how many kernels ncu profiles per job, from the window's start.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub ncu_launches: u32,
 }
 
+/// A part of the work: `alone` and `pairs` are the plan's sections, `kernels` and `deep`
+/// the passes of --kernels and --deep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Part {
     Alone,
     Pairs,
+    Kernels,
+    Deep,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -366,22 +393,42 @@ struct Worker {
     share: u32,
 }
 
+/// How a worker is started beyond the plan's command: a program in front of it (ncu) and
+/// its environment.
+#[derive(Debug, Clone, Default)]
+struct Launch {
+    prefix: Vec<OsString>,
+    env: Vec<(String, String)>,
+    env_remove: Vec<String>,
+}
+
 impl Worker {
     fn spawn(plan: &Plan, share: u32, log: &Path) -> Result<Worker, String> {
+        Worker::spawn_with(plan, share, log, &Launch::default())
+    }
+
+    fn spawn_with(plan: &Plan, share: u32, log: &Path, how: &Launch) -> Result<Worker, String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-        let mut child = Command::new(&plan.worker[0])
-            .args(&plan.worker[1..])
+        let mut argv: Vec<OsString> = how.prefix.clone();
+        argv.extend(plan.worker.iter().map(OsString::from));
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        for k in &how.env_remove {
+            cmd.env_remove(k);
+        }
+        let mut child = cmd
+            .envs(how.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&plan.dir)
             .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("cannot start the worker {:?}: {e}", plan.worker[0]))?;
+            .map_err(|e| format!("cannot start the worker {:?}: {e}", argv[0]))?;
         let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
             (Some(i), Some(o)) => (i, o),
             _ => return Err("the worker's pipes were not made".into()),
@@ -390,6 +437,11 @@ impl Worker {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                // A profiler in front of the worker (ncu's `==PROF==`) speaks too.
+                if line.starts_with("==") {
+                    eprintln!("{line}");
+                    continue;
+                }
                 if tx.send(line).is_err() {
                     break;
                 }
@@ -548,21 +600,11 @@ pub fn sweep(
     monitor: &dyn Monitor,
     out: &Path,
     done: &HashSet<(Mode, Vec<JobRef>)>,
-    mut write_header: bool,
+    write_header: &mut bool,
 ) -> Result<Summary, String> {
     let started = Instant::now();
     let log = out.with_extension("workers.log");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(out)
-        .map_err(|e| format!("cannot open {}: {e}", out.display()))?;
-    let mut append = |r: &Record| -> Result<(), String> {
-        let line = serde_json::to_string(r).map_err(|e| e.to_string())?;
-        writeln!(file, "{line}")
-            .and_then(|()| file.sync_data())
-            .map_err(|e| format!("cannot write {}: {e}", out.display()))
-    };
+    let mut append = appender(out)?;
     let mut s = Summary {
         out: out.display().to_string(),
         planned: plan.runs(),
@@ -591,8 +633,8 @@ pub fn sweep(
                 for sh in &g.shares {
                     workers.push(Worker::spawn(plan, *sh, &log)?);
                 }
-                if write_header {
-                    write_header = false;
+                if *write_header {
+                    *write_header = false;
                     let info = match info(&mut workers[0]) {
                         Ok(info) => info,
                         Err(e) => {
@@ -643,6 +685,22 @@ pub fn sweep(
     }
     s.seconds = started.elapsed().as_secs_f64();
     Ok(s)
+}
+
+/// Appends records to `out`, each synced to disk before the next run.
+fn appender(out: &Path) -> Result<impl FnMut(&Record) -> Result<(), String>, String> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .map_err(|e| format!("cannot open {}: {e}", out.display()))?;
+    let out = out.to_path_buf();
+    Ok(move |r: &Record| -> Result<(), String> {
+        let line = serde_json::to_string(r).map_err(|e| e.to_string())?;
+        writeln!(file, "{line}")
+            .and_then(|()| file.sync_data())
+            .map_err(|e| format!("cannot write {}: {e}", out.display()))
+    })
 }
 
 /// What the worker says of itself (`{"op": "info"}`).
@@ -744,18 +802,35 @@ fn progress(r: &Run, label: &str) -> String {
     format!("{label}: {speeds}{gpm}")
 }
 
-/// The runs already in a measurement file.
-fn done_runs(path: &Path) -> Result<HashSet<(Mode, Vec<JobRef>)>, String> {
+/// What a measurement file already holds: its runs, and the jobs with kernels and deep
+/// records.
+#[derive(Debug, Default)]
+struct Done {
+    runs: HashSet<(Mode, Vec<JobRef>)>,
+    kernels: HashSet<JobRef>,
+    deep: HashSet<JobRef>,
+}
+
+fn done_runs(path: &Path) -> Result<Done, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let recs = measured::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(recs
-        .iter()
-        .filter_map(|r| match r {
-            Record::Run(run) => Some(run.key()),
-            _ => None,
-        })
-        .collect())
+    let mut done = Done::default();
+    for r in recs {
+        match r {
+            Record::Run(run) => {
+                done.runs.insert(run.key());
+            }
+            Record::Kernels(k) => {
+                done.kernels.insert(k.job);
+            }
+            Record::Deep(d) => {
+                done.deep.insert(d.job);
+            }
+            Record::Header(_) | Record::Failed(_) => {}
+        }
+    }
+    Ok(done)
 }
 
 /// Converts measurement files into the predictor's CSV; returns the rows written and the
@@ -783,6 +858,7 @@ pub fn convert(inputs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>), S
 }
 
 pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
+    let started = Instant::now();
     let text = std::fs::read_to_string(&args.plan)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", args.plan.display())))?;
     let dir = args
@@ -794,12 +870,39 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
     let mut plan = Plan::parse(&text, &dir)
         .map_err(|e| Failure::usage(format!("{}: {e}", args.plan.display())))?;
     plan.file = args.plan.display().to_string();
-    if let Some(only) = args.only {
-        let mode = match only {
-            Part::Alone => Mode::Alone,
-            Part::Pairs => Mode::Pair,
+    // The passes run on every job of the plan, alone at 100 %.
+    let mut pass_jobs: Vec<(String, u32)> = Vec::new();
+    for g in &plan.groups {
+        for j in g.runs.iter().flatten() {
+            if !pass_jobs.contains(j) {
+                pass_jobs.push(j.clone());
+            }
+        }
+    }
+    let mut passes = Vec::new();
+    if args.kernels || args.only == Some(Part::Kernels) {
+        let interposer = match &args.interposer {
+            Some(p) => p.clone(),
+            None => artifacts::find_next_to_exe(artifacts::INTERPOSER).ok_or_else(|| {
+                Failure::usage(format!(
+                    "--kernels: no {} next to mmkctl: build it (cargo build --workspace) or pass --interposer",
+                    artifacts::INTERPOSER
+                ))
+            })?,
         };
-        plan.groups.retain(|g| g.mode == mode);
+        passes.push(kernels::Pass::Kernels { interposer });
+    }
+    if args.deep || args.only == Some(Part::Deep) {
+        passes.push(kernels::Pass::Deep {
+            ncu: args.ncu.clone(),
+            launches: args.ncu_launches,
+        });
+    }
+    match args.only {
+        Some(Part::Alone) => plan.groups.retain(|g| g.mode == Mode::Alone),
+        Some(Part::Pairs) => plan.groups.retain(|g| g.mode == Mode::Pair),
+        Some(Part::Kernels | Part::Deep) => plan.groups.clear(),
+        None => {}
     }
     let exists = args.out.exists();
     if exists && !args.resume {
@@ -811,7 +914,7 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
     let done = if exists {
         done_runs(&args.out).map_err(Failure::usage)?
     } else {
-        HashSet::new()
+        Done::default()
     };
     if plan
         .groups
@@ -840,13 +943,46 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
     eprintln!(
         "measuring {} runs ({} already in {}), {} window each; workers log to {}",
         plan.runs(),
-        done.len(),
+        done.runs.len(),
         args.out.display(),
         humantime::format_duration(plan.window),
         args.out.with_extension("workers.log").display()
     );
-    let mut s =
-        sweep(&plan, monitor.as_ref(), &args.out, &done, !exists).map_err(Failure::usage)?;
+    let mut write_header = !exists;
+    let mut s = sweep(
+        &plan,
+        monitor.as_ref(),
+        &args.out,
+        &done.runs,
+        &mut write_header,
+    )
+    .map_err(Failure::usage)?;
+    for pass in &passes {
+        let done = match pass.mode() {
+            Mode::Kernels => &done.kernels,
+            _ => &done.deep,
+        };
+        eprintln!(
+            "{}: {} jobs alone at 100 %, one worker each",
+            pass.name(),
+            pass_jobs.len()
+        );
+        let (measured, failed) = kernels::run_pass(
+            &plan,
+            pass,
+            &pass_jobs,
+            done,
+            &args.out,
+            &mut write_header,
+            monitor.as_ref(),
+        )
+        .map_err(Failure::usage)?;
+        s.planned += pass_jobs.len();
+        s.measured += measured;
+        s.failed += failed;
+        s.kept += pass_jobs.len() - measured - failed;
+    }
+    s.seconds = started.elapsed().as_secs_f64();
     if let Some(csv) = &args.dataset {
         let (rows, skipped) =
             convert(std::slice::from_ref(&args.out), csv).map_err(Failure::usage)?;
@@ -976,7 +1112,7 @@ done
         )
         .unwrap();
         let out = dir.path().join("raw.jsonl");
-        let s = sweep(&plan, &FakeGpm, &out, &HashSet::new(), true).unwrap();
+        let s = sweep(&plan, &FakeGpm, &out, &HashSet::new(), &mut true).unwrap();
         // The pair after a failed one is measured right: no reply of the failed run is
         // left over to be taken for one of its own.
         assert_eq!((s.planned, s.measured, s.failed), (6, 3, 3));
@@ -1006,7 +1142,7 @@ done
         assert!((c.dataset.rows[0].normalized_perf - 0.5).abs() < 1e-9);
         // Resuming measures only the failed runs again.
         let done = done_runs(&out).unwrap();
-        let s = sweep(&plan, &FakeGpm, &out, &done, false).unwrap();
+        let s = sweep(&plan, &FakeGpm, &out, &done.runs, &mut false).unwrap();
         assert_eq!((s.kept, s.measured, s.failed), (3, 0, 3));
     }
 
@@ -1031,7 +1167,7 @@ done
             },
             &out,
             &HashSet::new(),
-            true,
+            &mut true,
         )
         .unwrap();
         assert_eq!((s.measured, s.failed), (0, 2));

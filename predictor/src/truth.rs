@@ -1,0 +1,432 @@
+//! A ground-truth performance model read from GPU measurements (`mmkctl measure`), for
+//! the simulator: how fast a measured job runs at an MPS share next to co-runners, taken
+//! from what the GPU did rather than from a formula.
+//!
+//! - **Alone:** a job's normalized performance at share `s` is its measured curve, linear
+//!   between the shares measured (0 at 0 %; 1 at 100 %). The curve is made monotone (a
+//!   running maximum, at most 1): a job is never slower at a larger share; the measured
+//!   dips are noise (data README).
+//! - **Partitions:** MIG was off when measuring, so a MIG instance with a fraction `f` of
+//!   the GPU's SMs counts as a share of `f` (a job at share `s` in it as `s × f`). This is
+//!   the proxy of docs/measure.md: it keeps the compute limit and misses the instance's
+//!   own memory bandwidth and L2.
+//! - **Shares that add up to more than 100 %** are scaled down to fit (each `× 100 / Σ`):
+//!   such jobs compete for the SMs.
+//! - **Co-runners:** each multiplies the job's speed by a measured ratio, at most 1: its
+//!   pair run's performance over the job's curve at its (scaled) share, from the measured
+//!   split nearest the one asked for. A ratio above 1 (the co-runner left SMs idle that
+//!   the job used, which scaling the shares does not see) was measured next to one
+//!   co-runner only and does not compound over several; it counts as 1. A pair that was never measured takes the mean ratio of
+//!   measured pairs of the same classes, split kind (shares within 100 % or over) and
+//!   the job's own class.
+//! - A job that was not measured (its profile is none of the table's) gets
+//!   `fallback`, the analytic model.
+//!
+//! Jobs are told apart by their profile (class, SM and bandwidth demand), which the
+//! simulator takes from [`MeasuredTruth::jobs`]: the planner sees the same measured
+//! demands that `mmkctl predictor import` puts in the rows.
+
+use std::collections::HashMap;
+
+use mmk_core::JobClass;
+use mmk_partitioner::{AnalyticModel, CoRunner, JobProfile, PartitionShape, PerfModel};
+
+use crate::measured::{JobRef, Mode, Record};
+
+/// One measured job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredJob {
+    /// `resnet50-inf-b32`.
+    pub label: String,
+    pub workload: String,
+    pub batch: u32,
+    /// Class, SM and bandwidth demand (GPM alone at 100 %), and for online jobs the
+    /// latency of one iteration alone.
+    pub profile: JobProfile,
+    /// Memory the worker reserved at its peak, MiB, when it said.
+    pub memory_mib: Option<u64>,
+    /// (share 0..1, normalized performance), sorted, monotone, starting at (0, 0).
+    curve: Vec<(f64, f64)>,
+}
+
+impl MeasuredJob {
+    /// Performance alone at a share of `frac` (0..1) of the GPU.
+    pub fn alone(&self, frac: f64) -> f64 {
+        let f = frac.clamp(0.0, 1.0);
+        for w in self.curve.windows(2) {
+            let ((s0, p0), (s1, p1)) = (w[0], w[1]);
+            if f <= s1 {
+                return if s1 > s0 {
+                    p0 + (p1 - p0) * (f - s0) / (s1 - s0)
+                } else {
+                    p1
+                };
+            }
+        }
+        self.curve.last().map_or(1.0, |c| c.1)
+    }
+}
+
+/// A pair run's ratio, seen from one job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct PairRatio {
+    own: u32,
+    other: u32,
+    ratio: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct MeasuredTruth {
+    jobs: Vec<MeasuredJob>,
+    /// (job, co-runner) index → its measured splits.
+    pairs: HashMap<(usize, usize), Vec<PairRatio>>,
+    /// (job class, co-runner class, shares over 100 %) → mean ratio.
+    class_means: HashMap<(JobClass, JobClass, bool), f64>,
+    fallback: AnalyticModel,
+}
+
+fn scaled(own: u32, total: u32) -> f64 {
+    let own = f64::from(own) / 100.0;
+    if total > 100 {
+        own * 100.0 / f64::from(total)
+    } else {
+        own
+    }
+}
+
+impl MeasuredTruth {
+    /// Builds the model from measurement records (alone and pair runs). A job needs a run
+    /// alone at 100 % with GPM metrics (its profile) and at least one other share.
+    pub fn from_records(records: &[Record]) -> Result<MeasuredTruth, String> {
+        type Key = (String, u32);
+        let key = |j: &JobRef| (j.workload.clone(), j.batch);
+        let mut points: HashMap<Key, Vec<(u32, f64)>> = HashMap::new();
+        let mut reference: HashMap<Key, (f64, JobProfile, Option<u64>)> = HashMap::new();
+        for r in records {
+            let Record::Run(run) = r else { continue };
+            if run.mode != Mode::Alone || run.jobs[0].iters < 2 {
+                continue;
+            }
+            let j = &run.jobs[0];
+            points
+                .entry(key(&j.job))
+                .or_default()
+                .push((j.job.share_pct, j.mean_s));
+            if j.job.share_pct == 100
+                && let Some(g) = run.gpm
+                && let (Some(sm), Some(bw)) = (g.sm_util_pct, g.dram_bw_util_pct)
+            {
+                let profile = JobProfile {
+                    class: j.class,
+                    sm_demand: (sm / 100.0).clamp(0.01, 1.0),
+                    bw_demand: (bw / 100.0).clamp(0.0, 1.0),
+                    solo_latency_ms: (j.class == JobClass::Online).then_some(j.mean_s * 1e3),
+                };
+                let mem = j.mem_bytes.map(|b| b.div_ceil(1 << 20));
+                reference.insert(key(&j.job), (j.mean_s, profile, mem));
+            }
+        }
+        let mut jobs = Vec::new();
+        let mut index: HashMap<Key, usize> = HashMap::new();
+        let mut keys: Vec<&Key> = reference.keys().collect();
+        keys.sort();
+        for k in keys {
+            let (ref_mean, profile, memory_mib) = reference[k];
+            let mut pts: Vec<(u32, f64)> = points[k].clone();
+            pts.sort_by_key(|p| p.0);
+            let mut curve = vec![(0.0, 0.0)];
+            let mut best: f64 = 0.0;
+            for (share, mean) in pts {
+                best = best.max((ref_mean / mean).min(1.0));
+                match curve.last_mut() {
+                    Some(last) if last.0 == f64::from(share) / 100.0 => last.1 = best,
+                    _ => curve.push((f64::from(share) / 100.0, best)),
+                }
+            }
+            if curve.len() < 3 {
+                continue;
+            }
+            index.insert(k.clone(), jobs.len());
+            jobs.push(MeasuredJob {
+                label: format!("{}-b{}", k.0, k.1),
+                workload: k.0.clone(),
+                batch: k.1,
+                profile,
+                memory_mib,
+                curve,
+            });
+        }
+        if jobs.is_empty() {
+            return Err(
+                "no job was measured alone at 100 % (with GPM metrics) and at another share".into(),
+            );
+        }
+        for (i, a) in jobs.iter().enumerate() {
+            for b in &jobs[i + 1..] {
+                if a.profile == b.profile {
+                    return Err(format!(
+                        "{} and {} have the same profile: the model cannot tell them apart",
+                        a.label, b.label
+                    ));
+                }
+            }
+        }
+        let mut pairs: HashMap<(usize, usize), Vec<PairRatio>> = HashMap::new();
+        let mut sums: HashMap<(JobClass, JobClass, bool), (f64, u32)> = HashMap::new();
+        for r in records {
+            let Record::Run(run) = r else { continue };
+            if run.mode != Mode::Pair || run.jobs.iter().any(|j| j.iters < 2) {
+                continue;
+            }
+            let (Some(&ia), Some(&ib)) = (
+                index.get(&key(&run.jobs[0].job)),
+                index.get(&key(&run.jobs[1].job)),
+            ) else {
+                continue;
+            };
+            let total = run.jobs[0].job.share_pct + run.jobs[1].job.share_pct;
+            for (me, other, (i, o)) in [(0, 1, (ia, ib)), (1, 0, (ib, ia))] {
+                let (j, oj) = (&run.jobs[me], &run.jobs[other]);
+                let Some((ref_mean, _, _)) = reference.get(&key(&j.job)) else {
+                    continue;
+                };
+                let base = jobs[i].alone(scaled(j.job.share_pct, total));
+                if base <= 0.0 {
+                    continue;
+                }
+                let ratio = (ref_mean / j.mean_s) / base;
+                pairs.entry((i, o)).or_default().push(PairRatio {
+                    own: j.job.share_pct,
+                    other: oj.job.share_pct,
+                    ratio,
+                });
+                let e = sums.entry((j.class, oj.class, total > 100)).or_default();
+                e.0 += ratio;
+                e.1 += 1;
+            }
+        }
+        Ok(MeasuredTruth {
+            jobs,
+            pairs,
+            class_means: sums
+                .into_iter()
+                .map(|(k, (s, n))| (k, s / f64::from(n)))
+                .collect(),
+            fallback: AnalyticModel::default(),
+        })
+    }
+
+    /// Parses measurement files' text (JSON lines) and builds the model.
+    pub fn from_texts<'a>(
+        texts: impl IntoIterator<Item = &'a str>,
+    ) -> Result<MeasuredTruth, String> {
+        let mut records = Vec::new();
+        for t in texts {
+            records.extend(crate::measured::parse(t).map_err(|e| e.to_string())?);
+        }
+        MeasuredTruth::from_records(&records)
+    }
+
+    /// The measured jobs, sorted by label.
+    pub fn jobs(&self) -> &[MeasuredJob] {
+        &self.jobs
+    }
+
+    fn find(&self, p: &JobProfile) -> Option<usize> {
+        self.jobs.iter().position(|j| j.profile == *p)
+    }
+
+    /// The ratio a co-runner `o` at share `other` imposes on job `i` at share `own`.
+    fn ratio(&self, i: usize, o: Option<usize>, co_class: JobClass, own: u8, other: u8) -> f64 {
+        let over = u32::from(own) + u32::from(other) > 100;
+        if let Some(o) = o
+            && let Some(measured) = self.pairs.get(&(i, o))
+        {
+            let dist =
+                |p: &PairRatio| p.own.abs_diff(u32::from(own)) + p.other.abs_diff(u32::from(other));
+            if let Some(p) = measured.iter().min_by_key(|p| dist(p)) {
+                return p.ratio;
+            }
+        }
+        let class = self.jobs[i].profile.class;
+        self.class_means
+            .get(&(class, co_class, over))
+            .or_else(|| self.class_means.get(&(class, co_class, !over)))
+            .copied()
+            .unwrap_or(1.0)
+    }
+}
+
+impl PerfModel for MeasuredTruth {
+    fn estimate(
+        &self,
+        job: &JobProfile,
+        partition: &PartitionShape,
+        mps_share: u8,
+        co_runners: &[CoRunner],
+    ) -> f64 {
+        let Some(i) = self.find(job) else {
+            return self
+                .fallback
+                .estimate(job, partition, mps_share, co_runners);
+        };
+        let part = f64::from(partition.sm_count) / f64::from(partition.gpu_sm_count.max(1));
+        let total: u32 = u32::from(mps_share)
+            + co_runners
+                .iter()
+                .map(|c| u32::from(c.mps_share))
+                .sum::<u32>();
+        let mut perf = self.jobs[i].alone(scaled(u32::from(mps_share), total) * part);
+        for c in co_runners {
+            perf *= self
+                .ratio(
+                    i,
+                    self.find(&c.profile),
+                    c.profile.class,
+                    mps_share,
+                    c.mps_share,
+                )
+                .min(1.0);
+        }
+        perf.clamp(1e-6, 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measured::{Gpm, JobResult, Run};
+
+    fn job(w: &str, share: u32, class: JobClass, mean_s: f64) -> JobResult {
+        JobResult {
+            job: JobRef {
+                workload: w.into(),
+                batch: 32,
+                share_pct: share,
+            },
+            class,
+            iters: 20,
+            mean_s,
+            p50_s: mean_s,
+            p99_s: mean_s,
+            mem_bytes: Some(3 << 30),
+            process_mem_bytes: None,
+        }
+    }
+
+    fn alone(w: &str, share: u32, class: JobClass, mean_s: f64, sm: f64) -> Record {
+        Record::Run(Run {
+            mode: Mode::Alone,
+            window_s: 1.5,
+            jobs: vec![job(w, share, class, mean_s)],
+            gpm: Some(Gpm {
+                sm_util_pct: Some(sm),
+                dram_bw_util_pct: Some(30.0),
+                ..Gpm::default()
+            }),
+            gpm_error: None,
+        })
+    }
+
+    fn pair(a: (&str, u32, f64), b: (&str, u32, f64)) -> Record {
+        Record::Run(Run {
+            mode: Mode::Pair,
+            window_s: 1.5,
+            jobs: vec![
+                job(a.0, a.1, JobClass::Online, a.2),
+                job(b.0, b.1, JobClass::Offline, b.2),
+            ],
+            gpm: None,
+            gpm_error: None,
+        })
+    }
+
+    fn truth() -> MeasuredTruth {
+        use JobClass::*;
+        MeasuredTruth::from_records(&[
+            alone("svc", 100, Online, 0.010, 80.0),
+            alone("svc", 50, Online, 0.020, 50.0),
+            // A noisy dip: slower at 80 % than at 50 % would say.
+            alone("svc", 80, Online, 0.025, 70.0),
+            alone("train", 100, Offline, 0.100, 90.0),
+            alone("train", 50, Offline, 0.160, 50.0),
+            alone("other", 100, Offline, 0.100, 60.0),
+            alone("other", 50, Offline, 0.125, 40.0),
+            // svc at 50 % next to train at 50 %: 0.4 (its curve says 0.5).
+            pair(("svc", 50, 0.025), ("train", 50, 0.200)),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn alone_the_measured_curve_is_followed_and_made_monotone() {
+        let t = truth();
+        let svc = &t.jobs()[1];
+        assert_eq!(svc.label, "svc-b32");
+        assert_eq!(svc.profile.solo_latency_ms, Some(10.0));
+        assert_eq!(svc.memory_mib, Some(3072));
+        let whole = PartitionShape {
+            sm_count: 132,
+            gpu_sm_count: 132,
+            memory_slices: 8,
+            gpu_memory_slices: 8,
+        };
+        let p = svc.profile;
+        assert!((t.estimate(&p, &whole, 100, &[]) - 1.0).abs() < 1e-12);
+        assert!((t.estimate(&p, &whole, 50, &[]) - 0.5).abs() < 1e-12);
+        assert!((t.estimate(&p, &whole, 25, &[]) - 0.25).abs() < 1e-12);
+        // The dip at 80 % (0.4) is lifted to the 0.5 measured below it.
+        assert!((t.estimate(&p, &whole, 80, &[]) - 0.5).abs() < 1e-12);
+        // Half the SMs as a MIG instance is half the share.
+        let half = PartitionShape {
+            sm_count: 66,
+            ..whole
+        };
+        assert!((t.estimate(&p, &half, 100, &[]) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn co_runners_apply_the_measured_ratio_or_the_class_mean() {
+        let t = truth();
+        let whole = PartitionShape {
+            sm_count: 132,
+            gpu_sm_count: 132,
+            memory_slices: 8,
+            gpu_memory_slices: 8,
+        };
+        let by = |l: &str| t.jobs().iter().find(|j| j.label == l).unwrap().profile;
+        let co = |l: &str, s: u8| CoRunner {
+            profile: by(l),
+            mps_share: s,
+        };
+        // Measured: 0.4 where the curve says 0.5.
+        let with_train = t.estimate(&by("svc-b32"), &whole, 50, &[co("train-b32", 50)]);
+        assert!((with_train - 0.4).abs() < 1e-9, "{with_train}");
+        // Never measured with "other": the mean of online-next-to-offline pairs (0.8).
+        let with_other = t.estimate(&by("svc-b32"), &whole, 50, &[co("other-b32", 50)]);
+        assert!((with_other - 0.4).abs() < 1e-9, "{with_other}");
+        // Shares over 100 % are scaled: 100 + 100 runs each at 50 %.
+        let both = t.estimate(&by("svc-b32"), &whole, 100, &[co("train-b32", 100)]);
+        assert!((both - 0.4).abs() < 1e-9, "{both}");
+        // An unknown job gets the analytic model.
+        let unknown = JobProfile::unknown(JobClass::Offline);
+        assert_eq!(
+            t.estimate(&unknown, &whole, 100, &[]),
+            AnalyticModel::default().estimate(&unknown, &whole, 100, &[])
+        );
+    }
+
+    #[test]
+    fn the_shipped_h200_measurements_build_a_model_of_every_job() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/gpu/h200-2026-11-21/");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+        let (a, p) = (read("raw-alone.jsonl"), read("raw-pairs.jsonl"));
+        let t = MeasuredTruth::from_texts([a.as_str(), p.as_str()]).unwrap();
+        assert_eq!(t.jobs().len(), 28);
+        assert!(
+            t.jobs()
+                .iter()
+                .all(|j| j.alone(1.0) == 1.0 && j.alone(0.1) < 0.5)
+        );
+    }
+}
