@@ -347,15 +347,15 @@ pub struct NcuRow {
     pub metrics: HashMap<String, f64>,
 }
 
-/// Reads `ncu --csv --page raw` output (what comes before the CSV header, ncu's own
-/// messages, is skipped), keeping the `Kernel Name` and the `metrics` columns of each
+/// Reads `ncu --csv --page raw` output (ncu's own `==` messages, before the CSV header
+/// or among its lines, are skipped), keeping the `Kernel Name` and the `metrics` columns of each
 /// launch. A missing column or a value that is not a number is an error naming it; ncu's
 /// `n/a` is left out of that launch's metrics.
 pub fn parse_ncu_rows(text: &str, metrics: &[&str]) -> Result<Vec<NcuRow>, String> {
     let mut lines = text
         .lines()
         .skip_while(|l| !l.starts_with('"'))
-        .filter(|l| !l.trim().is_empty());
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("=="));
     let header = lines
         .next()
         .ok_or("ncu output has no CSV header (was it run with --csv --page raw?)")?;

@@ -134,7 +134,9 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
                 "mmkctl profile: run {run} ended ({status}) after {:.1} s",
                 started.elapsed().as_secs_f64()
             );
-            traces.extend(files_with_prefix(work.path(), &format!("run{run}-"))?);
+            traces.extend(
+                files_with_prefix(work.path(), &format!("run{run}-")).map_err(Failure::usage)?,
+            );
         }
         traces
     } else {
@@ -239,9 +241,11 @@ fn run_child(mut cmd: Command, limit: Option<Duration>) -> Result<ExitStatus, Fa
     }
 }
 
-fn files_with_prefix(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, Failure> {
+/// The files in `dir` whose names begin with `prefix` (the traces record mode wrote, one
+/// per process), sorted.
+pub(crate) fn files_with_prefix(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, String> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| Failure::usage(format!("{}: {e}", dir.display())))?
+        .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             p.file_name()

@@ -104,10 +104,10 @@ impl MeasuredTruth {
         let mut reference: HashMap<Key, (f64, JobProfile, Option<u64>)> = HashMap::new();
         for r in records {
             let Record::Run(run) = r else { continue };
-            if run.mode != Mode::Alone || run.jobs[0].iters < 2 {
+            let Some(j) = run.jobs.first() else { continue };
+            if run.mode != Mode::Alone || j.iters < 2 {
                 continue;
             }
-            let j = &run.jobs[0];
             points
                 .entry(key(&j.job))
                 .or_default()
@@ -178,10 +178,10 @@ impl MeasuredTruth {
             if run.mode != Mode::Pair || run.jobs.iter().any(|j| j.iters < 2) {
                 continue;
             }
-            let (Some(&ia), Some(&ib)) = (
-                index.get(&key(&run.jobs[0].job)),
-                index.get(&key(&run.jobs[1].job)),
-            ) else {
+            let (Some(a), Some(b)) = (run.jobs.first(), run.jobs.get(1)) else {
+                continue;
+            };
+            let (Some(&ia), Some(&ib)) = (index.get(&key(&a.job)), index.get(&key(&b.job))) else {
                 continue;
             };
             let total = run.jobs[0].job.share_pct + run.jobs[1].job.share_pct;
@@ -201,7 +201,8 @@ impl MeasuredTruth {
                     ratio,
                 });
                 let e = sums.entry((j.class, oj.class, total > 100)).or_default();
-                e.0 += ratio;
+                // Capped as `estimate` caps a measured pair's ratio.
+                e.0 += ratio.min(1.0);
                 e.1 += 1;
             }
         }
@@ -232,8 +233,14 @@ impl MeasuredTruth {
         &self.jobs
     }
 
+    /// The measured job with this profile; the class is not compared (a trace may run a
+    /// workload as the other class).
     fn find(&self, p: &JobProfile) -> Option<usize> {
-        self.jobs.iter().position(|j| j.profile == *p)
+        self.jobs.iter().position(|j| {
+            j.profile.sm_demand == p.sm_demand
+                && j.profile.bw_demand == p.bw_demand
+                && j.profile.solo_latency_ms == p.solo_latency_ms
+        })
     }
 
     /// The ratio a co-runner `o` at share `other` imposes on job `i` at share `own`.

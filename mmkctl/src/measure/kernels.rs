@@ -53,7 +53,7 @@ impl Pass {
         }
     }
 
-    /// How to start the worker for `job`, writing into `scratch`.
+    /// How to start the worker, writing its trace or report into `scratch`.
     fn launch(&self, scratch: &Path) -> Launch {
         match self {
             Pass::Kernels { interposer } => {
@@ -219,7 +219,7 @@ fn measure_job(
     }
     w.send(&req)?;
     let reply = w
-        .reply(MEASURE_GRACE)
+        .reply(plan.settle + plan.window + MEASURE_GRACE)
         .map_err(|e| format!("measure: {e}"))?;
     let iters = reply
         .get("iters")
@@ -230,7 +230,7 @@ fn measure_job(
     match pass {
         Pass::Kernels { .. } => {
             let mut records = Vec::new();
-            for path in files_in(scratch.path(), "trace-")? {
+            for path in crate::profile::files_with_prefix(scratch.path(), "trace-")? {
                 let text = std::fs::read_to_string(&path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 records.extend(trace::parse(&text).map_err(|e| format!("trace: {e}"))?);
@@ -250,20 +250,6 @@ fn measure_job(
             Ok((Record::Deep(deep_stats(job.clone(), &rows)?), about))
         }
     }
-}
-
-fn files_in(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(prefix))
-        })
-        .collect();
-    files.sort();
-    Ok(files)
 }
 
 /// The launches made inside [start, end] as a [`Kernels`] record.
