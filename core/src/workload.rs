@@ -36,6 +36,15 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// The class a job of this workload has unless it says otherwise: inference serves
+    /// (online), training runs in the background (offline).
+    pub fn class(&self) -> crate::JobClass {
+        match self.phase {
+            Phase::Inference => crate::JobClass::Online,
+            Phase::Train => crate::JobClass::Offline,
+        }
+    }
+
     pub fn default_batch(&self) -> u32 {
         self.batch_sizes[0]
     }

@@ -104,15 +104,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
     let work = tempfile::tempdir()
         .map_err(|e| Failure::usage(format!("cannot make a scratch directory: {e}")))?;
     let traces = if args.from_trace.is_empty() {
-        let interposer = match &args.interposer {
-            Some(p) => p.clone(),
-            None => artifacts::find_next_to_exe(artifacts::INTERPOSER).ok_or_else(|| {
-                Failure::usage(format!(
-                    "no {} next to mmkctl: build it (cargo build --workspace) or pass --interposer",
-                    artifacts::INTERPOSER
-                ))
-            })?,
-        };
+        let interposer = interposer(args.interposer.as_deref()).map_err(Failure::usage)?;
         let mut traces = Vec::new();
         for run in 1..=args.runs {
             eprintln!(
@@ -121,13 +113,12 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
             );
             let pattern = work.path().join(format!("run{run}-%p.csv"));
             let mut cmd = job_command(command, class);
-            let preload = match command.env.get("LD_PRELOAD") {
-                Some(own) if !own.is_empty() => format!("{}:{own}", interposer.display()),
-                _ => interposer.display().to_string(),
-            };
-            cmd.env("LD_PRELOAD", preload)
-                .env(env::RECORD, &pattern)
-                .env_remove(env::GATE);
+            cmd.envs(record_env(
+                &interposer,
+                command.env.get("LD_PRELOAD").map(String::as_str),
+                &pattern,
+            ))
+            .env_remove(env::GATE);
             let started = Instant::now();
             let status = run_child(cmd, args.duration)?;
             eprintln!(
@@ -239,6 +230,36 @@ fn run_child(mut cmd: Command, limit: Option<Duration>) -> Result<ExitStatus, Fa
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The interposer: `given`, or the one built next to mmkctl.
+pub(crate) fn interposer(given: Option<&Path>) -> Result<PathBuf, String> {
+    match given {
+        Some(p) => Ok(p.to_path_buf()),
+        None => artifacts::find_next_to_exe(artifacts::INTERPOSER).ok_or_else(|| {
+            format!(
+                "no {} next to mmkctl: build it (cargo build --workspace) or pass --interposer",
+                artifacts::INTERPOSER
+            )
+        }),
+    }
+}
+
+/// Record mode's environment: the interposer preloaded ahead of what the program preloads
+/// itself (`own`), and its traces written to `pattern` (`%p` is the pid). The caller also
+/// removes the gate variable (`env::GATE`): record mode measures the job alone.
+pub(crate) fn record_env(
+    interposer: &Path,
+    own: Option<&str>,
+    pattern: &Path,
+) -> [(&'static str, String); 2] {
+    [
+        (
+            "LD_PRELOAD",
+            mmk_core::paths::preload_first(&interposer.display().to_string(), own),
+        ),
+        (env::RECORD, pattern.display().to_string()),
+    ]
 }
 
 /// The files in `dir` whose names begin with `prefix` (the traces record mode wrote, one

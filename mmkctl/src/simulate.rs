@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use mmk_core::JobClass;
 use mmk_core::workload;
 use mmk_partitioner::{AnalyticModel, JobProfile, PLANNERS, PerfModel, planner};
 use mmk_predictor::truth::MeasuredTruth;
@@ -162,16 +161,11 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             let jobs: Vec<(String, JobProfile)> = workload::WORKLOADS
                 .iter()
                 .map(|w| {
-                    let p = cfg.profiles.get(w.name).copied().unwrap_or(JobProfile {
-                        class: if w.solo_latency_ms.is_some() {
-                            JobClass::Online
-                        } else {
-                            JobClass::Offline
-                        },
-                        sm_demand: w.sm_demand,
-                        bw_demand: w.bw_demand,
-                        solo_latency_ms: w.solo_latency_ms,
-                    });
+                    let p = cfg
+                        .profiles
+                        .get(w.name)
+                        .copied()
+                        .unwrap_or_else(|| JobProfile::of_workload(w, w.class()));
                     (w.name.to_owned(), p)
                 })
                 .collect();

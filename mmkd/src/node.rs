@@ -1067,12 +1067,7 @@ fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
     };
     let profile = workload
         .and_then(mmk_core::workload::find)
-        .map(|wl| JobProfile {
-            class: spec.class,
-            sm_demand: wl.sm_demand,
-            bw_demand: wl.bw_demand,
-            solo_latency_ms: wl.solo_latency_ms,
-        });
+        .map(|wl| JobProfile::of_workload(wl, spec.class));
     JobDemand {
         id,
         class: spec.class,

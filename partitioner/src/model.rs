@@ -27,6 +27,16 @@ pub struct JobProfile {
 }
 
 impl JobProfile {
+    /// A job of `class` running a workload of the table, with the table's nominal demands.
+    pub fn of_workload(w: &mmk_core::workload::Workload, class: JobClass) -> JobProfile {
+        JobProfile {
+            class,
+            sm_demand: w.sm_demand,
+            bw_demand: w.bw_demand,
+            solo_latency_ms: w.solo_latency_ms,
+        }
+    }
+
     /// A job nobody profiled: assume it fills the GPU and is half memory-bound, the
     /// pessimistic reading (it gets a partition of its own when it can).
     pub fn unknown(class: JobClass) -> JobProfile {

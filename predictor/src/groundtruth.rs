@@ -10,8 +10,7 @@
 //! 10..100 % in steps of 10, with up to two co-runners whose shares fit beside the job's.
 //! The L2 and kernel-level columns are missing: the model has no such quantities.
 
-use mmk_core::JobClass;
-use mmk_core::workload::{self, Phase};
+use mmk_core::workload;
 use mmk_partitioner::{AnalyticModel, CoRunner, JobProfile, PartitionShape, PerfModel, catalog};
 
 use crate::dataset::{Dataset, Row};
@@ -23,23 +22,11 @@ pub const NOISE_SIGMA: f64 = 0.01;
 /// The GPU models the rows come from.
 pub const MODELS: [&str; 2] = ["a100-80gb", "h100-80gb"];
 
-fn profile(w: &workload::Workload) -> JobProfile {
-    JobProfile {
-        class: match w.phase {
-            Phase::Inference => JobClass::Online,
-            Phase::Train => JobClass::Offline,
-        },
-        sm_demand: w.sm_demand,
-        bw_demand: w.bw_demand,
-        solo_latency_ms: w.solo_latency_ms,
-    }
-}
-
 /// `n` rows, the same for the same seed.
 pub fn generate(n: usize, seed: u64) -> Dataset {
     let jobs: Vec<(String, JobProfile)> = workload::WORKLOADS
         .iter()
-        .map(|w| (w.name.to_owned(), profile(w)))
+        .map(|w| (w.name.to_owned(), JobProfile::of_workload(w, w.class())))
         .collect();
     generate_with(&AnalyticModel::default(), &jobs, n, seed)
 }
@@ -107,6 +94,8 @@ pub fn generate_with(
 
 #[cfg(test)]
 mod tests {
+    use mmk_core::JobClass;
+
     use super::*;
 
     #[test]

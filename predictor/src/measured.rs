@@ -96,6 +96,11 @@ pub struct JobRef {
 }
 
 impl JobRef {
+    /// The job whatever its share: (workload, batch).
+    pub fn key(&self) -> (String, u32) {
+        (self.workload.clone(), self.batch)
+    }
+
     /// The name rows carry: `resnet50-inf-b32`.
     pub fn label(&self) -> String {
         format!("{}-b{}", self.workload, self.batch)
@@ -400,7 +405,7 @@ pub fn to_dataset(records: &[Record]) -> Result<Converted, MeasuredError> {
     }
     // A job is (workload, batch); its reference and its use at each share measured.
     type Key = (String, u32);
-    let key = |j: &JobRef| (j.workload.clone(), j.batch);
+    let key = JobRef::key;
     let mut reference: HashMap<Key, (f64, Gpm)> = HashMap::new();
     let mut uses: HashMap<Key, Vec<Use>> = HashMap::new();
     for run in runs.iter().filter(|r| r.mode == Mode::Alone) {

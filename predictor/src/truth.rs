@@ -99,7 +99,7 @@ impl MeasuredTruth {
     /// alone at 100 % with GPM metrics (its profile) and at least one other share.
     pub fn from_records(records: &[Record]) -> Result<MeasuredTruth, String> {
         type Key = (String, u32);
-        let key = |j: &JobRef| (j.workload.clone(), j.batch);
+        let key = JobRef::key;
         let mut points: HashMap<Key, Vec<(u32, f64)>> = HashMap::new();
         let mut reference: HashMap<Key, (f64, JobProfile, Option<u64>)> = HashMap::new();
         for r in records {

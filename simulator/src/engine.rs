@@ -119,12 +119,7 @@ fn demand(id: u64, j: &TraceJob, cfg: &SimConfig) -> JobDemand {
         .profiles
         .get(j.workload.name)
         .copied()
-        .unwrap_or(JobProfile {
-            class: j.class,
-            sm_demand: j.workload.sm_demand,
-            bw_demand: j.workload.bw_demand,
-            solo_latency_ms: j.workload.solo_latency_ms,
-        });
+        .unwrap_or_else(|| JobProfile::of_workload(j.workload, j.class));
     d.profile.class = j.class;
     if j.class == mmk_core::JobClass::Online {
         d.slo_ms = d.profile.solo_latency_ms.map(|l| (l * 3.0).ceil() as u64);

@@ -25,6 +25,8 @@ use mmk_kernel_sched::trace::{self, TraceRecord};
 use mmk_predictor::measured::{Deep, DeepKernel, Failed, JobRef, Kernels, Mode, Record};
 use serde_json::{Value, json};
 
+use crate::profile::{files_with_prefix, record_env};
+
 use super::{
     Launch, MEASURE_GRACE, Monitor, PREPARE_TIMEOUT, Plan, Worker, appender, class_of, header, info,
 };
@@ -57,19 +59,12 @@ impl Pass {
     fn launch(&self, scratch: &Path) -> Launch {
         match self {
             Pass::Kernels { interposer } => {
-                let preload = match std::env::var("LD_PRELOAD") {
-                    Ok(own) if !own.is_empty() => format!("{}:{own}", interposer.display()),
-                    _ => interposer.display().to_string(),
-                };
+                let own = std::env::var("LD_PRELOAD").ok();
                 Launch {
                     prefix: Vec::new(),
-                    env: vec![
-                        ("LD_PRELOAD".into(), preload),
-                        (
-                            mmk_kernel_sched::env::RECORD.into(),
-                            scratch.join("trace-%p.csv").display().to_string(),
-                        ),
-                    ],
+                    env: record_env(interposer, own.as_deref(), &scratch.join("trace-%p.csv"))
+                        .map(|(k, v)| (k.to_owned(), v))
+                        .to_vec(),
                     env_remove: vec![mmk_kernel_sched::env::GATE.into()],
                 }
             }
@@ -230,7 +225,7 @@ fn measure_job(
     match pass {
         Pass::Kernels { .. } => {
             let mut records = Vec::new();
-            for path in crate::profile::files_with_prefix(scratch.path(), "trace-")? {
+            for path in files_with_prefix(scratch.path(), "trace-")? {
                 let text = std::fs::read_to_string(&path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 records.extend(trace::parse(&text).map_err(|e| format!("trace: {e}"))?);

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use mmk_core::JobClass;
 use mmk_core::stats::quantile;
-use mmk_kernel_sched::artifacts;
 use mmk_kernel_sched::gate::monotonic_ns;
 use mmk_predictor::measured::{
     self, FORMAT_VERSION, Failed, Gpm, GpuInfo, Header, JobRef, JobResult, Mode, Record, Run,
@@ -881,15 +880,8 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
     }
     let mut passes = Vec::new();
     if args.kernels || args.only == Some(Part::Kernels) {
-        let interposer = match &args.interposer {
-            Some(p) => p.clone(),
-            None => artifacts::find_next_to_exe(artifacts::INTERPOSER).ok_or_else(|| {
-                Failure::usage(format!(
-                    "--kernels: no {} next to mmkctl: build it (cargo build --workspace) or pass --interposer",
-                    artifacts::INTERPOSER
-                ))
-            })?,
-        };
+        let interposer = crate::profile::interposer(args.interposer.as_deref())
+            .map_err(|e| Failure::usage(format!("--kernels: {e}")))?;
         passes.push(kernels::Pass::Kernels { interposer });
     }
     if args.deep || args.only == Some(Part::Deep) {
