@@ -50,6 +50,68 @@ pub mod env {
     pub const PROFILE: &str = "MMK_KSCHED_PROFILE";
     /// `1`: intercept nothing (the library stays loaded but every call goes straight through).
     pub const OFF: &str = "MMK_KSCHED_OFF";
+    /// `greatest` or `keep`: the priority of the streams the job creates (see
+    /// [`crate::StreamPriority`]). Without it, online jobs get `greatest`, offline `keep`.
+    pub const STREAM_PRIORITY: &str = "MMK_KSCHED_STREAM_PRIORITY";
+    /// MPS's own per-process priority (0 normal, 1 below normal), read by the MPS client.
+    /// mmkd sets it from the job's class ([`crate::mps_client_priority`]).
+    pub const MPS_CLIENT_PRIORITY: &str = "CUDA_MPS_CLIENT_PRIORITY";
+}
+
+/// What the interposer does to the priority of the streams a job creates
+/// (`cuStreamCreate`, `cuStreamCreateWithPriority` and the runtime calls built on them).
+///
+/// Orion (5.2) runs the online job's kernels on high-priority streams so that the GPU's
+/// block scheduler dispatches them ahead of waiting offline blocks. CUDA stream priorities
+/// only order blocks waiting for an SM; they never preempt running blocks. Work on the
+/// legacy default stream (stream 0) keeps the lowest priority: a program must use streams of
+/// its own for this to reach its kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamPriority {
+    /// Every stream gets the device's greatest priority, whatever the program asked.
+    Greatest,
+    /// Streams keep the priority the program asked for.
+    Keep,
+}
+
+impl StreamPriority {
+    /// Online jobs' streams go first; offline jobs keep theirs (0, the lowest, by default).
+    pub fn default_for(class: Class) -> StreamPriority {
+        match class {
+            Class::Online => StreamPriority::Greatest,
+            Class::Offline => StreamPriority::Keep,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamPriority::Greatest => "greatest",
+            StreamPriority::Keep => "keep",
+        }
+    }
+}
+
+impl std::str::FromStr for StreamPriority {
+    type Err = String;
+    fn from_str(s: &str) -> Result<StreamPriority, String> {
+        match s.trim() {
+            "greatest" => Ok(StreamPriority::Greatest),
+            "keep" => Ok(StreamPriority::Keep),
+            other => Err(format!(
+                "unknown stream priority {other:?} (greatest or keep)"
+            )),
+        }
+    }
+}
+
+/// The `CUDA_MPS_CLIENT_PRIORITY` of a job of `class`: online jobs `0` (normal), offline
+/// jobs `1` (below normal), so that the MPS server favours online work where they share a
+/// partition. MPS treats it as a hint; it changes nothing without MPS.
+pub fn mps_client_priority(class: Class) -> &'static str {
+    match class {
+        Class::Online => "0",
+        Class::Offline => "1",
+    }
 }
 
 /// SMs a launch occupies: `ceil(blocks / blocks_per_sm)`, at most `sm_count`.
@@ -64,7 +126,7 @@ pub fn sm_demand(blocks: u64, blocks_per_sm: u32, sm_count: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::sm_demand;
+    use super::{Class, StreamPriority, sm_demand};
 
     #[test]
     fn sm_demand_rounds_up_and_caps_at_the_partition() {
@@ -78,5 +140,27 @@ mod tests {
             "unknown occupancy counts one block an SM"
         );
         assert_eq!(sm_demand(0, 4, 132), 0);
+    }
+
+    #[test]
+    fn stream_priority_defaults_by_class_and_parses() {
+        assert_eq!(
+            StreamPriority::default_for(Class::Online),
+            StreamPriority::Greatest
+        );
+        assert_eq!(
+            StreamPriority::default_for(Class::Offline),
+            StreamPriority::Keep
+        );
+        for p in [StreamPriority::Greatest, StreamPriority::Keep] {
+            assert_eq!(p.as_str().parse::<StreamPriority>(), Ok(p));
+        }
+        let err = "high".parse::<StreamPriority>().unwrap_err();
+        assert!(
+            err.contains("\"high\"") && err.contains("greatest or keep"),
+            "{err}"
+        );
+        assert_eq!(super::mps_client_priority(Class::Online), "0");
+        assert_eq!(super::mps_client_priority(Class::Offline), "1");
     }
 }

@@ -386,3 +386,71 @@ fn a_job_runs_unchanged_without_a_usable_gate_or_with_the_interposer_off() {
         "the interposer did nothing"
     );
 }
+
+#[test]
+fn online_streams_get_the_greatest_priority_and_offline_streams_keep_theirs() {
+    let node = Node::new();
+    let run = |name: &str, class: Class, extra: &[&str], mode: Option<&str>| {
+        let mut args = vec!["--kernels", "4", "--threads", "2"];
+        args.extend_from_slice(extra);
+        let mut cmd = node.job(name, class, false, &args);
+        if let Some(mode) = mode {
+            cmd.env("MMK_KSCHED_STREAM_PRIORITY", mode);
+        }
+        let out = finish(cmd.spawn().unwrap(), name);
+        (
+            out["stream_priorities"].clone(),
+            node.stats(name)["streams"].clone(),
+        )
+    };
+    // The fake device's range is 0 (least, the default) to -5 (greatest).
+    let (prios, streams) = run("on", Class::Online, &[], None);
+    assert_eq!(prios, serde_json::json!([-5, -5]), "cuStreamCreate raised");
+    assert_eq!(
+        streams,
+        serde_json::json!({"mode": "greatest", "created": 2, "raised": 2, "priority": -5})
+    );
+    let (prios, _) = run(
+        "on-asked",
+        Class::Online,
+        &["--stream-priority", "-1"],
+        None,
+    );
+    assert_eq!(
+        prios,
+        serde_json::json!([-5, -5]),
+        "cuStreamCreateWithPriority raised"
+    );
+
+    let (prios, streams) = run("off", Class::Offline, &["--stream-priority", "-2"], None);
+    assert_eq!(
+        prios,
+        serde_json::json!([-2, -2]),
+        "offline keeps what it asked"
+    );
+    assert_eq!(
+        streams,
+        serde_json::json!({"mode": "keep", "created": 2, "raised": 0, "priority": 0})
+    );
+    let (prios, _) = run("on-keep", Class::Online, &[], Some("keep"));
+    assert_eq!(
+        prios,
+        serde_json::json!([0, 0]),
+        "turned off for an online job"
+    );
+
+    // A bad value is named and the class's default stands.
+    let child = node
+        .job("bad", Class::Offline, false, &["--kernels", "1"])
+        .env("MMK_KSCHED_STREAM_PRIORITY", "high")
+        .spawn()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("MMK_KSCHED_STREAM_PRIORITY") && stderr.contains("\"high\""),
+        "{stderr}"
+    );
+    assert_eq!(node.stats("bad")["streams"]["mode"], "keep");
+}

@@ -450,8 +450,8 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
     env
 }
 
-/// What mmk sets for a job in its partition: the device, the MPS share and memory limit,
-/// the MPS pipe, the kernel scheduler's interposer (`LD_PRELOAD`, alone) and gate, and the
+/// What mmk sets for a job in its partition: the device, the MPS share, client priority and
+/// memory limit, the MPS pipe, the kernel scheduler's interposer (`LD_PRELOAD`, alone) and gate, and the
 /// job's identity. A managed job gets these over its spec's own; an attached allocation
 /// returns them to its caller.
 pub fn mmk_env(l: &Launch) -> BTreeMap<String, String> {
@@ -468,6 +468,15 @@ pub fn mmk_env(l: &Launch) -> BTreeMap<String, String> {
     env.insert(
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
         a.mps_share.to_string(),
+    );
+    // MPS's per-client priority: offline clients yield to online ones in a shared partition.
+    let class = match l.class {
+        JobClass::Online => mmk_kernel_sched::Class::Online,
+        JobClass::Offline => mmk_kernel_sched::Class::Offline,
+    };
+    env.insert(
+        mmk_kernel_sched::env::MPS_CLIENT_PRIORITY.into(),
+        mmk_kernel_sched::mps_client_priority(class).into(),
     );
     // Device 0 is the only device the job sees (CUDA_VISIBLE_DEVICES names one).
     env.insert(
@@ -557,13 +566,16 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (r, mut rx) = runner(dir.path());
         let pid = r
-            .start(&launch(1, cmd(&["/bin/sh", "-c", "echo $GREETING $MMK_JOB_ID $CUDA_VISIBLE_DEVICES $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo oops >&2; exit 3"])))
+            .start(&launch(1, cmd(&["/bin/sh", "-c", "echo $GREETING $MMK_JOB_ID $CUDA_VISIBLE_DEVICES $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE $CUDA_MPS_CLIENT_PRIORITY; echo oops >&2; exit 3"])))
             .expect("started");
         assert!(pid.is_some());
         let exit = rx.recv().await.expect("exit");
         assert_eq!(exit.outcome, Outcome::Exited(3));
         let out = std::fs::read_to_string(dir.path().join("1/stdout.log")).expect("stdout");
-        assert_eq!(out, "hi 1 MIG-abc 50\n");
+        assert_eq!(
+            out, "hi 1 MIG-abc 50 1\n",
+            "an offline job's MPS priority is below normal"
+        );
         let err = std::fs::read_to_string(dir.path().join("1/stderr.log")).expect("stderr");
         assert_eq!(err, "oops\n");
     }

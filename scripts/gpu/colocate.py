@@ -1,9 +1,13 @@
 """The co-location benchmark's two jobs (scripts/gpu/ksched-colocate.sh runs them).
 
   python3 colocate.py serve --batch 4 --interval-ms 20 --seconds 20 --out serve.json
+                           [--stream default|side]
       ResNet-50 inference. After a warm-up, requests arrive as a Poisson process; each
       request's latency runs from its arrival to the end of its inference (queueing
       included). Writes the latencies and the measured window (CLOCK_MONOTONIC seconds).
+      `--stream side` runs the model on a stream of its own (torch.cuda.Stream(), made at
+      the default priority, as serving frameworks do) instead of the legacy default stream;
+      the priority the driver reports for it is written as `stream_priority`.
   python3 colocate.py train --seconds 40 --out train.json
       BERT-base masked-LM training steps (batch 8 x 128, AdamW), back to back; writes when
       each step ended (CLOCK_MONOTONIC seconds).
@@ -32,6 +36,8 @@ def serve(args):
 
     model = torchvision.models.resnet50().cuda().eval()
     x = torch.randn(args.batch, 3, 224, 224, device="cuda")
+    stream = torch.cuda.Stream() if args.stream == "side" else torch.cuda.current_stream()
+    torch.cuda.set_stream(stream)
     with torch.no_grad():
         for _ in range(30):
             model(x)
@@ -55,7 +61,8 @@ def serve(args):
         lat.append(time.monotonic() - arrival)
     t1 = time.monotonic()
     json.dump({"t0": t0, "t1": t1, "latencies_s": lat, "batch": args.batch,
-               "interval_ms": args.interval_ms}, open(args.out, "w"))
+               "interval_ms": args.interval_ms, "stream": args.stream,
+               "stream_priority": stream.priority}, open(args.out, "w"))
 
 
 def train(args):
@@ -92,6 +99,7 @@ def main():
     p.add_argument("--interval-ms", type=float, default=20.0)
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--stream", choices=["default", "side"], default="default")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     {"serve": serve, "train": train}[args.mode](args)

@@ -30,6 +30,11 @@ APP = os.path.join(HERE, "colocate.py")
 NO_MPS = ["ideal", "train-alone", "timeslice"]
 MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # ksfull-POLICY: the kernel scheduler on plain MPS (both jobs at 100 %).
+# A configuration may be repeated with a tag: "mps@2" runs "mps" again under its own name.
+# A suffix "-cprio" on an MPS configuration gives the clients mmkd's CUDA_MPS_CLIENT_PRIORITY
+# (online 0, offline 1, below normal). With the interposer loaded, the online job's streams
+# get the greatest priority (its default; "-keepprio" turns that off); with
+# `--serve-stream side` the service runs on a stream of its own, which that reaches.
 
 
 def log(*a):
@@ -78,6 +83,7 @@ def main():
     ap.add_argument("--offline-share", type=int, default=40)
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--profile-seconds", type=float, default=4.0)
+    ap.add_argument("--serve-stream", choices=["default", "side"], default="default")
     a = ap.parse_args()
     bin_dir = os.path.abspath(a.bin)
     out = os.path.abspath(a.out)
@@ -90,7 +96,7 @@ def main():
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
         capture_output=True, text=True).stdout.strip()
     serve_args = ["python3", APP, "serve", "--batch", str(a.batch), "--interval-ms",
-                  str(a.interval_ms), "--seconds", str(a.seconds)]
+                  str(a.interval_ms), "--stream", a.serve_stream, "--seconds", str(a.seconds)]
     base = dict(os.environ, PYTHONUNBUFFERED="1")
     for k in list(base):
         if k.startswith("MMK_") or k.startswith("CUDA_MPS_"):
@@ -141,17 +147,28 @@ def main():
 
     try:
         for c in configs:
-            uses_mps = c in MPS or c.startswith("ksfull-")
+            base_c, cprio, keepprio = c.split("@")[0], False, False
+            for suffix in ["-cprio", "-keepprio"]:
+                if base_c.endswith(suffix):
+                    base_c = base_c[: -len(suffix)]
+                    cprio |= suffix == "-cprio"
+                    keepprio |= suffix == "-keepprio"
+            uses_mps = base_c in MPS or base_c.startswith("ksfull-")
             if uses_mps and not mps_on:
                 mps_start()
                 mps_on = True
             env = mps_env if uses_mps else base
             on_env, off_env = dict(env), dict(env)
-            if c != "mps" and not c.startswith("ksfull-") and uses_mps:
+            if base_c != "mps" and not base_c.startswith("ksfull-") and uses_mps:
                 on_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.online_share)
                 off_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.offline_share)
-            if c.startswith("ks-") or c.startswith("ksfull-"):
-                policy = c.split("-", 1)[1]
+            if cprio:
+                on_env["CUDA_MPS_CLIENT_PRIORITY"] = "0"
+                off_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
+            if keepprio:
+                on_env["MMK_KSCHED_STREAM_PRIORITY"] = "keep"
+            if base_c.startswith("ks-") or base_c.startswith("ksfull-"):
+                policy = base_c.split("-", 1)[1]
                 gate = f"{work}/{policy}.gate"
                 cmd = [f"{bin_dir}/mmk-gate", "create", gate, "--sms", str(a.sms), "--policy", policy]
                 if dur_us:
@@ -165,14 +182,14 @@ def main():
             t = time.time()
             r = {}
             train = None
-            if c != "ideal":
-                secs = a.seconds if c == "train-alone" else 600
+            if base_c != "ideal":
+                secs = a.seconds if base_c == "train-alone" else 600
                 train = subprocess.Popen(["python3", APP, "train", "--seconds", str(secs),
                                           "--out", f"{work}/{c}.train.json"],
                                          env=off_env, stderr=subprocess.PIPE, text=True)
                 wait_line(train, "train: warm", 180)
                 drain(train)
-            if c != "train-alone":
+            if base_c != "train-alone":
                 serve = subprocess.Popen(serve_args + ["--out", f"{work}/{c}.serve.json"],
                                          env=on_env, stderr=subprocess.PIPE, text=True)
                 drain(serve)
@@ -182,14 +199,15 @@ def main():
                 s = json.load(open(f"{work}/{c}.serve.json"))
                 lat = [x * 1e3 for x in s["latencies_s"]]
                 r.update(requests=len(lat), p50_ms=pct(lat, 50), p99_ms=pct(lat, 99),
-                         mean_ms=statistics.fmean(lat), window_s=s["t1"] - s["t0"])
+                         mean_ms=statistics.fmean(lat), window_s=s["t1"] - s["t0"],
+                         stream_priority=s.get("stream_priority"))
                 window = (s["t0"], s["t1"])
             if train is not None:
-                if c != "train-alone":
+                if base_c != "train-alone":
                     train.send_signal(signal.SIGINT)
                 train.wait(timeout=120)
                 ends = json.load(open(f"{work}/{c}.train.json"))["step_ends_s"]
-                if c == "train-alone":
+                if base_c == "train-alone":
                     window = (ends[0], ends[-1])
                     n = len(ends) - 1
                 else:

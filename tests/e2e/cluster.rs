@@ -73,6 +73,10 @@ async fn run_starts_the_command_in_its_partition_and_releases_it_with_its_exit_c
         a["mps_share"].to_string()
     );
     assert_eq!(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=20480M");
+    assert_eq!(
+        env["CUDA_MPS_CLIENT_PRIORITY"], "1",
+        "offline: below normal"
+    );
     assert!(
         env["CUDA_MPS_PIPE_DIRECTORY"].starts_with(d.data_dir().to_str().expect("utf-8")),
         "{env:?}"

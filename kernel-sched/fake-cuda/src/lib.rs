@@ -2,8 +2,8 @@
 //! `libcudart.so.13`) from a test's library path.
 //!
 //! - Driver: the entry points the interposer and cudart-style programs use: `cuInit`,
-//!   contexts, `cuModuleLoadData` / `cuModuleGetFunction`, names, occupancy, streams,
-//!   events, `cuLaunchKernel(Ex)`, cooperative and graph launches (and their `_ptsz` forms),
+//!   contexts, `cuModuleLoadData` / `cuModuleGetFunction`, names, occupancy, streams (with
+//!   priorities 0 to -5, which are recorded but do not change when kernels run), events, `cuLaunchKernel(Ex)`, cooperative and graph launches (and their `_ptsz` forms),
 //!   and `cuGetProcAddress(_v2)`, which maps names and versions to them as the real driver
 //!   does.
 //! - Kernels "run" on a simulated SM pool: a kernel starts when its stream is free, takes
@@ -403,16 +403,72 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
 
 // ---- streams and events ----
 
+/// The device's stream priorities, as an H100/H200 reports them: 0 is the least (and the
+/// default), -5 the greatest.
+const LEAST_PRIORITY: c_int = 0;
+const GREATEST_PRIORITY: c_int = -5;
+
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamCreate(stream: *mut Handle, _flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut Handle, flags: c_uint) -> CUresult {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { cuStreamCreateWithPriority(stream, flags, LEAST_PRIORITY) }
+}
+
+/// A stream is a unique address holding its priority. A priority outside the range is
+/// clamped to it, as the real driver does.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    stream: *mut Handle,
+    _flags: c_uint,
+    priority: c_int,
+) -> CUresult {
     if let Err(rc) = check_ctx() {
         return rc;
     }
     if stream.is_null() {
         return INVALID_VALUE;
     }
+    let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
     // SAFETY: checked non-null; the stream is a unique address.
-    unsafe { *stream = Box::into_raw(Box::new(0u64)).cast() };
+    unsafe { *stream = Box::into_raw(Box::new(i64::from(priority))).cast() };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    // SAFETY: each pointer is written only when non-null, as the driver allows.
+    unsafe {
+        if !least.is_null() {
+            *least = LEAST_PRIORITY;
+        }
+        if !greatest.is_null() {
+            *greatest = GREATEST_PRIORITY;
+        }
+    }
+    SUCCESS
+}
+
+/// The priority of a stream this library made; the default streams (null, legacy,
+/// per-thread) have the least.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetPriority(stream: Handle, priority: *mut c_int) -> CUresult {
+    if priority.is_null() {
+        return INVALID_VALUE;
+    }
+    let p = if (stream as usize) <= 2 {
+        LEAST_PRIORITY
+    } else {
+        // SAFETY: a stream this library made points to its priority.
+        unsafe { *stream.cast::<i64>() as c_int }
+    };
+    // SAFETY: checked non-null.
+    unsafe { *priority = p };
     SUCCESS
 }
 
@@ -716,6 +772,9 @@ fn proc_address(name: &[u8], flags: u64) -> Option<usize> {
             cuOccupancyMaxActiveBlocksPerMultiprocessor as *const () as usize
         }
         (b"cuStreamCreate", _) => cuStreamCreate as *const () as usize,
+        (b"cuStreamCreateWithPriority", _) => cuStreamCreateWithPriority as *const () as usize,
+        (b"cuStreamGetPriority", _) => cuStreamGetPriority as *const () as usize,
+        (b"cuCtxGetStreamPriorityRange", _) => cuCtxGetStreamPriorityRange as *const () as usize,
         (b"cuStreamSynchronize", _) => cuStreamSynchronize as *const () as usize,
         (b"cuEventCreate", _) => cuEventCreate as *const () as usize,
         (b"cuEventRecord", _) => cuEventRecord as *const () as usize,

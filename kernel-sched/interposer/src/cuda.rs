@@ -93,6 +93,11 @@ pub type CuLaunchCooperativeKernel = unsafe extern "C" fn(
     Params,
 ) -> CUresult;
 pub type CuGraphLaunch = unsafe extern "C" fn(CUgraphExec, CUstream) -> CUresult;
+
+// Stream creation (the interposer may raise the priority asked for).
+pub type CuStreamCreate = unsafe extern "C" fn(*mut CUstream, c_uint) -> CUresult;
+pub type CuStreamCreateWithPriority =
+    unsafe extern "C" fn(*mut CUstream, c_uint, c_int) -> CUresult;
 /// `cudaLaunchKernel`, `cudaLaunchCooperativeKernel` (host stub first) and
 /// `__cudaLaunchKernel` (a `cudaKernel_t` first): the same shape.
 pub type CudaLaunchKernel =
@@ -119,6 +124,7 @@ pub type CuOccupancy = unsafe extern "C" fn(*mut c_int, CUfunction, c_int, usize
 pub type CuCtxGetCurrent = unsafe extern "C" fn(*mut CUcontext) -> CUresult;
 pub type CuCtxSetCurrent = unsafe extern "C" fn(CUcontext) -> CUresult;
 pub type CuCtxGetDevice = unsafe extern "C" fn(*mut CUdevice) -> CUresult;
+pub type CuCtxGetStreamPriorityRange = unsafe extern "C" fn(*mut c_int, *mut c_int) -> CUresult;
 pub type CuDeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, CUdevice) -> CUresult;
 pub type CuEventCreate = unsafe extern "C" fn(*mut CUevent, c_uint) -> CUresult;
 pub type CuEventRecord = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;

@@ -1,4 +1,5 @@
-//! The symbols the interposer exports. A caller linked against the driver or the runtime
+//! The symbols the interposer exports (launches, stream constructors, lookups). A caller
+//! linked against the driver or the runtime
 //! (Triton's launchers link `-lcuda`; `libtorch_cuda.so` imports `__cudaLaunchKernel` and
 //! `cudaLaunchKernelExC` from `libcudart.so.13`) reaches these first, because the
 //! interposer is preloaded; each finds the real definition once and goes through the same
@@ -147,6 +148,13 @@ macro_rules! export_cuda_launch_ex {
 export_cuda_launch_ex!(cudaLaunchKernelExC);
 export_cuda_launch_ex!(cudaLaunchKernelExC_ptsz);
 
+export!(cuStreamCreate, Lib::Driver, CuStreamCreate,
+fn(stream: *mut CUstream, flags: c_uint) -> CUresult
+=> |real| crate::streams::create(stream, flags, None, || real(stream, flags)));
+export!(cuStreamCreateWithPriority, Lib::Driver, CuStreamCreateWithPriority,
+fn(stream: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult
+=> |real| crate::streams::create(stream, flags, Some(real), || real(stream, flags, priority)));
+
 export!(cuGetProcAddress, Lib::Driver, CuGetProcAddress,
 fn(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult
 => |real| {
@@ -230,6 +238,8 @@ pub fn own(name: &[u8]) -> [usize; 2] {
             cudaLaunchKernelExC as *const () as usize,
             cudaLaunchKernelExC_ptsz as *const () as usize,
         ],
+        b"cuStreamCreate" => [cuStreamCreate as *const () as usize, 0],
+        b"cuStreamCreateWithPriority" => [cuStreamCreateWithPriority as *const () as usize, 0],
         b"cuGetProcAddress" | b"cuGetProcAddress_v2" => [
             cuGetProcAddress as *const () as usize,
             cuGetProcAddress_v2 as *const () as usize,

@@ -286,6 +286,16 @@ hook_family!(RLKX, rlkx_hooks, rlkx_hook, CudaLaunchKernelExC,
 hook_family!(RGL, rgl_hooks, rgl_hook, CudaGraphLaunch,
     fn(exec: CUgraphExec, stream: CUstream) -> cudaError
     => |real| unsafe { graph_launch(Api::CudaGraphLaunch, real, exec, stream) });
+hook_family!(SC, sc_hooks, sc_hook, CuStreamCreate,
+fn(stream: *mut CUstream, flags: c_uint) -> CUresult
+=> |real: CuStreamCreate| unsafe {
+    crate::streams::create(stream, flags, None, || real(stream, flags))
+});
+hook_family!(SCP, scp_hooks, scp_hook, CuStreamCreateWithPriority,
+fn(stream: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult
+=> |real: CuStreamCreateWithPriority| unsafe {
+    crate::streams::create(stream, flags, Some(real), || real(stream, flags, priority))
+});
 hook_family!(GPA, gpa_hooks, gpa_hook, CuGetProcAddress,
 fn(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult
 => |real: CuGetProcAddress| unsafe {
@@ -315,8 +325,8 @@ fn(symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, flags: u64, st
     rc
 });
 
-/// What to hand out for `name` found at `real`: a hook when `name` is a launch entry point
-/// or a way to find one, else `real` itself.
+/// What to hand out for `name` found at `real`: a hook when `name` is a launch entry point,
+/// a stream constructor or a way to find one, else `real` itself.
 pub fn wrap(name: &[u8], real: *mut c_void) -> *mut c_void {
     if real.is_null() || !(name.starts_with(b"cu") || name.starts_with(b"__cuda")) {
         return real;
@@ -335,6 +345,8 @@ pub fn wrap(name: &[u8], real: *mut c_void) -> *mut c_void {
         }
         b"cudaLaunchKernelExC" => RLKX.install(r, &rlkx_hooks(), &crate::exports::own(base)),
         b"cudaGraphLaunch" => RGL.install(r, &rgl_hooks(), &crate::exports::own(base)),
+        b"cuStreamCreate" => SC.install(r, &sc_hooks(), &crate::exports::own(base)),
+        b"cuStreamCreateWithPriority" => SCP.install(r, &scp_hooks(), &crate::exports::own(base)),
         b"cuGetProcAddress" => GPA.install(r, &gpa_hooks(), &crate::exports::own(name)),
         b"cuGetProcAddress_v2" => GPA2.install(r, &gpa2_hooks(), &crate::exports::own(name)),
         b"cudaGetDriverEntryPoint" => GDEP.install(r, &gdep_hooks(), &crate::exports::own(base)),

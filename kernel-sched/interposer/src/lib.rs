@@ -12,6 +12,9 @@
 //!   `cudaLaunchKernel`, `__cudaLaunchKernel` (CUDA 13's `<<<>>>`), `cudaLaunchKernelExC`,
 //!   `cudaLaunchCooperativeKernel`, `cudaGraphLaunch`, each with its `_ptsz` form.
 //!
+//! Streams: `cuStreamCreate` and `cuStreamCreateWithPriority` are hooked the same way, so
+//! that an online job's streams get the device's greatest priority (`streams`).
+//!
 //! A graph launch is one unit. A runtime launch is gated once even when the runtime calls a
 //! hooked driver entry point underneath.
 //!
@@ -27,6 +30,7 @@ mod launch;
 mod process;
 mod real;
 mod stats;
+mod streams;
 mod track;
 
 /// Launches this process has made through the interposer so far (0 when it is off), for

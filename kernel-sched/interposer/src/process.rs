@@ -1,5 +1,5 @@
-//! The interposer's state in one job process, made at the first launch: the job's class
-//! and share, its gate slot and policy, record mode, counters, and the completion tracker.
+//! The interposer's state in one job process, made at the first launch (or stream): the
+//! job's class, share and stream priority, its gate slot and policy, record mode, counters, and the completion tracker.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use mmk_kernel_sched::profile::{Expect, KernelKey, Profile};
 use mmk_kernel_sched::trace::{HEADER, TraceRecord};
-use mmk_kernel_sched::{Charge, Class, Gate, Policy, PolicyKind, SlotId, env, monotonic_ns};
+use mmk_kernel_sched::{
+    Charge, Class, Gate, Policy, PolicyKind, SlotId, StreamPriority, env, monotonic_ns,
+};
 
 use crate::cuda::*;
 use crate::stats::Stats;
@@ -27,6 +29,8 @@ pub struct Process {
     pub gate: Option<(Gate, SlotId)>,
     pub policy_kind: PolicyKind,
     pub policy: Mutex<Box<dyn Policy>>,
+    /// What happens to the priority of the streams the process creates.
+    pub stream_priority: StreamPriority,
     /// Whether launches are tracked to completion for the gate.
     pub track: bool,
     pub record: Option<Recorder>,
@@ -165,6 +169,18 @@ impl Process {
             }),
             Err(_) => Class::Offline,
         };
+        let stream_priority = match std::env::var(env::STREAM_PRIORITY) {
+            Ok(v) => v.parse().unwrap_or_else(|e| {
+                let fallback = StreamPriority::default_for(class);
+                warn(format_args!(
+                    "{}: {e}; using {}",
+                    env::STREAM_PRIORITY,
+                    fallback.as_str()
+                ));
+                fallback
+            }),
+            Err(_) => StreamPriority::default_for(class),
+        };
         let mps_fraction = std::env::var(env::MPS_PERCENTAGE)
             .ok()
             .and_then(|v| v.trim().parse::<f64>().ok())
@@ -227,6 +243,7 @@ impl Process {
             gate,
             policy_kind,
             policy: Mutex::new(policy),
+            stream_priority,
             track,
             record,
             profile,
@@ -291,6 +308,7 @@ impl Process {
                 self.policy_kind.as_str(),
                 self.gate.is_some(),
                 crate::kernel::KERNELS_SEEN.load(Ordering::Relaxed),
+                self.stream_priority.as_str(),
             );
             if let Err(e) = std::fs::write(path, json + "\n") {
                 warn(format_args!("stats file {}: {e}", path.display()));

@@ -1,5 +1,6 @@
 //! The real functions behind the hooks: the real `dlsym`, the loaded driver and runtime
-//! libraries, and the driver helpers the interposer calls itself (names, occupancy, events).
+//! libraries, and the driver helpers the interposer calls itself (names, occupancy, events,
+//! stream priorities).
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::OnceLock;
@@ -138,6 +139,8 @@ pub struct Driver {
     pub ctx_get_current: Option<CuCtxGetCurrent>,
     pub ctx_set_current: Option<CuCtxSetCurrent>,
     pub ctx_get_device: Option<CuCtxGetDevice>,
+    pub stream_priority_range: Option<CuCtxGetStreamPriorityRange>,
+    pub stream_create_with_priority: Option<CuStreamCreateWithPriority>,
     pub device_get_attribute: Option<CuDeviceGetAttribute>,
     pub event_create: Option<CuEventCreate>,
     pub event_record: Option<CuEventRecord>,
@@ -190,6 +193,11 @@ pub fn driver() -> Option<&'static Driver> {
         ctx_get_current: get!(c"cuCtxGetCurrent", CuCtxGetCurrent),
         ctx_set_current: get!(c"cuCtxSetCurrent", CuCtxSetCurrent),
         ctx_get_device: get!(c"cuCtxGetDevice", CuCtxGetDevice),
+        stream_priority_range: get!(c"cuCtxGetStreamPriorityRange", CuCtxGetStreamPriorityRange),
+        stream_create_with_priority: get!(
+            c"cuStreamCreateWithPriority",
+            CuStreamCreateWithPriority
+        ),
         device_get_attribute: get!(c"cuDeviceGetAttribute", CuDeviceGetAttribute),
         event_create: get!(c"cuEventCreate", CuEventCreate),
         event_record: get!(c"cuEventRecord", CuEventRecord),

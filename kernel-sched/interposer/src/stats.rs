@@ -2,7 +2,7 @@
 //! JSON at exit when `MMK_KSCHED_STATS` names a file.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// The entry points a launch can come through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +66,11 @@ pub struct Stats {
     pub overflow: AtomicU64,
     /// Launches whose completion could not be tracked (no event).
     pub untracked: AtomicU64,
+    /// Streams the process created through the interposer, and how many of them got the
+    /// greatest priority (which `stream_priority` holds).
+    pub streams_created: AtomicU64,
+    pub streams_raised: AtomicU64,
+    pub stream_priority: AtomicI64,
     hook_ns: Box<[AtomicU64]>,
     hook_ns_sum: AtomicU64,
     hook_ns_max: AtomicU64,
@@ -81,6 +86,9 @@ impl Stats {
             forced: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
             untracked: AtomicU64::new(0),
+            streams_created: AtomicU64::new(0),
+            streams_raised: AtomicU64::new(0),
+            stream_priority: AtomicI64::new(0),
             hook_ns: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             hook_ns_sum: AtomicU64::new(0),
             hook_ns_max: AtomicU64::new(0),
@@ -118,8 +126,16 @@ impl Stats {
         BUCKETS as u64 * BUCKET_NS
     }
 
-    /// The JSON document (one object).
-    pub fn to_json(&self, pid: u32, class: &str, policy: &str, gate: bool, kernels: u64) -> String {
+    /// The JSON document (one object). `streams` is the stream-priority mode.
+    pub fn to_json(
+        &self,
+        pid: u32,
+        class: &str,
+        policy: &str,
+        gate: bool,
+        kernels: u64,
+        streams: &str,
+    ) -> String {
         let mut s = String::new();
         let _ = write!(
             s,
@@ -152,13 +168,16 @@ impl Stats {
         let mean = self.hook_ns_sum.load(Ordering::Relaxed) / timed.max(1);
         let _ = write!(
             s,
-            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
+            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
             self.failed.load(Ordering::Relaxed),
             self.held.load(Ordering::Relaxed),
             self.held_ns.load(Ordering::Relaxed),
             self.forced.load(Ordering::Relaxed),
             self.overflow.load(Ordering::Relaxed),
             self.untracked.load(Ordering::Relaxed),
+            self.streams_created.load(Ordering::Relaxed),
+            self.streams_raised.load(Ordering::Relaxed),
+            self.stream_priority.load(Ordering::Relaxed),
             self.hook_ns_max.load(Ordering::Relaxed),
         );
         s

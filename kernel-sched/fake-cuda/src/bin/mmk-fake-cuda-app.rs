@@ -7,11 +7,16 @@
 //! mmk-fake-cuda-app [--api driver|driver-ptsz|driver-ex|cooperative|graph|runtime|
 //!                          runtime-internal|runtime-ex|runtime-coop|runtime-graph|all]
 //!                   [--kernels N] [--duration-us D] [--gap-us G] [--blocks B] [--threads T]
-//!                   [--sync-every K] [--die-after K]
+//!                   [--sync-every K] [--die-after K] [--stream-priority P]
 //! ```
 //!
-//! Prints one JSON line: `{"pid","launched","failed","elapsed_ns","launch_ns":{"p50","p99"}}`,
-//! where `launch_ns` is the wall time of the launch calls themselves.
+//! Each thread launches on a stream of its own, made with `cuStreamCreate`, or with
+//! `cuStreamCreateWithPriority` when `--stream-priority` is given.
+//!
+//! Prints one JSON line:
+//! `{"pid","launched","failed","elapsed_ns","launch_ns":{"p50","p99"},"stream_priorities"}`,
+//! where `launch_ns` is the wall time of the launch calls themselves and
+//! `stream_priorities` what `cuStreamGetPriority` says of each thread's stream.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::process::ExitCode;
@@ -27,6 +32,8 @@ type CtxSet = unsafe extern "C" fn(Handle) -> CUresult;
 type ModuleLoad = unsafe extern "C" fn(*mut Handle, *const c_void) -> CUresult;
 type ModuleGet = unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CUresult;
 type StreamCreate = unsafe extern "C" fn(*mut Handle, c_uint) -> CUresult;
+type StreamCreateWithPriority = unsafe extern "C" fn(*mut Handle, c_uint, c_int) -> CUresult;
+type StreamGetPriority = unsafe extern "C" fn(Handle, *mut c_int) -> CUresult;
 type StreamSync = unsafe extern "C" fn(Handle) -> CUresult;
 type GraphCreate = unsafe extern "C" fn(*mut Handle, c_uint) -> CUresult;
 type GraphInstantiate = unsafe extern "C" fn(*mut Handle, Handle, u64) -> CUresult;
@@ -118,6 +125,7 @@ struct Args {
     threads: u32,
     sync_every: u64,
     die_after: Option<u64>,
+    stream_priority: Option<c_int>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -130,6 +138,7 @@ fn parse_args() -> Result<Args, String> {
         threads: 1,
         sync_every: 0,
         die_after: None,
+        stream_priority: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -147,6 +156,13 @@ fn parse_args() -> Result<Args, String> {
             "--threads" => a.threads = num(value()?)?.max(1) as u32,
             "--sync-every" => a.sync_every = num(value()?)?,
             "--die-after" => a.die_after = Some(num(value()?)?),
+            "--stream-priority" => {
+                let v = value()?;
+                a.stream_priority = Some(
+                    v.parse()
+                        .map_err(|_| format!("{flag}: not an integer: {v}"))?,
+                );
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -249,8 +265,8 @@ unsafe fn open() -> Result<Cuda, String> {
     }
 }
 
-/// One thread's launches, failures, and launch-call wall times.
-type Counts = (u64, u64, Vec<u64>);
+/// One thread's launches, failures, launch-call wall times, and its stream's priority.
+type Counts = (u64, u64, Vec<u64>, c_int);
 
 unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String> {
     // SAFETY: the CUDA API's contracts; kernel parameters outlive each launch call.
@@ -260,9 +276,24 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
             cuda.get::<CtxSet>(c"cuCtxSetCurrent", 0)?(cuda.ctx),
         )?;
         let mut stream: Handle = std::ptr::null_mut();
+        match a.stream_priority {
+            None => check(
+                "cuStreamCreate",
+                cuda.get::<StreamCreate>(c"cuStreamCreate", 0)?(&mut stream, 0),
+            )?,
+            Some(p) => check(
+                "cuStreamCreateWithPriority",
+                cuda.get::<StreamCreateWithPriority>(c"cuStreamCreateWithPriority", 0)?(
+                    &mut stream,
+                    0,
+                    p,
+                ),
+            )?,
+        }
+        let mut priority: c_int = 0;
         check(
-            "cuStreamCreate",
-            cuda.get::<StreamCreate>(c"cuStreamCreate", 0)?(&mut stream, 0),
+            "cuStreamGetPriority",
+            cuda.get::<StreamGetPriority>(c"cuStreamGetPriority", 0)?(stream, &mut priority),
         )?;
         let sync = cuda.get::<StreamSync>(c"cuStreamSynchronize", 0)?;
         let mut graph: Handle = std::ptr::null_mut();
@@ -406,7 +437,7 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
             }
         }
         sync(stream);
-        Ok((launched, failed, times))
+        Ok((launched, failed, times, priority))
     }
 }
 
@@ -443,13 +474,14 @@ fn main() -> ExitCode {
             })
             .collect()
     });
-    let (mut launched, mut failed, mut times) = (0, 0, Vec::new());
+    let (mut launched, mut failed, mut times, mut priorities) = (0, 0, Vec::new(), Vec::new());
     for r in results {
         match r {
-            Ok((l, f, t)) => {
+            Ok((l, f, t, p)) => {
                 launched += l;
                 failed += f;
                 times.extend(t);
+                priorities.push(p.to_string());
             }
             Err(e) => {
                 eprintln!("mmk-fake-cuda-app: {e}");
@@ -465,11 +497,12 @@ fn main() -> ExitCode {
             .unwrap_or(0)
     };
     println!(
-        "{{\"pid\":{},\"launched\":{launched},\"failed\":{failed},\"elapsed_ns\":{},\"launch_ns\":{{\"p50\":{},\"p99\":{}}}}}",
+        "{{\"pid\":{},\"launched\":{launched},\"failed\":{failed},\"elapsed_ns\":{},\"launch_ns\":{{\"p50\":{},\"p99\":{}}},\"stream_priorities\":[{}]}}",
         std::process::id(),
         started.elapsed().as_nanos(),
         q(0.5),
-        q(0.99)
+        q(0.99),
+        priorities.join(",")
     );
     if failed > 0 {
         ExitCode::from(1)
