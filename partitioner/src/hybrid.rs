@@ -8,9 +8,19 @@
 //! 1. Waiting jobs are sorted by priority, then by memory, largest first (Algorithm 1,
 //!    line 1).
 //! 2. **MPS first** (lines 3-10): each job goes, if it can, into an existing partition of
-//!    any GPU, the one where it adds the most predicted system throughput (STP). A
-//!    partition meets a job when its free memory holds the job and the MPS shares of its
-//!    jobs leave at least 10 % (DESIGN item 5). `MPSConfig` chooses the new job's share.
+//!    any GPU that runs jobs, the one where it adds the most predicted system throughput
+//!    (STP). A partition meets a job when its free memory holds the job and the MPS shares
+//!    of its jobs leave at least 10 % (DESIGN item 5). `MPSConfig` chooses the new job's
+//!    share. Two rules keep MPS-first from locking GPUs into one big shared instance
+//!    (found on the measured ground truth, docs/simulate.md):
+//!    - sharing must add throughput: a job joins running jobs only when the partition's
+//!      STP grows by at least `min_colocation_gain` (MMK: half) of the newcomer's own
+//!      predicted performance. When co-runners mostly slow each other down, the newcomer
+//!      waits for a partition of its own instead. The layout search (step 3) applies the
+//!      same rule when it packs a job next to others;
+//!    - an instance without jobs is left to the layout search, which may keep it, reshape
+//!      it or share it among several waiting jobs; MPS-first takes it only for a job that
+//!      search left waiting.
 //! 3. **MIG reconfiguration** (lines 11-21), for the jobs still waiting: for each GPU, every
 //!    maximal MIG layout that keeps each busy instance where it is (so no slice that hosts
 //!    a job, online or not, changes) is a candidate. Each candidate re-packs the waiting
@@ -60,6 +70,11 @@ pub struct HybridOptions {
     /// Predicted STP a move costs (restarting a checkpointable job with another share);
     /// `None`: placed jobs never move.
     pub move_cost: Option<f64>,
+    /// MPS-first puts a job next to running jobs only when the partition's predicted STP
+    /// grows by at least this fraction of the newcomer's own predicted performance there:
+    /// co-location must add throughput, not only move it from the running jobs to the
+    /// newcomer. 0: any gain will do.
+    pub min_colocation_gain: f64,
 }
 
 /// MPS shares are chosen in steps of this many percent (DESIGN item 6).
@@ -105,6 +120,7 @@ impl Hybrid {
                 reconfig_cost: 0.05,
                 mps_first: true,
                 move_cost: Some(0.1),
+                min_colocation_gain: 0.5,
             },
         )
     }
@@ -120,6 +136,7 @@ impl Hybrid {
                 reconfig_cost: 0.0,
                 mps_first: false,
                 move_cost: None,
+                min_colocation_gain: 0.0,
             },
         )
     }
@@ -135,6 +152,7 @@ impl Hybrid {
                 reconfig_cost: 0.0,
                 mps_first: false,
                 move_cost: None,
+                min_colocation_gain: 0.0,
             },
         )
     }
@@ -316,14 +334,14 @@ impl Hybrid {
             .all(|(m, p)| slo_met(&jobs[m.job], *p))
     }
 
-    /// MPSConfig: the share of a new job `new` joining `part` (module docs), and the
-    /// partition's predicted STP with it.
+    /// MPSConfig: the share of a new job `new` joining `part` (module docs), the
+    /// partition's predicted STP with it, and the newcomer's own predicted performance.
     fn mps_config(
         &self,
         jobs: &[JobDemand],
         part: &Part,
         new: usize,
-    ) -> Result<(u8, f64), Refusal> {
+    ) -> Result<(u8, f64, f64), Refusal> {
         if !self.options.share_partitions {
             if !part.members.is_empty() {
                 return Err(Refusal::Room);
@@ -334,7 +352,7 @@ impl Hybrid {
             }];
             let perf = self.perf(jobs, &part.shape, &members);
             return if Self::slos_met(jobs, &members, &perf) {
-                Ok((100, perf.iter().sum()))
+                Ok((100, perf.iter().sum(), perf[0]))
             } else {
                 Err(Refusal::Slo)
             };
@@ -372,8 +390,9 @@ impl Hybrid {
                 break;
             }
             stp += gain;
+            perf = raised;
         }
-        Ok((members[me].share, stp))
+        Ok((members[me].share, stp, perf[me]))
     }
 
     fn part_stp(&self, jobs: &[JobDemand], part: &Part) -> f64 {
@@ -454,6 +473,12 @@ impl Hybrid {
                     if part.free_mib(jobs) < jobs[j].memory_mib {
                         continue;
                     }
+                    // An instance without jobs is the layout search's to keep, reshape or
+                    // share out among several waiting jobs; MPS-first takes it only for a
+                    // job that search left waiting.
+                    if defer && part.members.is_empty() {
+                        continue;
+                    }
                     let now = self.part_stp(jobs, part);
                     let mut consider = |gain: f64, members: Vec<Member>, moves: Vec<usize>| {
                         if best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-12) {
@@ -461,10 +486,12 @@ impl Hybrid {
                         }
                     };
                     match self.mps_config(jobs, part, j) {
-                        Ok((share, stp)) => {
-                            let mut members = part.members.clone();
-                            members.push(Member { job: j, share });
-                            consider(stp - now, members, Vec::new());
+                        Ok((share, stp, own)) => {
+                            if self.adds_enough(part, own, stp - now) {
+                                let mut members = part.members.clone();
+                                members.push(Member { job: j, share });
+                                consider(stp - now, members, Vec::new());
+                            }
                         }
                         Err(Refusal::Slo) => slo_blocked[j] = true,
                         Err(Refusal::Room) => {}
@@ -473,8 +500,14 @@ impl Hybrid {
                         let cost = self.options.move_cost.unwrap_or(0.0)
                             * moves.iter().filter(|m| !moved.contains(m)).count() as f64;
                         // A move must pay for its restart.
-                        if stp - cost - now > 0.0 {
-                            consider(stp - cost - now, members, moves);
+                        let gain = stp - cost - now;
+                        let own = self
+                            .perf(jobs, &part.shape, &members)
+                            .last()
+                            .copied()
+                            .unwrap_or(0.0);
+                        if gain > 0.0 && self.adds_enough(part, own, gain) {
+                            consider(gain, members, moves);
                         }
                     }
                 }
@@ -497,6 +530,13 @@ impl Hybrid {
             }
         }
         *waiting = still;
+    }
+
+    /// Whether a newcomer joining `part` adds enough: `gain`, the partition's STP change,
+    /// is at least `min_colocation_gain` of `own`, the newcomer's predicted performance
+    /// there. A partition without jobs always takes it.
+    fn adds_enough(&self, part: &Part, own: f64, gain: f64) -> bool {
+        part.members.is_empty() || gain >= self.options.min_colocation_gain * own - 1e-12
     }
 
     /// The most a job would add alone, at a full share, in a new instance on slices that no
@@ -728,17 +768,29 @@ impl Hybrid {
         for (mut parts, destroyed) in cands {
             // Re-pack into empty partitions first, then into busy ones.
             parts.sort_by_key(|p| (!p.members.is_empty(), p.slot));
+            // Each partition's predicted STP as packed so far, asked when first needed.
+            let mut part_stp: Vec<Option<f64>> = vec![None; parts.len()];
             let mut placed = Vec::new();
             for &j in waiting {
                 let mut refused_for_slo = false;
                 let mut done = false;
-                for part in parts.iter_mut() {
+                for (k, part) in parts.iter_mut().enumerate() {
                     if part.free_mib(jobs) < jobs[j].memory_mib {
                         continue;
                     }
                     match self.mps_config(jobs, part, j) {
-                        Ok((share, _)) => {
+                        Ok((share, stp, own)) => {
+                            let before = match (part.members.is_empty(), part_stp[k]) {
+                                (true, _) => 0.0,
+                                (false, Some(v)) => v,
+                                (false, None) => self.part_stp(jobs, part),
+                            };
+                            if !self.adds_enough(part, own, stp - before) {
+                                part_stp[k] = Some(before);
+                                continue;
+                            }
                             part.members.push(Member { job: j, share });
+                            part_stp[k] = Some(stp);
                             placed.push(j);
                             done = true;
                             break;
@@ -1321,6 +1373,104 @@ mod tests {
         assert_eq!((t.slot, s.slot), (whole, whole));
         assert!(t.mps_share < 100 && u32::from(t.mps_share) + u32::from(s.mps_share) <= 100);
         assert!(plan.steps.is_empty(), "a move needs no MIG change here");
+    }
+
+    /// Speed grows as the square root of the job's fraction of the GPU's SMs (small
+    /// instances are efficient), and every co-runner multiplies it by `corunner`.
+    #[derive(Debug)]
+    struct Concave {
+        corunner: f64,
+    }
+
+    impl PerfModel for Concave {
+        fn estimate(
+            &self,
+            _job: &JobProfile,
+            part: &PartitionShape,
+            share: u8,
+            co: &[CoRunner],
+        ) -> f64 {
+            let frac =
+                f64::from(share) / 100.0 * f64::from(part.sm_count) / f64::from(part.gpu_sm_count);
+            frac.sqrt() * self.corunner.powi(co.len() as i32)
+        }
+    }
+
+    fn whole_instance_node() -> (NodeState, Slot) {
+        let mut g = gpu("a100-80gb", 0);
+        g.instances.push(Instance {
+            id: 1,
+            profile_id: 0,
+            placement: Placement { start: 0, size: 8 },
+            uuid: "MIG-1".into(),
+        });
+        let slot = Slot {
+            gpu: 0,
+            start: 0,
+            profile_id: Some(0),
+        };
+        (NodeState { gpus: vec![g] }, slot)
+    }
+
+    #[test]
+    fn mps_first_shares_a_partition_only_when_that_adds_throughput() {
+        let (node, whole) = whole_instance_node();
+        let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
+        running.placed = Some(whole);
+        running.mps_share = 50;
+        let jobs = [running, job(2, JobClass::Offline, 10, 0.5, 0.3)];
+
+        // Co-runners cost each other 40 %: the newcomer would mostly take what the running
+        // job loses, so it waits (the 7g covers every slice: nothing to carve).
+        let zero_sum = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 }));
+        let plan = zero_sum.plan(&node, &jobs);
+        assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
+
+        // Without interference the idle half of the partition is pure gain: it joins.
+        let free = Hybrid::mmk(Arc::new(Concave { corunner: 1.0 }));
+        let plan = free.plan(&node, &jobs);
+        assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+        let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+        assert_eq!(new.slot, whole);
+        assert!(new.mps_share <= 50, "{}", new.mps_share);
+
+        // The plain greedy (MIGER's option) takes any gain.
+        let greedy = Hybrid::new(
+            "greedy",
+            Arc::new(Concave { corunner: 0.6 }),
+            HybridOptions {
+                min_colocation_gain: 0.0,
+                ..zero_sum.options
+            },
+        );
+        assert!(greedy.plan(&node, &jobs).queued.is_empty());
+    }
+
+    #[test]
+    fn an_empty_instance_is_reshaped_for_the_jobs_waiting() {
+        // An empty 7g and three waiting jobs, on a model where small instances are
+        // efficient: the 7g goes and smaller instances take all three, rather than
+        // MPS-first handing the whole GPU to the first job.
+        let (node, whole) = whole_instance_node();
+        let jobs: Vec<JobDemand> = (1..=3)
+            .map(|id| job(id, JobClass::Offline, 10, 0.5, 0.3))
+            .collect();
+        let plan = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 })).plan(&node, &jobs);
+        assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+        assert!(
+            plan.steps
+                .iter()
+                .any(|s| matches!(s, Step::Destroy { slot, .. } if *slot == whole)),
+            "{:?}",
+            plan.steps
+        );
+        let slots: BTreeSet<Slot> = plan.placements.iter().map(|p| p.slot).collect();
+        assert_eq!(slots.len(), 3, "one instance each: {:?}", plan.placements);
+
+        // One waiting job still takes the empty 7g as it is.
+        let plan = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 })).plan(&node, &jobs[..1]);
+        assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+        assert_eq!(plan.placements[0].slot, whole);
     }
 
     #[test]
