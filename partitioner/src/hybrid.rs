@@ -70,10 +70,11 @@ pub struct HybridOptions {
     /// Predicted STP a move costs (restarting a checkpointable job with another share);
     /// `None`: placed jobs never move.
     pub move_cost: Option<f64>,
-    /// MPS-first puts a job next to running jobs only when the partition's predicted STP
-    /// grows by at least this fraction of the newcomer's own predicted performance there:
-    /// co-location must add throughput, not only move it from the running jobs to the
-    /// newcomer. 0: any gain will do.
+    /// A job joins a partition that has jobs (in MPS-first and in the layout search's
+    /// packing) only when the partition's predicted STP grows by at least this fraction
+    /// of the newcomer's own predicted performance there: co-location must add
+    /// throughput, not only move it from the jobs already there to the newcomer. 0: any
+    /// gain that is not a loss.
     pub min_colocation_gain: f64,
 }
 

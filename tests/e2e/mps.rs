@@ -73,13 +73,14 @@ async fn a_job_starts_in_its_partitions_daemon_with_the_planned_environment() {
     let id = d.submit("--offline", PRINT_ENV_AND_WAIT);
     let job = wait_state(&mut c, id, v1::JobState::Running).await;
     let a = job.assignment.clone().expect("placed");
-    let env = job_env(&job.log_dir, 6);
+    let env = job_env(&job.log_dir, 7);
     let key = format!("g{}i{}", a.gpu_index, a.instance_id);
     let pipe = d.data_dir().join("mps").join(&key).join("pipe");
     assert_eq!(
         env,
         [
             format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={}", a.mps_share),
+            "CUDA_MPS_CLIENT_PRIORITY=1".to_owned(),
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3072M".to_owned(),
             format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe.display()),
             format!("CUDA_VISIBLE_DEVICES={}", a.device_uuid),
