@@ -53,9 +53,6 @@ pub mod env {
     /// `greatest` or `keep`: the priority of the streams the job creates (see
     /// [`crate::StreamPriority`]). Without it, online jobs get `greatest`, offline `keep`.
     pub const STREAM_PRIORITY: &str = "MMK_KSCHED_STREAM_PRIORITY";
-    /// MPS's own per-process priority (0 normal, 1 below normal), read by the MPS client.
-    /// mmkd sets it from the job's class ([`crate::mps_client_priority`]).
-    pub const MPS_CLIENT_PRIORITY: &str = "CUDA_MPS_CLIENT_PRIORITY";
 }
 
 /// What the interposer does to the priority of the streams a job creates
@@ -101,16 +98,6 @@ impl std::str::FromStr for StreamPriority {
                 "unknown stream priority {other:?} (greatest or keep)"
             )),
         }
-    }
-}
-
-/// The `CUDA_MPS_CLIENT_PRIORITY` of a job of `class`: online jobs `0` (normal), offline
-/// jobs `1` (below normal), so that the MPS server favours online work where they share a
-/// partition. MPS treats it as a hint; it changes nothing without MPS.
-pub fn mps_client_priority(class: Class) -> &'static str {
-    match class {
-        Class::Online => "0",
-        Class::Offline => "1",
     }
 }
 
@@ -160,7 +147,5 @@ mod tests {
             err.contains("\"high\"") && err.contains("greatest or keep"),
             "{err}"
         );
-        assert_eq!(super::mps_client_priority(Class::Online), "0");
-        assert_eq!(super::mps_client_priority(Class::Offline), "1");
     }
 }

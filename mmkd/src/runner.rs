@@ -450,9 +450,9 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
     env
 }
 
-/// What mmk sets for a job in its partition: the device, the MPS share, client priority and
-/// memory limit, the MPS pipe, the kernel scheduler's interposer (`LD_PRELOAD`, alone) and gate, and the
-/// job's identity. A managed job gets these over its spec's own; an attached allocation
+/// What mmk sets for a job in its partition: the device, the MPS share, client priority
+/// and memory limit, the MPS pipe, the kernel scheduler's interposer (`LD_PRELOAD`, alone)
+/// and gate, and the job's identity. A managed job gets these over its spec's own; an attached allocation
 /// returns them to its caller.
 pub fn mmk_env(l: &Launch) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
@@ -469,15 +469,13 @@ pub fn mmk_env(l: &Launch) -> BTreeMap<String, String> {
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
         a.mps_share.to_string(),
     );
-    // MPS's per-client priority: offline clients yield to online ones in a shared partition.
-    let class = match l.class {
-        JobClass::Online => mmk_kernel_sched::Class::Online,
-        JobClass::Offline => mmk_kernel_sched::Class::Offline,
+    // MPS's per-client priority (0 normal, 1 below normal; a hint to the MPS server):
+    // offline clients yield to online ones in a shared partition.
+    let priority = match l.class {
+        JobClass::Online => "0",
+        JobClass::Offline => "1",
     };
-    env.insert(
-        mmk_kernel_sched::env::MPS_CLIENT_PRIORITY.into(),
-        mmk_kernel_sched::mps_client_priority(class).into(),
-    );
+    env.insert("CUDA_MPS_CLIENT_PRIORITY".into(), priority.into());
     // Device 0 is the only device the job sees (CUDA_VISIBLE_DEVICES names one).
     env.insert(
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
@@ -559,6 +557,14 @@ mod tests {
             workdir: None,
             ..CommandSpec::default()
         })
+    }
+
+    #[test]
+    fn mps_client_priority_follows_the_class() {
+        let mut l = launch(1, cmd(&["true"]));
+        assert_eq!(mmk_env(&l)["CUDA_MPS_CLIENT_PRIORITY"], "1");
+        l.class = JobClass::Online;
+        assert_eq!(mmk_env(&l)["CUDA_MPS_CLIENT_PRIORITY"], "0");
     }
 
     #[tokio::test]

@@ -497,16 +497,11 @@ impl Hybrid {
                         Err(Refusal::Slo) => slo_blocked[j] = true,
                         Err(Refusal::Room) => {}
                     }
-                    if let Some((members, stp, moves)) = self.rebalance(jobs, part, j) {
+                    if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, j) {
                         let cost = self.options.move_cost.unwrap_or(0.0)
                             * moves.iter().filter(|m| !moved.contains(m)).count() as f64;
                         // A move must pay for its restart.
                         let gain = stp - cost - now;
-                        let own = self
-                            .perf(jobs, &part.shape, &members)
-                            .last()
-                            .copied()
-                            .unwrap_or(0.0);
                         if gain > 0.0 && self.adds_enough(part, own, gain) {
                             consider(gain, members, moves);
                         }
@@ -590,13 +585,14 @@ impl Hybrid {
 
     /// MPSConfig over a newcomer and the partition's movable jobs together: the shares of
     /// the jobs that cannot move stay, the rest is shared out again (module docs). Returns
-    /// the members, their STP, and the movable jobs whose share changed.
+    /// the members, their STP, the newcomer's own predicted performance, and the movable
+    /// jobs whose share changed.
     fn rebalance(
         &self,
         jobs: &[JobDemand],
         part: &Part,
         new: usize,
-    ) -> Option<(Vec<Member>, f64, Vec<usize>)> {
+    ) -> Option<(Vec<Member>, f64, f64, Vec<usize>)> {
         self.options.move_cost?;
         if !self.options.share_partitions {
             return None;
@@ -646,21 +642,23 @@ impl Hybrid {
         }
         let mut stp: f64 = perf.iter().sum();
         while used(&members) + u32::from(SHARE_STEP) <= room {
-            let mut best: Option<(f64, usize)> = None;
+            let mut best: Option<(f64, usize, Vec<f64>)> = None;
             for &i in &adjustable {
                 members[i].share += SHARE_STEP;
                 let p = self.perf(jobs, &part.shape, &members);
                 let gain = p.iter().sum::<f64>() - stp;
-                if Self::slos_met(jobs, &members, &p) && best.is_none_or(|(g, _)| gain > g + 1e-12)
+                if Self::slos_met(jobs, &members, &p)
+                    && best.as_ref().is_none_or(|(g, ..)| gain > g + 1e-12)
                 {
-                    best = Some((gain, i));
+                    best = Some((gain, i, p));
                 }
                 members[i].share -= SHARE_STEP;
             }
             match best {
-                Some((gain, i)) if gain > 1e-9 => {
+                Some((gain, i, p)) if gain > 1e-9 => {
                     members[i].share += SHARE_STEP;
                     stp += gain;
+                    perf = p;
                 }
                 _ => break,
             }
@@ -671,7 +669,7 @@ impl Hybrid {
             .filter(|(b, a)| movable(b) && b.share != a.share)
             .map(|(b, _)| b.job)
             .collect();
-        Some((members, stp, moves))
+        Some((members, stp, perf[me], moves))
     }
 
     /// Step 3 for one GPU: the best candidate layout for the waiting jobs, as

@@ -3,8 +3,9 @@
 //!
 //! - Driver: the entry points the interposer and cudart-style programs use: `cuInit`,
 //!   contexts, `cuModuleLoadData` / `cuModuleGetFunction`, names, occupancy, streams (with
-//!   priorities 0 to -5, which are recorded but do not change when kernels run), events, `cuLaunchKernel(Ex)`, cooperative and graph launches (and their `_ptsz` forms),
-//!   and `cuGetProcAddress(_v2)`, which maps names and versions to them as the real driver
+//!   priorities 0 to -5, which are recorded but do not change when kernels run), events,
+//!   `cuLaunchKernel(Ex)`, cooperative and graph launches (and their `_ptsz` forms), and
+//!   `cuGetProcAddress(_v2)`, which maps names and versions to them as the real driver
 //!   does.
 //! - Kernels "run" on a simulated SM pool: a kernel starts when its stream is free, takes
 //!   the duration in microseconds that its first kernel parameter points to (a `u64`;

@@ -1,5 +1,6 @@
-//! The interposer's state in one job process, made at the first launch (or stream): the
-//! job's class, share and stream priority, its gate slot and policy, record mode, counters, and the completion tracker.
+//! The interposer's state in one job process, made at the first launch or stream creation:
+//! the job's class, share and stream priority, its gate slot and policy, record mode,
+//! counters, and the completion tracker.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
