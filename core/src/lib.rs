@@ -1,6 +1,7 @@
 //! mmk's domain types, shared by the daemon, the CLI and the gRPC layer.
 //!
 //! - [`spec`]: what a user asks for (`job.yaml`), validated at the edge;
+//! - [`fasthash`]: a fast hash for maps keyed by values this process made;
 //! - [`yaml`]: parsing `job.yaml` with errors that name the field and the line;
 //! - [`job`]: job classes and the job state machine;
 //! - [`stats`]: quantiles for reports;
@@ -8,6 +9,7 @@
 //! - [`workload`]: the named workload profiles that simulated jobs run.
 
 pub mod error;
+pub mod fasthash;
 pub mod job;
 pub mod paths;
 pub mod rng;

@@ -47,6 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use mmk_core::JobClass;
+use mmk_core::fasthash::FastMap;
 use mmk_core::units::format_mib;
 
 use crate::catalog::GpuModel;
@@ -88,6 +89,84 @@ pub struct Hybrid {
     options: HybridOptions,
     /// Maximal layouts (without `+me` profiles) per GPU model, computed once.
     layouts: Mutex<BTreeMap<String, Arc<Vec<Layout>>>>,
+    /// What the model said of partition states asked before.
+    memo: Mutex<Memo>,
+}
+
+/// Answers for partition states asked before, keyed by [`state_key`]. A planning pass asks
+/// the same ones for every candidate layout, GPU and round, and for every waiting job of
+/// the same kind; the next pass asks most of them again. The model is fixed for a
+/// planner's life and deterministic, so a remembered answer is the answer. Each map starts
+/// over when it holds [`MEMO_MAX`] entries.
+#[derive(Debug, Default)]
+struct Memo {
+    config: FastMap<Vec<u64>, Config>,
+    stp: FastMap<Vec<u64>, f64>,
+    /// `None`: no rebalance fits.
+    rebalance: FastMap<Vec<u64>, Option<Shares>>,
+}
+
+/// `mps_config`'s answer: the newcomer's share, the partition's STP, the newcomer's own
+/// performance.
+type Config = Result<(u8, f64, f64), Refusal>;
+
+/// A rebalance: the members' shares (the newcomer's last), their STP, the newcomer's own
+/// performance.
+type Shares = (Vec<u8>, f64, f64);
+
+const MEMO_MAX: usize = 1 << 15;
+
+fn remember<V: Clone>(map: &mut FastMap<Vec<u64>, V>, key: Vec<u64>, value: &V) {
+    if map.len() >= MEMO_MAX {
+        map.clear();
+    }
+    map.insert(key, value.clone());
+}
+
+/// What the planner's answers about a partition depend on: its shape, then per member
+/// (the newcomer, if any, last with share 0) the job's profile, class, SLO, share and
+/// whether it may move. Job identities do not count: two jobs of the same kind get the
+/// same answer.
+fn state_key(
+    jobs: &[JobDemand],
+    shape: &PartitionShape,
+    members: &[Member],
+    new: Option<usize>,
+) -> Vec<u64> {
+    let mut key = Vec::with_capacity(2 + 5 * (members.len() + 1));
+    key.push(u64::from(shape.sm_count) << 32 | u64::from(shape.gpu_sm_count));
+    key.push(u64::from(shape.memory_slices) << 8 | u64::from(shape.gpu_memory_slices));
+    for m in members {
+        job_words(jobs, m.job, m.share, &mut key);
+    }
+    if let Some(j) = new {
+        job_words(jobs, j, 0, &mut key);
+    }
+    key
+}
+
+/// A job's part of a [`state_key`].
+fn job_words(jobs: &[JobDemand], j: usize, share: u8, key: &mut Vec<u64>) {
+    let d = &jobs[j];
+    key.push(d.profile.sm_demand.to_bits());
+    key.push(d.profile.bw_demand.to_bits());
+    key.push(d.profile.solo_latency_ms.map_or(u64::MAX, f64::to_bits));
+    key.push(d.slo_ms.unwrap_or(u64::MAX));
+    key.push(
+        u64::from(d.class == JobClass::Online)
+            | u64::from(d.profile.class == JobClass::Online) << 1
+            | u64::from(movable(jobs, &Member { job: j, share })) << 2
+            | u64::from(share) << 8,
+    );
+}
+
+/// What a waiting job's placement depends on besides the partitions: [`job_words`] and
+/// its memory. Jobs of one kind get the same answer from the same partitions.
+fn kind_key(jobs: &[JobDemand], j: usize) -> Vec<u64> {
+    let mut key = Vec::with_capacity(6);
+    job_words(jobs, j, 0, &mut key);
+    key.push(jobs[j].memory_mib);
+    key
 }
 
 /// A MIG layout: (profile ID, start slice) per instance.
@@ -107,6 +186,7 @@ impl Hybrid {
             model,
             options,
             layouts: Mutex::default(),
+            memo: Mutex::default(),
         }
     }
 
@@ -335,14 +415,23 @@ impl Hybrid {
             .all(|(m, p)| slo_met(&jobs[m.job], *p))
     }
 
+    fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {
+        self.memo.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// MPSConfig: the share of a new job `new` joining `part` (module docs), the
     /// partition's predicted STP with it, and the newcomer's own predicted performance.
-    fn mps_config(
-        &self,
-        jobs: &[JobDemand],
-        part: &Part,
-        new: usize,
-    ) -> Result<(u8, f64, f64), Refusal> {
+    fn mps_config(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
+        let key = state_key(jobs, &part.shape, &part.members, Some(new));
+        if let Some(hit) = self.memo().config.get(&key) {
+            return *hit;
+        }
+        let answer = self.compute_mps_config(jobs, part, new);
+        remember(&mut self.memo().config, key, &answer);
+        answer
+    }
+
+    fn compute_mps_config(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
         if !self.options.share_partitions {
             if !part.members.is_empty() {
                 return Err(Refusal::Room);
@@ -397,7 +486,16 @@ impl Hybrid {
     }
 
     fn part_stp(&self, jobs: &[JobDemand], part: &Part) -> f64 {
-        self.perf(jobs, &part.shape, &part.members).iter().sum()
+        if part.members.is_empty() {
+            return 0.0;
+        }
+        let key = state_key(jobs, &part.shape, &part.members, None);
+        if let Some(hit) = self.memo().stp.get(&key) {
+            return *hit;
+        }
+        let stp: f64 = self.perf(jobs, &part.shape, &part.members).iter().sum();
+        remember(&mut self.memo().stp, key, &stp);
+        stp
     }
 
     /// The GPUs' partitions as they are, with the placed jobs in them.
@@ -467,8 +565,24 @@ impl Hybrid {
             moved,
         } = p;
         let mut still = Vec::new();
+        // Free slices per GPU: placing jobs does not change them.
+        let free = if defer {
+            self.free_slice_profiles(node, plans)
+        } else {
+            Vec::new()
+        };
+        // Kinds of job that stayed waiting since the last placement (with whether an SLO
+        // refused them): the next job of the same kind would stay too.
+        let mut refused: FastMap<Vec<u64>, bool> = FastMap::default();
         for &j in waiting.iter() {
+            let kind = kind_key(jobs, j);
+            if let Some(&slo) = refused.get(&kind) {
+                slo_blocked[j] |= slo;
+                still.push(j);
+                continue;
+            }
             let mut best: Option<Choice> = None;
+            let mut slo_here = false;
             for (gi, gp) in plans.iter().enumerate() {
                 for (pi, part) in gp.parts.iter().enumerate() {
                     if part.free_mib(jobs) < jobs[j].memory_mib {
@@ -494,7 +608,7 @@ impl Hybrid {
                                 consider(stp - now, members, Vec::new());
                             }
                         }
-                        Err(Refusal::Slo) => slo_blocked[j] = true,
+                        Err(Refusal::Slo) => slo_here = true,
                         Err(Refusal::Room) => {}
                     }
                     if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, j) {
@@ -511,18 +625,22 @@ impl Hybrid {
             // MPS first, unless a partition carved from free slices would do better for
             // this job even after paying for the reconfiguration: then the layout search
             // (step 3) decides.
+            slo_blocked[j] |= slo_here;
             let carve = if defer {
-                self.best_alone_in_free_slices(node, plans, jobs, j)
+                self.best_alone_in_free_slices(node, &free, jobs, j)
             } else {
                 None
             };
             match best {
-                Some((gain, ..)) if carve.is_some_and(|c| c > gain + 1e-9) => still.push(j),
-                Some((_, gi, pi, members, moves)) => {
+                Some((gain, gi, pi, members, moves)) if carve.is_none_or(|c| c <= gain + 1e-9) => {
                     plans[gi].parts[pi].members = members;
                     moved.extend(moves);
+                    refused.clear();
                 }
-                None => still.push(j),
+                _ => {
+                    refused.insert(kind, slo_here);
+                    still.push(j);
+                }
             }
         }
         *waiting = still;
@@ -535,18 +653,11 @@ impl Hybrid {
         part.members.is_empty() || gain >= self.options.min_colocation_gain * own - 1e-12
     }
 
-    /// The most a job would add alone, at a full share, in a new instance on slices that no
-    /// instance holds now, minus the cost of creating it; `None` when no such instance fits.
-    fn best_alone_in_free_slices(
-        &self,
-        node: &NodeState,
-        plans: &[GpuPlan],
-        jobs: &[JobDemand],
-        j: usize,
-    ) -> Option<f64> {
-        let job = &jobs[j];
-        let mut best: Option<f64> = None;
-        for (g, gp) in node.gpus.iter().zip(plans) {
+    /// Per GPU, the profiles (as GPU index, profile ID) an instance could be created with
+    /// on slices that no instance holds now.
+    fn free_slice_profiles(&self, node: &NodeState, plans: &[GpuPlan]) -> Vec<(usize, u32)> {
+        let mut out = Vec::new();
+        for (gi, (g, gp)) in node.gpus.iter().zip(plans).enumerate() {
             if !g.mig_enabled || g.layout_fixed {
                 continue;
             }
@@ -555,29 +666,48 @@ impl Hybrid {
                 .iter()
                 .filter_map(|p| p.slot.profile_id.map(|id| (id, p.slot.start)))
                 .collect();
-            for p in g
-                .model
-                .profiles
-                .iter()
-                .filter(|p| !p.media_extensions && p.memory_mib >= job.memory_mib)
-            {
+            for p in g.model.profiles.iter().filter(|p| !p.media_extensions) {
                 let fits = p.starts.iter().any(|&s| {
                     let mut l = existing.clone();
                     l.push((p.id, s));
                     layout::validate(&g.model, &l).is_ok()
                 });
-                if !fits {
-                    continue;
+                if fits {
+                    out.push((gi, p.id));
                 }
-                let (shape, _) = shape_of(g, Some(p.id));
-                let perf = self.model.estimate(&job.profile, &shape, 100, &[]);
-                if !slo_met(job, perf) {
-                    continue;
-                }
-                let gain = perf - self.options.reconfig_cost;
-                if best.is_none_or(|b| gain > b) {
-                    best = Some(gain);
-                }
+            }
+        }
+        out
+    }
+
+    /// The most a job would add alone, at a full share, in a new instance on free slices
+    /// (`free`, from [`Hybrid::free_slice_profiles`]), minus the cost of creating it;
+    /// `None` when no such instance fits.
+    fn best_alone_in_free_slices(
+        &self,
+        node: &NodeState,
+        free: &[(usize, u32)],
+        jobs: &[JobDemand],
+        j: usize,
+    ) -> Option<f64> {
+        let job = &jobs[j];
+        let mut best: Option<f64> = None;
+        for &(gi, id) in free {
+            let g = &node.gpus[gi];
+            if g.model
+                .profile(id)
+                .is_none_or(|p| p.memory_mib < job.memory_mib)
+            {
+                continue;
+            }
+            let (shape, _) = shape_of(g, Some(id));
+            let perf = self.model.estimate(&job.profile, &shape, 100, &[]);
+            if !slo_met(job, perf) {
+                continue;
+            }
+            let gain = perf - self.options.reconfig_cost;
+            if best.is_none_or(|b| gain > b) {
+                best = Some(gain);
             }
         }
         best
@@ -597,7 +727,38 @@ impl Hybrid {
         if !self.options.share_partitions {
             return None;
         }
-        let movable = |m: &Member| jobs[m.job].movable && jobs[m.job].placed.is_some();
+        let key = state_key(jobs, &part.shape, &part.members, Some(new));
+        let hit = self.memo().rebalance.get(&key).cloned();
+        let (shares, stp, own) = match hit {
+            Some(answer) => answer?,
+            None => {
+                let answer = self.compute_rebalance(jobs, part, new);
+                remember(&mut self.memo().rebalance, key, &answer);
+                answer?
+            }
+        };
+        let members: Vec<Member> = part
+            .members
+            .iter()
+            .map(|m| m.job)
+            .chain([new])
+            .zip(shares)
+            .map(|(job, share)| Member { job, share })
+            .collect();
+        let moves = part
+            .members
+            .iter()
+            .zip(&members)
+            .filter(|(b, a)| movable(jobs, b) && b.share != a.share)
+            .map(|(b, _)| b.job)
+            .collect();
+        Some((members, stp, own, moves))
+    }
+
+    /// [`Hybrid::rebalance`]'s search: the members' new shares in order (the newcomer's
+    /// last), their STP and the newcomer's own predicted performance.
+    fn compute_rebalance(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Option<Shares> {
+        let movable = |m: &Member| movable(jobs, m);
         let before: Vec<Member> = part.members.clone();
         let n_movable = before.iter().filter(|m| movable(m)).count();
         if n_movable == 0 {
@@ -663,13 +824,7 @@ impl Hybrid {
                 _ => break,
             }
         }
-        let moves = before
-            .iter()
-            .zip(&members)
-            .filter(|(b, a)| movable(b) && b.share != a.share)
-            .map(|(b, _)| b.job)
-            .collect();
-        Some((members, stp, perf[me], moves))
+        Some((members.iter().map(|m| m.share).collect(), stp, perf[me]))
     }
 
     /// Step 3 for one GPU: the best candidate layout for the waiting jobs, as
@@ -770,7 +925,14 @@ impl Hybrid {
             // Each partition's predicted STP as packed so far, asked when first needed.
             let mut part_stp: Vec<Option<f64>> = vec![None; parts.len()];
             let mut placed = Vec::new();
+            // As in MPS-first: a kind of job refused since the last placement stays out.
+            let mut refused: FastMap<Vec<u64>, bool> = FastMap::default();
             for &j in waiting {
+                let kind = kind_key(jobs, j);
+                if let Some(&slo) = refused.get(&kind) {
+                    slo_blocked[j] |= slo;
+                    continue;
+                }
                 let mut refused_for_slo = false;
                 let mut done = false;
                 for (k, part) in parts.iter_mut().enumerate() {
@@ -798,8 +960,11 @@ impl Hybrid {
                         Err(Refusal::Room) => {}
                     }
                 }
-                if !done && refused_for_slo {
-                    slo_blocked[j] = true;
+                if done {
+                    refused.clear();
+                } else {
+                    slo_blocked[j] |= refused_for_slo;
+                    refused.insert(kind, refused_for_slo);
                 }
             }
             if placed.is_empty() {
@@ -890,6 +1055,11 @@ fn count_new(parts: &[Part], now: &[Part]) -> usize {
         .iter()
         .filter(|p| p.existing.is_none() && !now.iter().any(|q| q.slot == p.slot))
         .count()
+}
+
+/// A placed job that may be restarted with another share.
+fn movable(jobs: &[JobDemand], m: &Member) -> bool {
+    jobs[m.job].movable && jobs[m.job].placed.is_some()
 }
 
 /// An online job with an SLO and a known solo latency meets the SLO at this normalized
@@ -1470,6 +1640,57 @@ mod tests {
         let plan = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 })).plan(&node, &jobs[..1]);
         assert!(plan.steps.is_empty(), "{:?}", plan.steps);
         assert_eq!(plan.placements[0].slot, whole);
+    }
+
+    /// The memo only saves work: a planner that has answered many passes before plans
+    /// exactly as a new one, over jobs of repeated kinds (same profile, different SLOs,
+    /// memory, movability) arriving and finishing at random.
+    #[test]
+    fn remembered_answers_are_the_answers() {
+        use crate::plan::apply;
+        let kinds = [
+            (JobClass::Online, 10, 0.3, 0.2, Some((4.0, 12)), false),
+            (JobClass::Online, 10, 0.3, 0.2, Some((4.0, 6)), false),
+            (JobClass::Online, 10, 0.3, 0.2, None, false),
+            (JobClass::Offline, 20, 0.6, 0.5, None, true),
+            (JobClass::Offline, 20, 0.6, 0.5, None, false),
+            (JobClass::Offline, 40, 0.9, 0.3, None, true),
+            (JobClass::Offline, 5, 0.2, 0.8, None, false),
+        ];
+        for make in [Hybrid::mmk, Hybrid::miger, Hybrid::miso] {
+            let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
+            let warm = make(Arc::clone(&model));
+            let mut rng = mmk_core::rng::Rng::new(7);
+            let mut node = NodeState {
+                gpus: vec![gpu("a100-80gb", 0), gpu("a100-80gb", 1)],
+            };
+            let mut jobs: Vec<JobDemand> = Vec::new();
+            let mut next = 1;
+            for step in 0..60 {
+                for _ in 0..rng.below(4) {
+                    let (class, gib, sm, bw, lat, movable) = kinds[rng.below(kinds.len())];
+                    let mut j = job(next, class, gib, sm, bw);
+                    if let Some((solo, slo)) = lat {
+                        j.profile.solo_latency_ms = Some(solo);
+                        j.slo_ms = Some(slo);
+                    }
+                    j.movable = movable;
+                    jobs.push(j);
+                    next += 1;
+                }
+                let plan = warm.plan(&node, &jobs);
+                let fresh = make(Arc::clone(&model)).plan(&node, &jobs);
+                assert_eq!(plan, fresh, "{} at step {step}", warm.name());
+                (node, jobs) = apply(&node, &jobs, &plan);
+                // Some placed jobs finish.
+                jobs.retain(|j| j.placed.is_none() || rng.below(3) > 0);
+            }
+            assert!(
+                warm.memo().config.len() > 10,
+                "{}: the memo was used",
+                warm.name()
+            );
+        }
     }
 
     #[test]

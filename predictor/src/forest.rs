@@ -1,10 +1,10 @@
 //! The random forest: trained with hyper-parameters chosen by k-fold cross-validation,
 //! seeded and reproducible, saved to a versioned, checksummed model file.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
+use mmk_core::fasthash::FastMap;
 use mmk_partitioner::{CoRunner, JobProfile, PartitionShape, PerfModel};
 use serde::{Deserialize, Serialize};
 use smartcore::ensemble::random_forest_regressor::{
@@ -126,7 +126,7 @@ pub struct Predictor {
     forest: Forest,
     /// Answers to questions asked before: a planning pass asks the same ones for every
     /// candidate layout. Keyed by the encoded features' bits; cleared when full.
-    memo: Mutex<HashMap<Vec<u64>, f64>>,
+    memo: Mutex<FastMap<Vec<u64>, f64>>,
 }
 
 /// Entries the memo holds before it starts over.

@@ -5,7 +5,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -46,32 +45,9 @@ pub struct KernelInfo {
 /// Distinct kernels identified by any thread of this process.
 pub static KERNELS_SEEN: AtomicU64 = AtomicU64::new(0);
 
-/// A multiply-rotate hash (FxHash's): the keys are pointers and small integers from this
-/// process, so the default SipHash's flood resistance buys nothing and costs ~50 ns a launch.
-#[derive(Debug, Default, Clone, Copy)]
-struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+// The keys are pointers and small integers from this process: SipHash's flood resistance
+// buys nothing there and cost ~50 ns a launch.
+use mmk_core::fasthash::FastMap;
 
 /// A launch's shape as a profile key: name pointer (stable: names are cached for good),
 /// grid, block, dynamic shared memory.
