@@ -33,11 +33,14 @@ pub struct SimulateArgs {
     /// Generated trace: offline jobs [default: 40].
     #[arg(long)]
     pub offline: Option<usize>,
-    /// Generated trace: mean seconds between arrivals [default: 40].
-    #[arg(long, value_name = "SECONDS")]
-    pub interval: Option<f64>,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Generated trace: mean seconds between arrivals [default: 40]. Several,
+    /// comma-separated, sweep the arrival rate.
+    #[arg(long, value_name = "SECONDS", value_delimiter = ',')]
+    pub interval: Vec<f64>,
+    /// Generated trace: the seed. Several, comma-separated, run each and report the
+    /// spread.
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    pub seed: Vec<u64>,
     /// GPUs of the simulated node [default: 8].
     #[arg(long)]
     pub gpus: Option<u32>,
@@ -79,6 +82,62 @@ struct PolicyReport {
     seconds: f64,
 }
 
+/// Lowest, mean and highest of one figure over a sweep's seeds.
+#[derive(Debug, Serialize)]
+struct Spread {
+    mean: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(v: &[f64]) -> Option<Spread> {
+        if v.is_empty() {
+            return None;
+        }
+        Some(Spread {
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// One policy at one arrival interval, over the seeds.
+#[derive(Debug, Serialize)]
+struct SweepRow {
+    interval_s: f64,
+    policy: String,
+    runs: usize,
+    avg_jct_s: Spread,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jct_vs_miger_pct: Option<Spread>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    makespan_vs_miger_pct: Option<Spread>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stp_vs_miger_pct: Option<Spread>,
+}
+
+#[derive(Debug, Serialize)]
+struct SweepRun {
+    interval_s: f64,
+    seed: u64,
+    policies: Vec<PolicyReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct SweepReport {
+    jobs_per_run: usize,
+    gpus: u32,
+    gpu_model: String,
+    model: String,
+    ground_truth: &'static str,
+    seeds: Vec<u64>,
+    intervals_s: Vec<f64>,
+    rows: Vec<SweepRow>,
+    runs: Vec<SweepRun>,
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     jobs: usize,
@@ -105,10 +164,27 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     }
     let online = a.online.unwrap_or(online);
     let offline = a.offline.unwrap_or(offline);
-    let interval = a.interval.unwrap_or(interval);
+    let intervals = if a.interval.is_empty() {
+        vec![interval]
+    } else {
+        a.interval.clone()
+    };
     let gpus = a.gpus.unwrap_or(gpus);
-    if !(interval.is_finite() && interval > 0.0) {
-        return Err(Failure::usage("--interval must be greater than zero"));
+    if let Some(bad) = intervals.iter().find(|i| !(i.is_finite() && **i > 0.0)) {
+        return Err(Failure::usage(format!(
+            "--interval must be greater than zero (got {bad})"
+        )));
+    }
+    let sweep = intervals.len() * a.seed.len() > 1;
+    if sweep && a.trace.is_some() {
+        return Err(Failure::usage(
+            "--trace replays one trace: several --interval or --seed values generate several",
+        ));
+    }
+    if sweep && (a.svg.is_some() || a.save_trace.is_some()) {
+        return Err(Failure::usage(
+            "--svg and --save-trace need one generated trace: give one --interval and one --seed",
+        ));
     }
     if gpus == 0 || gpus > 64 {
         return Err(Failure::usage("--gpus must be between 1 and 64"));
@@ -121,23 +197,24 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             )));
         }
     }
+    if a.trace.is_none() && online + offline == 0 {
+        return Err(Failure::usage("--online and --offline are both 0: no jobs"));
+    }
+    let generate = |interval: f64, seed: u64| {
+        trace::generate(TraceSpec {
+            online,
+            offline,
+            mean_interval_s: interval,
+            seed,
+        })
+    };
     let t = match &a.trace {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
             Trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?
         }
-        None => {
-            if online + offline == 0 {
-                return Err(Failure::usage("--online and --offline are both 0: no jobs"));
-            }
-            trace::generate(TraceSpec {
-                online,
-                offline,
-                mean_interval_s: interval,
-                seed: a.seed,
-            })
-        }
+        None => generate(intervals[0], a.seed[0]),
     };
     if let Some(path) = &a.save_trace {
         std::fs::write(path, t.to_csv())
@@ -180,43 +257,59 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::usage(source_chain(&e)))?,
         ),
     };
-    let mut runs: Vec<(RunResult, f64)> = Vec::new();
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    for name in &a.policies {
-        let p = planner(name, model.clone())
-            .ok_or_else(|| Failure::usage(format!("unknown policy {name}")))?;
-        let started = std::time::Instant::now();
-        let mut last = 0;
-        let mut progress = |done: usize, total: usize| {
-            let pct = done * 100 / total.max(1);
-            if tty && pct != last {
-                last = pct;
-                let bar = "#".repeat(pct / 4);
-                eprint!("\r{name:<10} [{bar:<25}] {done}/{total} jobs");
-                let _ = std::io::stderr().flush();
+    let ground_truth = if a.truth == "measured" {
+        "measured on an H200 (docs/simulate.md)"
+    } else {
+        "analytic model (docs/simulate.md)"
+    };
+    if sweep {
+        let mut runs = Vec::new();
+        for &interval in &intervals {
+            for &seed in &a.seed {
+                let t = generate(interval, seed);
+                let label = format!("interval {interval} s, seed {seed}: ");
+                let results = run_policies(&t, &cfg, &a.policies, &model, &truth, &label)?;
+                let sums: Vec<(Summary, f64)> =
+                    results.iter().map(|(r, s)| (Summary::of(r), *s)).collect();
+                runs.push(SweepRun {
+                    interval_s: interval,
+                    seed,
+                    policies: relative(sums),
+                });
+            }
+        }
+        let report = SweepReport {
+            jobs_per_run: online + offline,
+            gpus,
+            gpu_model: a.gpu_model.clone(),
+            model: a.model.clone(),
+            ground_truth,
+            seeds: a.seed.clone(),
+            intervals_s: intervals.clone(),
+            rows: sweep_rows(&intervals, &a.policies, &runs),
+            runs,
+        };
+        return match fmt {
+            Format::Json => match serde_json::to_string_pretty(&report) {
+                Ok(s) => {
+                    println!("{s}");
+                    Ok(())
+                }
+                Err(e) => Err(Failure::server(format!("cannot write JSON: {e}"))),
+            },
+            Format::Table => {
+                print_sweep(&report);
+                Ok(())
             }
         };
-        let r = simulate(&t, &cfg, p.as_ref(), truth.as_ref(), &mut progress)
-            .map_err(|e| Failure::usage(format!("{name}: {e}")))?;
-        let secs = started.elapsed().as_secs_f64();
-        if tty {
-            eprint!("\r{:<60}\r", "");
-        }
-        eprintln!("{name}: simulated {} jobs in {secs:.2} s", r.jobs.len());
-        runs.push((r, secs));
     }
+    let runs = run_policies(&t, &cfg, &a.policies, &model, &truth, "")?;
     if let Some(path) = &a.svg {
         let rs: Vec<&RunResult> = runs.iter().map(|(r, _)| r).collect();
         std::fs::write(path, report::cdf_svg(&rs))
             .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
     }
     let sums: Vec<(Summary, f64)> = runs.iter().map(|(r, s)| (Summary::of(r), *s)).collect();
-    let base = |policy: &str| {
-        sums.iter()
-            .find(|(s, _)| s.policy == policy)
-            .map(|(s, _)| s.clone())
-    };
-    let (default, miger) = (base("default"), base("miger"));
     let report = Report {
         jobs: t.jobs.len(),
         gpus,
@@ -231,26 +324,8 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         } else {
             Vec::new()
         },
-        ground_truth: if a.truth == "measured" {
-            "measured on an H200 (docs/simulate.md)"
-        } else {
-            "analytic model (docs/simulate.md)"
-        },
-        policies: sums
-            .into_iter()
-            .map(|(s, seconds)| PolicyReport {
-                jct_vs_default_pct: default
-                    .as_ref()
-                    .map(|d| change_pct(s.avg_jct_s, d.avg_jct_s)),
-                jct_vs_miger_pct: miger.as_ref().map(|m| change_pct(s.avg_jct_s, m.avg_jct_s)),
-                makespan_vs_miger_pct: miger
-                    .as_ref()
-                    .map(|m| change_pct(s.makespan_s, m.makespan_s)),
-                stp_vs_miger_pct: miger.as_ref().map(|m| change_pct(s.stp, m.stp)),
-                summary: s,
-                seconds,
-            })
-            .collect(),
+        ground_truth,
+        policies: relative(sums),
     };
     match fmt {
         Format::Json => match serde_json::to_string_pretty(&report) {
@@ -260,6 +335,138 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         Format::Table => print_table(&report),
     }
     Ok(())
+}
+
+/// Simulates `t` under each policy, with a progress bar on a terminal; each run's result
+/// and wall time.
+fn run_policies(
+    t: &Trace,
+    cfg: &SimConfig,
+    policies: &[String],
+    model: &Arc<dyn PerfModel>,
+    truth: &Arc<dyn PerfModel>,
+    label: &str,
+) -> Result<Vec<(RunResult, f64)>, Failure> {
+    let mut runs = Vec::new();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    for name in policies {
+        let p = planner(name, model.clone())
+            .ok_or_else(|| Failure::usage(format!("unknown policy {name}")))?;
+        let started = std::time::Instant::now();
+        let mut last = 0;
+        let mut progress = |done: usize, total: usize| {
+            let pct = done * 100 / total.max(1);
+            if tty && pct != last {
+                last = pct;
+                let bar = "#".repeat(pct / 4);
+                eprint!("\r{label}{name:<10} [{bar:<25}] {done}/{total} jobs");
+                let _ = std::io::stderr().flush();
+            }
+        };
+        let r = simulate(t, cfg, p.as_ref(), truth.as_ref(), &mut progress)
+            .map_err(|e| Failure::usage(format!("{label}{name}: {e}")))?;
+        let secs = started.elapsed().as_secs_f64();
+        if tty {
+            eprint!("\r{:<90}\r", "");
+        }
+        eprintln!(
+            "{label}{name}: simulated {} jobs in {secs:.2} s",
+            r.jobs.len()
+        );
+        runs.push((r, secs));
+    }
+    Ok(runs)
+}
+
+/// Each policy's summary with its figures relative to Default and to MIGER (when they
+/// ran).
+fn relative(sums: Vec<(Summary, f64)>) -> Vec<PolicyReport> {
+    let base = |policy: &str| {
+        sums.iter()
+            .find(|(s, _)| s.policy == policy)
+            .map(|(s, _)| s.clone())
+    };
+    let (default, miger) = (base("default"), base("miger"));
+    sums.into_iter()
+        .map(|(s, seconds)| PolicyReport {
+            jct_vs_default_pct: default
+                .as_ref()
+                .map(|d| change_pct(s.avg_jct_s, d.avg_jct_s)),
+            jct_vs_miger_pct: miger.as_ref().map(|m| change_pct(s.avg_jct_s, m.avg_jct_s)),
+            makespan_vs_miger_pct: miger
+                .as_ref()
+                .map(|m| change_pct(s.makespan_s, m.makespan_s)),
+            stp_vs_miger_pct: miger.as_ref().map(|m| change_pct(s.stp, m.stp)),
+            summary: s,
+            seconds,
+        })
+        .collect()
+}
+
+/// Per interval and policy, the spread over the seeds.
+fn sweep_rows(intervals: &[f64], policies: &[String], runs: &[SweepRun]) -> Vec<SweepRow> {
+    let mut rows = Vec::new();
+    for &interval in intervals {
+        for policy in policies {
+            let reports: Vec<&PolicyReport> = runs
+                .iter()
+                .filter(|r| r.interval_s == interval)
+                .flat_map(|r| r.policies.iter().filter(|p| &p.summary.policy == policy))
+                .collect();
+            let of = |f: &dyn Fn(&PolicyReport) -> Option<f64>| {
+                let v: Vec<f64> = reports.iter().filter_map(|p| f(p)).collect();
+                Spread::of(&v)
+            };
+            let Some(avg_jct_s) = of(&|p| Some(p.summary.avg_jct_s)) else {
+                continue;
+            };
+            rows.push(SweepRow {
+                interval_s: interval,
+                policy: policy.clone(),
+                runs: reports.len(),
+                avg_jct_s,
+                jct_vs_miger_pct: of(&|p| p.jct_vs_miger_pct),
+                makespan_vs_miger_pct: of(&|p| p.makespan_vs_miger_pct),
+                stp_vs_miger_pct: of(&|p| p.stp_vs_miger_pct),
+            });
+        }
+    }
+    rows
+}
+
+fn print_sweep(r: &SweepReport) {
+    let seeds: Vec<String> = r.seeds.iter().map(u64::to_string).collect();
+    println!(
+        "{} jobs a run, {} x {}, seeds {}; planners' model: {}, ground truth: {}",
+        r.jobs_per_run,
+        r.gpus,
+        r.gpu_model,
+        seeds.join(","),
+        r.model,
+        r.ground_truth
+    );
+    println!("relative to MIGER: the mean over the seeds (lowest..highest)");
+    println!(
+        "{:>9} {:<9} {:>9} {:>24} {:>24} {:>24}",
+        "INTERVAL", "POLICY", "AVG JCT", "JCT vsMIGER", "MAKESPAN vsMIGER", "STP vsMIGER"
+    );
+    let spread = |s: &Option<Spread>| {
+        s.as_ref().map_or_else(
+            || "-".to_owned(),
+            |s| format!("{:+.1}% ({:+.1}..{:+.1})", s.mean, s.min, s.max),
+        )
+    };
+    for row in &r.rows {
+        println!(
+            "{:>8}s {:<9} {:>8.0}s {:>24} {:>24} {:>24}",
+            row.interval_s,
+            row.policy,
+            row.avg_jct_s.mean,
+            spread(&row.jct_vs_miger_pct),
+            spread(&row.makespan_vs_miger_pct),
+            spread(&row.stp_vs_miger_pct)
+        );
+    }
 }
 
 /// The measurements shipped in data/gpu/h200-2026-11-21 as the ground truth, and each

@@ -565,9 +565,9 @@ impl Hybrid {
             moved,
         } = p;
         let mut still = Vec::new();
-        // Free slices per GPU: placing jobs does not change them.
-        let free = if defer {
-            self.free_slice_profiles(node, plans)
+        // Where a job could run alone: placing jobs in busy partitions does not change it.
+        let solo = if defer {
+            self.solo_options(node, plans)
         } else {
             Vec::new()
         };
@@ -622,12 +622,12 @@ impl Hybrid {
                     }
                 }
             }
-            // MPS first, unless a partition carved from free slices would do better for
-            // this job even after paying for the reconfiguration: then the layout search
-            // (step 3) decides.
+            // MPS first, unless an instance of its own (an empty one, or one made on
+            // slices no job uses) would do better for this job even after paying for the
+            // reconfiguration: then the layout search (step 3) decides.
             slo_blocked[j] |= slo_here;
             let carve = if defer {
-                self.best_alone_in_free_slices(node, &free, jobs, j)
+                self.best_alone(node, &solo, jobs, j)
             } else {
                 None
             };
@@ -653,59 +653,91 @@ impl Hybrid {
         part.members.is_empty() || gain >= self.options.min_colocation_gain * own - 1e-12
     }
 
-    /// Per GPU, the profiles (as GPU index, profile ID) an instance could be created with
-    /// on slices that no instance holds now.
-    fn free_slice_profiles(&self, node: &NodeState, plans: &[GpuPlan]) -> Vec<(usize, u32)> {
+    /// Where a waiting job could run alone without sharing: per GPU, each profile an
+    /// instance could have on slices that no job uses (free slices, or slices of instances
+    /// without jobs), as (GPU index, profile ID, steps). Steps is the fewest
+    /// reconfiguration steps it takes: 0 for an empty instance of that profile that exists,
+    /// else 1 for the new instance plus each empty instance in its way.
+    fn solo_options(&self, node: &NodeState, plans: &[GpuPlan]) -> Vec<(usize, u32, usize)> {
         let mut out = Vec::new();
         for (gi, (g, gp)) in node.gpus.iter().zip(plans).enumerate() {
+            let model = &g.model;
+            let empty: Vec<&Part> = gp.parts.iter().filter(|p| p.members.is_empty()).collect();
             if !g.mig_enabled || g.layout_fixed {
+                // Only the instances there are (or the whole GPU).
+                for e in empty {
+                    out.push((gi, e.slot.profile_id.map_or(0, |id| twin(model, id)), 0));
+                }
                 continue;
             }
-            let existing: Vec<(u32, u8)> = gp
+            let busy: Vec<(u32, u8)> = gp
                 .parts
                 .iter()
+                .filter(|p| !p.members.is_empty())
                 .filter_map(|p| p.slot.profile_id.map(|id| (id, p.slot.start)))
                 .collect();
-            for p in g.model.profiles.iter().filter(|p| !p.media_extensions) {
-                let fits = p.starts.iter().any(|&s| {
-                    let mut l = existing.clone();
-                    l.push((p.id, s));
-                    layout::validate(&g.model, &l).is_ok()
-                });
-                if fits {
-                    out.push((gi, p.id));
+            for p in model.profiles.iter().filter(|p| !p.media_extensions) {
+                let steps = p
+                    .starts
+                    .iter()
+                    .filter(|&&s| {
+                        let mut l = busy.clone();
+                        l.push((p.id, s));
+                        layout::validate(model, &l).is_ok()
+                    })
+                    .map(|&s| {
+                        let here = Placement {
+                            start: s,
+                            size: p.memory_slices,
+                        };
+                        if empty.iter().any(|e| {
+                            e.slot.start == s
+                                && e.slot.profile_id.map(|id| twin(model, id)) == Some(p.id)
+                        }) {
+                            0
+                        } else {
+                            1 + empty
+                                .iter()
+                                .filter(|e| e.placement(model).overlaps(here))
+                                .count()
+                        }
+                    })
+                    .min();
+                if let Some(steps) = steps {
+                    out.push((gi, p.id, steps));
                 }
             }
         }
         out
     }
 
-    /// The most a job would add alone, at a full share, in a new instance on free slices
-    /// (`free`, from [`Hybrid::free_slice_profiles`]), minus the cost of creating it;
-    /// `None` when no such instance fits.
-    fn best_alone_in_free_slices(
+    /// The most a job would add alone, at a full share, in an instance of its own
+    /// (`options`, from [`Hybrid::solo_options`]), minus the reconfiguration cost of
+    /// making it; `None` when none holds it.
+    fn best_alone(
         &self,
         node: &NodeState,
-        free: &[(usize, u32)],
+        options: &[(usize, u32, usize)],
         jobs: &[JobDemand],
         j: usize,
     ) -> Option<f64> {
         let job = &jobs[j];
         let mut best: Option<f64> = None;
-        for &(gi, id) in free {
+        for &(gi, id, steps) in options {
             let g = &node.gpus[gi];
-            if g.model
-                .profile(id)
-                .is_none_or(|p| p.memory_mib < job.memory_mib)
-            {
+            let (shape, memory_mib) = if g.mig_enabled {
+                shape_of(g, Some(id))
+            } else {
+                shape_of(g, None)
+            };
+            if memory_mib < job.memory_mib {
                 continue;
             }
-            let (shape, _) = shape_of(g, Some(id));
             let perf = self.model.estimate(&job.profile, &shape, 100, &[]);
             if !slo_met(job, perf) {
                 continue;
             }
-            let gain = perf - self.options.reconfig_cost;
+            let gain = perf - self.options.reconfig_cost * steps as f64;
             if best.is_none_or(|b| gain > b) {
                 best = Some(gain);
             }
@@ -1640,6 +1672,38 @@ mod tests {
         let plan = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 })).plan(&node, &jobs[..1]);
         assert!(plan.steps.is_empty(), "{:?}", plan.steps);
         assert_eq!(plan.placements[0].slot, whole);
+    }
+
+    #[test]
+    fn an_idle_instance_elsewhere_beats_sharing_a_busy_one() {
+        // GPU 0's 7g runs a job at half its share; GPU 1 has an empty 7g (no free slices
+        // on either GPU). Sharing GPU 0 would add throughput (co-runners cost nothing
+        // here), but the newcomer does better alone in GPU 1's idle 7g.
+        let (mut node, busy) = whole_instance_node();
+        let mut idle = gpu("a100-80gb", 1);
+        idle.instances.push(Instance {
+            id: 2,
+            profile_id: 0,
+            placement: Placement { start: 0, size: 8 },
+            uuid: "MIG-2".into(),
+        });
+        node.gpus.push(idle);
+        let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
+        running.placed = Some(busy);
+        running.mps_share = 50;
+        let jobs = [running, job(2, JobClass::Offline, 10, 0.9, 0.3)];
+        let plan = Hybrid::mmk(Arc::new(Concave { corunner: 1.0 })).plan(&node, &jobs);
+        assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+        let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+        assert_eq!(
+            new.slot,
+            Slot {
+                gpu: 1,
+                start: 0,
+                profile_id: Some(0)
+            }
+        );
+        assert_eq!(new.mps_share, 100);
     }
 
     /// The memo only saves work: a planner that has answered many passes before plans

@@ -87,3 +87,105 @@ fn simulate_compares_every_policy_reproducibly() {
         "mmkctl: bad.csv: line 2, column checkpoint: \"maybe\" must be true or false"
     );
 }
+
+#[test]
+fn simulate_sweeps_arrival_rates_over_seeds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let out = mmkctl(
+        d,
+        &[
+            "simulate",
+            "--online",
+            "8",
+            "--offline",
+            "4",
+            "--gpus",
+            "1",
+            "--model",
+            "analytic",
+            "--interval",
+            "30,120",
+            "--seed",
+            "1,2,3",
+            "--policies",
+            "miger,mmk",
+            "--output",
+            "json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["jobs_per_run"], 12);
+    let runs = r["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 6, "two intervals x three seeds");
+    let rows = r["rows"].as_array().expect("rows");
+    let keys: Vec<(f64, &str)> = rows
+        .iter()
+        .map(|w| {
+            (
+                w["interval_s"].as_f64().expect("interval"),
+                w["policy"].as_str().expect("policy"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (30.0, "miger"),
+            (30.0, "mmk"),
+            (120.0, "miger"),
+            (120.0, "mmk")
+        ]
+    );
+    for row in rows {
+        assert_eq!(row["runs"], 3);
+        let interval = row["interval_s"].as_f64().expect("interval");
+        // The row's mean and range are those of its runs.
+        let values: Vec<f64> = runs
+            .iter()
+            .filter(|run| run["interval_s"].as_f64() == Some(interval))
+            .flat_map(|run| run["policies"].as_array().expect("policies").iter())
+            .filter(|p| p["policy"] == row["policy"])
+            .map(|p| p["jct_vs_miger_pct"].as_f64().expect("relative"))
+            .collect();
+        assert_eq!(values.len(), 3);
+        let spread = &row["jct_vs_miger_pct"];
+        let mean = values.iter().sum::<f64>() / 3.0;
+        assert!((spread["mean"].as_f64().expect("mean") - mean).abs() < 1e-9);
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(spread["min"].as_f64(), Some(min));
+        assert_eq!(spread["max"].as_f64(), Some(max));
+        if row["policy"] == "miger" {
+            assert_eq!(mean, 0.0);
+        }
+    }
+    // Seeds make different traces: the runs of one interval differ.
+    let jct = |i: usize| runs[i]["policies"][0]["avg_jct_s"].as_f64();
+    assert_ne!(jct(0), jct(1));
+
+    // A sweep cannot replay one trace or draw one picture.
+    for (extra, message) in [
+        (
+            ["--trace", "t.csv"],
+            "mmkctl: --trace replays one trace: several --interval or --seed values generate several",
+        ),
+        (
+            ["--svg", "c.svg"],
+            "mmkctl: --svg and --save-trace need one generated trace: give one --interval and one --seed",
+        ),
+    ] {
+        let mut args = vec!["simulate", "--seed", "1,2"];
+        args.extend(extra);
+        let out = mmkctl(d, &args);
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(text(&out.stderr).trim(), message);
+    }
+    let out = mmkctl(d, &["simulate", "--interval", "40,0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "mmkctl: --interval must be greater than zero (got 0)"
+    );
+}
