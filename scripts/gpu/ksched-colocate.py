@@ -200,7 +200,8 @@ def main():
                 lat = [x * 1e3 for x in s["latencies_s"]]
                 r.update(requests=len(lat), p50_ms=pct(lat, 50), p99_ms=pct(lat, 99),
                          mean_ms=statistics.fmean(lat), window_s=s["t1"] - s["t0"],
-                         stream_priority=s.get("stream_priority"))
+                         stream_priority=s.get("stream_priority"),
+                         latencies_ms=[round(x, 3) for x in lat])
                 window = (s["t0"], s["t1"])
             if train is not None:
                 if base_c != "train-alone":
@@ -219,7 +220,8 @@ def main():
                     r[f"{cls}_stats"] = json.load(open(p))
             r["wall_s"] = time.time() - t
             results["configs"][c] = r
-            log(f"{c}: " + json.dumps({k: v for k, v in r.items() if not k.endswith("_stats")}))
+            log(f"{c}: " + json.dumps({k: v for k, v in r.items()
+                                       if not k.endswith("_stats") and k != "latencies_ms"}))
             json.dump(results, open(f"{out}/colocate.json", "w"), indent=1)
     finally:
         if mps_on:

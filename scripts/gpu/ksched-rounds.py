@@ -1,0 +1,50 @@
+"""Summarizes a rounds run of the co-location benchmark (scripts/gpu/ksched-rounds.sh).
+
+  python3 scripts/gpu/ksched-rounds.py rounds.json
+
+A configuration's runs are NAME (round 1) and NAME@R (round R). Latency: every request of
+every round pooled, p50 and p99 against the pooled ideal; and per round, the p99 against
+that round's ideal run (lowest..highest). Training: steps per second against the same
+round's plain-MPS run (mean, lowest..highest).
+"""
+import json
+import statistics
+import sys
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+def main():
+    runs = json.load(open(sys.argv[1]))["configs"]
+    by = {}
+    for name, v in runs.items():
+        base, _, r = name.partition("@")
+        by.setdefault(base, {})[int(r or 1)] = v
+    ideal = by.get("ideal", {})
+    mps = by.get("mps", {})
+    pooled_ideal = [x for v in ideal.values() for x in v.get("latencies_ms", [])]
+    if not pooled_ideal:
+        sys.exit("no ideal runs with latencies")
+    i50, i99 = pct(pooled_ideal, 50), pct(pooled_ideal, 99)
+    print(f"ideal pooled: {len(pooled_ideal)} requests, p50 {i50:.2f} ms, p99 {i99:.2f} ms; "
+          f"per round p99 " + " / ".join(f"{v['p99_ms']:.2f}" for _, v in sorted(ideal.items())))
+    print(f"{'config':28} {'runs':>4} {'requests':>8} {'p50':>7} {'p99':>7} {'p50/ideal':>9} "
+          f"{'p99/ideal':>9} {'round p99/ideal':>17} {'train/mps':>21}")
+    for base, rs in by.items():
+        lat = [x for v in rs.values() for x in v.get("latencies_ms", [])]
+        if not lat:
+            continue
+        p50, p99 = pct(lat, 50), pct(lat, 99)
+        per = [v["p99_ms"] / ideal[r]["p99_ms"] for r, v in rs.items() if r in ideal]
+        tr = [v["train_steps_per_s"] / mps[r]["train_steps_per_s"]
+              for r, v in rs.items() if "train_steps_per_s" in v and r in mps]
+        train = (f"{statistics.fmean(tr):5.2f} ({min(tr):.2f}..{max(tr):.2f})" if tr else "-")
+        print(f"{base:28} {len(rs):4} {len(lat):8} {p50:7.2f} {p99:7.2f} {p50 / i50:9.2f} "
+              f"{p99 / i99:9.2f} {min(per):8.2f}..{max(per):.2f} {train:>21}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 7's targets, measured against run-to-run drift. On the GPU machine, from the repo root:
+#   scripts/gpu/ksched-rounds.sh BIN_DIR [OUT_DIR] [ROUNDS] [SECONDS]
+#
+# One run of each configuration per round, rounds one after another, so slow drift of the
+# machine falls on every configuration alike (docs/kernel-sched.md, "Targets, in rounds").
+# The co-location benchmark (scripts/gpu/ksched-colocate.py), service on a stream of its own:
+#   ideal                      the service alone
+#   mps                        plain MPS, both jobs at 100 %
+#   ksfull-passthrough-cprio   plain MPS, interposer with stream priority, MPS client priority
+#   ksfull-orion-cprio         the same with the orion policy
+# CONFIGS (comma-separated) replaces the list. Per configuration it reports the pooled p50
+# and p99 of every request of every round against the pooled ideal, the range of the
+# per-round p99 ratios (each against the same round's ideal run), and training steps per
+# second against the same round's plain-MPS run.
+# BIN_DIR holds libmmk_interposer.so, mmk-gate and mmkctl (release builds). Starts one MPS
+# control daemon with private directories and quits it; changes no GPU setting.
+set -euo pipefail
+bin=${1:?usage: ksched-rounds.sh BIN_DIR [OUT_DIR] [ROUNDS] [SECONDS]}
+out=${2:-${OUT:-/tmp}}
+rounds=${3:-3}
+secs=${4:-15}
+work=$out/raw   # written run by run: a cut-off call keeps what finished
+mkdir -p "$work"
+base=${CONFIGS:-ideal,mps,ksfull-passthrough-cprio,ksfull-orion-cprio}
+configs=""
+for r in $(seq 1 "$rounds"); do
+    for c in ${base//,/ }; do
+        name=$c
+        [ "$r" -gt 1 ] && name="$c@$r"
+        configs="${configs:+$configs,}$name"
+    done
+done
+nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv | tee "$out/gpu.txt"
+python3 "$(dirname "$0")/ksched-colocate.py" "$bin" "$work" --serve-stream side \
+    --seconds "$secs" --configs "$configs" 2>&1 | tee "$out/rounds.log"
+cp "$work/colocate.json" "$out/rounds.json"
+python3 "$(dirname "$0")/ksched-rounds.py" "$out/rounds.json" | tee "$out/rounds.txt"
