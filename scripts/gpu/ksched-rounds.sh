@@ -2,8 +2,8 @@
 # Issue 7's targets, measured against run-to-run drift. On the GPU machine, from the repo root:
 #   scripts/gpu/ksched-rounds.sh BIN_DIR [OUT_DIR] [ROUNDS] [SECONDS]
 #
-# One run of each configuration per round, rounds one after another, so slow drift of the
-# machine falls on every configuration alike (docs/kernel-sched.md, "Targets, in rounds").
+# One run of each configuration per round, rounds one after another and each round's order
+# rotated, so slow drift of the machine falls on every configuration alike (docs/kernel-sched.md, "Targets, in rounds").
 # The co-location benchmark (scripts/gpu/ksched-colocate.py), service on a stream of its own:
 #   ideal                      the service alone
 #   mps                        plain MPS, both jobs at 100 %
@@ -24,8 +24,13 @@ work=$out/raw   # written run by run: a cut-off call keeps what finished
 mkdir -p "$work"
 base=${CONFIGS:-ideal,mps,ksfull-passthrough-cprio,ksfull-orion-cprio}
 configs=""
+read -ra list <<<"${base//,/ }"
+n=${#list[@]}
 for r in $(seq 1 "$rounds"); do
-    for c in ${base//,/ }; do
+    # Round r starts (r-1) places further along the list, so no configuration always runs
+    # at the same place in a round (the two runs of 2026-11-21 did not rotate).
+    for i in $(seq 0 $((n - 1))); do
+        c=${list[$(((i + r - 1) % n))]}
         name=$c
         [ "$r" -gt 1 ] && name="$c@$r"
         configs="${configs:+$configs,}$name"
