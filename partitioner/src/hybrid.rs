@@ -1344,14 +1344,9 @@ mod tests {
 
     #[test]
     fn mps_first_uses_room_in_the_current_layout() {
-        let mut g = gpu("a100-80gb", 0);
-        g.instances.push(Instance {
-            id: 1,
-            profile_id: 0,
-            placement: Placement { start: 0, size: 8 },
-            uuid: "MIG-1".into(),
-        });
-        let node = NodeState { gpus: vec![g] };
+        let node = NodeState {
+            gpus: vec![whole_instance_gpu(0, 1)],
+        };
         let whole = Slot {
             gpu: 0,
             start: 0,
@@ -1597,14 +1592,20 @@ mod tests {
         }
     }
 
-    fn whole_instance_node() -> (NodeState, Slot) {
-        let mut g = gpu("a100-80gb", 0);
+    /// An A100-80GB with one 7g instance (driver ID `id`) covering it.
+    fn whole_instance_gpu(index: u32, id: u32) -> GpuState {
+        let mut g = gpu("a100-80gb", index);
         g.instances.push(Instance {
-            id: 1,
+            id,
             profile_id: 0,
             placement: Placement { start: 0, size: 8 },
-            uuid: "MIG-1".into(),
+            uuid: format!("MIG-{id}"),
         });
+        g
+    }
+
+    fn whole_instance_node() -> (NodeState, Slot) {
+        let g = whole_instance_gpu(0, 1);
         let slot = Slot {
             gpu: 0,
             start: 0,
@@ -1680,14 +1681,7 @@ mod tests {
         // on either GPU). Sharing GPU 0 would add throughput (co-runners cost nothing
         // here), but the newcomer does better alone in GPU 1's idle 7g.
         let (mut node, busy) = whole_instance_node();
-        let mut idle = gpu("a100-80gb", 1);
-        idle.instances.push(Instance {
-            id: 2,
-            profile_id: 0,
-            placement: Placement { start: 0, size: 8 },
-            uuid: "MIG-2".into(),
-        });
-        node.gpus.push(idle);
+        node.gpus.push(whole_instance_gpu(1, 2));
         let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
         running.placed = Some(busy);
         running.mps_share = 50;
