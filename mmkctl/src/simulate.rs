@@ -132,6 +132,9 @@ struct SweepReport {
     gpu_model: String,
     model: String,
     ground_truth: &'static str,
+    /// Workloads the measured ground truth does not have (they get the analytic model).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unmeasured: Vec<&'static str>,
     seeds: Vec<u64>,
     intervals_s: Vec<f64>,
     rows: Vec<SweepRow>,
@@ -175,6 +178,21 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             "--interval must be greater than zero (got {bad})"
         )));
     }
+    for (flag, values) in [
+        (
+            "--interval",
+            intervals.iter().map(|v| v.to_string()).collect::<Vec<_>>(),
+        ),
+        ("--seed", a.seed.iter().map(u64::to_string).collect()),
+    ] {
+        let twice = values
+            .iter()
+            .enumerate()
+            .find(|(i, v)| values[..*i].contains(v));
+        if let Some((_, v)) = twice {
+            return Err(Failure::usage(format!("{flag}: {v} given twice")));
+        }
+    }
     let sweep = intervals.len() * a.seed.len() > 1;
     if sweep && a.trace.is_some() {
         return Err(Failure::usage(
@@ -208,12 +226,14 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             seed,
         })
     };
+    // One trace to replay or generate; a sweep generates its own below.
     let t = match &a.trace {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
             Trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?
         }
+        None if sweep => Trace { jobs: Vec::new() },
         None => generate(intervals[0], a.seed[0]),
     };
     if let Some(path) = &a.save_trace {
@@ -257,6 +277,15 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::usage(source_chain(&e)))?,
         ),
     };
+    let unmeasured: Vec<&'static str> = if a.truth == "measured" {
+        workload::WORKLOADS
+            .iter()
+            .map(|w| w.name)
+            .filter(|n| !cfg.profiles.contains_key(n))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let ground_truth = if a.truth == "measured" {
         "measured on an H200 (docs/simulate.md)"
     } else {
@@ -284,6 +313,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             gpu_model: a.gpu_model.clone(),
             model: a.model.clone(),
             ground_truth,
+            unmeasured: unmeasured.clone(),
             seeds: a.seed.clone(),
             intervals_s: intervals.clone(),
             rows: sweep_rows(&intervals, &a.policies, &runs),
@@ -315,15 +345,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         gpus,
         gpu_model: a.gpu_model.clone(),
         model: a.model.clone(),
-        unmeasured: if a.truth == "measured" {
-            workload::WORKLOADS
-                .iter()
-                .map(|w| w.name)
-                .filter(|n| !cfg.profiles.contains_key(n))
-                .collect()
-        } else {
-            Vec::new()
-        },
+        unmeasured,
         ground_truth,
         policies: relative(sums),
     };

@@ -160,13 +160,37 @@ fn job_words(jobs: &[JobDemand], j: usize, share: u8, key: &mut Vec<u64>) {
     );
 }
 
-/// What a waiting job's placement depends on besides the partitions: [`job_words`] and
-/// its memory. Jobs of one kind get the same answer from the same partitions.
-fn kind_key(jobs: &[JobDemand], j: usize) -> Vec<u64> {
-    let mut key = Vec::with_capacity(6);
-    job_words(jobs, j, 0, &mut key);
-    key.push(jobs[j].memory_mib);
-    key
+/// Each job's kind, as a small number: jobs of one kind have the same [`job_words`] and
+/// memory, which is all a waiting job's placement depends on besides the partitions, so
+/// they get the same answer from the same partitions.
+#[derive(Debug)]
+struct Kinds {
+    of: Vec<usize>,
+    count: usize,
+}
+
+impl Kinds {
+    fn new(jobs: &[JobDemand]) -> Kinds {
+        let mut ids: FastMap<Vec<u64>, usize> = FastMap::default();
+        let of = (0..jobs.len())
+            .map(|j| {
+                let mut key = Vec::with_capacity(6);
+                job_words(jobs, j, 0, &mut key);
+                key.push(jobs[j].memory_mib);
+                let next = ids.len();
+                *ids.entry(key).or_insert(next)
+            })
+            .collect();
+        Kinds {
+            of,
+            count: ids.len(),
+        }
+    }
+
+    /// Per kind: refused since the last placement, and whether for an SLO.
+    fn none_refused(&self) -> Vec<Option<bool>> {
+        vec![None; self.count]
+    }
 }
 
 /// A MIG layout: (profile ID, start slice) per instance.
@@ -282,6 +306,7 @@ struct Progress {
     slo_blocked: Vec<bool>,
     /// Placed jobs the plan restarts with another share.
     moved: BTreeSet<usize>,
+    kinds: Kinds,
 }
 
 /// A job in a partition.
@@ -563,6 +588,7 @@ impl Hybrid {
             waiting,
             slo_blocked,
             moved,
+            kinds,
         } = p;
         let mut still = Vec::new();
         // Where a job could run alone: placing jobs in busy partitions does not change it.
@@ -573,10 +599,10 @@ impl Hybrid {
         };
         // Kinds of job that stayed waiting since the last placement (with whether an SLO
         // refused them): the next job of the same kind would stay too.
-        let mut refused: FastMap<Vec<u64>, bool> = FastMap::default();
+        let mut refused = kinds.none_refused();
         for &j in waiting.iter() {
-            let kind = kind_key(jobs, j);
-            if let Some(&slo) = refused.get(&kind) {
+            let kind = kinds.of[j];
+            if let Some(slo) = refused[kind] {
                 slo_blocked[j] |= slo;
                 still.push(j);
                 continue;
@@ -635,10 +661,10 @@ impl Hybrid {
                 Some((gain, gi, pi, members, moves)) if carve.is_none_or(|c| c <= gain + 1e-9) => {
                     plans[gi].parts[pi].members = members;
                     moved.extend(moves);
-                    refused.clear();
+                    refused.fill(None);
                 }
                 _ => {
-                    refused.insert(kind, slo_here);
+                    refused[kind] = Some(slo_here);
                     still.push(j);
                 }
             }
@@ -867,6 +893,7 @@ impl Hybrid {
         jobs: &[JobDemand],
         now: &GpuPlan,
         waiting: &[usize],
+        kinds: &Kinds,
         slo_blocked: &mut [bool],
     ) -> Option<(f64, GpuPlan, Vec<usize>)> {
         let base: f64 = now.parts.iter().map(|p| self.part_stp(jobs, p)).sum();
@@ -958,10 +985,10 @@ impl Hybrid {
             let mut part_stp: Vec<Option<f64>> = vec![None; parts.len()];
             let mut placed = Vec::new();
             // As in MPS-first: a kind of job refused since the last placement stays out.
-            let mut refused: FastMap<Vec<u64>, bool> = FastMap::default();
+            let mut refused = kinds.none_refused();
             for &j in waiting {
-                let kind = kind_key(jobs, j);
-                if let Some(&slo) = refused.get(&kind) {
+                let kind = kinds.of[j];
+                if let Some(slo) = refused[kind] {
                     slo_blocked[j] |= slo;
                     continue;
                 }
@@ -993,10 +1020,10 @@ impl Hybrid {
                     }
                 }
                 if done {
-                    refused.clear();
+                    refused.fill(None);
                 } else {
                     slo_blocked[j] |= refused_for_slo;
-                    refused.insert(kind, refused_for_slo);
+                    refused[kind] = Some(refused_for_slo);
                 }
             }
             if placed.is_empty() {
@@ -1124,6 +1151,7 @@ impl Planner for Hybrid {
             waiting,
             slo_blocked: vec![false; jobs.len()],
             moved: BTreeSet::new(),
+            kinds: Kinds::new(jobs),
         };
 
         if self.options.mps_first {
@@ -1145,6 +1173,7 @@ impl Planner for Hybrid {
                             jobs,
                             &p.plans[gi],
                             &p.waiting,
+                            &p.kinds,
                             &mut p.slo_blocked,
                         );
                         seen.insert(key, a.clone());
@@ -1176,6 +1205,7 @@ impl Planner for Hybrid {
             mut waiting,
             slo_blocked,
             moved,
+            ..
         } = p;
 
         let mut out = Plan::default();

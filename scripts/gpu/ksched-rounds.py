@@ -8,13 +8,14 @@ that round's ideal run (lowest..highest). Training: steps per second against the
 round's plain-MPS run (mean, lowest..highest).
 """
 import json
+import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from importlib import import_module  # noqa: E402
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+pct = import_module("ksched-colocate").pct
 
 
 def main():
@@ -22,6 +23,9 @@ def main():
     by = {}
     for name, v in runs.items():
         base, _, r = name.partition("@")
+        if not (r or "1").isdigit():
+            print(f"skipping {name}: not a round (NAME or NAME@R)", file=sys.stderr)
+            continue
         by.setdefault(base, {})[int(r or 1)] = v
     ideal = by.get("ideal", {})
     mps = by.get("mps", {})
@@ -42,8 +46,9 @@ def main():
         tr = [v["train_steps_per_s"] / mps[r]["train_steps_per_s"]
               for r, v in rs.items() if "train_steps_per_s" in v and r in mps]
         train = (f"{statistics.fmean(tr):5.2f} ({min(tr):.2f}..{max(tr):.2f})" if tr else "-")
+        rounds = f"{min(per):8.2f}..{max(per):.2f}" if per else "-"
         print(f"{base:28} {len(rs):4} {len(lat):8} {p50:7.2f} {p99:7.2f} {p50 / i50:9.2f} "
-              f"{p99 / i99:9.2f} {min(per):8.2f}..{max(per):.2f} {train:>21}")
+              f"{p99 / i99:9.2f} {rounds:>17} {train:>21}")
 
 
 if __name__ == "__main__":

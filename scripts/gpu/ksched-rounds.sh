@@ -20,6 +20,8 @@ bin=${1:?usage: ksched-rounds.sh BIN_DIR [OUT_DIR] [ROUNDS] [SECONDS]}
 out=${2:-${OUT:-/tmp}}
 rounds=${3:-3}
 secs=${4:-15}
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a whole number >= 1, not '$rounds'" >&2; exit 2; }
+[[ "$secs" =~ ^[0-9]+([.][0-9]+)?$ ]] && [[ "$secs" != 0 ]] || { echo "SECONDS must be a number > 0, not '$secs'" >&2; exit 2; }
 work=$out/raw   # written run by run: a cut-off call keeps what finished
 mkdir -p "$work"
 base=${CONFIGS:-ideal,mps,ksfull-passthrough-cprio,ksfull-orion-cprio}

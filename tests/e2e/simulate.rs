@@ -182,6 +182,9 @@ fn simulate_sweeps_arrival_rates_over_seeds() {
         assert_eq!(out.status.code(), Some(2));
         assert_eq!(text(&out.stderr).trim(), message);
     }
+    let out = mmkctl(d, &["simulate", "--seed", "1,2,1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr).trim(), "mmkctl: --seed: 1 given twice");
     let out = mmkctl(d, &["simulate", "--interval", "40,0"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
