@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::cli::{Failure, Format};
 use crate::client::source_chain;
+use crate::output::print_json;
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -319,19 +320,11 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             rows: sweep_rows(&intervals, &a.policies, &runs),
             runs,
         };
-        return match fmt {
-            Format::Json => match serde_json::to_string_pretty(&report) {
-                Ok(s) => {
-                    println!("{s}");
-                    Ok(())
-                }
-                Err(e) => Err(Failure::server(format!("cannot write JSON: {e}"))),
-            },
-            Format::Table => {
-                print_sweep(&report);
-                Ok(())
-            }
-        };
+        match fmt {
+            Format::Json => print_json(&report),
+            Format::Table => print_sweep(&report),
+        }
+        return Ok(());
     }
     let runs = run_policies(&t, &cfg, &a.policies, &model, &truth, "")?;
     if let Some(path) = &a.svg {
@@ -350,10 +343,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         policies: relative(sums),
     };
     match fmt {
-        Format::Json => match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
-            Err(e) => return Err(Failure::server(format!("cannot write JSON: {e}"))),
-        },
+        Format::Json => print_json(&report),
         Format::Table => print_table(&report),
     }
     Ok(())

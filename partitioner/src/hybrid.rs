@@ -116,12 +116,8 @@ type Shares = (Vec<u8>, f64, f64);
 
 const MEMO_MAX: usize = 1 << 15;
 
-fn remember<V: Clone>(map: &mut FastMap<Vec<u64>, V>, key: Vec<u64>, value: &V) {
-    if map.len() >= MEMO_MAX {
-        map.clear();
-    }
-    map.insert(key, value.clone());
-}
+/// One of the memo's maps.
+type Pick<V> = fn(&mut Memo) -> &mut FastMap<Vec<u64>, V>;
 
 /// What the planner's answers about a partition depend on: its shape, then per member
 /// (the newcomer, if any, last with share 0) the job's profile, class, SLO, share and
@@ -187,9 +183,40 @@ impl Kinds {
         }
     }
 
-    /// Per kind: refused since the last placement, and whether for an SLO.
-    fn none_refused(&self) -> Vec<Option<bool>> {
-        vec![None; self.count]
+    fn none_refused(&self) -> Refused<'_> {
+        Refused {
+            kinds: self,
+            slo: vec![None; self.count],
+        }
+    }
+}
+
+/// The kinds of job refused since the last placement of a pass, each with whether an SLO
+/// refused it: the next job of such a kind would be refused too.
+struct Refused<'k> {
+    kinds: &'k Kinds,
+    slo: Vec<Option<bool>>,
+}
+
+impl Refused<'_> {
+    /// Whether job `j`'s kind was refused; if so, `j` gets the same SLO mark.
+    fn skip(&self, j: usize, slo_blocked: &mut [bool]) -> bool {
+        match self.slo[self.kinds.of[j]] {
+            Some(slo) => {
+                slo_blocked[j] |= slo;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn refuse(&mut self, j: usize, slo: bool) {
+        self.slo[self.kinds.of[j]] = Some(slo);
+    }
+
+    /// A job was placed: the partitions changed, so any kind may fit again.
+    fn placed(&mut self) {
+        self.slo.fill(None);
     }
 }
 
@@ -444,16 +471,30 @@ impl Hybrid {
         self.memo.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The answer `pick`'s map remembers for `key`, or `compute`'s, remembered.
+    fn recall<V: Clone>(&self, pick: Pick<V>, key: Vec<u64>, compute: impl FnOnce() -> V) -> V {
+        if let Some(hit) = pick(&mut self.memo()).get(&key) {
+            return hit.clone();
+        }
+        let answer = compute();
+        let mut memo = self.memo();
+        let map = pick(&mut memo);
+        if map.len() >= MEMO_MAX {
+            map.clear();
+        }
+        map.insert(key, answer.clone());
+        answer
+    }
+
     /// MPSConfig: the share of a new job `new` joining `part` (module docs), the
     /// partition's predicted STP with it, and the newcomer's own predicted performance.
     fn mps_config(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
         let key = state_key(jobs, &part.shape, &part.members, Some(new));
-        if let Some(hit) = self.memo().config.get(&key) {
-            return *hit;
-        }
-        let answer = self.compute_mps_config(jobs, part, new);
-        remember(&mut self.memo().config, key, &answer);
-        answer
+        self.recall(
+            |m| &mut m.config,
+            key,
+            || self.compute_mps_config(jobs, part, new),
+        )
     }
 
     fn compute_mps_config(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
@@ -515,12 +556,11 @@ impl Hybrid {
             return 0.0;
         }
         let key = state_key(jobs, &part.shape, &part.members, None);
-        if let Some(hit) = self.memo().stp.get(&key) {
-            return *hit;
-        }
-        let stp: f64 = self.perf(jobs, &part.shape, &part.members).iter().sum();
-        remember(&mut self.memo().stp, key, &stp);
-        stp
+        self.recall(
+            |m| &mut m.stp,
+            key,
+            || self.perf(jobs, &part.shape, &part.members).iter().sum(),
+        )
     }
 
     /// The GPUs' partitions as they are, with the placed jobs in them.
@@ -601,9 +641,7 @@ impl Hybrid {
         // refused them): the next job of the same kind would stay too.
         let mut refused = kinds.none_refused();
         for &j in waiting.iter() {
-            let kind = kinds.of[j];
-            if let Some(slo) = refused[kind] {
-                slo_blocked[j] |= slo;
+            if refused.skip(j, slo_blocked) {
                 still.push(j);
                 continue;
             }
@@ -661,10 +699,10 @@ impl Hybrid {
                 Some((gain, gi, pi, members, moves)) if carve.is_none_or(|c| c <= gain + 1e-9) => {
                     plans[gi].parts[pi].members = members;
                     moved.extend(moves);
-                    refused.fill(None);
+                    refused.placed();
                 }
                 _ => {
-                    refused[kind] = Some(slo_here);
+                    refused.refuse(j, slo_here);
                     still.push(j);
                 }
             }
@@ -681,10 +719,14 @@ impl Hybrid {
 
     /// Where a waiting job could run alone without sharing: per GPU, each profile an
     /// instance could have on slices that no job uses (free slices, or slices of instances
-    /// without jobs), as (GPU index, profile ID, steps). Steps is the fewest
-    /// reconfiguration steps it takes: 0 for an empty instance of that profile that exists,
-    /// else 1 for the new instance plus each empty instance in its way.
-    fn solo_options(&self, node: &NodeState, plans: &[GpuPlan]) -> Vec<(usize, u32, usize)> {
+    /// without jobs), as (GPU index, profile ID or `None` for a GPU with MIG off, steps).
+    /// Steps is the fewest reconfiguration steps it takes: 0 for an empty instance of that
+    /// profile that exists, else 1 for the new instance plus each empty instance in its way.
+    fn solo_options(
+        &self,
+        node: &NodeState,
+        plans: &[GpuPlan],
+    ) -> Vec<(usize, Option<u32>, usize)> {
         let mut out = Vec::new();
         for (gi, (g, gp)) in node.gpus.iter().zip(plans).enumerate() {
             let model = &g.model;
@@ -692,7 +734,7 @@ impl Hybrid {
             if !g.mig_enabled || g.layout_fixed {
                 // Only the instances there are (or the whole GPU).
                 for e in empty {
-                    out.push((gi, e.slot.profile_id.map_or(0, |id| twin(model, id)), 0));
+                    out.push((gi, e.slot.profile_id.map(|id| twin(model, id)), 0));
                 }
                 continue;
             }
@@ -730,7 +772,7 @@ impl Hybrid {
                     })
                     .min();
                 if let Some(steps) = steps {
-                    out.push((gi, p.id, steps));
+                    out.push((gi, Some(p.id), steps));
                 }
             }
         }
@@ -743,19 +785,14 @@ impl Hybrid {
     fn best_alone(
         &self,
         node: &NodeState,
-        options: &[(usize, u32, usize)],
+        options: &[(usize, Option<u32>, usize)],
         jobs: &[JobDemand],
         j: usize,
     ) -> Option<f64> {
         let job = &jobs[j];
         let mut best: Option<f64> = None;
-        for &(gi, id, steps) in options {
-            let g = &node.gpus[gi];
-            let (shape, memory_mib) = if g.mig_enabled {
-                shape_of(g, Some(id))
-            } else {
-                shape_of(g, None)
-            };
+        for &(gi, profile, steps) in options {
+            let (shape, memory_mib) = shape_of(&node.gpus[gi], profile);
             if memory_mib < job.memory_mib {
                 continue;
             }
@@ -786,15 +823,11 @@ impl Hybrid {
             return None;
         }
         let key = state_key(jobs, &part.shape, &part.members, Some(new));
-        let hit = self.memo().rebalance.get(&key).cloned();
-        let (shares, stp, own) = match hit {
-            Some(answer) => answer?,
-            None => {
-                let answer = self.compute_rebalance(jobs, part, new);
-                remember(&mut self.memo().rebalance, key, &answer);
-                answer?
-            }
-        };
+        let (shares, stp, own) = self.recall(
+            |m| &mut m.rebalance,
+            key,
+            || self.compute_rebalance(jobs, part, new),
+        )?;
         let members: Vec<Member> = part
             .members
             .iter()
@@ -987,9 +1020,7 @@ impl Hybrid {
             // As in MPS-first: a kind of job refused since the last placement stays out.
             let mut refused = kinds.none_refused();
             for &j in waiting {
-                let kind = kinds.of[j];
-                if let Some(slo) = refused[kind] {
-                    slo_blocked[j] |= slo;
+                if refused.skip(j, slo_blocked) {
                     continue;
                 }
                 let mut refused_for_slo = false;
@@ -1020,10 +1051,10 @@ impl Hybrid {
                     }
                 }
                 if done {
-                    refused.fill(None);
+                    refused.placed();
                 } else {
                     slo_blocked[j] |= refused_for_slo;
-                    refused[kind] = Some(refused_for_slo);
+                    refused.refuse(j, refused_for_slo);
                 }
             }
             if placed.is_empty() {
