@@ -454,3 +454,57 @@ fn online_streams_get_the_greatest_priority_and_offline_streams_keep_theirs() {
     );
     assert_eq!(node.stats("bad")["streams"]["mode"], "keep");
 }
+
+#[test]
+fn a_job_records_a_cuda_graph_by_stream_capture_under_the_kernel_scheduler() {
+    // As `torch.cuda.graph` does: capture in global mode while earlier work is in flight.
+    // The interposer must neither query anything that disturbs the capture (the driver would
+    // invalidate it) nor track the captured launches, which run only inside the graph.
+    let node = Node::new();
+    let gate = node.gate(
+        PolicyKind::Mmk,
+        Duration::from_secs(30),
+        Duration::from_secs(30),
+    );
+    let args = [
+        "--api",
+        "runtime-graph",
+        "--capture",
+        "8",
+        "--kernels",
+        "5",
+        "--duration-us",
+        "1000",
+    ];
+    for (name, class) in [("on", Class::Online), ("off", Class::Offline)] {
+        let out = finish(node.job(name, class, true, &args).spawn().unwrap(), name);
+        assert_eq!(out["launched"], 5, "{out}");
+        let s = node.stats(name);
+        // The kernel before the capture and the five graph launches ran; the eight captured
+        // launches ran nothing and were neither gated nor tracked.
+        assert_eq!(
+            (
+                &s["launches"],
+                &s["by_api"]["cudaGraphLaunch"],
+                &s["captured"]
+            ),
+            (&Value::from(6), &Value::from(5), &Value::from(8)),
+            "{s}"
+        );
+        assert_eq!(
+            (&s["failed"], &s["untracked"]),
+            (&Value::from(0), &Value::from(0))
+        );
+        // What the fake GPU ran: each graph launch as one kernel of the eight captured ones'
+        // 8 ms.
+        let ran = node.kernels(name);
+        assert_eq!(ran.len(), 6, "{ran:?}");
+        let graphs = ran
+            .iter()
+            .filter(|&&(_, start, end)| end - start >= 8_000_000)
+            .count();
+        assert!(graphs >= 5, "{ran:?}");
+    }
+    assert_eq!(gate.totals().launches, 12, "the gate saw what ran");
+    assert!(gate.slots().is_empty());
+}

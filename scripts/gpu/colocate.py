@@ -1,13 +1,16 @@
 """The co-location benchmark's two jobs (scripts/gpu/ksched-colocate.sh runs them).
 
   python3 colocate.py serve --batch 4 --interval-ms 20 --seconds 20 --out serve.json
-                           [--stream default|side]
+                           [--stream default|side] [--graph]
       ResNet-50 inference. After a warm-up, requests arrive as a Poisson process; each
       request's latency runs from its arrival to the end of its inference (queueing
       included). Writes the latencies and the measured window (CLOCK_MONOTONIC seconds).
       `--stream side` runs the model on a stream of its own (torch.cuda.Stream(), made at
       the default priority, as serving frameworks do) instead of the legacy default stream;
-      the priority the driver reports for it is written as `stream_priority`.
+      the priority the driver reports for it is written as `stream_priority`. `--graph`
+      records the forward pass once as a CUDA graph (torch.cuda.graph, global capture mode)
+      and replays it per request, as serving engines do: one launch per request, and a
+      latency that is GPU time, not Python's launch overhead.
   python3 colocate.py train --seconds 40 --out train.json
       BERT-base masked-LM training steps (batch 8 x 128, AdamW), back to back; writes when
       each step ended (CLOCK_MONOTONIC seconds).
@@ -42,6 +45,18 @@ def serve(args):
         for _ in range(30):
             model(x)
     torch.cuda.synchronize()
+    if args.graph:
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            model(x)
+        run = graph.replay
+    else:
+        def run():
+            with torch.no_grad():
+                model(x)
+    for _ in range(30):
+        run()
+    torch.cuda.synchronize()
     print("serve: warm", file=sys.stderr, flush=True)
     rng = random.Random(args.seed)
     lat = []
@@ -55,13 +70,12 @@ def serve(args):
         now = time.monotonic()
         if now < arrival:
             time.sleep(arrival - now)
-        with torch.no_grad():
-            model(x)
+        run()
         torch.cuda.synchronize()
         lat.append(time.monotonic() - arrival)
     t1 = time.monotonic()
     json.dump({"t0": t0, "t1": t1, "latencies_s": lat, "batch": args.batch,
-               "interval_ms": args.interval_ms, "stream": args.stream,
+               "interval_ms": args.interval_ms, "stream": args.stream, "graph": args.graph,
                "stream_priority": stream.priority}, open(args.out, "w"))
 
 
@@ -100,6 +114,7 @@ def main():
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--stream", choices=["default", "side"], default="default")
+    p.add_argument("--graph", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     {"serve": serve, "train": train}[args.mode](args)

@@ -35,6 +35,8 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # (online 0, offline 1, below normal). With the interposer loaded, the online job's streams
 # get the greatest priority (its default; "-keepprio" turns that off); with
 # `--serve-stream side` the service runs on a stream of its own, which that reaches.
+# A suffix "-baseN" on a kernel-scheduler configuration creates its gate with `--base-us N`
+# (the anti-starvation base) instead of 2.5 % of the service's profiled request latency.
 
 
 def log(*a):
@@ -84,6 +86,8 @@ def main():
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--profile-seconds", type=float, default=4.0)
     ap.add_argument("--serve-stream", choices=["default", "side"], default="default")
+    ap.add_argument("--serve-graph", action="store_true",
+                    help="the service replays its forward pass as one CUDA graph")
     a = ap.parse_args()
     bin_dir = os.path.abspath(a.bin)
     out = os.path.abspath(a.out)
@@ -96,7 +100,10 @@ def main():
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
         capture_output=True, text=True).stdout.strip()
     serve_args = ["python3", APP, "serve", "--batch", str(a.batch), "--interval-ms",
-                  str(a.interval_ms), "--stream", a.serve_stream, "--seconds", str(a.seconds)]
+                  str(a.interval_ms), "--stream", a.serve_stream]
+    if a.serve_graph:
+        serve_args.append("--graph")
+    serve_args += ["--seconds", str(a.seconds)]
     base = dict(os.environ, PYTHONUNBUFFERED="1")
     for k in list(base):
         if k.startswith("MMK_") or k.startswith("CUDA_MPS_"):
@@ -148,6 +155,10 @@ def main():
     try:
         for c in configs:
             base_c, cprio, keepprio = c.split("@")[0], False, False
+            base_us = dur_us
+            head, sep, n = base_c.rpartition("-base")
+            if sep and n.isdigit():
+                base_c, base_us = head, int(n)
             for suffix in ["-cprio", "-keepprio"]:
                 if base_c.endswith(suffix):
                     base_c = base_c[: -len(suffix)]
@@ -171,8 +182,8 @@ def main():
                 policy = base_c.split("-", 1)[1]
                 gate = f"{work}/{policy}.gate"
                 cmd = [f"{bin_dir}/mmk-gate", "create", gate, "--sms", str(a.sms), "--policy", policy]
-                if dur_us:
-                    cmd += ["--base-us", str(dur_us)]
+                if base_us:
+                    cmd += ["--base-us", str(base_us)]
                 subprocess.run(cmd, check=True, capture_output=True)
                 for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", "train")]:
                     e.update(LD_PRELOAD=so, MMK_GATE=gate, MMK_JOB_CLASS=cls,
@@ -219,6 +230,8 @@ def main():
                 if os.path.exists(p):
                     r[f"{cls}_stats"] = json.load(open(p))
             r["wall_s"] = time.time() - t
+            if base_c.startswith("ks"):
+                r["base_us"] = base_us
             results["configs"][c] = r
             log(f"{c}: " + json.dumps({k: v for k, v in r.items()
                                        if not k.endswith("_stats") and k != "latencies_ms"}))

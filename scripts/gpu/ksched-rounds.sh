@@ -9,7 +9,8 @@
 #   mps                        plain MPS, both jobs at 100 %
 #   ksfull-passthrough-cprio   plain MPS, interposer with stream priority, MPS client priority
 #   ksfull-orion-cprio         the same with the orion policy
-# CONFIGS (comma-separated) replaces the list. Per configuration it reports the pooled p50
+# CONFIGS (comma-separated) replaces the list; SERVE_GRAPH=1 has the service replay its
+# forward pass as one CUDA graph per request (colocate.py --graph). Per configuration it reports the pooled p50
 # and p99 of every request of every round against the pooled ideal, the range of the
 # per-round p99 ratios (each against the same round's ideal run), and training steps per
 # second against the same round's plain-MPS run.
@@ -39,7 +40,9 @@ for r in $(seq 1 "$rounds"); do
     done
 done
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv | tee "$out/gpu.txt"
-python3 "$(dirname "$0")/ksched-colocate.py" "$bin" "$work" --serve-stream side \
+extra=()
+[ "${SERVE_GRAPH:-0}" = 1 ] && extra+=(--serve-graph)
+python3 "$(dirname "$0")/ksched-colocate.py" "$bin" "$work" --serve-stream side "${extra[@]}" \
     --seconds "$secs" --configs "$configs" 2>&1 | tee "$out/rounds.log"
 cp "$work/colocate.json" "$out/rounds.json"
 python3 "$(dirname "$0")/ksched-rounds.py" "$out/rounds.json" | tee "$out/rounds.txt"

@@ -7,6 +7,14 @@
 //!   `cuLaunchKernel(Ex)`, cooperative and graph launches (and their `_ptsz` forms), and
 //!   `cuGetProcAddress(_v2)`, which maps names and versions to them as the real driver
 //!   does.
+//! - Stream capture (`cuStreamBeginCapture(_v2)`, `cuStreamEndCapture`,
+//!   `cuStreamIsCapturing`, `cuThreadExchangeStreamCaptureMode`) with the driver's rules:
+//!   work launched into a capturing stream is recorded into the graph, not run; querying or
+//!   synchronizing a captured event or a capturing stream, and (unless the calling thread is
+//!   in relaxed mode) querying or synchronizing anything while a capture in global mode is
+//!   under way, fails with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates the
+//!   capture, whose `cuStreamEndCapture` then fails. A captured graph runs as one kernel over
+//!   the whole device for the sum of its kernels' durations.
 //! - Kernels "run" on a simulated SM pool: a kernel starts when its stream is free, takes
 //!   the duration in microseconds that its first kernel parameter points to (a `u64`;
 //!   10 us without parameters), and stretches when the SMs in use exceed the pool. Events
@@ -39,6 +47,18 @@ const INVALID_CONTEXT: CUresult = 201;
 const INVALID_HANDLE: CUresult = 400;
 const NOT_FOUND: CUresult = 500;
 const NOT_READY: CUresult = 600;
+const ILLEGAL_STATE: CUresult = 401;
+const STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
+const STREAM_CAPTURE_INVALIDATED: CUresult = 901;
+const STREAM_CAPTURE_IMPLICIT: CUresult = 906;
+const STREAM_CAPTURE_WRONG_THREAD: CUresult = 908;
+/// `CUstreamCaptureMode`.
+const CAPTURE_MODE_GLOBAL: c_int = 0;
+const CAPTURE_MODE_RELAXED: c_int = 2;
+/// `CUstreamCaptureStatus`.
+const CAPTURE_STATUS_NONE: c_int = 0;
+const CAPTURE_STATUS_ACTIVE: c_int = 1;
+const CAPTURE_STATUS_INVALIDATED: c_int = 2;
 const DEFAULT_DURATION_US: u64 = 10;
 const GRAPH_DURATION_US: u64 = 100;
 /// The one fake context.
@@ -65,6 +85,19 @@ struct Function {
 struct Event {
     /// When the work recorded before it completes; 0 until recorded (complete).
     at: u64,
+    /// Recorded into this capturing stream: part of a graph, not of any execution.
+    captured: Option<usize>,
+}
+
+/// A stream capture under way.
+#[derive(Debug)]
+struct Capture {
+    mode: c_int,
+    /// The thread that began it (`thread_id`).
+    thread: u64,
+    /// What the graph will run for: the captured kernels' durations, summed.
+    duration_us: u64,
+    invalid: bool,
 }
 
 #[derive(Debug)]
@@ -76,6 +109,8 @@ struct Gpu {
     /// Kernels that may still run: (start, end, sm).
     running: Vec<(u64, u64, u32)>,
     events: HashMap<usize, Event>,
+    /// Captures under way, by stream.
+    captures: HashMap<usize, Capture>,
     log: Option<File>,
 }
 
@@ -97,6 +132,7 @@ fn gpu() -> MutexGuard<'static, Gpu> {
             tails: HashMap::new(),
             running: Vec::new(),
             events: HashMap::new(),
+            captures: HashMap::new(),
             log,
         })
     })
@@ -106,6 +142,59 @@ fn gpu() -> MutexGuard<'static, Gpu> {
 
 thread_local! {
     static CURRENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// This thread's capture interaction mode (`cuThreadExchangeStreamCaptureMode`).
+    static CAPTURE_MODE: std::cell::Cell<c_int> = const { std::cell::Cell::new(CAPTURE_MODE_GLOBAL) };
+    static THREAD_ID: u64 = {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    };
+}
+
+fn thread_id() -> u64 {
+    THREAD_ID.with(|id| *id)
+}
+
+/// The legacy default stream (null or `CU_STREAM_LEGACY`).
+fn is_legacy(stream: Handle) -> bool {
+    (stream as usize) <= 1
+}
+
+impl Gpu {
+    /// A potentially unsafe call (a query or a synchronization) by this thread. The driver
+    /// prohibits it while this thread captures in a mode other than relaxed, or another
+    /// thread captures in global mode, unless this thread is in relaxed mode; the call
+    /// fails and the captures it would disturb are invalidated.
+    fn unsafe_call(&mut self) -> Result<(), CUresult> {
+        if CAPTURE_MODE.get() == CAPTURE_MODE_RELAXED {
+            return Ok(());
+        }
+        let me = thread_id();
+        let mut prohibited = false;
+        for c in self.captures.values_mut() {
+            let own = c.thread == me && c.mode != CAPTURE_MODE_RELAXED;
+            if own || (c.thread != me && c.mode == CAPTURE_MODE_GLOBAL) {
+                c.invalid = true;
+                prohibited = true;
+            }
+        }
+        if prohibited {
+            Err(STREAM_CAPTURE_UNSUPPORTED)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Querying or synchronizing `stream` or an event captured into it: invalid while it
+    /// captures (it stands for no execution), and it invalidates the capture.
+    fn touch_capturing(&mut self, stream: usize) -> Result<(), CUresult> {
+        match self.captures.get_mut(&stream) {
+            Some(c) => {
+                c.invalid = true;
+                Err(STREAM_CAPTURE_UNSUPPORTED)
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 fn check_ctx() -> Result<(), CUresult> {
@@ -150,6 +239,18 @@ unsafe fn run_kernel(
     });
     let blocks: u64 = grid.iter().map(|&g| u64::from(g)).product();
     let mut g = gpu();
+    if let Some(c) = g.captures.get_mut(&(stream as usize)) {
+        if c.invalid {
+            return STREAM_CAPTURE_INVALIDATED;
+        }
+        c.duration_us += duration_us;
+        return SUCCESS;
+    }
+    if is_legacy(stream) && !g.captures.is_empty() {
+        // Work on the legacy stream would depend on the capturing streams.
+        g.captures.values_mut().for_each(|c| c.invalid = true);
+        return STREAM_CAPTURE_IMPLICIT;
+    }
     let sm_count = g.sm_count;
     let sm = blocks
         .div_ceil(u64::from(func.blocks_per_sm.max(1)))
@@ -282,7 +383,18 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
     if let Err(rc) = check_ctx() {
         return rc;
     }
-    let until = gpu().tails.values().copied().max().unwrap_or(0);
+    let until = {
+        let mut g = gpu();
+        if let Err(rc) = g.unsafe_call() {
+            return rc;
+        }
+        if !g.captures.is_empty() {
+            // The context encompasses the capturing streams.
+            g.captures.values_mut().for_each(|c| c.invalid = true);
+            return STREAM_CAPTURE_UNSUPPORTED;
+        }
+        g.tails.values().copied().max().unwrap_or(0)
+    };
     sleep_until(until);
     SUCCESS
 }
@@ -478,7 +590,20 @@ pub extern "C" fn cuStreamSynchronize(stream: Handle) -> CUresult {
     if let Err(rc) = check_ctx() {
         return rc;
     }
-    let until = gpu().tails.get(&(stream as usize)).copied().unwrap_or(0);
+    let until = {
+        let mut g = gpu();
+        if let Err(rc) = g
+            .unsafe_call()
+            .and_then(|()| g.touch_capturing(stream as usize))
+        {
+            return rc;
+        }
+        if is_legacy(stream) && !g.captures.is_empty() {
+            g.captures.values_mut().for_each(|c| c.invalid = true);
+            return STREAM_CAPTURE_IMPLICIT;
+        }
+        g.tails.get(&(stream as usize)).copied().unwrap_or(0)
+    };
     sleep_until(until);
     SUCCESS
 }
@@ -492,7 +617,13 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> CU
         return INVALID_VALUE;
     }
     let e = Box::into_raw(Box::new(0u8)).cast::<c_void>();
-    gpu().events.insert(e as usize, Event { at: 0 });
+    gpu().events.insert(
+        e as usize,
+        Event {
+            at: 0,
+            captured: None,
+        },
+    );
     // SAFETY: checked non-null.
     unsafe { *event = e };
     SUCCESS
@@ -501,6 +632,11 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> CU
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
     let mut g = gpu();
+    let captured = g.captures.contains_key(&(stream as usize));
+    if !captured && is_legacy(stream) && !g.captures.is_empty() {
+        g.captures.values_mut().for_each(|c| c.invalid = true);
+        return STREAM_CAPTURE_IMPLICIT;
+    }
     let at = g
         .tails
         .get(&(stream as usize))
@@ -510,6 +646,7 @@ pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
     match g.events.get_mut(&(event as usize)) {
         Some(e) => {
             e.at = at;
+            e.captured = captured.then_some(stream as usize);
             SUCCESS
         }
         None => INVALID_HANDLE,
@@ -524,9 +661,21 @@ fn event_at(event: Handle) -> Result<u64, CUresult> {
         .ok_or(INVALID_HANDLE)
 }
 
+/// When `event` completes, for a query or a synchronization (potentially unsafe calls).
+fn event_wait_at(event: Handle) -> Result<u64, CUresult> {
+    let mut g = gpu();
+    g.unsafe_call()?;
+    let e = g.events.get(&(event as usize)).ok_or(INVALID_HANDLE)?;
+    let (at, captured) = (e.at, e.captured);
+    match captured {
+        Some(stream) => g.touch_capturing(stream).map(|()| at),
+        None => Ok(at),
+    }
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventQuery(event: Handle) -> CUresult {
-    match event_at(event) {
+    match event_wait_at(event) {
         Ok(at) if at <= now_ns() => SUCCESS,
         Ok(_) => NOT_READY,
         Err(rc) => rc,
@@ -535,7 +684,7 @@ pub extern "C" fn cuEventQuery(event: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(event: Handle) -> CUresult {
-    match event_at(event) {
+    match event_wait_at(event) {
         Ok(at) => {
             sleep_until(at);
             SUCCESS
@@ -679,7 +828,8 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
     unsafe { cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, smem, stream, params) }
 }
 
-/// A graph: runs as one kernel named `graph` over the whole device.
+/// A graph (and an executable graph) is a unique address holding how long it runs, in us:
+/// one kernel named `graph` over the whole device.
 fn graph_function() -> Handle {
     static GRAPH: OnceLock<usize> = OnceLock::new();
     *GRAPH.get_or_init(|| {
@@ -696,7 +846,7 @@ pub unsafe extern "C" fn cuGraphCreate(graph: *mut Handle, _flags: c_uint) -> CU
         return INVALID_VALUE;
     }
     // SAFETY: checked non-null.
-    unsafe { *graph = Box::into_raw(Box::new(0u8)).cast() };
+    unsafe { *graph = Box::into_raw(Box::new(GRAPH_DURATION_US)).cast() };
     SUCCESS
 }
 
@@ -709,8 +859,11 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     if exec.is_null() || graph.is_null() {
         return INVALID_VALUE;
     }
-    // SAFETY: checked non-null.
-    unsafe { *exec = Box::into_raw(Box::new(0u8)).cast() };
+    // SAFETY: checked non-null; a graph this library made holds its duration.
+    unsafe {
+        let duration_us = *graph.cast::<u64>();
+        *exec = Box::into_raw(Box::new(duration_us)).cast();
+    }
     SUCCESS
 }
 
@@ -720,14 +873,16 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: Handle, stream: Handle) -> CUresult
         return INVALID_HANDLE;
     }
     let sms = gpu().sm_count;
-    // SAFETY: the fake graph function.
+    // SAFETY: an executable graph this library made holds its duration; the fake graph
+    // function.
     unsafe {
+        let duration_us = *exec.cast::<u64>();
         run_kernel(
             graph_function(),
             [sms, 1, 1],
             stream,
             std::ptr::null_mut(),
-            Some(GRAPH_DURATION_US),
+            Some(duration_us),
         )
     }
 }
@@ -736,6 +891,93 @@ pub unsafe extern "C" fn cuGraphLaunch(exec: Handle, stream: Handle) -> CUresult
 pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: Handle, stream: Handle) -> CUresult {
     // SAFETY: the caller's launch.
     unsafe { cuGraphLaunch(exec, stream) }
+}
+
+// ---- stream capture ----
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamBeginCapture_v2(stream: Handle, mode: c_int) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    if !(CAPTURE_MODE_GLOBAL..=CAPTURE_MODE_RELAXED).contains(&mode) {
+        return INVALID_VALUE;
+    }
+    if is_legacy(stream) {
+        return STREAM_CAPTURE_UNSUPPORTED;
+    }
+    let mut g = gpu();
+    if g.captures.contains_key(&(stream as usize)) {
+        return ILLEGAL_STATE;
+    }
+    g.captures.insert(
+        stream as usize,
+        Capture {
+            mode,
+            thread: thread_id(),
+            duration_us: 0,
+            invalid: false,
+        },
+    );
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamEndCapture(stream: Handle, graph: *mut Handle) -> CUresult {
+    if graph.is_null() {
+        return INVALID_VALUE;
+    }
+    let mut g = gpu();
+    let Some(c) = g.captures.get(&(stream as usize)) else {
+        return ILLEGAL_STATE;
+    };
+    if c.mode != CAPTURE_MODE_RELAXED && c.thread != thread_id() {
+        return STREAM_CAPTURE_WRONG_THREAD;
+    }
+    let Some(c) = g.captures.remove(&(stream as usize)) else {
+        return ILLEGAL_STATE;
+    };
+    // SAFETY: checked non-null.
+    unsafe {
+        if c.invalid {
+            *graph = std::ptr::null_mut();
+            return STREAM_CAPTURE_INVALIDATED;
+        }
+        *graph = Box::into_raw(Box::new(c.duration_us)).cast();
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: Handle, status: *mut c_int) -> CUresult {
+    if status.is_null() {
+        return INVALID_VALUE;
+    }
+    let g = gpu();
+    if is_legacy(stream) && !g.captures.is_empty() {
+        return STREAM_CAPTURE_IMPLICIT;
+    }
+    let s = match g.captures.get(&(stream as usize)) {
+        None => CAPTURE_STATUS_NONE,
+        Some(c) if c.invalid => CAPTURE_STATUS_INVALIDATED,
+        Some(_) => CAPTURE_STATUS_ACTIVE,
+    };
+    // SAFETY: checked non-null.
+    unsafe { *status = s };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> CUresult {
+    // SAFETY: a non-null mode is the caller's.
+    let Some(m) = (unsafe { mode.as_mut() }) else {
+        return INVALID_VALUE;
+    };
+    if !(CAPTURE_MODE_GLOBAL..=CAPTURE_MODE_RELAXED).contains(m) {
+        return INVALID_VALUE;
+    }
+    *m = CAPTURE_MODE.replace(*m);
+    SUCCESS
 }
 
 #[unsafe(no_mangle)]
@@ -792,6 +1034,12 @@ fn proc_address(name: &[u8], flags: u64) -> Option<usize> {
         (b"cuLaunchCooperativeKernel", false) => cuLaunchCooperativeKernel as *const () as usize,
         (b"cuLaunchCooperativeKernel", true) => {
             cuLaunchCooperativeKernel_ptsz as *const () as usize
+        }
+        (b"cuStreamBeginCapture", _) => cuStreamBeginCapture_v2 as *const () as usize,
+        (b"cuStreamEndCapture", _) => cuStreamEndCapture as *const () as usize,
+        (b"cuStreamIsCapturing", _) => cuStreamIsCapturing as *const () as usize,
+        (b"cuThreadExchangeStreamCaptureMode", _) => {
+            cuThreadExchangeStreamCaptureMode as *const () as usize
         }
         (b"cuGraphLaunch", false) => cuGraphLaunch as *const () as usize,
         (b"cuGraphLaunch", true) => cuGraphLaunch_ptsz as *const () as usize,

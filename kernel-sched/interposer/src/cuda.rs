@@ -18,6 +18,13 @@ pub type cudaError = c_int;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+/// The legacy stream used while another stream captures: it would join the capture.
+pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: CUresult = 906;
+/// `CUstreamCaptureStatus`: not capturing.
+pub const CU_STREAM_CAPTURE_STATUS_NONE: c_int = 0;
+/// `CUstreamCaptureMode`: this thread may make potentially unsafe calls (queries,
+/// synchronizations) while other threads capture.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
 pub const CU_EVENT_DEFAULT: c_uint = 0;
@@ -130,4 +137,6 @@ pub type CuEventCreate = unsafe extern "C" fn(*mut CUevent, c_uint) -> CUresult;
 pub type CuEventRecord = unsafe extern "C" fn(CUevent, CUstream) -> CUresult;
 pub type CuEventQuery = unsafe extern "C" fn(CUevent) -> CUresult;
 pub type CuEventElapsedTime = unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CUresult;
+pub type CuStreamIsCapturing = unsafe extern "C" fn(CUstream, *mut c_int) -> CUresult;
+pub type CuThreadExchangeStreamCaptureMode = unsafe extern "C" fn(*mut c_int) -> CUresult;
 pub type CudaGetFuncBySymbol = unsafe extern "C" fn(*mut CUfunction, *const c_void) -> cudaError;

@@ -3,6 +3,12 @@
 //!
 //! The outermost hook does the work: a runtime launch that reaches the driver through a
 //! hooked `cuLaunchKernel` is counted and gated once, by the runtime hook.
+//!
+//! A launch into a stream under capture (a CUDA graph being recorded, as PyTorch's
+//! `torch.cuda.graph` and serving engines do) runs nothing now: it passes straight through,
+//! neither gated nor tracked, and is counted as captured. Its work runs inside a later
+//! graph launch, which is gated and tracked as one unit. An event recorded behind it could
+//! never be queried (that would invalidate the capture).
 
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
@@ -86,6 +92,15 @@ pub fn run(api: Api, target: Target, shape: Shape, call: impl FnOnce() -> CUresu
         return call();
     };
     let _depth = DepthGuard::enter();
+    if crate::real::driver().is_some_and(|d| d.capturing(shape.stream)) {
+        let rc = call();
+        if rc == CUDA_SUCCESS {
+            p.stats.captured.fetch_add(1, Ordering::Relaxed);
+        } else {
+            p.stats.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        return rc;
+    }
     let t0 = if p.timing { now_ns() } else { 0 };
     let ticket = std::panic::catch_unwind(AssertUnwindSafe(|| before(p, api, target, &shape)))
         .ok()

@@ -147,6 +147,38 @@ pub struct Driver {
     pub event_query: Option<CuEventQuery>,
     pub event_synchronize: Option<CuEventQuery>,
     pub event_elapsed: Option<CuEventElapsedTime>,
+    pub stream_is_capturing: Option<CuStreamIsCapturing>,
+    pub exchange_capture_mode: Option<CuThreadExchangeStreamCaptureMode>,
+}
+
+impl Driver {
+    /// Whether a launch into `stream` now is recorded into a graph under capture instead of
+    /// running (also when the driver cannot tell because `stream` is the legacy stream and
+    /// another stream captures: such a launch joins no execution either).
+    pub fn capturing(&self, stream: CUstream) -> bool {
+        let Some(is_capturing) = self.stream_is_capturing else {
+            return false;
+        };
+        let mut status = CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the driver's cuStreamIsCapturing with the caller's stream and a valid
+        // out pointer.
+        match unsafe { is_capturing(stream, &mut status) } {
+            CUDA_SUCCESS => status != CU_STREAM_CAPTURE_STATUS_NONE,
+            CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => true,
+            _ => false,
+        }
+    }
+
+    /// Put the calling thread in relaxed capture mode for good: its queries then never
+    /// disturb a capture the job's threads make in global mode (which would fail the query
+    /// and invalidate the capture). For the interposer's own threads only.
+    pub fn relax_capture_mode(&self) {
+        if let Some(exchange) = self.exchange_capture_mode {
+            let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+            // SAFETY: the driver's cuThreadExchangeStreamCaptureMode with a valid pointer.
+            unsafe { exchange(&mut mode) };
+        }
+    }
 }
 
 /// The driver helpers, resolved the first time a launch needs them (the driver is loaded
@@ -204,6 +236,11 @@ pub fn driver() -> Option<&'static Driver> {
         event_query: get!(c"cuEventQuery", CuEventQuery),
         event_synchronize: get!(c"cuEventSynchronize", CuEventQuery),
         event_elapsed: get!(c"cuEventElapsedTime", CuEventElapsedTime),
+        stream_is_capturing: get!(c"cuStreamIsCapturing", CuStreamIsCapturing),
+        exchange_capture_mode: get!(
+            c"cuThreadExchangeStreamCaptureMode",
+            CuThreadExchangeStreamCaptureMode
+        ),
     };
     Some(DRIVER.get_or_init(|| d))
 }

@@ -66,6 +66,9 @@ pub struct Stats {
     pub overflow: AtomicU64,
     /// Launches whose completion could not be tracked (no event).
     pub untracked: AtomicU64,
+    /// Launches recorded into a graph under stream capture (not counted as launched: they
+    /// run inside a later graph launch).
+    pub captured: AtomicU64,
     /// Streams the process created through the interposer, and how many of them got the
     /// greatest priority (which `stream_priority` holds).
     pub streams_created: AtomicU64,
@@ -86,6 +89,7 @@ impl Stats {
             forced: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
             untracked: AtomicU64::new(0),
+            captured: AtomicU64::new(0),
             streams_created: AtomicU64::new(0),
             streams_raised: AtomicU64::new(0),
             stream_priority: AtomicI64::new(0),
@@ -168,13 +172,14 @@ impl Stats {
         let mean = self.hook_ns_sum.load(Ordering::Relaxed) / timed.max(1);
         let _ = write!(
             s,
-            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
+            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"captured\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
             self.failed.load(Ordering::Relaxed),
             self.held.load(Ordering::Relaxed),
             self.held_ns.load(Ordering::Relaxed),
             self.forced.load(Ordering::Relaxed),
             self.overflow.load(Ordering::Relaxed),
             self.untracked.load(Ordering::Relaxed),
+            self.captured.load(Ordering::Relaxed),
             self.streams_created.load(Ordering::Relaxed),
             self.streams_raised.load(Ordering::Relaxed),
             self.stream_priority.load(Ordering::Relaxed),

@@ -163,6 +163,10 @@ impl Tracker {
         // Sleep as asked: the default 50 us timer slack would stretch every poll.
         // SAFETY: prctl on the calling thread with a valid option.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000u64) };
+        // The job may capture a graph in global mode while this thread queries events.
+        if let Some(d) = crate::real::driver() {
+            d.relax_capture_mode();
+        }
         let mut interval = POLL_MIN;
         loop {
             let batch = {

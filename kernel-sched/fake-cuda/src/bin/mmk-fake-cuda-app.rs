@@ -7,11 +7,15 @@
 //! mmk-fake-cuda-app [--api driver|driver-ptsz|driver-ex|cooperative|graph|runtime|
 //!                          runtime-internal|runtime-ex|runtime-coop|runtime-graph|all]
 //!                   [--kernels N] [--duration-us D] [--gap-us G] [--blocks B] [--threads T]
-//!                   [--sync-every K] [--die-after K] [--stream-priority P]
+//!                   [--sync-every K] [--die-after K] [--stream-priority P] [--capture K]
 //! ```
 //!
 //! Each thread launches on a stream of its own, made with `cuStreamCreate`, or with
 //! `cuStreamCreateWithPriority` when `--stream-priority` is given.
+//!
+//! `--capture K` (with `--api graph` or `runtime-graph`): the graph each thread launches is
+//! recorded first by stream capture in global mode, as `torch.cuda.graph` does: K kernels
+//! of `--duration-us`, captured while a 20 ms kernel launched just before is still running.
 //!
 //! Prints one JSON line:
 //! `{"pid","launched","failed","elapsed_ns","launch_ns":{"p50","p99"},"stream_priorities"}`,
@@ -37,6 +41,8 @@ type StreamGetPriority = unsafe extern "C" fn(Handle, *mut c_int) -> CUresult;
 type StreamSync = unsafe extern "C" fn(Handle) -> CUresult;
 type GraphCreate = unsafe extern "C" fn(*mut Handle, c_uint) -> CUresult;
 type GraphInstantiate = unsafe extern "C" fn(*mut Handle, Handle, u64) -> CUresult;
+type BeginCapture = unsafe extern "C" fn(Handle, c_int) -> CUresult;
+type EndCapture = unsafe extern "C" fn(Handle, *mut Handle) -> CUresult;
 type Launch = unsafe extern "C" fn(
     Handle,
     c_uint,
@@ -126,6 +132,7 @@ struct Args {
     sync_every: u64,
     die_after: Option<u64>,
     stream_priority: Option<c_int>,
+    capture: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -139,6 +146,7 @@ fn parse_args() -> Result<Args, String> {
         sync_every: 0,
         die_after: None,
         stream_priority: None,
+        capture: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -156,6 +164,7 @@ fn parse_args() -> Result<Args, String> {
             "--threads" => a.threads = num(value()?)?.max(1) as u32,
             "--sync-every" => a.sync_every = num(value()?)?,
             "--die-after" => a.die_after = Some(num(value()?)?),
+            "--capture" => a.capture = num(value()?)?,
             "--stream-priority" => {
                 let v = value()?;
                 a.stream_priority = Some(
@@ -168,6 +177,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if a.api != "all" && !APIS.contains(&a.api.as_str()) {
         return Err(format!("--api: unknown {:?}", a.api));
+    }
+    if a.capture > 0 && a.api != "graph" && a.api != "runtime-graph" {
+        return Err("--capture needs --api graph or runtime-graph".into());
     }
     Ok(a)
 }
@@ -298,10 +310,14 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
         let sync = cuda.get::<StreamSync>(c"cuStreamSynchronize", 0)?;
         let mut graph: Handle = std::ptr::null_mut();
         let mut exec: Handle = std::ptr::null_mut();
-        check(
-            "cuGraphCreate",
-            cuda.get::<GraphCreate>(c"cuGraphCreate", 0)?(&mut graph, 0),
-        )?;
+        if a.capture > 0 {
+            graph = capture(cuda, a, stream)?;
+        } else {
+            check(
+                "cuGraphCreate",
+                cuda.get::<GraphCreate>(c"cuGraphCreate", 0)?(&mut graph, 0),
+            )?;
+        }
         check(
             "cuGraphInstantiate",
             cuda.get::<GraphInstantiate>(c"cuGraphInstantiate", 0)?(&mut exec, graph, 0),
@@ -438,6 +454,48 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
         }
         sync(stream);
         Ok((launched, failed, times, priority))
+    }
+}
+
+/// Record `a.capture` kernels into a graph by capturing `stream` in global mode, while a
+/// kernel launched before the capture still runs.
+unsafe fn capture(cuda: &Cuda, a: &Args, stream: Handle) -> Result<Handle, String> {
+    const GLOBAL: c_int = 0;
+    // SAFETY: the CUDA API's contracts; kernel parameters outlive each launch call.
+    unsafe {
+        let launch = cuda.get::<Launch>(c"cuLaunchKernel", 0)?;
+        let run = |mut duration_us: u64| {
+            let mut params: [*mut c_void; 1] = [(&mut duration_us as *mut u64).cast()];
+            launch(
+                cuda.kernel,
+                a.blocks,
+                1,
+                1,
+                128,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check("cuLaunchKernel (before the capture)", run(20_000))?;
+        check(
+            "cuStreamBeginCapture",
+            cuda.get::<BeginCapture>(c"cuStreamBeginCapture", 0)?(stream, GLOBAL),
+        )?;
+        for _ in 0..a.capture {
+            check("cuLaunchKernel (captured)", run(a.duration_us))?;
+        }
+        // Long enough for anything watching the earlier kernel to look at it meanwhile.
+        std::thread::sleep(Duration::from_millis(5));
+        let mut graph: Handle = std::ptr::null_mut();
+        check(
+            "cuStreamEndCapture",
+            cuda.get::<EndCapture>(c"cuStreamEndCapture", 0)?(stream, &mut graph),
+        )?;
+        Ok(graph)
     }
 }
 
