@@ -91,6 +91,9 @@ pub struct Hybrid {
     layouts: Mutex<BTreeMap<String, Arc<Vec<Layout>>>>,
     /// What the model said of partition states asked before.
     memo: Mutex<Memo>,
+    /// Use the memo and skip kinds of job refused within a pass (always, but in the test
+    /// that checks both against a planner without them).
+    remember: bool,
 }
 
 /// Answers for partition states asked before, keyed by [`state_key`]. A planning pass asks
@@ -183,10 +186,12 @@ impl Kinds {
         }
     }
 
-    fn none_refused(&self) -> Refused<'_> {
+    /// Nothing refused yet; `enabled: false` never skips a job.
+    fn none_refused(&self, enabled: bool) -> Refused<'_> {
         Refused {
             kinds: self,
             slo: vec![None; self.count],
+            enabled,
         }
     }
 }
@@ -196,11 +201,15 @@ impl Kinds {
 struct Refused<'k> {
     kinds: &'k Kinds,
     slo: Vec<Option<bool>>,
+    enabled: bool,
 }
 
 impl Refused<'_> {
     /// Whether job `j`'s kind was refused; if so, `j` gets the same SLO mark.
     fn skip(&self, j: usize, slo_blocked: &mut [bool]) -> bool {
+        if !self.enabled {
+            return false;
+        }
         match self.slo[self.kinds.of[j]] {
             Some(slo) => {
                 slo_blocked[j] |= slo;
@@ -238,7 +247,16 @@ impl Hybrid {
             options,
             layouts: Mutex::default(),
             memo: Mutex::default(),
+            remember: true,
         }
+    }
+
+    /// The same planner without the memo and without skipping refused kinds: the
+    /// reference the shortcuts are tested against.
+    #[cfg(test)]
+    fn forgetful(mut self) -> Hybrid {
+        self.remember = false;
+        self
     }
 
     /// MMK: MPS first, contention-aware, reconfiguration must pay for itself.
@@ -473,6 +491,9 @@ impl Hybrid {
 
     /// The answer `pick`'s map remembers for `key`, or `compute`'s, remembered.
     fn recall<V: Clone>(&self, pick: Pick<V>, key: Vec<u64>, compute: impl FnOnce() -> V) -> V {
+        if !self.remember {
+            return compute();
+        }
         if let Some(hit) = pick(&mut self.memo()).get(&key) {
             return hit.clone();
         }
@@ -639,7 +660,7 @@ impl Hybrid {
         };
         // Kinds of job that stayed waiting since the last placement (with whether an SLO
         // refused them): the next job of the same kind would stay too.
-        let mut refused = kinds.none_refused();
+        let mut refused = kinds.none_refused(self.remember);
         for &j in waiting.iter() {
             if refused.skip(j, slo_blocked) {
                 still.push(j);
@@ -1018,7 +1039,7 @@ impl Hybrid {
             let mut part_stp: Vec<Option<f64>> = vec![None; parts.len()];
             let mut placed = Vec::new();
             // As in MPS-first: a kind of job refused since the last placement stays out.
-            let mut refused = kinds.none_refused();
+            let mut refused = kinds.none_refused(self.remember);
             for &j in waiting {
                 if refused.skip(j, slo_blocked) {
                     continue;
@@ -1761,9 +1782,44 @@ mod tests {
         assert_eq!(new.mps_share, 100);
     }
 
-    /// The memo only saves work: a planner that has answered many passes before plans
-    /// exactly as a new one, over jobs of repeated kinds (same profile, different SLOs,
-    /// memory, movability) arriving and finishing at random.
+    #[test]
+    fn an_idle_whole_gpu_or_fixed_instance_elsewhere_beats_sharing_a_busy_one() {
+        // As above, with the idle room on GPU 1 being a GPU with MIG off, or an empty 7g
+        // on a GPU whose layout is fixed: the newcomer goes there at 100 %, with no
+        // reconfiguration.
+        let mut mig_off = gpu("a100-80gb", 1);
+        mig_off.mig_enabled = false;
+        let mut fixed = whole_instance_gpu(1, 2);
+        fixed.layout_fixed = true;
+        for (idle, profile_id) in [(mig_off, None), (fixed, Some(0))] {
+            let (mut node, busy) = whole_instance_node();
+            node.gpus.push(idle);
+            let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
+            running.placed = Some(busy);
+            running.mps_share = 50;
+            let jobs = [running, job(2, JobClass::Offline, 10, 0.9, 0.3)];
+            let plan = Hybrid::mmk(Arc::new(Concave { corunner: 1.0 })).plan(&node, &jobs);
+            assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+            let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+            assert_eq!(
+                (new.slot, new.mps_share),
+                (
+                    Slot {
+                        gpu: 1,
+                        start: 0,
+                        profile_id
+                    },
+                    100
+                ),
+                "{profile_id:?}"
+            );
+        }
+    }
+
+    /// The memo and the skipping of refused kinds only save work: a planner that has
+    /// answered many passes before plans exactly as a new one, and as one without either
+    /// shortcut, over jobs of repeated kinds (same profile, different SLOs, memory,
+    /// movability) arriving and finishing at random.
     #[test]
     fn remembered_answers_are_the_answers() {
         use crate::plan::apply;
@@ -1773,6 +1829,7 @@ mod tests {
             (JobClass::Online, 10, 0.3, 0.2, None, false),
             (JobClass::Offline, 20, 0.6, 0.5, None, true),
             (JobClass::Offline, 20, 0.6, 0.5, None, false),
+            (JobClass::Offline, 70, 0.6, 0.5, None, true),
             (JobClass::Offline, 40, 0.9, 0.3, None, true),
             (JobClass::Offline, 5, 0.2, 0.8, None, false),
         ];
@@ -1800,6 +1857,13 @@ mod tests {
                 let plan = warm.plan(&node, &jobs);
                 let fresh = make(Arc::clone(&model)).plan(&node, &jobs);
                 assert_eq!(plan, fresh, "{} at step {step}", warm.name());
+                let reference = make(Arc::clone(&model)).forgetful().plan(&node, &jobs);
+                assert_eq!(
+                    plan,
+                    reference,
+                    "{} at step {step}, no shortcuts",
+                    warm.name()
+                );
                 (node, jobs) = apply(&node, &jobs, &plan);
                 // Some placed jobs finish.
                 jobs.retain(|j| j.placed.is_none() || rng.below(3) > 0);
