@@ -1758,40 +1758,21 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_instance_elsewhere_beats_sharing_a_busy_one() {
-        // GPU 0's 7g runs a job at half its share; GPU 1 has an empty 7g (no free slices
-        // on either GPU). Sharing GPU 0 would add throughput (co-runners cost nothing
-        // here), but the newcomer does better alone in GPU 1's idle 7g.
-        let (mut node, busy) = whole_instance_node();
-        node.gpus.push(whole_instance_gpu(1, 2));
-        let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
-        running.placed = Some(busy);
-        running.mps_share = 50;
-        let jobs = [running, job(2, JobClass::Offline, 10, 0.9, 0.3)];
-        let plan = Hybrid::mmk(Arc::new(Concave { corunner: 1.0 })).plan(&node, &jobs);
-        assert!(plan.steps.is_empty(), "{:?}", plan.steps);
-        let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
-        assert_eq!(
-            new.slot,
-            Slot {
-                gpu: 1,
-                start: 0,
-                profile_id: Some(0)
-            }
-        );
-        assert_eq!(new.mps_share, 100);
-    }
-
-    #[test]
-    fn an_idle_whole_gpu_or_fixed_instance_elsewhere_beats_sharing_a_busy_one() {
-        // As above, with the idle room on GPU 1 being a GPU with MIG off, or an empty 7g
-        // on a GPU whose layout is fixed: the newcomer goes there at 100 %, with no
+    fn an_idle_room_elsewhere_beats_sharing_a_busy_one() {
+        // GPU 0's 7g runs a job at half its share; GPU 1 has room no job uses (no free
+        // slices on either GPU): an empty 7g, a GPU with MIG off, or an empty 7g on a GPU
+        // whose layout is fixed. Sharing GPU 0 would add throughput (co-runners cost
+        // nothing here), but the newcomer does better alone on GPU 1, at 100 %, with no
         // reconfiguration.
         let mut mig_off = gpu("a100-80gb", 1);
         mig_off.mig_enabled = false;
         let mut fixed = whole_instance_gpu(1, 2);
         fixed.layout_fixed = true;
-        for (idle, profile_id) in [(mig_off, None), (fixed, Some(0))] {
+        for (idle, profile_id) in [
+            (whole_instance_gpu(1, 2), Some(0)),
+            (mig_off, None),
+            (fixed, Some(0)),
+        ] {
             let (mut node, busy) = whole_instance_node();
             node.gpus.push(idle);
             let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
