@@ -91,9 +91,9 @@ pub struct Hybrid {
     layouts: Mutex<BTreeMap<String, Arc<Vec<Layout>>>>,
     /// What the model said of partition states asked before.
     memo: Mutex<Memo>,
-    /// Use the memo and skip kinds of job refused within a pass (always, but in the test
-    /// that checks both against a planner without them).
-    remember: bool,
+    /// Take the two shortcuts: the memo, and skipping kinds of job refused within a pass
+    /// (always, but in the test that checks them against a planner without them).
+    shortcuts: bool,
 }
 
 /// Answers for partition states asked before, keyed by [`state_key`]. A planning pass asks
@@ -213,6 +213,8 @@ impl Refused<'_> {
         match self.slo[self.kinds.of[j]] {
             Some(slo) => {
                 slo_blocked[j] |= slo;
+                #[cfg(test)]
+                tests::SKIPPED.set(tests::SKIPPED.get() + 1);
                 true
             }
             None => false,
@@ -247,7 +249,7 @@ impl Hybrid {
             options,
             layouts: Mutex::default(),
             memo: Mutex::default(),
-            remember: true,
+            shortcuts: true,
         }
     }
 
@@ -255,7 +257,7 @@ impl Hybrid {
     /// reference the shortcuts are tested against.
     #[cfg(test)]
     fn forgetful(mut self) -> Hybrid {
-        self.remember = false;
+        self.shortcuts = false;
         self
     }
 
@@ -491,7 +493,7 @@ impl Hybrid {
 
     /// The answer `pick`'s map remembers for `key`, or `compute`'s, remembered.
     fn recall<V: Clone>(&self, pick: Pick<V>, key: Vec<u64>, compute: impl FnOnce() -> V) -> V {
-        if !self.remember {
+        if !self.shortcuts {
             return compute();
         }
         if let Some(hit) = pick(&mut self.memo()).get(&key) {
@@ -660,7 +662,7 @@ impl Hybrid {
         };
         // Kinds of job that stayed waiting since the last placement (with whether an SLO
         // refused them): the next job of the same kind would stay too.
-        let mut refused = kinds.none_refused(self.remember);
+        let mut refused = kinds.none_refused(self.shortcuts);
         for &j in waiting.iter() {
             if refused.skip(j, slo_blocked) {
                 still.push(j);
@@ -1039,7 +1041,7 @@ impl Hybrid {
             let mut part_stp: Vec<Option<f64>> = vec![None; parts.len()];
             let mut placed = Vec::new();
             // As in MPS-first: a kind of job refused since the last placement stays out.
-            let mut refused = kinds.none_refused(self.remember);
+            let mut refused = kinds.none_refused(self.shortcuts);
             for &j in waiting {
                 if refused.skip(j, slo_blocked) {
                     continue;
@@ -1356,6 +1358,12 @@ mod tests {
     use crate::catalog;
     use crate::layout::Instance;
     use crate::model::{AnalyticModel, JobProfile};
+
+    thread_local! {
+        /// Jobs this thread's planners skipped as of a refused kind (each test runs on a
+        /// thread of its own).
+        pub(super) static SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
 
     fn gpu(key: &str, index: u32) -> GpuState {
         GpuState {
@@ -1817,6 +1825,7 @@ mod tests {
         for make in [Hybrid::mmk, Hybrid::miger, Hybrid::miso] {
             let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
             let warm = make(Arc::clone(&model));
+            SKIPPED.set(0);
             let mut rng = mmk_core::rng::Rng::new(7);
             let mut node = NodeState {
                 gpus: vec![gpu("a100-80gb", 0), gpu("a100-80gb", 1)],
@@ -1852,6 +1861,11 @@ mod tests {
             assert!(
                 warm.memo().config.len() > 10,
                 "{}: the memo was used",
+                warm.name()
+            );
+            assert!(
+                SKIPPED.get() > 0,
+                "{}: refused kinds were skipped",
                 warm.name()
             );
         }

@@ -35,8 +35,9 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # (online 0, offline 1, below normal). With the interposer loaded, the online job's streams
 # get the greatest priority (its default; "-keepprio" turns that off); with
 # `--serve-stream side` the service runs on a stream of its own, which that reaches.
-# A suffix "-baseN" on a kernel-scheduler configuration creates its gate with `--base-us N`
-# (the anti-starvation base) instead of 2.5 % of the service's profiled request latency.
+# A suffix "-baseN" (N > 0, the last suffix before any "@R") on a kernel-scheduler
+# configuration creates its gate with `--base-us N` (the anti-starvation base) instead of
+# 2.5 % of the service's profiled request latency.
 
 
 def log(*a):
@@ -157,7 +158,9 @@ def main():
             base_c, cprio, keepprio = c.split("@")[0], False, False
             base_us = dur_us
             head, sep, n = base_c.rpartition("-base")
-            if sep and n.isdigit():
+            if sep:
+                if not (n.isdigit() and int(n) > 0):
+                    raise SystemExit(f"{c}: -baseN must end the name, with N > 0 (us)")
                 base_c, base_us = head, int(n)
             for suffix in ["-cprio", "-keepprio"]:
                 if base_c.endswith(suffix):

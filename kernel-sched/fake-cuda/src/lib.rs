@@ -111,6 +111,9 @@ struct Gpu {
     events: HashMap<usize, Event>,
     /// Captures under way, by stream.
     captures: HashMap<usize, Capture>,
+    /// Streams made with `CU_STREAM_NON_BLOCKING`: they do not synchronize with the
+    /// legacy stream, so their captures leave it usable.
+    non_blocking: std::collections::HashSet<usize>,
     log: Option<File>,
 }
 
@@ -133,6 +136,7 @@ fn gpu() -> MutexGuard<'static, Gpu> {
             running: Vec::new(),
             events: HashMap::new(),
             captures: HashMap::new(),
+            non_blocking: std::collections::HashSet::new(),
             log,
         })
     })
@@ -169,10 +173,12 @@ impl Gpu {
             return Ok(());
         }
         let me = thread_id();
+        // A thread in thread-local mode ignores other threads' captures.
+        let global = CAPTURE_MODE.get() == CAPTURE_MODE_GLOBAL;
         let mut prohibited = false;
         for c in self.captures.values_mut() {
             let own = c.thread == me && c.mode != CAPTURE_MODE_RELAXED;
-            if own || (c.thread != me && c.mode == CAPTURE_MODE_GLOBAL) {
+            if own || (global && c.thread != me && c.mode == CAPTURE_MODE_GLOBAL) {
                 c.invalid = true;
                 prohibited = true;
             }
@@ -181,6 +187,20 @@ impl Gpu {
             Err(STREAM_CAPTURE_UNSUPPORTED)
         } else {
             Ok(())
+        }
+    }
+
+    /// Whether a capture under way makes the legacy stream unusable (a blocking stream's).
+    fn legacy_blocked(&self) -> bool {
+        self.captures.keys().any(|s| !self.non_blocking.contains(s))
+    }
+
+    /// The legacy stream was used: it would join every blocking stream's capture.
+    fn invalidate_blocking(&mut self) {
+        for (s, c) in self.captures.iter_mut() {
+            if !self.non_blocking.contains(s) {
+                c.invalid = true;
+            }
         }
     }
 
@@ -246,9 +266,9 @@ unsafe fn run_kernel(
         c.duration_us += duration_us;
         return SUCCESS;
     }
-    if is_legacy(stream) && !g.captures.is_empty() {
+    if is_legacy(stream) && g.legacy_blocked() {
         // Work on the legacy stream would depend on the capturing streams.
-        g.captures.values_mut().for_each(|c| c.invalid = true);
+        g.invalidate_blocking();
         return STREAM_CAPTURE_IMPLICIT;
     }
     let sm_count = g.sm_count;
@@ -519,6 +539,7 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
 /// The device's stream priorities, as an H100/H200 reports them: 0 is the least (and the
 /// default), -5 the greatest.
 const LEAST_PRIORITY: c_int = 0;
+const CU_STREAM_NON_BLOCKING: c_uint = 1;
 const GREATEST_PRIORITY: c_int = -5;
 
 #[unsafe(no_mangle)]
@@ -532,7 +553,7 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut Handle, flags: c_uint) -> C
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreateWithPriority(
     stream: *mut Handle,
-    _flags: c_uint,
+    flags: c_uint,
     priority: c_int,
 ) -> CUresult {
     if let Err(rc) = check_ctx() {
@@ -542,8 +563,12 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
         return INVALID_VALUE;
     }
     let priority = priority.clamp(GREATEST_PRIORITY, LEAST_PRIORITY);
-    // SAFETY: checked non-null; the stream is a unique address.
-    unsafe { *stream = Box::into_raw(Box::new(i64::from(priority))).cast() };
+    let s: Handle = Box::into_raw(Box::new(i64::from(priority))).cast();
+    if flags & CU_STREAM_NON_BLOCKING != 0 {
+        gpu().non_blocking.insert(s as usize);
+    }
+    // SAFETY: checked non-null.
+    unsafe { *stream = s };
     SUCCESS
 }
 
@@ -598,8 +623,8 @@ pub extern "C" fn cuStreamSynchronize(stream: Handle) -> CUresult {
         {
             return rc;
         }
-        if is_legacy(stream) && !g.captures.is_empty() {
-            g.captures.values_mut().for_each(|c| c.invalid = true);
+        if is_legacy(stream) && g.legacy_blocked() {
+            g.invalidate_blocking();
             return STREAM_CAPTURE_IMPLICIT;
         }
         g.tails.get(&(stream as usize)).copied().unwrap_or(0)
@@ -633,8 +658,8 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> CU
 pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
     let mut g = gpu();
     let captured = g.captures.contains_key(&(stream as usize));
-    if !captured && is_legacy(stream) && !g.captures.is_empty() {
-        g.captures.values_mut().for_each(|c| c.invalid = true);
+    if !captured && is_legacy(stream) && g.legacy_blocked() {
+        g.invalidate_blocking();
         return STREAM_CAPTURE_IMPLICIT;
     }
     let at = g
@@ -924,6 +949,9 @@ pub extern "C" fn cuStreamBeginCapture_v2(stream: Handle, mode: c_int) -> CUresu
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamEndCapture(stream: Handle, graph: *mut Handle) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
     if graph.is_null() {
         return INVALID_VALUE;
     }
@@ -954,7 +982,7 @@ pub unsafe extern "C" fn cuStreamIsCapturing(stream: Handle, status: *mut c_int)
         return INVALID_VALUE;
     }
     let g = gpu();
-    if is_legacy(stream) && !g.captures.is_empty() {
+    if is_legacy(stream) && g.legacy_blocked() {
         return STREAM_CAPTURE_IMPLICIT;
     }
     let s = match g.captures.get(&(stream as usize)) {

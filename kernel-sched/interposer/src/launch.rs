@@ -92,6 +92,7 @@ pub fn run(api: Api, target: Target, shape: Shape, call: impl FnOnce() -> CUresu
         return call();
     };
     let _depth = DepthGuard::enter();
+    let t0 = if p.timing { now_ns() } else { 0 };
     if crate::real::driver().is_some_and(|d| d.capturing(shape.stream)) {
         let rc = call();
         if rc == CUDA_SUCCESS {
@@ -101,7 +102,6 @@ pub fn run(api: Api, target: Target, shape: Shape, call: impl FnOnce() -> CUresu
         }
         return rc;
     }
-    let t0 = if p.timing { now_ns() } else { 0 };
     let ticket = std::panic::catch_unwind(AssertUnwindSafe(|| before(p, api, target, &shape)))
         .ok()
         .flatten();
@@ -185,7 +185,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
     };
     let record = match (d, &p.record) {
         (Some(d), Some(_)) => {
-            p.tracker.ensure_reference(d, ctx);
+            p.tracker.ensure_reference(d, ctx, shape.stream);
             let launch_ns = now_ns();
             p.tracker.record(d, ctx, shape.stream, true).map(|start| {
                 let line = TraceRecord {

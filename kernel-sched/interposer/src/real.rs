@@ -152,9 +152,14 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Whether a launch into `stream` now is recorded into a graph under capture instead of
-    /// running (also when the driver cannot tell because `stream` is the legacy stream and
-    /// another stream captures: such a launch joins no execution either).
+    /// Whether a launch into `stream` now would be recorded into a graph under capture
+    /// instead of running. Also true when `stream` is the legacy stream while another
+    /// (blocking) stream captures: the driver refuses such a launch (and invalidates that
+    /// capture), so it must not be gated or have an event recorded behind it either.
+    ///
+    /// A null stream is asked about as the legacy stream, also for a `_ptsz` launch, where
+    /// it means the per-thread stream: such a launch made while another thread captures
+    /// on a blocking stream runs ungated and is counted as captured.
     pub fn capturing(&self, stream: CUstream) -> bool {
         let Some(is_capturing) = self.stream_is_capturing else {
             return false;
@@ -167,6 +172,23 @@ impl Driver {
             CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => true,
             _ => false,
         }
+    }
+
+    /// Run `f` with the calling thread in relaxed capture mode, then restore its mode: for
+    /// the interposer's own queries and synchronizations on a job's thread.
+    pub fn relaxed<R>(&self, f: impl FnOnce() -> R) -> R {
+        let Some(exchange) = self.exchange_capture_mode else {
+            return f();
+        };
+        let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: the driver's cuThreadExchangeStreamCaptureMode with a valid pointer.
+        let swapped = unsafe { exchange(&mut mode) } == CUDA_SUCCESS;
+        let r = f();
+        if swapped {
+            // SAFETY: as above; `mode` holds the thread's mode from before.
+            unsafe { exchange(&mut mode) };
+        }
+        r
     }
 
     /// Put the calling thread in relaxed capture mode for good: its queries then never

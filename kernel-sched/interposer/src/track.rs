@@ -133,8 +133,10 @@ impl Tracker {
         }
     }
 
-    /// Make sure record mode has a clock reference for `ctx` (blocks once per context).
-    pub fn ensure_reference(&self, d: &Driver, ctx: CUcontext) {
+    /// Make sure record mode has a clock reference for `ctx` (blocks once per context, on
+    /// `stream`, which is not capturing: the null stream could be, in effect, while
+    /// another stream captures).
+    pub fn ensure_reference(&self, d: &Driver, ctx: CUcontext, stream: CUstream) {
         if lock(&self.refs).iter().any(|r| r.ctx == ctx as usize) {
             return;
         }
@@ -144,12 +146,13 @@ impl Tracker {
             return;
         };
         let mut e: CUevent = std::ptr::null_mut();
-        // SAFETY: create, record on the null stream and wait for one timing event.
-        let ok = unsafe {
+        // SAFETY: create, record on the caller's stream and wait for one timing event; in
+        // relaxed mode, so that the wait does not disturb another thread's capture.
+        let ok = d.relaxed(|| unsafe {
             create(&mut e, CU_EVENT_DEFAULT) == CUDA_SUCCESS
-                && record(e, std::ptr::null_mut()) == CUDA_SUCCESS
+                && record(e, stream) == CUDA_SUCCESS
                 && sync(e) == CUDA_SUCCESS
-        };
+        });
         if ok {
             lock(&self.refs).push(Reference {
                 ctx: ctx as usize,
@@ -280,7 +283,10 @@ impl Tracker {
         let deadline = now_ns() + limit.as_nanos() as u64;
         while self.outstanding.load(Ordering::Acquire) > 0 && now_ns() < deadline {
             let batch = std::mem::take(&mut *lock(&self.queue));
-            let mut left = self.poll_once(process, batch);
+            let mut left = match crate::real::driver() {
+                Some(d) => d.relaxed(|| self.poll_once(process, batch)),
+                None => self.poll_once(process, batch),
+            };
             if !left.is_empty() {
                 lock(&self.queue).append(&mut left);
             }
