@@ -126,9 +126,9 @@ struct SweepRun {
     policies: Vec<PolicyReport>,
 }
 
+/// What every report says of the setup it ran on.
 #[derive(Debug, Serialize)]
-struct SweepReport {
-    jobs_per_run: usize,
+struct Setup {
     gpus: u32,
     gpu_model: String,
     model: String,
@@ -136,6 +136,13 @@ struct SweepReport {
     /// Workloads the measured ground truth does not have (they get the analytic model).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     unmeasured: Vec<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+struct SweepReport {
+    jobs_per_run: usize,
+    #[serde(flatten)]
+    setup: Setup,
     seeds: Vec<u64>,
     intervals_s: Vec<f64>,
     rows: Vec<SweepRow>,
@@ -145,13 +152,8 @@ struct SweepReport {
 #[derive(Debug, Serialize)]
 struct Report {
     jobs: usize,
-    gpus: u32,
-    gpu_model: String,
-    model: String,
-    ground_truth: &'static str,
-    /// Workloads the measured ground truth does not have (they get the analytic model).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    unmeasured: Vec<&'static str>,
+    #[serde(flatten)]
+    setup: Setup,
     policies: Vec<PolicyReport>,
 }
 
@@ -287,10 +289,16 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     } else {
         Vec::new()
     };
-    let ground_truth = if a.truth == "measured" {
-        "measured on an H200 (docs/simulate.md)"
-    } else {
-        "analytic model (docs/simulate.md)"
+    let setup = Setup {
+        gpus,
+        gpu_model: a.gpu_model.clone(),
+        model: a.model.clone(),
+        ground_truth: if a.truth == "measured" {
+            "measured on an H200 (docs/simulate.md)"
+        } else {
+            "analytic model (docs/simulate.md)"
+        },
+        unmeasured,
     };
     if sweep {
         let mut runs = Vec::new();
@@ -310,11 +318,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         }
         let report = SweepReport {
             jobs_per_run: online + offline,
-            gpus,
-            gpu_model: a.gpu_model.clone(),
-            model: a.model.clone(),
-            ground_truth,
-            unmeasured: unmeasured.clone(),
+            setup,
             seeds: a.seed.clone(),
             intervals_s: intervals.clone(),
             rows: sweep_rows(&intervals, &a.policies, &runs),
@@ -335,11 +339,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     let sums: Vec<(Summary, f64)> = runs.iter().map(|(r, s)| (Summary::of(r), *s)).collect();
     let report = Report {
         jobs: t.jobs.len(),
-        gpus,
-        gpu_model: a.gpu_model.clone(),
-        model: a.model.clone(),
-        unmeasured,
-        ground_truth,
+        setup,
         policies: relative(sums),
     };
     match fmt {
@@ -451,11 +451,11 @@ fn print_sweep(r: &SweepReport) {
     println!(
         "{} jobs a run, {} x {}, seeds {}; planners' model: {}, ground truth: {}",
         r.jobs_per_run,
-        r.gpus,
-        r.gpu_model,
+        r.setup.gpus,
+        r.setup.gpu_model,
         seeds.join(","),
-        r.model,
-        r.ground_truth
+        r.setup.model,
+        r.setup.ground_truth
     );
     println!("relative to MIGER: the mean over the seeds (lowest..highest)");
     println!(
@@ -512,7 +512,7 @@ fn pct(v: Option<f64>) -> String {
 fn print_table(r: &Report) {
     println!(
         "{} jobs, {} x {}, planners' model: {}, ground truth: {}",
-        r.jobs, r.gpus, r.gpu_model, r.model, r.ground_truth
+        r.jobs, r.setup.gpus, r.setup.gpu_model, r.setup.model, r.setup.ground_truth
     );
     println!(
         "{:<9} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>6} {:>5}",

@@ -956,15 +956,14 @@ pub unsafe extern "C" fn cuStreamEndCapture(stream: Handle, graph: *mut Handle) 
         return INVALID_VALUE;
     }
     let mut g = gpu();
-    let Some(c) = g.captures.get(&(stream as usize)) else {
-        return ILLEGAL_STATE;
-    };
-    if c.mode != CAPTURE_MODE_RELAXED && c.thread != thread_id() {
-        return STREAM_CAPTURE_WRONG_THREAD;
-    }
     let Some(c) = g.captures.remove(&(stream as usize)) else {
         return ILLEGAL_STATE;
     };
+    if c.mode != CAPTURE_MODE_RELAXED && c.thread != thread_id() {
+        // Only the thread that began it may end it; it stays under way.
+        g.captures.insert(stream as usize, c);
+        return STREAM_CAPTURE_WRONG_THREAD;
+    }
     // SAFETY: checked non-null.
     unsafe {
         if c.invalid {
