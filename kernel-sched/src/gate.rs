@@ -1,12 +1,12 @@
 //! The per-partition gate: a shared-memory segment that every job process of a partition
 //! maps, and through which offline launches wait for online work.
 //!
-//! Layout (version 2, all fields atomics, native endian):
+//! Layout (version 3, all fields atomics, native endian):
 //!
 //! ```text
 //! header (128 bytes)  magic "MMKGATE1", version, slot count, partition SMs, policy,
 //!                     anti-starvation base, hard bound, epoch (the futex word), waiters,
-//!                     totals of the processes that left (launches, held, held ns, forced)
+//!                     offline depth cap, totals of the processes that left (launches, held, held ns, forced)
 //! slots  (64 x 128)   one per job process: pid (0 = free), class, MPS share,
 //!                     kernels, SMs, compute- and memory-bound kernels and expected
 //!                     run time in flight, the end of the gap an idle online process
@@ -30,11 +30,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind};
+use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind, PolicyParams};
 use crate::profile::Intensity;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"MMKGATE1");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Job processes one partition's gate can hold.
 pub const SLOTS: usize = 64;
 /// A held launch looks for dead processes at least this often.
@@ -53,6 +53,9 @@ struct Header {
     epoch: AtomicU32,
     /// Processes sleeping on `epoch`.
     waiters: AtomicU32,
+    /// [`GateConfig::offline_depth`].
+    offline_depth: AtomicU32,
+    _reserved: AtomicU32,
     /// Counters of the slots that were left or reaped, so they outlive their processes.
     total_launches: AtomicU64,
     total_held: AtomicU64,
@@ -103,16 +106,30 @@ pub struct GateConfig {
     pub base: Duration,
     /// No launch waits longer than this, whatever the policy says.
     pub max_hold: Duration,
+    /// `mmk` only: while an online job is present, at most this many offline kernels in
+    /// flight in the partition (0: no cap; see [`crate::policy::Mmk`]).
+    pub offline_depth: u32,
 }
 
 impl GateConfig {
-    /// 250 us base (2.5 % of a 10 ms request, Orion's DUR_THRESHOLD) and a 100 ms hard bound.
+    /// 250 us base (2.5 % of a 10 ms request, Orion's DUR_THRESHOLD), a 100 ms hard bound,
+    /// no offline depth cap.
     pub fn new(sm_count: u32, policy: PolicyKind) -> GateConfig {
         GateConfig {
             sm_count,
             policy,
             base: Duration::from_micros(250),
             max_hold: Duration::from_millis(100),
+            offline_depth: 0,
+        }
+    }
+
+    /// What this gate's policy is built from.
+    pub fn policy_params(&self) -> PolicyParams {
+        PolicyParams {
+            base: self.base,
+            sm_count: self.sm_count,
+            offline_depth: self.offline_depth,
         }
     }
 }
@@ -368,6 +385,8 @@ impl Gate {
         h.base_ns.store(nanos(config.base), Ordering::Relaxed);
         h.max_hold_ns
             .store(nanos(config.max_hold), Ordering::Relaxed);
+        h.offline_depth
+            .store(config.offline_depth, Ordering::Relaxed);
         self.wake_all();
     }
 
@@ -379,6 +398,7 @@ impl Gate {
                 .unwrap_or(PolicyKind::Passthrough),
             base: Duration::from_nanos(h.base_ns.load(Ordering::Relaxed)),
             max_hold: Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed)),
+            offline_depth: h.offline_depth.load(Ordering::Relaxed),
         }
     }
 
@@ -791,9 +811,16 @@ mod tests {
         let opened = Gate::open(created.path()).unwrap();
         assert_eq!(opened.config().sm_count, 132);
         assert_eq!(opened.config().policy, PolicyKind::Mmk);
-        created.configure(&GateConfig::new(66, PolicyKind::Passthrough));
+        assert_eq!(opened.config().offline_depth, 0);
+        created.configure(&GateConfig {
+            offline_depth: 8,
+            base: Duration::from_micros(1500),
+            ..GateConfig::new(66, PolicyKind::Passthrough)
+        });
         assert_eq!(opened.config().sm_count, 66, "the mapping is shared");
         assert_eq!(opened.config().policy, PolicyKind::Passthrough);
+        assert_eq!(opened.config().policy_params().offline_depth, 8);
+        assert_eq!(opened.config().base, Duration::from_micros(1500));
     }
 
     #[test]
@@ -879,6 +906,7 @@ mod tests {
         let waiter = std::thread::spawn(move || {
             let mut policy = Mmk {
                 base: Duration::from_secs(10),
+                offline_depth: 0,
             };
             let outcome = other.admit(off, &mut policy, &offline(100));
             (outcome, other.slot(off).unwrap())
@@ -905,6 +933,7 @@ mod tests {
         g.begin(on, &sm(132));
         let mut policy = Mmk {
             base: Duration::from_millis(5),
+            offline_depth: 0,
         };
         let half = Launch {
             mps_fraction: 0.5,
@@ -937,6 +966,7 @@ mod tests {
         let off = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
         let mut policy = Mmk {
             base: Duration::from_secs(3),
+            offline_depth: 0,
         };
         let started = Instant::now();
         let outcome = g.admit(off, &mut policy, &offline(132));

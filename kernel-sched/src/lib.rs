@@ -29,7 +29,7 @@ pub mod trace;
 pub use gate::{
     Charge, Gate, GateConfig, GateError, SlotId, SlotStats, Totals, WaitOutcome, monotonic_ns,
 };
-pub use policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind};
+pub use policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind, PolicyParams};
 pub use profile::{Expect, Intensity, KernelKey, Profile};
 
 /// The environment variables the interposer reads. mmkd sets the first three for the jobs it

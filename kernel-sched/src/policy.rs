@@ -171,14 +171,45 @@ impl PolicyKind {
         PolicyKind::ALL.into_iter().find(|k| k.code() == code)
     }
 
-    /// A fresh policy of this kind. `base` is the anti-starvation base, which is also
-    /// Orion's DUR_THRESHOLD (shared/DESIGN.md, decision 3); `sm_count` the partition's SMs.
-    pub fn build(self, base: Duration, sm_count: u32) -> Box<dyn Policy> {
+    /// A fresh policy of this kind, set up from its partition's gate.
+    pub fn build(self, params: &PolicyParams) -> Box<dyn Policy> {
+        let PolicyParams {
+            base,
+            sm_count,
+            offline_depth,
+        } = *params;
         match self {
             PolicyKind::Passthrough => Box::new(Passthrough),
-            PolicyKind::Mmk => Box::new(Mmk { base }),
+            PolicyKind::Mmk => Box::new(Mmk {
+                base,
+                offline_depth,
+            }),
             PolicyKind::Orion => Box::new(Orion::new(base, sm_count)),
             PolicyKind::Fikit => Box::new(Fikit::new(base)),
+        }
+    }
+}
+
+/// What a policy is built from: its partition's gate settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyParams {
+    /// The anti-starvation base, which is also Orion's DUR_THRESHOLD and FIKIT's bound on
+    /// queued offline work (shared/DESIGN.md, decision 3).
+    pub base: Duration,
+    /// SMs of the partition.
+    pub sm_count: u32,
+    /// `mmk` only: while an online job is present, at most this many offline kernels in
+    /// flight in the partition; 0 sets no cap (see [`Mmk`]).
+    pub offline_depth: u32,
+}
+
+impl PolicyParams {
+    /// No offline depth cap.
+    pub fn new(base: Duration, sm_count: u32) -> PolicyParams {
+        PolicyParams {
+            base,
+            sm_count,
+            offline_depth: 0,
         }
     }
 }
@@ -233,12 +264,22 @@ pub fn starvation_bound(base: Duration, mps_fraction: f64) -> Duration {
 ///   SMs count as in flight, which keeps offline kernels out);
 /// - an offline kernel launches when it fits: no online kernel is in flight, or its SM demand
 ///   plus the online SMs in flight stays within the partition;
-/// - an offline kernel held for `Thres = base / mps_fraction` launches anyway.
+/// - with `offline_depth` > 0 and an online job present (busy or idle), an offline kernel
+///   also waits while that many offline kernels are in flight in the partition. Listing 1
+///   only looks at launches: a training job runs far ahead of its GPU (a whole step, tens of
+///   ms, is queued by the time it syncs), and an online request that arrives meets all of
+///   that queued work, which no hold can take back. The cap bounds what it meets;
+///   Such a hold waits for the partition's own offline work, which always completes, so only
+///   the gate's hard bound applies to it;
+/// - an offline kernel held for `Thres = base / mps_fraction` because it does not fit
+///   launches anyway.
 #[derive(Debug, Clone, Copy)]
 pub struct Mmk {
     /// The anti-starvation base: 2.5 % of the online job's request latency (Orion's
     /// DUR_THRESHOLD) when it is known.
     pub base: Duration,
+    /// At most this many offline kernels in flight while an online job is present; 0: no cap.
+    pub offline_depth: u32,
 }
 
 impl Mmk {
@@ -252,6 +293,13 @@ impl Mmk {
         state.online_kernels == 0
             || launch.sm_demand.saturating_add(state.online_sm) <= state.sm_count
     }
+
+    /// Whether the offline work queued in the partition is at the cap.
+    pub fn queue_full(&self, state: &InFlight) -> bool {
+        self.offline_depth > 0
+            && state.online_jobs > 0
+            && state.offline_kernels >= self.offline_depth
+    }
 }
 
 impl Policy for Mmk {
@@ -262,7 +310,15 @@ impl Policy for Mmk {
         true
     }
     fn decide(&mut self, launch: &Launch, state: &InFlight, clock: Clock) -> Decision {
-        if launch.class == Class::Online || Mmk::fits(launch, state) {
+        if launch.class == Class::Online {
+            return Decision::Launch;
+        }
+        if self.queue_full(state) {
+            // The job's own queued work always completes, so this hold needs no
+            // anti-starvation bound but the gate's hard one; a completion wakes it.
+            return Decision::Hold { recheck: self.base };
+        }
+        if Mmk::fits(launch, state) {
             return Decision::Launch;
         }
         let thres = self.threshold(launch.mps_fraction);
@@ -473,7 +529,7 @@ mod tests {
     fn all_policies() -> Vec<Box<dyn Policy>> {
         PolicyKind::ALL
             .into_iter()
-            .map(|k| k.build(250 * US, 132))
+            .map(|k| k.build(&PolicyParams::new(250 * US, 132)))
             .collect()
     }
 
@@ -502,7 +558,7 @@ mod tests {
         state.offline_kernels = 2;
         state.offline_expected_ns = 10_000_000;
         let off = expecting(launch(Class::Offline, 132, 0.25), 500, Intensity::Compute);
-        let mut mmk = PolicyKind::Mmk.build(250 * US, 132);
+        let mut mmk = PolicyKind::Mmk.build(&PolicyParams::new(250 * US, 132));
         assert_eq!(
             mmk.decide(&off, &state, waited(999 * US)),
             Decision::Hold { recheck: US },
@@ -513,7 +569,7 @@ mod tests {
             Decision::LaunchStarved
         );
         for kind in [PolicyKind::Orion, PolicyKind::Fikit] {
-            let mut p = kind.build(250 * US, 132);
+            let mut p = kind.build(&PolicyParams::new(250 * US, 132));
             assert_eq!(
                 p.decide(&off, &state, waited(Duration::from_secs(1))),
                 Decision::Hold { recheck: 250 * US },
@@ -524,7 +580,10 @@ mod tests {
 
     #[test]
     fn mmk_lets_offline_go_when_idle_or_when_it_fits() {
-        let mut p = Mmk { base: 250 * US };
+        let mut p = Mmk {
+            base: 250 * US,
+            offline_depth: 0,
+        };
         let off = launch(Class::Offline, 100, 0.5);
         assert_eq!(p.decide(&off, &busy(0, 0), NOW), Decision::Launch);
         assert_eq!(p.decide(&off, &busy(1, 32), NOW), Decision::Launch);
@@ -536,8 +595,57 @@ mod tests {
     }
 
     #[test]
+    fn mmk_caps_queued_offline_work_while_an_online_job_is_present() {
+        let mut p = PolicyKind::Mmk.build(&PolicyParams {
+            offline_depth: 4,
+            ..PolicyParams::new(250 * US, 132)
+        });
+        let off = launch(Class::Offline, 8, 1.0);
+        let mut idle = busy(0, 0);
+        idle.offline_kernels = 3;
+        assert_eq!(p.decide(&off, &idle, NOW), Decision::Launch, "3 < 4 queued");
+        idle.offline_kernels = 4;
+        assert_eq!(
+            p.decide(&off, &idle, NOW),
+            Decision::Hold { recheck: 250 * US },
+            "the online job is idle, but 4 offline kernels are queued"
+        );
+        assert_eq!(
+            p.decide(&off, &idle, waited(Duration::from_millis(50))),
+            Decision::Hold { recheck: 250 * US },
+            "waiting on its own queue is not starving: only the gate's hard bound ends it"
+        );
+        let mut no_online = idle;
+        no_online.online_jobs = 0;
+        no_online.offline_kernels = 1000;
+        assert_eq!(
+            p.decide(&off, &no_online, NOW),
+            Decision::Launch,
+            "no online job: no cap"
+        );
+        let mut busy_room = busy(1, 100);
+        busy_room.offline_kernels = 2;
+        assert_eq!(
+            p.decide(&off, &busy_room, NOW),
+            Decision::Launch,
+            "fits, under the cap"
+        );
+        let mut uncapped = PolicyKind::Mmk.build(&PolicyParams::new(250 * US, 132));
+        assert_eq!(
+            uncapped.decide(&off, &idle, NOW),
+            Decision::Launch,
+            "depth 0 sets no cap"
+        );
+        let online = launch(Class::Online, 132, 1.0);
+        assert_eq!(p.decide(&online, &idle, NOW), Decision::Launch);
+    }
+
+    #[test]
     fn threshold_clamps_odd_shares() {
-        let p = Mmk { base: 100 * US };
+        let p = Mmk {
+            base: 100 * US,
+            offline_depth: 0,
+        };
         assert_eq!(p.threshold(1.0), 100 * US);
         assert_eq!(p.threshold(0.0), 10_000 * US, "0 % is treated as 1 %");
         assert_eq!(p.threshold(7.0), 100 * US);
@@ -546,7 +654,7 @@ mod tests {
 
     #[test]
     fn passthrough_never_holds() {
-        let mut p = PolicyKind::Passthrough.build(US, 132);
+        let mut p = PolicyKind::Passthrough.build(&PolicyParams::new(US, 132));
         assert!(!p.needs_completions());
         assert_eq!(
             p.decide(&launch(Class::Offline, 132, 0.1), &busy(5, 132), NOW),
@@ -712,7 +820,7 @@ mod tests {
         for kind in PolicyKind::ALL {
             assert_eq!(kind.as_str().parse::<PolicyKind>(), Ok(kind));
             assert_eq!(PolicyKind::from_code(kind.code()), Some(kind));
-            assert_eq!(kind.build(US, 132).kind(), kind);
+            assert_eq!(kind.build(&PolicyParams::new(US, 132)).kind(), kind);
         }
         let err = "fifo".parse::<PolicyKind>().unwrap_err();
         assert!(err.contains("passthrough, mmk, orion, fikit"), "{err}");

@@ -601,7 +601,7 @@ impl Sim<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::PolicyKind;
+    use crate::{PolicyKind, PolicyParams};
 
     const US: u64 = 1_000;
 
@@ -666,7 +666,7 @@ mod tests {
     }
 
     fn policy(kind: PolicyKind) -> Box<dyn Policy> {
-        kind.build(Duration::from_micros(250), 132)
+        kind.build(&PolicyParams::new(Duration::from_micros(250), 132))
     }
 
     #[test]

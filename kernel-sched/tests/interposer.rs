@@ -44,13 +44,15 @@ impl Node {
     }
 
     fn gate(&self, policy: PolicyKind, base: Duration, max_hold: Duration) -> Gate {
-        let config = GateConfig {
-            sm_count: 132,
-            policy,
+        self.gate_with(&GateConfig {
             base,
             max_hold,
-        };
-        Gate::create(&self.path("g0.gate"), &config).unwrap()
+            ..GateConfig::new(132, policy)
+        })
+    }
+
+    fn gate_with(&self, config: &GateConfig) -> Gate {
+        Gate::create(&self.path("g0.gate"), config).unwrap()
     }
 
     /// The test program as a job: `name` names its stats and trace files.
@@ -269,6 +271,101 @@ fn offline_launches_wait_for_online_work_and_online_never_waits() {
             );
         }
     }
+}
+
+/// The most kernels of one job that were on the (fake) GPU at once, launched and not yet
+/// finished, seen at each of its launches.
+fn deepest_queue(kernels: &[(u64, u64, u64)]) -> usize {
+    kernels
+        .iter()
+        .map(|&(at, _, _)| {
+            kernels
+                .iter()
+                .filter(|&&(launch, _, end)| launch <= at && at < end)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_offline_job_queues_at_most_the_depth_cap_while_an_online_job_is_present() {
+    let node = Node::new();
+    // Thres (1 ms) is shorter than one offline kernel (2 ms): a launch waiting on its own
+    // queue must not be let in by it.
+    let gate = node.gate_with(&GateConfig {
+        base: Duration::from_millis(1),
+        max_hold: Duration::from_secs(30),
+        offline_depth: 3,
+        ..GateConfig::new(132, PolicyKind::Mmk)
+    });
+    // 30 small offline kernels of 2 ms, never synchronised: without a cap the job queues
+    // them all at once.
+    let offline_args = ["--kernels", "30", "--duration-us", "2000", "--blocks", "8"];
+
+    // No online job in the partition: no cap.
+    let alone = node
+        .job("alone", Class::Offline, true, &offline_args)
+        .spawn()
+        .unwrap();
+    finish(alone, "the offline job alone");
+    assert!(
+        deepest_queue(&node.kernels("alone")) > 10,
+        "alone, the job queues freely: {}",
+        deepest_queue(&node.kernels("alone"))
+    );
+    assert_eq!(node.stats("alone")["held"], 0);
+
+    // An online job present but idle most of the time (small kernels 500 ms apart).
+    let online = node
+        .job(
+            "on",
+            Class::Online,
+            true,
+            &[
+                "--kernels",
+                "5",
+                "--duration-us",
+                "100",
+                "--gap-us",
+                "500000",
+                "--blocks",
+                "8",
+            ],
+        )
+        .spawn()
+        .unwrap();
+    let joined = Instant::now();
+    while gate.slots().is_empty() {
+        assert!(
+            joined.elapsed() < Duration::from_secs(10),
+            "the online job never joined"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let offline = node
+        .job("off", Class::Offline, true, &offline_args)
+        .spawn()
+        .unwrap();
+    finish(offline, "the offline job");
+    let still_there = gate.slots().iter().any(|s| s.class == Some(Class::Online));
+    finish(online, "the online job");
+    assert!(still_there, "the online job outlived the offline one");
+
+    let off = node.kernels("off");
+    assert_eq!(off.len(), 30);
+    assert!(
+        deepest_queue(&off) <= 3,
+        "at most 3 offline kernels on the GPU at once, saw {}",
+        deepest_queue(&off)
+    );
+    let s = node.stats("off");
+    assert!(s["held"].as_u64().unwrap() >= 20, "{s}");
+    assert_eq!(
+        s["forced"], 0,
+        "waiting on its own queue is not starving: {s}"
+    );
+    assert_eq!(node.stats("on")["held"], 0);
 }
 
 #[test]

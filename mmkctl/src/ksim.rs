@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use mmk_kernel_sched::profile::Profile;
 use mmk_kernel_sched::sim::{self, JobResult, SimConfig, SimJob};
-use mmk_kernel_sched::{Class, PolicyKind, trace};
+use mmk_kernel_sched::{Class, PolicyKind, PolicyParams, trace};
 use serde::Serialize;
 
 use crate::cli::{Failure, Format};
@@ -40,6 +40,10 @@ pub struct KsimArgs {
     /// request latency].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub base: Option<Duration>,
+    /// `mmk`: while the online job is present, at most this many offline kernels in flight
+    /// (0: no cap; docs/kernel-sched.md).
+    #[arg(long, default_value_t = 0)]
+    pub offline_depth: u32,
     /// How late the gate sees a completion.
     #[arg(long, default_value = "20us", value_parser = humantime::parse_duration)]
     pub detect: Duration,
@@ -91,6 +95,8 @@ struct Report {
     sms: u32,
     simulated_s: f64,
     base_us: f64,
+    /// `--offline-depth` (0: no cap).
+    offline_depth: u32,
     detect_us: f64,
     interval_ms: f64,
     alone: Vec<AloneRow>,
@@ -177,6 +183,10 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
     let base = args
         .base
         .unwrap_or_else(|| dur_threshold.map_or(Duration::from_micros(250), Duration::from_nanos));
+    let params = PolicyParams {
+        offline_depth: args.offline_depth,
+        ..PolicyParams::new(base, args.sms)
+    };
     let config = SimConfig {
         duration: args.duration,
         detect: args.detect,
@@ -189,7 +199,7 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
             sim::run(
                 &config,
                 std::slice::from_ref(j),
-                PolicyKind::Passthrough.build(base, args.sms),
+                PolicyKind::Passthrough.build(&params),
             )
             .remove(0)
         })
@@ -198,7 +208,7 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
         .iter()
         .map(|&k| {
             eprintln!("mmkctl ksim: {k} ...");
-            (k, sim::run(&config, &jobs, k.build(base, args.sms)))
+            (k, sim::run(&config, &jobs, k.build(&params)))
         })
         .collect();
     let passthrough = runs
@@ -265,6 +275,7 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
         sms: args.sms,
         simulated_s: args.duration.as_secs_f64(),
         base_us: base.as_secs_f64() * 1e6,
+        offline_depth: args.offline_depth,
         detect_us: args.detect.as_secs_f64() * 1e6,
         interval_ms: args.interval.as_secs_f64() * 1e3,
         alone: jobs
@@ -294,8 +305,17 @@ fn print(fmt: Format, r: &Report) {
     }
     let _ = writeln!(
         o,
-        "simulated {:.0} s on {} SMs; base/DUR_THRESHOLD {:.0} us; completions seen {:.0} us late; online requests every {:.1} ms",
-        r.simulated_s, r.sms, r.base_us, r.detect_us, r.interval_ms
+        "simulated {:.0} s on {} SMs; base/DUR_THRESHOLD {:.0} us; offline depth cap {}; completions seen {:.0} us late; online requests every {:.1} ms",
+        r.simulated_s,
+        r.sms,
+        r.base_us,
+        if r.offline_depth == 0 {
+            "none".to_owned()
+        } else {
+            r.offline_depth.to_string()
+        },
+        r.detect_us,
+        r.interval_ms
     );
     for a in &r.alone {
         let _ = writeln!(

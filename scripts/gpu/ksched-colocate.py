@@ -16,6 +16,7 @@ end; changes no other GPU setting.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -35,9 +36,11 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # (online 0, offline 1, below normal). With the interposer loaded, the online job's streams
 # get the greatest priority (its default; "-keepprio" turns that off); with
 # `--serve-stream side` the service runs on a stream of its own, which that reaches.
-# A suffix "-baseN" (N > 0, the last suffix before any "@R") on a kernel-scheduler
-# configuration creates its gate with `--base-us N` (the anti-starvation base) instead of
-# 2.5 % of the service's profiled request latency.
+# Suffixes "-baseN" and "-depthN" (N > 0, after every other suffix and before any "@R", in
+# either order) on a kernel-scheduler configuration create its gate with `--base-us N` (the
+# anti-starvation base) instead of 2.5 % of the service's profiled request latency, and with
+# `--offline-depth N` (mmk: at most N offline kernels in flight while the service is
+# present) instead of no cap.
 
 
 def log(*a):
@@ -156,12 +159,17 @@ def main():
     try:
         for c in configs:
             base_c, cprio, keepprio = c.split("@")[0], False, False
-            base_us = dur_us
-            head, sep, n = base_c.rpartition("-base")
-            if sep:
-                if not (n.isdigit() and int(n) > 0):
-                    raise SystemExit(f"{c}: -baseN must end the name, with N > 0 (us)")
-                base_c, base_us = head, int(n)
+            base_us, depth = dur_us, 0
+            while m := re.fullmatch(r"(.*)-(base|depth)([0-9]+)", base_c):
+                base_c, n = m.group(1), int(m.group(3))
+                if n <= 0:
+                    raise SystemExit(f"{c}: -{m.group(2)}N needs N > 0")
+                if m.group(2) == "base":
+                    base_us = n
+                else:
+                    depth = n
+            if "-base" in base_c or "-depth" in base_c:
+                raise SystemExit(f"{c}: -baseN and -depthN must end the name, with N > 0")
             for suffix in ["-cprio", "-keepprio"]:
                 if base_c.endswith(suffix):
                     base_c = base_c[: -len(suffix)]
@@ -187,6 +195,8 @@ def main():
                 cmd = [f"{bin_dir}/mmk-gate", "create", gate, "--sms", str(a.sms), "--policy", policy]
                 if base_us:
                     cmd += ["--base-us", str(base_us)]
+                if depth:
+                    cmd += ["--offline-depth", str(depth)]
                 subprocess.run(cmd, check=True, capture_output=True)
                 for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", "train")]:
                     e.update(LD_PRELOAD=so, MMK_GATE=gate, MMK_JOB_CLASS=cls,
@@ -235,6 +245,7 @@ def main():
             r["wall_s"] = time.time() - t
             if base_c.startswith("ks"):
                 r["base_us"] = base_us
+                r["offline_depth"] = depth
             results["configs"][c] = r
             log(f"{c}: " + json.dumps({k: v for k, v in r.items()
                                        if not k.endswith("_stats") and k != "latencies_ms"}))

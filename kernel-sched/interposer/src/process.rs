@@ -14,7 +14,8 @@ use std::time::Duration;
 use mmk_kernel_sched::profile::{Expect, KernelKey, Profile};
 use mmk_kernel_sched::trace::{HEADER, TraceRecord};
 use mmk_kernel_sched::{
-    Charge, Class, Gate, Policy, PolicyKind, SlotId, StreamPriority, env, monotonic_ns,
+    Charge, Class, Gate, Policy, PolicyKind, PolicyParams, SlotId, StreamPriority, env,
+    monotonic_ns,
 };
 
 use crate::cuda::*;
@@ -208,10 +209,8 @@ impl Process {
         });
         let config = gate.as_ref().map(|(g, _)| g.config());
         let policy_kind = config.map_or(PolicyKind::Passthrough, |c| c.policy);
-        let policy = policy_kind.build(
-            config.map_or(Duration::ZERO, |c| c.base),
-            config.map_or(0, |c| c.sm_count),
-        );
+        let policy = policy_kind
+            .build(&config.map_or(PolicyParams::new(Duration::ZERO, 0), |c| c.policy_params()));
         let profile = std::env::var_os(env::PROFILE).and_then(|path| {
             let path = PathBuf::from(path);
             let loaded = std::fs::read_to_string(&path)

@@ -2,7 +2,7 @@
 //! runs; this is for running jobs under the kernel scheduler without mmkd, and for looking).
 //!
 //! ```text
-//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M]
+//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K]
 //! mmk-gate show PATH
 //! ```
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mmk_kernel_sched::{Gate, GateConfig, PolicyKind};
 
-const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M]\n       mmk-gate show PATH";
+const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K]\n       mmk-gate show PATH";
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
@@ -38,6 +38,10 @@ fn run() -> Result<(), String> {
                     "--policy" => config.policy = value.parse()?,
                     "--base-us" => config.base = Duration::from_micros(num()?),
                     "--max-hold-ms" => config.max_hold = Duration::from_millis(num()?),
+                    "--offline-depth" => {
+                        config.offline_depth = u32::try_from(num()?)
+                            .map_err(|_| "--offline-depth: too large".to_owned())?
+                    }
                     other => return Err(format!("unknown flag {other}\n{USAGE}")),
                 }
             }
@@ -49,11 +53,12 @@ fn run() -> Result<(), String> {
             let c = gate.config();
             let t = gate.totals();
             println!(
-                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
+                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
                 c.sm_count,
                 c.policy,
                 c.base.as_micros(),
                 c.max_hold.as_millis(),
+                c.offline_depth,
                 t.launches,
                 t.held,
                 t.held_ns,
