@@ -105,6 +105,16 @@ pub struct Args {
     /// [default: mmk] (docs/kernel-sched.md).
     #[arg(long, value_name = "NAME")]
     pub kernel_policy: Option<String>,
+    /// The `mmk` policy's offline depth cap: while an online job is in a partition, at
+    /// most N offline kernels in flight there; 0 sets no cap [default: 0]
+    /// (docs/kernel-sched.md).
+    #[arg(long, value_name = "N")]
+    pub kernel_offline_depth: Option<u32>,
+    /// The kernel scheduler's anti-starvation base (also Orion's DUR_THRESHOLD) in every
+    /// partition, over what online jobs' profiles say [default: 2.5 % of the online job's
+    /// profiled request latency, else 250us].
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
+    pub kernel_base: Option<Duration>,
     /// The interposer put in managed jobs' LD_PRELOAD [default: libmmk_interposer.so next
     /// to mmkd; the kernel scheduler is off when there is none].
     #[arg(long, value_name = "PATH")]
@@ -129,6 +139,9 @@ pub struct Args {
     pub kubelet_check_interval: Option<Duration>,
 }
 
+/// The gate's hard bound on any hold; a longer base would never act.
+const MAX_KERNEL_BASE: Duration = Duration::from_millis(100);
+
 fn parse_grace(s: &str) -> Result<Duration, String> {
     mmk_core::units::parse_duration(s)
 }
@@ -150,6 +163,8 @@ struct FileConfig {
     mps_check_interval: Option<String>,
     model: Option<PathBuf>,
     kernel_policy: Option<String>,
+    kernel_offline_depth: Option<u32>,
+    kernel_base: Option<String>,
     interposer: Option<PathBuf>,
     capacity_unit: Option<String>,
     kubelet_dir: Option<PathBuf>,
@@ -174,6 +189,10 @@ pub struct Config {
     pub model: Option<PathBuf>,
     /// The kernel scheduler's policy; `None` when it is off.
     pub kernel_policy: Option<mmk_kernel_sched::PolicyKind>,
+    /// `mmk`'s offline depth cap per partition; 0: none.
+    pub kernel_offline_depth: u32,
+    /// The operator's anti-starvation base, over the online jobs' profiles.
+    pub kernel_base: Option<Duration>,
     /// An interposer named by the operator (must exist), else the default one if present.
     pub interposer: Option<PathBuf>,
     pub capacity_unit_mib: u64,
@@ -276,6 +295,24 @@ impl Config {
                     })?,
             ),
         };
+        let kernel_base = match (args.kernel_base, file.kernel_base) {
+            (Some(d), _) => Some(d),
+            (None, Some(text)) => {
+                Some(parse_grace(&text).map_err(|message| ConfigError::Invalid {
+                    field: "kernel_base",
+                    message,
+                })?)
+            }
+            (None, None) => None,
+        };
+        if let Some(base) = kernel_base
+            && base > MAX_KERNEL_BASE
+        {
+            return Err(ConfigError::Invalid {
+                field: "kernel_base",
+                message: format!("{base:?} is over {MAX_KERNEL_BASE:?}, the gate's hard bound"),
+            });
+        }
         let capacity_unit_mib = match args.capacity_unit.or(file.capacity_unit) {
             None => DEFAULT_CAPACITY_UNIT_MIB,
             Some(text) => mmk_core::units::parse_memory_mib(&text).map_err(|message| {
@@ -338,6 +375,11 @@ impl Config {
             mps_check_interval,
             model: args.model.or(file.model),
             kernel_policy,
+            kernel_offline_depth: args
+                .kernel_offline_depth
+                .or(file.kernel_offline_depth)
+                .unwrap_or(0),
+            kernel_base,
             interposer: args.interposer.or(file.interposer),
         })
     }
@@ -376,7 +418,8 @@ mod tests {
         let f = dir.path().join("mmkd.yaml");
         std::fs::write(
             &f,
-            "backend: sim\nsim_gpus: h100-80gb:2\nsim_speed: 10\nstop_grace: 3s\n",
+            "backend: sim\nsim_gpus: h100-80gb:2\nsim_speed: 10\nstop_grace: 3s\n\
+             kernel_offline_depth: 8\nkernel_base: 1500us\n",
         )
         .expect("write");
         let c = Config::resolve(args(&[
@@ -390,6 +433,13 @@ mod tests {
         assert_eq!(c.sim_gpus.len(), 2);
         assert_eq!(c.sim_speed, 50.0);
         assert_eq!(c.stop_grace, Duration::from_secs(3));
+        assert_eq!(c.kernel_offline_depth, 8);
+        assert_eq!(c.kernel_base, Some(Duration::from_micros(1500)));
+        let defaults = Config::resolve(args(&[])).expect("defaults");
+        assert_eq!(
+            (defaults.kernel_offline_depth, defaults.kernel_base),
+            (0, None)
+        );
     }
 
     #[test]
@@ -410,6 +460,13 @@ mod tests {
         assert!(e.to_string().starts_with("sim_speed:"), "{e}");
         let e = Config::resolve(args(&["--mps-check-interval", "1ms"])).expect_err("too short");
         assert!(e.to_string().starts_with("mps_check_interval:"), "{e}");
+        let e = Config::resolve(args(&["--kernel-base", "1s"])).expect_err("over the bound");
+        assert_eq!(
+            e.to_string(),
+            "kernel_base: 1s is over 100ms, the gate's hard bound"
+        );
+        assert!(Args::try_parse_from(["mmkd", "--kernel-base", "0s"]).is_err());
+        assert!(Args::try_parse_from(["mmkd", "--kernel-offline-depth", "-1"]).is_err());
         let e = Config::resolve(args(&["--capacity-unit", "0"])).expect_err("zero");
         assert!(e.to_string().starts_with("capacity_unit:"), "{e}");
         let e = Config::resolve(args(&["--capacity-unit", "ten"])).expect_err("not a size");

@@ -9,8 +9,9 @@
 //! The gate's policy is `--kernel-policy`, unless an online job of the partition names one
 //! in its spec (`command.kernel_policy`); the anti-starvation base (which is also Orion's
 //! DUR_THRESHOLD) is 2.5 % of the online job's profiled request latency when its spec has a
-//! kernel profile, else 250 us. The latest online job to start sets them; they hold until
-//! the partition's instance goes away.
+//! kernel profile, else 250 us; `--kernel-base` replaces both. The latest online job to
+//! start sets them; they hold until the partition's instance goes away. Every gate gets
+//! `--kernel-offline-depth` (`mmk`'s cap on queued offline kernels; 0: none).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -66,6 +67,10 @@ pub struct KernelSched {
     /// `None`: the kernel scheduler is off.
     interposer: Option<PathBuf>,
     policy: PolicyKind,
+    /// The operator's base, over the online jobs' profiles.
+    base: Option<Duration>,
+    /// `mmk`'s offline depth cap in every gate; 0: none.
+    offline_depth: u32,
     dir: PathBuf,
     /// Each partition's gate settings, as the latest online job left them.
     tuned: Arc<Mutex<HashMap<String, OnlineTuning>>>,
@@ -76,6 +81,8 @@ impl KernelSched {
         KernelSched {
             interposer: None,
             policy: PolicyKind::Passthrough,
+            base: None,
+            offline_depth: 0,
             dir: PathBuf::new(),
             tuned: Arc::default(),
         }
@@ -86,9 +93,26 @@ impl KernelSched {
         KernelSched {
             interposer: Some(interposer),
             policy,
+            base: None,
+            offline_depth: 0,
             dir,
             tuned: Arc::default(),
         }
+    }
+
+    /// Every gate with this offline depth cap (0: none) and, when given, this base instead
+    /// of the online jobs' profiles'.
+    pub fn with_tuning(mut self, offline_depth: u32, base: Option<Duration>) -> KernelSched {
+        if self.interposer.is_some() {
+            info!(
+                offline_depth,
+                base_us = base.map(|b| b.as_micros()),
+                "kernel scheduler tuning"
+            );
+        }
+        self.offline_depth = offline_depth;
+        self.base = base;
+        self
     }
 
     pub fn gate_path(&self, key: &str) -> PathBuf {
@@ -120,9 +144,10 @@ impl KernelSched {
             tuned.get(key).copied().unwrap_or_default()
         };
         let mut config = GateConfig::new(sm_count.max(1), tuning.policy.unwrap_or(self.policy));
-        if let Some(base) = tuning.base {
+        if let Some(base) = self.base.or(tuning.base) {
             config.base = base;
         }
+        config.offline_depth = self.offline_depth;
         Gate::create(&path, &config).map_err(|e| format!("kernel scheduler: {e}"))?;
         Ok(Some(JobKsched {
             interposer: interposer.clone(),
@@ -271,6 +296,43 @@ mod tests {
         assert!(
             err.contains("serve.kprofile.json") && err.contains("kernel profile"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_operators_depth_cap_and_base_reach_every_gate() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = KernelSched::new(
+            PathBuf::from("/lib/libmmk_interposer.so"),
+            PolicyKind::Mmk,
+            dir.path().join("ksched"),
+        )
+        .with_tuning(8, Some(Duration::from_micros(1500)));
+        let profiled = OnlineTuning {
+            policy: None,
+            base: Some(Duration::from_micros(29)),
+        };
+        let job = k.prepare("g0", 132, None, Some(profiled)).unwrap().unwrap();
+        let config = Gate::open(&job.gate).unwrap().config();
+        assert_eq!(config.offline_depth, 8);
+        assert_eq!(
+            config.base,
+            Duration::from_micros(1500),
+            "the operator's base is over the profile's"
+        );
+        let plain = KernelSched::new(
+            PathBuf::from("/lib/libmmk_interposer.so"),
+            PolicyKind::Mmk,
+            dir.path().join("plain"),
+        );
+        let job = plain
+            .prepare("g0", 132, None, Some(profiled))
+            .unwrap()
+            .unwrap();
+        let config = Gate::open(&job.gate).unwrap().config();
+        assert_eq!(
+            (config.offline_depth, config.base),
+            (0, Duration::from_micros(29))
         );
     }
 

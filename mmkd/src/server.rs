@@ -245,14 +245,15 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
         info!("kernel scheduler off (--kernel-policy off)");
         return Ok(KernelSched::off());
     };
+    let tuned = |k: KernelSched| k.with_tuning(config.kernel_offline_depth, config.kernel_base);
     let dir = config.data_dir.join("ksched");
     match &config.interposer {
         Some(path) => {
             ksched::check_interposer(path).map_err(|e| anyhow::anyhow!("interposer: {e}"))?;
-            Ok(KernelSched::new(path.clone(), policy, dir))
+            Ok(tuned(KernelSched::new(path.clone(), policy, dir)))
         }
         None => match ksched::default_interposer() {
-            Some(path) => Ok(KernelSched::new(path, policy, dir)),
+            Some(path) => Ok(tuned(KernelSched::new(path, policy, dir))),
             None => {
                 warn!(
                     "kernel scheduler off: no libmmk_interposer.so next to mmkd \
