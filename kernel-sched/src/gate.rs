@@ -27,7 +27,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind, PolicyParams};
@@ -96,6 +96,9 @@ struct Segment {
 /// Bytes of a gate file.
 pub const SEGMENT_BYTES: usize = std::mem::size_of::<Segment>();
 
+/// The gate's hard bound on any hold, unless configured otherwise.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(100);
+
 /// How mmkd configures a partition's gate.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GateConfig {
@@ -119,7 +122,7 @@ impl GateConfig {
             sm_count,
             policy,
             base: Duration::from_micros(250),
-            max_hold: Duration::from_millis(100),
+            max_hold: DEFAULT_MAX_HOLD,
             offline_depth: 0,
         }
     }
@@ -557,7 +560,10 @@ impl Gate {
         }
         s.completed.fetch_add(1, Ordering::Relaxed);
         let h = &self.seg().header;
-        if h.waiters.load(Ordering::Acquire) > 0 {
+        // Pairs with the fence in `admit`: either the waiter sees this completion, or we
+        // see the waiter.
+        fence(Ordering::SeqCst);
+        if h.waiters.load(Ordering::Relaxed) > 0 {
             self.wake_all();
         }
     }
@@ -619,46 +625,62 @@ impl Gate {
         let h = &self.seg().header;
         let max_hold = Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed));
         let mut start: Option<Instant> = None;
+        // Time spent in `Hold` (not `Queued`) decisions, and when the current one began.
+        let mut starving = Duration::ZERO;
+        let mut hold_began: Option<Instant> = None;
+        let mut last_reap = Instant::now();
         let outcome = loop {
+            // Count ourselves as a waiter before reading the epoch and what is in flight, so
+            // that a completion after the read always bumps the epoch (`end` checks
+            // `waiters` after its update; both sides fence), and the futex wait cannot
+            // sleep through it.
+            h.waiters.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
             let epoch = h.epoch.load(Ordering::Acquire);
-            let waited = start.map_or(Duration::ZERO, |t| t.elapsed());
+            let now = Instant::now();
+            if let Some(began) = hold_began.take() {
+                starving += now - began;
+            }
+            let waited = start.map_or(Duration::ZERO, |t| now - t);
             let clock = Clock {
                 now_ns: monotonic_ns(),
                 waited,
+                starving,
             };
-            let recheck = match policy.decide(launch, &self.in_flight(), clock) {
-                Decision::Launch => {
+            let decision = policy.decide(launch, &self.in_flight(), clock);
+            let (recheck, starves) = match decision {
+                Decision::Launch | Decision::LaunchStarved => {
+                    h.waiters.fetch_sub(1, Ordering::AcqRel);
                     break WaitOutcome {
                         waited,
-                        forced: false,
+                        forced: decision == Decision::LaunchStarved,
                     };
                 }
-                Decision::LaunchStarved => {
-                    break WaitOutcome {
-                        waited,
-                        forced: true,
-                    };
-                }
-                Decision::Hold { recheck } => recheck,
+                Decision::Hold { recheck } => (recheck, true),
+                Decision::Queued { recheck } => (recheck, false),
             };
             if waited >= max_hold {
+                h.waiters.fetch_sub(1, Ordering::AcqRel);
                 break WaitOutcome {
                     waited,
                     forced: true,
                 };
             }
-            start.get_or_insert_with(Instant::now);
+            start.get_or_insert(now);
+            if starves {
+                hold_began = Some(now);
+            }
             let sleep = recheck
                 .min(max_hold - waited)
                 .min(LIVENESS_CHECK)
                 .max(Duration::from_micros(1));
-            h.waiters.fetch_add(1, Ordering::AcqRel);
             let woken = futex_wait(&h.epoch, epoch, sleep);
             h.waiters.fetch_sub(1, Ordering::AcqRel);
-            if !woken {
+            if !woken && last_reap.elapsed() >= LIVENESS_CHECK {
                 // Nothing completed for a while: make sure no dead process is what we are
                 // waiting for.
                 self.reap_dead();
+                last_reap = Instant::now();
             }
         };
         if !outcome.waited.is_zero() || outcome.forced {

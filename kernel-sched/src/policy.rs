@@ -103,6 +103,9 @@ pub struct Clock {
     pub now_ns: u64,
     /// How long this launch has been held so far.
     pub waited: Duration,
+    /// The part of `waited` spent in [`Decision::Hold`] (not [`Decision::Queued`]): what an
+    /// anti-starvation bound measures.
+    pub starving: Duration,
 }
 
 /// A policy's answer for one launch.
@@ -114,6 +117,9 @@ pub enum Decision {
     LaunchStarved,
     /// Wait; ask again when in-flight work completes, or after `recheck` at the latest.
     Hold { recheck: Duration },
+    /// Wait, as `Hold`, for offline work already in flight, which completes by itself: the
+    /// wait does not count as starving ([`Clock::starving`]).
+    Queued { recheck: Duration },
 }
 
 /// A launch policy. See the module docs for the rules every policy keeps.
@@ -259,6 +265,9 @@ pub fn starvation_bound(base: Duration, mps_fraction: f64) -> Duration {
     base.div_f64(fraction)
 }
 
+/// How often a launch waiting at `mmk`'s depth cap asks again if no completion woke it.
+pub const QUEUED_RECHECK: Duration = Duration::from_millis(1);
+
 /// MMK's kernel scheduler (Listing 1), as fixed in shared/DESIGN.md:
 /// - online kernels always launch (an online kernel that does not fit still launches; its
 ///   SMs count as in flight, which keeps offline kernels out);
@@ -268,11 +277,12 @@ pub fn starvation_bound(base: Duration, mps_fraction: f64) -> Duration {
 ///   also waits while that many offline kernels are in flight in the partition. Listing 1
 ///   only looks at launches: a training job runs far ahead of its GPU (a whole step, tens of
 ///   ms, is queued by the time it syncs), and an online request that arrives meets all of
-///   that queued work, which no hold can take back. The cap bounds what it meets;
-///   Such a hold waits for the partition's own offline work, which always completes, so only
-///   the gate's hard bound applies to it;
+///   that queued work, which no hold can take back. The cap bounds what it meets. Such a
+///   wait ([`Decision::Queued`]) is for offline work already in flight, which completes by
+///   itself, so only the gate's hard bound applies to it, and it does not count towards
+///   `Thres`;
 /// - an offline kernel held for `Thres = base / mps_fraction` because it does not fit
-///   launches anyway.
+///   ([`Clock::starving`]) launches anyway.
 #[derive(Debug, Clone, Copy)]
 pub struct Mmk {
     /// The anti-starvation base: 2.5 % of the online job's request latency (Orion's
@@ -314,19 +324,21 @@ impl Policy for Mmk {
             return Decision::Launch;
         }
         if self.queue_full(state) {
-            // The job's own queued work always completes, so this hold needs no
+            // Offline work already queued completes by itself, so this wait needs no
             // anti-starvation bound but the gate's hard one; a completion wakes it.
-            return Decision::Hold { recheck: self.base };
+            return Decision::Queued {
+                recheck: QUEUED_RECHECK,
+            };
         }
         if Mmk::fits(launch, state) {
             return Decision::Launch;
         }
         let thres = self.threshold(launch.mps_fraction);
-        if clock.waited >= thres {
+        if clock.starving >= thres {
             Decision::LaunchStarved
         } else {
             Decision::Hold {
-                recheck: thres - clock.waited,
+                recheck: thres - clock.starving,
             }
         }
     }
@@ -514,16 +526,19 @@ mod tests {
         l
     }
 
+    /// Held for `d`, all of it starving.
     fn waited(d: Duration) -> Clock {
         Clock {
             now_ns: 1_000_000_000,
             waited: d,
+            starving: d,
         }
     }
 
     const NOW: Clock = Clock {
         now_ns: 1_000_000_000,
         waited: Duration::ZERO,
+        starving: Duration::ZERO,
     };
 
     fn all_policies() -> Vec<Box<dyn Policy>> {
@@ -605,16 +620,36 @@ mod tests {
         idle.offline_kernels = 3;
         assert_eq!(p.decide(&off, &idle, NOW), Decision::Launch, "3 < 4 queued");
         idle.offline_kernels = 4;
+        let queued = Decision::Queued {
+            recheck: QUEUED_RECHECK,
+        };
         assert_eq!(
             p.decide(&off, &idle, NOW),
-            Decision::Hold { recheck: 250 * US },
+            queued,
             "the online job is idle, but 4 offline kernels are queued"
         );
         assert_eq!(
             p.decide(&off, &idle, waited(Duration::from_millis(50))),
-            Decision::Hold { recheck: 250 * US },
-            "waiting on its own queue is not starving: only the gate's hard bound ends it"
+            queued,
+            "waiting on queued work is not starving: only the gate's hard bound ends it"
         );
+        // 50 ms at the cap, then room in the queue but an online kernel filling the SMs:
+        // the fit test holds it for a full Thres, which the time at the cap did not use up.
+        let mut full = busy(1, 132);
+        full.offline_kernels = 3;
+        let after_queue = Clock {
+            waited: Duration::from_millis(50),
+            ..NOW
+        };
+        assert_eq!(
+            p.decide(&off, &full, after_queue),
+            Decision::Hold { recheck: 250 * US }
+        );
+        let starved = Clock {
+            starving: 250 * US,
+            ..after_queue
+        };
+        assert_eq!(p.decide(&off, &full, starved), Decision::LaunchStarved);
         let mut no_online = idle;
         no_online.online_jobs = 0;
         no_online.offline_kernels = 1000;

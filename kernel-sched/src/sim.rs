@@ -199,7 +199,13 @@ enum Cpu {
     Issuing,
     /// The policy holds kernel `next` since this time; the token tells stale rechecks
     /// apart.
-    Held { since: u64, token: u64 },
+    Held {
+        since: u64,
+        token: u64,
+        /// Held in `Hold` decisions so far (ns), and when the current one began.
+        starving: u64,
+        hold_began: Option<u64>,
+    },
     /// Every kernel is launched; waiting for the GPU.
     Syncing,
 }
@@ -471,10 +477,18 @@ impl Sim<'_> {
         };
         let max_hold = u64::try_from(self.config.max_hold.as_nanos()).unwrap_or(u64::MAX);
         if job.class == Class::Offline {
-            let since = match s.cpu {
-                Cpu::Held { since, .. } => since,
-                _ => self.now,
+            let (since, mut starving, hold_began) = match s.cpu {
+                Cpu::Held {
+                    since,
+                    starving,
+                    hold_began,
+                    ..
+                } => (since, starving, hold_began),
+                _ => (self.now, 0, None),
             };
+            if let Some(began) = hold_began {
+                starving += self.now - began;
+            }
             let waited = self.now - since;
             let launch = Launch {
                 class: job.class,
@@ -485,20 +499,27 @@ impl Sim<'_> {
             let clock = Clock {
                 now_ns: self.now,
                 waited: Duration::from_nanos(waited),
+                starving: Duration::from_nanos(starving),
             };
             let decision = self.policy.decide(&launch, &self.in_flight(), clock);
             let forced = match decision {
                 Decision::Launch => false,
                 Decision::LaunchStarved => true,
-                Decision::Hold { .. } if waited >= max_hold => true,
-                Decision::Hold { recheck } => {
+                Decision::Hold { .. } | Decision::Queued { .. } if waited >= max_hold => true,
+                Decision::Hold { recheck } | Decision::Queued { recheck } => {
                     self.ids += 1;
                     let token = self.ids;
                     let recheck = u64::try_from(recheck.as_nanos())
                         .unwrap_or(u64::MAX)
                         .min(max_hold - waited)
                         .max(1);
-                    self.state[j].cpu = Cpu::Held { since, token };
+                    let hold_began = matches!(decision, Decision::Hold { .. }).then_some(self.now);
+                    self.state[j].cpu = Cpu::Held {
+                        since,
+                        token,
+                        starving,
+                        hold_began,
+                    };
                     self.at(self.now + recheck, Event::Recheck(j, token));
                     return;
                 }

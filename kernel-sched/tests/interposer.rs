@@ -336,7 +336,7 @@ fn an_offline_job_queues_at_most_the_depth_cap_while_an_online_job_is_present() 
         .spawn()
         .unwrap();
     let joined = Instant::now();
-    while gate.slots().is_empty() {
+    while !gate.slots().iter().any(|s| s.class == Some(Class::Online)) {
         assert!(
             joined.elapsed() < Duration::from_secs(10),
             "the online job never joined"
@@ -363,9 +363,8 @@ fn an_offline_job_queues_at_most_the_depth_cap_while_an_online_job_is_present() 
     assert!(s["held"].as_u64().unwrap() >= 20, "{s}");
     assert_eq!(
         s["forced"], 0,
-        "waiting on its own queue is not starving: {s}"
+        "waiting on queued work is not starving: {s}"
     );
-    assert_eq!(node.stats("on")["held"], 0);
 }
 
 #[test]

@@ -139,8 +139,8 @@ pub struct Args {
     pub kubelet_check_interval: Option<Duration>,
 }
 
-/// The gate's hard bound on any hold; a longer base would never act.
-const MAX_KERNEL_BASE: Duration = Duration::from_millis(100);
+/// A base over the gates' hard bound on any hold is refused: under `mmk` it would never act.
+const MAX_KERNEL_BASE: Duration = mmk_kernel_sched::DEFAULT_MAX_HOLD;
 
 fn parse_grace(s: &str) -> Result<Duration, String> {
     mmk_core::units::parse_duration(s)
@@ -435,6 +435,17 @@ mod tests {
         assert_eq!(c.stop_grace, Duration::from_secs(3));
         assert_eq!(c.kernel_offline_depth, 8);
         assert_eq!(c.kernel_base, Some(Duration::from_micros(1500)));
+        let c = Config::resolve(args(&[
+            "--config",
+            f.to_str().expect("utf-8"),
+            "--kernel-offline-depth",
+            "0",
+            "--kernel-base",
+            "3ms",
+        ]))
+        .expect("valid");
+        assert_eq!(c.kernel_offline_depth, 0, "the flag is over the file");
+        assert_eq!(c.kernel_base, Some(Duration::from_millis(3)));
         let defaults = Config::resolve(args(&[])).expect("defaults");
         assert_eq!(
             (defaults.kernel_offline_depth, defaults.kernel_base),

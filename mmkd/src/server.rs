@@ -245,6 +245,12 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
         info!("kernel scheduler off (--kernel-policy off)");
         return Ok(KernelSched::off());
     };
+    if config.kernel_offline_depth > 0 && policy != mmk_kernel_sched::PolicyKind::Mmk {
+        warn!(
+            %policy,
+            "--kernel-offline-depth acts only under the mmk policy; partitions under {policy} ignore it"
+        );
+    }
     let tuned = |k: KernelSched| k.with_tuning(config.kernel_offline_depth, config.kernel_base);
     let dir = config.data_dir.join("ksched");
     match &config.interposer {

@@ -159,17 +159,22 @@ def main():
     try:
         for c in configs:
             base_c, cprio, keepprio = c.split("@")[0], False, False
-            base_us, depth = dur_us, 0
+            base_us, depth, given = dur_us, 0, set()
             while m := re.fullmatch(r"(.*)-(base|depth)([0-9]+)", base_c):
-                base_c, n = m.group(1), int(m.group(3))
-                if n <= 0:
-                    raise SystemExit(f"{c}: -{m.group(2)}N needs N > 0")
-                if m.group(2) == "base":
+                base_c, key, n = m.group(1), m.group(2), int(m.group(3))
+                if n <= 0 or key in given:
+                    raise SystemExit(f"{c}: -{key}N needs N > 0, once")
+                given.add(key)
+                if key == "base":
                     base_us = n
                 else:
                     depth = n
             if "-base" in base_c or "-depth" in base_c:
                 raise SystemExit(f"{c}: -baseN and -depthN must end the name, with N > 0")
+            if given and not re.match(r"ks(full)?-", base_c):
+                raise SystemExit(f"{c}: -baseN and -depthN need a kernel-scheduler configuration")
+            if depth and not base_c.replace("-cprio", "").replace("-keepprio", "").endswith("-mmk"):
+                raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
             for suffix in ["-cprio", "-keepprio"]:
                 if base_c.endswith(suffix):
                     base_c = base_c[: -len(suffix)]

@@ -158,9 +158,13 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
                 mps_fraction: p.mps_fraction,
                 expect,
             };
+            // `begin` under the same lock: two threads of this process cannot both see
+            // room for one more kernel and both take it.
             let outcome = {
                 let mut policy = p.policy.lock().unwrap_or_else(|e| e.into_inner());
-                gate.admit(*slot, &mut **policy, &launch)
+                let outcome = gate.admit(*slot, &mut **policy, &launch);
+                gate.begin(*slot, &charge);
+                outcome
             };
             held_ns = u64::try_from(outcome.waited.as_nanos()).unwrap_or(u64::MAX);
             if held_ns > 0 || outcome.forced {
@@ -171,10 +175,10 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
                 p.stats.forced.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if p.track {
-            gate.begin(*slot, &charge);
-        } else {
+        if !p.track {
             gate.count(*slot);
+        } else if p.class != Class::Offline {
+            gate.begin(*slot, &charge);
         }
     }
     let needs_events = p.track || p.record.is_some();
