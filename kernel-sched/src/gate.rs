@@ -629,13 +629,15 @@ impl Gate {
         let mut starving = Duration::ZERO;
         let mut hold_began: Option<Instant> = None;
         let mut last_reap = Instant::now();
+        // Whether we count in `waiters`. A launch that goes at once never does; one that is
+        // held counts itself and then asks again before it sleeps, so that a completion after
+        // that read always bumps the epoch (`end` checks `waiters` after its update; both
+        // sides fence) and the futex wait cannot sleep through it.
+        let mut registered = false;
         let outcome = loop {
-            // Count ourselves as a waiter before reading the epoch and what is in flight, so
-            // that a completion after the read always bumps the epoch (`end` checks
-            // `waiters` after its update; both sides fence), and the futex wait cannot
-            // sleep through it.
-            h.waiters.fetch_add(1, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
+            if registered {
+                fence(Ordering::SeqCst);
+            }
             let epoch = h.epoch.load(Ordering::Acquire);
             let now = Instant::now();
             if let Some(began) = hold_began.take() {
@@ -650,7 +652,6 @@ impl Gate {
             let decision = policy.decide(launch, &self.in_flight(), clock);
             let (recheck, starves) = match decision {
                 Decision::Launch | Decision::LaunchStarved => {
-                    h.waiters.fetch_sub(1, Ordering::AcqRel);
                     break WaitOutcome {
                         waited,
                         forced: decision == Decision::LaunchStarved,
@@ -660,13 +661,17 @@ impl Gate {
                 Decision::Queued { recheck } => (recheck, false),
             };
             if waited >= max_hold {
-                h.waiters.fetch_sub(1, Ordering::AcqRel);
                 break WaitOutcome {
                     waited,
                     forced: true,
                 };
             }
             start.get_or_insert(now);
+            if !registered {
+                h.waiters.fetch_add(1, Ordering::SeqCst);
+                registered = true;
+                continue;
+            }
             if starves {
                 hold_began = Some(now);
             }
@@ -675,7 +680,6 @@ impl Gate {
                 .min(LIVENESS_CHECK)
                 .max(Duration::from_micros(1));
             let woken = futex_wait(&h.epoch, epoch, sleep);
-            h.waiters.fetch_sub(1, Ordering::AcqRel);
             if !woken && last_reap.elapsed() >= LIVENESS_CHECK {
                 // Nothing completed for a while: make sure no dead process is what we are
                 // waiting for.
@@ -683,6 +687,9 @@ impl Gate {
                 last_reap = Instant::now();
             }
         };
+        if registered {
+            h.waiters.fetch_sub(1, Ordering::AcqRel);
+        }
         if !outcome.waited.is_zero() || outcome.forced {
             let s = &self.seg().slots[slot.0];
             let ns = nanos(outcome.waited);
