@@ -51,7 +51,8 @@ struct Header {
     max_hold_ns: AtomicU64,
     /// Bumped on every completion a waiter may care about; the futex word.
     epoch: AtomicU32,
-    /// Processes sleeping on `epoch`.
+    /// Held launches waiting on `epoch` (registered before their last look at what is in
+    /// flight; see `Gate::admit`).
     waiters: AtomicU32,
     /// [`GateConfig::offline_depth`].
     offline_depth: AtomicU32,

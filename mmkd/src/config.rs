@@ -146,6 +146,22 @@ fn parse_grace(s: &str) -> Result<Duration, String> {
     mmk_core::units::parse_duration(s)
 }
 
+/// A duration setting: the flag's (clap parsed it), else the config file's, parsed here with
+/// the setting named in the error.
+fn duration_setting(
+    flag: Option<Duration>,
+    file: Option<String>,
+    field: &'static str,
+) -> Result<Option<Duration>, ConfigError> {
+    match (flag, file) {
+        (Some(d), _) => Ok(Some(d)),
+        (None, Some(text)) => parse_grace(&text)
+            .map(Some)
+            .map_err(|message| ConfigError::Invalid { field, message }),
+        (None, None) => Ok(None),
+    }
+}
+
 /// The config file: the same settings as the flags, in snake_case.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -249,22 +265,14 @@ impl Config {
                 ),
             });
         }
-        let stop_grace = match (args.stop_grace, file.stop_grace) {
-            (Some(d), _) => d,
-            (None, Some(text)) => parse_grace(&text).map_err(|message| ConfigError::Invalid {
-                field: "stop_grace",
-                message,
-            })?,
-            (None, None) => DEFAULT_STOP_GRACE,
-        };
-        let mps_check_interval = match (args.mps_check_interval, file.mps_check_interval) {
-            (Some(d), _) => d,
-            (None, Some(text)) => parse_grace(&text).map_err(|message| ConfigError::Invalid {
-                field: "mps_check_interval",
-                message,
-            })?,
-            (None, None) => DEFAULT_MPS_CHECK,
-        };
+        let stop_grace = duration_setting(args.stop_grace, file.stop_grace, "stop_grace")?
+            .unwrap_or(DEFAULT_STOP_GRACE);
+        let mps_check_interval = duration_setting(
+            args.mps_check_interval,
+            file.mps_check_interval,
+            "mps_check_interval",
+        )?
+        .unwrap_or(DEFAULT_MPS_CHECK);
         if mps_check_interval < Duration::from_millis(10) {
             return Err(ConfigError::Invalid {
                 field: "mps_check_interval",
@@ -295,16 +303,7 @@ impl Config {
                     })?,
             ),
         };
-        let kernel_base = match (args.kernel_base, file.kernel_base) {
-            (Some(d), _) => Some(d),
-            (None, Some(text)) => {
-                Some(parse_grace(&text).map_err(|message| ConfigError::Invalid {
-                    field: "kernel_base",
-                    message,
-                })?)
-            }
-            (None, None) => None,
-        };
+        let kernel_base = duration_setting(args.kernel_base, file.kernel_base, "kernel_base")?;
         if let Some(base) = kernel_base
             && base > MAX_KERNEL_BASE
         {
@@ -322,14 +321,12 @@ impl Config {
                 }
             })?,
         };
-        let check_every = match (args.kubelet_check_interval, file.kubelet_check_interval) {
-            (Some(d), _) => d,
-            (None, Some(text)) => parse_grace(&text).map_err(|message| ConfigError::Invalid {
-                field: "kubelet_check_interval",
-                message,
-            })?,
-            (None, None) => Duration::from_secs(2),
-        };
+        let check_every = duration_setting(
+            args.kubelet_check_interval,
+            file.kubelet_check_interval,
+            "kubelet_check_interval",
+        )?
+        .unwrap_or(Duration::from_secs(2));
         if !(Duration::from_millis(10)..=crate::k8s::MAX_CHECK).contains(&check_every) {
             return Err(ConfigError::Invalid {
                 field: "kubelet_check_interval",

@@ -43,6 +43,34 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # present) instead of no cap.
 
 
+def parse_config(c):
+    """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0) of a name; a bad
+    name stops the script before anything runs."""
+    base_c, cprio, keepprio = c.split("@")[0], False, False
+    base_us, depth, given = None, 0, set()
+    while m := re.fullmatch(r"(.*)-(base|depth)([0-9]+)", base_c):
+        base_c, key, n = m.group(1), m.group(2), int(m.group(3))
+        if n <= 0 or key in given:
+            raise SystemExit(f"{c}: -{key}N needs N > 0, once")
+        given.add(key)
+        if key == "base":
+            base_us = n
+        else:
+            depth = n
+    if "-base" in base_c or "-depth" in base_c:
+        raise SystemExit(f"{c}: -baseN and -depthN must end the name, with N > 0")
+    if given and not re.match(r"ks(full)?-", base_c):
+        raise SystemExit(f"{c}: -baseN and -depthN need a kernel-scheduler configuration")
+    for suffix in ["-cprio", "-keepprio"]:
+        if base_c.endswith(suffix):
+            base_c = base_c[: -len(suffix)]
+            cprio |= suffix == "-cprio"
+            keepprio |= suffix == "-keepprio"
+    if depth and not base_c.endswith("-mmk"):
+        raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
+    return base_c, cprio, keepprio, base_us, depth
+
+
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
@@ -99,6 +127,8 @@ def main():
     so = os.path.join(bin_dir, "libmmk_interposer.so")
     work = tempfile.mkdtemp(prefix="mmk-colocate-")
     configs = a.configs.split(",")
+    for c in configs:
+        parse_config(c)
     results = {"configs": {}, "setup": vars(a)}
     results["gpu"] = subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -158,28 +188,8 @@ def main():
 
     try:
         for c in configs:
-            base_c, cprio, keepprio = c.split("@")[0], False, False
-            base_us, depth, given = dur_us, 0, set()
-            while m := re.fullmatch(r"(.*)-(base|depth)([0-9]+)", base_c):
-                base_c, key, n = m.group(1), m.group(2), int(m.group(3))
-                if n <= 0 or key in given:
-                    raise SystemExit(f"{c}: -{key}N needs N > 0, once")
-                given.add(key)
-                if key == "base":
-                    base_us = n
-                else:
-                    depth = n
-            if "-base" in base_c or "-depth" in base_c:
-                raise SystemExit(f"{c}: -baseN and -depthN must end the name, with N > 0")
-            if given and not re.match(r"ks(full)?-", base_c):
-                raise SystemExit(f"{c}: -baseN and -depthN need a kernel-scheduler configuration")
-            if depth and not base_c.replace("-cprio", "").replace("-keepprio", "").endswith("-mmk"):
-                raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
-            for suffix in ["-cprio", "-keepprio"]:
-                if base_c.endswith(suffix):
-                    base_c = base_c[: -len(suffix)]
-                    cprio |= suffix == "-cprio"
-                    keepprio |= suffix == "-keepprio"
+            base_c, cprio, keepprio, base_us, depth = parse_config(c)
+            base_us = base_us or dur_us
             uses_mps = base_c in MPS or base_c.startswith("ksfull-")
             if uses_mps and not mps_on:
                 mps_start()
