@@ -81,6 +81,8 @@ pub struct GpuInfo {
 pub enum Mode {
     Alone,
     Pair,
+    /// Three or more jobs side by side, one worker each (the plan's `groups`).
+    Group,
     /// `--kernels` (only in `Failed` records: a measured one is a [`Kernels`] record).
     Kernels,
     /// `--deep` (only in `Failed` records: a measured one is a [`Deep`] record).
@@ -266,9 +268,10 @@ pub fn parse(text: &str) -> Result<Vec<Record>, MeasuredError> {
 }
 
 fn check_run(run: &Run) -> Result<(), String> {
-    let want = match run.mode {
-        Mode::Alone => 1,
-        Mode::Pair => 2,
+    let (fits, want) = match run.mode {
+        Mode::Alone => (run.jobs.len() == 1, "1"),
+        Mode::Pair => (run.jobs.len() == 2, "2"),
+        Mode::Group => (run.jobs.len() >= 3, "3 or more"),
         Mode::Kernels | Mode::Deep => {
             return Err(format!(
                 "a run cannot be of mode {:?}: those are kernels and deep records",
@@ -276,7 +279,7 @@ fn check_run(run: &Run) -> Result<(), String> {
             ));
         }
     };
-    if run.jobs.len() != want {
+    if !fits {
         return Err(format!(
             "a {:?} run has {} jobs, not {want}",
             run.mode,

@@ -37,30 +37,37 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # get the greatest priority (its default; "-keepprio" turns that off); with
 # `--serve-stream side` the service runs on a stream of its own, which that reaches.
 # Suffixes "-baseN" and "-depthN" (N > 0, after every other suffix and before any "@R", in
-# either order) on a kernel-scheduler configuration create its gate with `--base-us N` (the
+# any order) on a kernel-scheduler configuration create its gate with `--base-us N` (the
 # anti-starvation base) instead of 2.5 % of the service's profiled request latency, and with
 # `--offline-depth N` (mmk: at most N offline kernels in flight while the service is
-# present) instead of no cap.
+# present) instead of no cap. A suffix "-alt" there runs that configuration with the
+# interposer and mmk-gate of `--alt-bin DIR` instead of BIN_DIR's (another build, for an
+# A/B of two builds in one call; the profiles are always made with BIN_DIR's).
 
 
-def parse_config(c):
-    """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0) of a name; a bad
-    name stops the script before anything runs."""
+def parse_config(c, alt_bin=None):
+    """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0, -alt) of a name; a
+    bad name stops the script before anything runs."""
     base_c, cprio, keepprio = c.split("@")[0], False, False
     base_us, depth, given = None, 0, set()
-    while m := re.fullmatch(r"(.*)-(base|depth)([0-9]+)", base_c):
-        base_c, key, n = m.group(1), m.group(2), int(m.group(3))
+    while m := re.fullmatch(r"(.*)-(base|depth)([0-9]+)|(.*)-(alt)", base_c):
+        if m.group(5):
+            base_c, key, n = m.group(4), "alt", 1
+        else:
+            base_c, key, n = m.group(1), m.group(2), int(m.group(3))
         if n <= 0 or key in given:
-            raise SystemExit(f"{c}: -{key}N needs N > 0, once")
+            raise SystemExit(f"{c}: -{key}N needs N > 0, once" if key != "alt" else f"{c}: -alt once")
         given.add(key)
         if key == "base":
             base_us = n
-        else:
+        elif key == "depth":
             depth = n
-    if "-base" in base_c or "-depth" in base_c:
-        raise SystemExit(f"{c}: -baseN and -depthN must end the name, with N > 0")
+    if "-base" in base_c or "-depth" in base_c or "-alt" in base_c:
+        raise SystemExit(f"{c}: -baseN, -depthN and -alt must end the name, with N > 0")
     if given and not re.match(r"ks(full)?-", base_c):
-        raise SystemExit(f"{c}: -baseN and -depthN need a kernel-scheduler configuration")
+        raise SystemExit(f"{c}: -baseN, -depthN and -alt need a kernel-scheduler configuration")
+    if "alt" in given and not alt_bin:
+        raise SystemExit(f"{c}: -alt needs --alt-bin")
     for suffix in ["-cprio", "-keepprio"]:
         if base_c.endswith(suffix):
             base_c = base_c[: -len(suffix)]
@@ -68,7 +75,7 @@ def parse_config(c):
             keepprio |= suffix == "-keepprio"
     if depth and not base_c.endswith("-mmk"):
         raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
-    return base_c, cprio, keepprio, base_us, depth
+    return base_c, cprio, keepprio, base_us, depth, "alt" in given
 
 
 def log(*a):
@@ -118,6 +125,7 @@ def main():
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--profile-seconds", type=float, default=4.0)
     ap.add_argument("--serve-stream", choices=["default", "side"], default="default")
+    ap.add_argument("--alt-bin", help="another build's interposer and mmk-gate, for -alt")
     ap.add_argument("--serve-graph", action="store_true",
                     help="the service replays its forward pass as one CUDA graph")
     a = ap.parse_args()
@@ -127,8 +135,9 @@ def main():
     so = os.path.join(bin_dir, "libmmk_interposer.so")
     work = tempfile.mkdtemp(prefix="mmk-colocate-")
     configs = a.configs.split(",")
+    alt_bin = os.path.abspath(a.alt_bin) if a.alt_bin else None
     for c in configs:
-        parse_config(c)
+        parse_config(c, alt_bin)
     results = {"configs": {}, "setup": vars(a)}
     results["gpu"] = subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -188,7 +197,8 @@ def main():
 
     try:
         for c in configs:
-            base_c, cprio, keepprio, base_us, depth = parse_config(c)
+            base_c, cprio, keepprio, base_us, depth, alt = parse_config(c, alt_bin)
+            c_bin = alt_bin if alt else bin_dir
             base_us = base_us or dur_us
             uses_mps = base_c in MPS or base_c.startswith("ksfull-")
             if uses_mps and not mps_on:
@@ -207,14 +217,14 @@ def main():
             if base_c.startswith("ks-") or base_c.startswith("ksfull-"):
                 policy = base_c.split("-", 1)[1]
                 gate = f"{work}/{policy}.gate"
-                cmd = [f"{bin_dir}/mmk-gate", "create", gate, "--sms", str(a.sms), "--policy", policy]
+                cmd = [f"{c_bin}/mmk-gate", "create", gate, "--sms", str(a.sms), "--policy", policy]
                 if base_us:
                     cmd += ["--base-us", str(base_us)]
                 if depth:
                     cmd += ["--offline-depth", str(depth)]
                 subprocess.run(cmd, check=True, capture_output=True)
                 for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", "train")]:
-                    e.update(LD_PRELOAD=so, MMK_GATE=gate, MMK_JOB_CLASS=cls,
+                    e.update(LD_PRELOAD=f"{c_bin}/libmmk_interposer.so", MMK_GATE=gate, MMK_JOB_CLASS=cls,
                              MMK_KSCHED_STATS=f"{out}/{c}.{cls}.stats.json")
                     if os.path.exists(f"{out}/{prof}.kprofile.json"):
                         e["MMK_KSCHED_PROFILE"] = f"{out}/{prof}.kprofile.json"
@@ -261,6 +271,7 @@ def main():
             if base_c.startswith("ks"):
                 r["base_us"] = base_us
                 r["offline_depth"] = depth
+                r["bin"] = c_bin
             results["configs"][c] = r
             log(f"{c}: " + json.dumps({k: v for k, v in r.items()
                                        if not k.endswith("_stats") and k != "latencies_ms"}))

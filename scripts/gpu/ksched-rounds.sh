@@ -10,7 +10,8 @@
 #   ksfull-passthrough-cprio   plain MPS, interposer with stream priority, MPS client priority
 #   ksfull-orion-cprio         the same with the orion policy
 # CONFIGS (comma-separated) replaces the list; SERVE_GRAPH=1 has the service replay its
-# forward pass as one CUDA graph per request (colocate.py --graph). Per configuration it reports the pooled p50
+# forward pass as one CUDA graph per request (colocate.py --graph); ALT_BIN=DIR runs the
+# configurations named "...-alt" with DIR's interposer and mmk-gate (an A/B of two builds). Per configuration it reports the pooled p50
 # and p99 of every request of every round against the pooled ideal, the range of the
 # per-round p99 ratios (each against the same round's ideal run), and training steps per
 # second against the same round's plain-MPS run.
@@ -42,6 +43,7 @@ done
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv | tee "$out/gpu.txt"
 extra=()
 [ "${SERVE_GRAPH:-0}" = 1 ] && extra+=(--serve-graph)
+[ -n "${ALT_BIN:-}" ] && extra+=(--alt-bin "$ALT_BIN")
 python3 "$(dirname "$0")/ksched-colocate.py" "$bin" "$work" --serve-stream side "${extra[@]}" \
     --seconds "$secs" --configs "$configs" 2>&1 | tee "$out/rounds.log"
 cp "$work/colocate.json" "$out/rounds.json"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU profiling dataset (issue 9, docs/measure.md), on the GPU machine, from the repo root:
-#   scripts/gpu/measure.sh BIN_DIR OUT_DIR alone|pairs|repeat|kernels|deep [RESUME_FROM.jsonl]
+#   scripts/gpu/measure.sh BIN_DIR OUT_DIR alone|pairs|repeat|groups|kernels|deep [RESUME_FROM.jsonl]
 # BIN_DIR holds a release mmkctl (and libmmk_interposer.so for kernels). Starts one MPS
 # control daemon with private pipe and log directories, runs `mmkctl measure` on
 # scripts/gpu/measure-plan.yaml for that part of the plan (repeat:
-# scripts/gpu/measure-repeat.yaml, a second measurement alone), and quits the daemon;
+# scripts/gpu/measure-repeat.yaml, a second measurement alone; groups:
+# scripts/gpu/measure-groups.yaml, three jobs side by side), and quits the daemon;
 # changes no other GPU setting. kernels and deep (every job alone at 100 %, under the
 # interposer's record mode or under ncu with --clock-control none) need no MPS daemon and
 # start none. With RESUME_FROM, the runs in it are kept and only the others are measured.
@@ -23,6 +24,8 @@ if [ -n "$from" ]; then cp "$from" "$raw"; chmod u+w "$raw"; resume=(--resume); 
 nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,clocks.max.sm --format=csv >"$out/gpu-$part.csv"
 if [ "$part" = repeat ]; then
   "$bin/mmkctl" measure scripts/gpu/measure-repeat.yaml -o "$raw" "${resume[@]}"
+elif [ "$part" = groups ]; then
+  "$bin/mmkctl" measure scripts/gpu/measure-groups.yaml -o "$raw" "${resume[@]}"
 elif [ "$part" = kernels ]; then
   "$bin/mmkctl" measure scripts/gpu/measure-plan.yaml -o "$raw" --only kernels \
     --interposer "$bin/libmmk_interposer.so" "${resume[@]}"

@@ -1,5 +1,6 @@
 //! `mmkctl measure PLAN.yaml -o RAW.jsonl`: measure workloads on this machine's GPU under
-//! MPS shares, alone and in pairs, for the predictor's dataset (docs/measure.md).
+//! MPS shares, alone, in pairs and in groups of three or more, for the predictor's dataset
+//! and the simulator's ground truth (docs/measure.md).
 //!
 //! A worker process (the plan's `worker` command, for example scripts/gpu/workloads.py)
 //! runs the workloads; mmkctl starts one per MPS share (the share is fixed when a CUDA
@@ -73,12 +74,13 @@ pub struct MeasureArgs {
     pub ncu_launches: u32,
 }
 
-/// A part of the work: `alone` and `pairs` are the plan's sections, `kernels` and `deep`
-/// the passes of --kernels and --deep.
+/// A part of the work: `alone`, `pairs` and `groups` are the plan's sections, `kernels`
+/// and `deep` the passes of --kernels and --deep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Part {
     Alone,
     Pairs,
+    Groups,
     Kernels,
     Deep,
 }
@@ -98,6 +100,8 @@ struct RawPlan {
     alone: Option<RawAlone>,
     #[serde(default)]
     pairs: Option<RawPairs>,
+    #[serde(default)]
+    groups: Option<RawGroups>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -113,6 +117,17 @@ struct RawPairs {
     splits: Vec<[u32; 2]>,
     jobs: Vec<[String; 2]>,
 }
+
+/// Three or more jobs side by side: every split has one share per job of a group.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroups {
+    splits: Vec<Vec<u32>>,
+    jobs: Vec<Vec<String>>,
+}
+
+/// The most jobs one run of `groups` may hold (one worker, one CUDA context each).
+const MAX_GROUP: usize = 8;
 
 /// A plan: the worker, the window, and the runs grouped by the workers' shares.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,8 +250,11 @@ impl Plan {
                 });
             }
         }
+        if let Some(g) = raw.groups {
+            groups.extend(parse_groups(&g)?);
+        }
         if groups.is_empty() {
-            return Err("the plan measures nothing: give alone, pairs or both".into());
+            return Err("the plan measures nothing: give alone, pairs or groups".into());
         }
         Ok(Plan {
             file: String::new(),
@@ -251,6 +269,55 @@ impl Plan {
     fn runs(&self) -> usize {
         self.groups.iter().map(|g| g.runs.len()).sum()
     }
+}
+
+/// The plan's `groups`: every group has as many jobs as every split has shares.
+fn parse_groups(g: &RawGroups) -> Result<Vec<Group>, String> {
+    if g.jobs.is_empty() || g.splits.is_empty() {
+        return Err("groups: needs at least one split and one group of jobs".into());
+    }
+    let size = g.jobs[0].len();
+    if !(3..=MAX_GROUP).contains(&size) {
+        return Err(format!(
+            "groups.jobs[0]: {size} jobs; a group has 3 to {MAX_GROUP} (two are pairs)"
+        ));
+    }
+    let mut runs = Vec::new();
+    for (i, jobs) in g.jobs.iter().enumerate() {
+        if jobs.len() != size {
+            return Err(format!(
+                "groups.jobs[{i}]: {} jobs, but groups.jobs[0] has {size}: every group of a plan has as many",
+                jobs.len()
+            ));
+        }
+        runs.push(
+            jobs.iter()
+                .enumerate()
+                .map(|(k, j)| job_ref(&format!("groups.jobs[{i}][{k}]"), j))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+    }
+    g.splits
+        .iter()
+        .enumerate()
+        .map(|(i, split)| {
+            if split.len() != size {
+                return Err(format!(
+                    "groups.splits[{i}]: {} shares for groups of {size} jobs",
+                    split.len()
+                ));
+            }
+            Ok(Group {
+                mode: Mode::Group,
+                shares: split
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| share(&format!("groups.splits[{i}][{k}]"), *s))
+                    .collect::<Result<_, _>>()?,
+                runs: runs.clone(),
+            })
+        })
+        .collect()
 }
 
 fn first_line(s: &str) -> String {
@@ -893,6 +960,7 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
     match args.only {
         Some(Part::Alone) => plan.groups.retain(|g| g.mode == Mode::Alone),
         Some(Part::Pairs) => plan.groups.retain(|g| g.mode == Mode::Pair),
+        Some(Part::Groups) => plan.groups.retain(|g| g.mode == Mode::Group),
         Some(Part::Kernels | Part::Deep) => plan.groups.clear(),
         None => {}
     }
@@ -1046,7 +1114,7 @@ mod tests {
         );
         assert_eq!(
             bad("worker: [w]\n"),
-            "the plan measures nothing: give alone, pairs or both"
+            "the plan measures nothing: give alone, pairs or groups"
         );
         assert_eq!(
             bad("worker: [w]\nwindow: 0s\nalone:\n  shares: [10]\n  jobs: [a/1]\n"),
@@ -1136,6 +1204,82 @@ done
         let done = done_runs(&out).unwrap();
         let s = sweep(&plan, &FakeGpm, &out, &done.runs, &mut false).unwrap();
         assert_eq!((s.kept, s.measured, s.failed), (3, 0, 3));
+    }
+
+    #[test]
+    fn groups_run_one_worker_per_share_and_their_bad_fields_are_named() {
+        let p = Plan::parse(
+            "worker: [w]\ngroups:\n  splits: [[100, 100, 100], [40, 30, 30]]\n  jobs:\n    - [resnet50-inf/32, bert-train/8, vgg19-train/32]\n    - [vgg16-inf/32, bert-train/8, resnet152-train/16]\n",
+            Path::new("/x"),
+        )
+        .unwrap();
+        assert_eq!(p.groups.len(), 2);
+        assert_eq!(p.runs(), 4);
+        assert!(p.groups.iter().all(|g| g.mode == Mode::Group));
+        assert_eq!(p.groups[1].shares, [40, 30, 30]);
+        assert_eq!(
+            p.groups[1].refs(&p.groups[1].runs[1])[2],
+            JobRef {
+                workload: "resnet152-train".into(),
+                batch: 16,
+                share_pct: 30
+            }
+        );
+        let bad = |t: &str| Plan::parse(t, Path::new("/x")).unwrap_err();
+        assert_eq!(
+            bad("worker: [w]\ngroups:\n  splits: [[50, 50]]\n  jobs: [[a/1, b/2]]\n"),
+            "groups.jobs[0]: 2 jobs; a group has 3 to 8 (two are pairs)"
+        );
+        assert_eq!(
+            bad(
+                "worker: [w]\ngroups:\n  splits: [[50, 50, 50]]\n  jobs: [[a/1, b/2, c/3], [a/1, b/2]]\n"
+            ),
+            "groups.jobs[1]: 2 jobs, but groups.jobs[0] has 3: every group of a plan has as many"
+        );
+        assert_eq!(
+            bad(
+                "worker: [w]\ngroups:\n  splits: [[50, 50, 50], [50, 50]]\n  jobs: [[a/1, b/2, c/3]]\n"
+            ),
+            "groups.splits[1]: 2 shares for groups of 3 jobs"
+        );
+        assert_eq!(
+            bad("worker: [w]\ngroups:\n  splits: [[50, 0, 50]]\n  jobs: [[a/1, b/2, c/3]]\n"),
+            "groups.splits[0][1]: 0 is outside 1..=100"
+        );
+        assert_eq!(
+            bad("worker: [w]\ngroups:\n  splits: [[50, 50, 50]]\n  jobs: [[a/1, b, c/3]]\n"),
+            "groups.jobs[0][1]: \"b\" is not NAME/BATCH (for example resnet50-inf/32)"
+        );
+    }
+
+    #[test]
+    fn a_group_run_measures_every_job_over_one_window() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("fake.sh"), FAKE).unwrap();
+        let plan = Plan::parse(
+            "worker: [sh, fake.sh]\nwindow: 20ms\nsettle: 1ms\nalone:\n  shares: [100]\n  jobs: [a/1, b/1, c/1]\ngroups:\n  splits: [[50, 25, 25]]\n  jobs: [[a/1, b/1, c/1]]\n",
+            dir.path(),
+        )
+        .unwrap();
+        let out = dir.path().join("raw.jsonl");
+        let s = sweep(&plan, &FakeGpm, &out, &HashSet::new(), &mut true).unwrap();
+        assert_eq!((s.planned, s.measured, s.failed), (4, 4, 0));
+        let recs = measured::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let Some(Record::Run(g)) = recs.last() else {
+            panic!("{:?}", recs.last())
+        };
+        assert_eq!(g.mode, Mode::Group);
+        // 20 ms an iteration at 50 %, 40 ms at 25 %.
+        let means: Vec<f64> = g.jobs.iter().map(|j| j.mean_s).collect();
+        assert_eq!(means, [0.020, 0.040, 0.040]);
+        // Each job of the group is a row with its two co-runners.
+        let c = measured::to_dataset(&recs).unwrap();
+        assert_eq!(c.dataset.rows.len(), 6);
+        assert!((c.dataset.rows[5].normalized_perf - 0.25).abs() < 1e-9);
+        // Resuming knows the group run.
+        let done = done_runs(&out).unwrap();
+        let s = sweep(&plan, &FakeGpm, &out, &done.runs, &mut false).unwrap();
+        assert_eq!((s.kept, s.measured), (4, 0));
     }
 
     #[test]
