@@ -117,6 +117,8 @@ struct SweepRow {
     makespan_vs_miger_pct: Option<Spread>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stp_vs_miger_pct: Option<Spread>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slo_miss_pct: Option<Spread>,
 }
 
 #[derive(Debug, Serialize)]
@@ -440,6 +442,7 @@ fn sweep_rows(intervals: &[f64], policies: &[String], runs: &[SweepRun]) -> Vec<
                 jct_vs_miger_pct: of(&|p| p.jct_vs_miger_pct),
                 makespan_vs_miger_pct: of(&|p| p.makespan_vs_miger_pct),
                 stp_vs_miger_pct: of(&|p| p.stp_vs_miger_pct),
+                slo_miss_pct: of(&|p| p.summary.slo_miss_pct),
             });
         }
     }
@@ -459,8 +462,14 @@ fn print_sweep(r: &SweepReport) {
     );
     println!("relative to MIGER: the mean over the seeds (lowest..highest)");
     println!(
-        "{:>9} {:<9} {:>9} {:>24} {:>24} {:>24}",
-        "INTERVAL", "POLICY", "AVG JCT", "JCT vsMIGER", "MAKESPAN vsMIGER", "STP vsMIGER"
+        "{:>9} {:<9} {:>9} {:>24} {:>24} {:>24} {:>20}",
+        "INTERVAL",
+        "POLICY",
+        "AVG JCT",
+        "JCT vsMIGER",
+        "MAKESPAN vsMIGER",
+        "STP vsMIGER",
+        "SLO MISS"
     );
     let spread = |s: &Option<Spread>| {
         s.as_ref().map_or_else(
@@ -468,15 +477,22 @@ fn print_sweep(r: &SweepReport) {
             |s| format!("{:+.1}% ({:+.1}..{:+.1})", s.mean, s.min, s.max),
         )
     };
+    let share = |s: &Option<Spread>| {
+        s.as_ref().map_or_else(
+            || "-".to_owned(),
+            |s| format!("{:.1}% ({:.1}..{:.1})", s.mean, s.min, s.max),
+        )
+    };
     for row in &r.rows {
         println!(
-            "{:>8}s {:<9} {:>8.0}s {:>24} {:>24} {:>24}",
+            "{:>8}s {:<9} {:>8.0}s {:>24} {:>24} {:>24} {:>20}",
             row.interval_s,
             row.policy,
             row.avg_jct_s.mean,
             spread(&row.jct_vs_miger_pct),
             spread(&row.makespan_vs_miger_pct),
-            spread(&row.stp_vs_miger_pct)
+            spread(&row.stp_vs_miger_pct),
+            share(&row.slo_miss_pct)
         );
     }
 }
@@ -515,7 +531,7 @@ fn print_table(r: &Report) {
         r.jobs, r.setup.gpus, r.setup.gpu_model, r.setup.model, r.setup.ground_truth
     );
     println!(
-        "{:<9} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>6} {:>5}",
+        "{:<9} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>8} {:>6} {:>5}",
         "POLICY",
         "AVG JCT",
         "vsDEF",
@@ -526,13 +542,14 @@ fn print_table(r: &Report) {
         "vsMIGER",
         "STP",
         "vsMIGER",
+        "SLO MISS",
         "RECONF",
         "MOVES"
     );
     for p in &r.policies {
         let s = &p.summary;
         println!(
-            "{:<9} {:>7.0}s {:>7} {:>7} {:>7.0}s {:>7.0}s {:>8.0}s {:>7} {:>5.2} {:>7} {:>6} {:>5}",
+            "{:<9} {:>7.0}s {:>7} {:>7} {:>7.0}s {:>7.0}s {:>8.0}s {:>7} {:>5.2} {:>7} {:>8} {:>6} {:>5}",
             s.policy,
             s.avg_jct_s,
             pct(p.jct_vs_default_pct),
@@ -543,6 +560,8 @@ fn print_table(r: &Report) {
             pct(p.makespan_vs_miger_pct),
             s.stp,
             pct(p.stp_vs_miger_pct),
+            s.slo_miss_pct
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}%")),
             s.reconfigurations,
             s.moves
         );

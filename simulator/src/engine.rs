@@ -85,6 +85,11 @@ pub struct RunResult {
     pub moves: u64,
     /// Integral of the summed normalized performance of running jobs over time.
     pub stp_integral: f64,
+    /// Seconds online jobs with an SLO ran, summed over the jobs.
+    pub online_run_s: f64,
+    /// Of those, the seconds they ran too slowly to meet it: latency over the SLO, that is
+    /// speed under solo latency / SLO (1/3 with the simulator's SLO of 3x solo).
+    pub slo_miss_s: f64,
     pub plans: u64,
 }
 
@@ -149,6 +154,8 @@ pub fn simulate(
         reconfigurations: 0,
         moves: 0,
         stp_integral: 0.0,
+        online_run_s: 0.0,
+        slo_miss_s: 0.0,
         plans: 0,
     };
     let mut next = 0;
@@ -283,6 +290,13 @@ pub fn simulate(
             if let Some(r) = runs.get_mut(&id) {
                 r.remaining -= speeds[k] * dt;
                 result.stp_integral += speeds[k] * dt;
+                let j = &active[i];
+                if let (Some(slo_ms), Some(solo_ms)) = (j.slo_ms, j.profile.solo_latency_ms) {
+                    result.online_run_s += dt;
+                    if solo_ms / speeds[k] > slo_ms as f64 {
+                        result.slo_miss_s += dt;
+                    }
+                }
                 if r.remaining <= 1e-6 {
                     finished.push(id);
                 }
@@ -415,6 +429,48 @@ mod tests {
             );
             assert_eq!(r, run(policy, &t, 2), "{policy} is deterministic");
         }
+    }
+
+    /// A ground truth where every job runs at one fixed speed.
+    #[derive(Debug)]
+    struct Fixed(f64);
+    impl PerfModel for Fixed {
+        fn estimate(&self, _: &JobProfile, _: &PartitionShape, _: u8, _: &[CoRunner]) -> f64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn online_time_out_of_slo_is_the_time_run_slower_than_a_third() {
+        // The SLO is 3x the solo latency: a third of the solo speed is the line.
+        let t = Trace {
+            jobs: vec![
+                job(0.0, "resnet50-inference", 30.0),
+                job(0.0, "resnet50-train", 30.0),
+            ],
+        };
+        let sim = |speed: f64| {
+            simulate(
+                &t,
+                &SimConfig::new("a100-80gb", 2),
+                planner("default", Arc::new(AnalyticModel::default()))
+                    .unwrap()
+                    .as_ref(),
+                &Fixed(speed),
+                &mut |_, _| {},
+            )
+            .unwrap()
+        };
+        // At half speed the online job runs 60 s and meets its SLO all along; the
+        // offline one counts for neither.
+        let r = sim(0.5);
+        assert!((r.online_run_s - 60.0).abs() < 1e-6, "{}", r.online_run_s);
+        assert_eq!(r.slo_miss_s, 0.0);
+        // At a quarter it runs 120 s, all of them out of SLO.
+        let r = sim(0.25);
+        assert!((r.online_run_s - 120.0).abs() < 1e-6, "{}", r.online_run_s);
+        assert!((r.slo_miss_s - 120.0).abs() < 1e-6, "{}", r.slo_miss_s);
+        assert_eq!(crate::Summary::of(&r).slo_miss_pct, Some(100.0));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! What a run comes to: average, median and tail JCT, makespan, system throughput, and the
-//! relative-JCT distribution (JCT over the job's solo time, the paper's Fig. 7).
+//! What a run comes to: average, median and tail JCT, makespan, system throughput, the
+//! online jobs' time out of SLO, and the relative-JCT distribution (JCT over the job's solo time, the paper's Fig. 7).
 
 use std::fmt::Write as _;
 
@@ -20,6 +20,9 @@ pub struct Summary {
     pub makespan_s: f64,
     /// Time-averaged sum of the running jobs' normalized performance over the makespan.
     pub stp: f64,
+    /// Of the time online jobs ran, the share in which they missed their latency SLO
+    /// (percent); none when no online job with an SLO ran.
+    pub slo_miss_pct: Option<f64>,
     pub reconfigurations: u64,
     pub moves: u64,
 }
@@ -47,6 +50,7 @@ impl Summary {
             } else {
                 0.0
             },
+            slo_miss_pct: (r.online_run_s > 0.0).then(|| 100.0 * r.slo_miss_s / r.online_run_s),
             reconfigurations: r.reconfigurations,
             moves: r.moves,
         }
