@@ -484,7 +484,7 @@ impl Hybrid {
         members
             .iter()
             .zip(perf)
-            .all(|(m, p)| slo_met(&jobs[m.job], *p))
+            .all(|(m, p)| jobs[m.job].slo_met(*p))
     }
 
     fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {
@@ -548,7 +548,7 @@ impl Hybrid {
         let me = members.len() - 1;
         let mut perf = self.perf(jobs, &part.shape, &members);
         // Raise an online job until its SLO holds.
-        while !slo_met(&jobs[new], perf[me]) {
+        while !jobs[new].slo_met(perf[me]) {
             if members[me].share + SHARE_STEP > left {
                 return Err(Refusal::Slo);
             }
@@ -820,7 +820,7 @@ impl Hybrid {
                 continue;
             }
             let perf = self.model.estimate(&job.profile, &shape, 100, &[]);
-            if !slo_met(job, perf) {
+            if !job.slo_met(perf) {
                 continue;
             }
             let gain = perf - self.options.reconfig_cost * steps as f64;
@@ -905,7 +905,7 @@ impl Hybrid {
         let used =
             |ms: &[Member]| -> u32 { adjustable.iter().map(|&i| u32::from(ms[i].share)).sum() };
         let mut perf = self.perf(jobs, &part.shape, &members);
-        while !slo_met(&jobs[new], perf[me]) {
+        while !jobs[new].slo_met(perf[me]) {
             if used(&members) + u32::from(SHARE_STEP) > room {
                 return None;
             }
@@ -1173,15 +1173,6 @@ fn count_new(parts: &[Part], now: &[Part]) -> usize {
 /// A placed job that may be restarted with another share.
 fn movable(jobs: &[JobDemand], m: &Member) -> bool {
     jobs[m.job].movable && jobs[m.job].placed.is_some()
-}
-
-/// An online job with an SLO and a known solo latency meets the SLO at this normalized
-/// performance; other jobs always do.
-fn slo_met(job: &JobDemand, perf: f64) -> bool {
-    match (job.class, job.slo_ms, job.profile.solo_latency_ms) {
-        (JobClass::Online, Some(slo), Some(solo)) => solo / perf.max(1e-9) <= slo as f64 + 1e-9,
-        _ => true,
-    }
 }
 
 impl Planner for Hybrid {

@@ -49,6 +49,16 @@ pub struct JobDemand {
 }
 
 impl JobDemand {
+    /// Whether an online job with an SLO and a known solo latency meets its SLO at this
+    /// normalized performance (latency = solo / perf); other jobs always do. The planners
+    /// and the simulator's report draw the same line.
+    pub fn slo_met(&self, perf: f64) -> bool {
+        match (self.class, self.slo_ms, self.profile.solo_latency_ms) {
+            (JobClass::Online, Some(slo), Some(solo)) => solo / perf.max(1e-9) <= slo as f64 + 1e-9,
+            _ => true,
+        }
+    }
+
     /// A waiting job with an unknown profile: the least a planner needs.
     pub fn waiting(id: u64, class: JobClass, memory_mib: u64) -> JobDemand {
         JobDemand {

@@ -136,6 +136,9 @@ def main():
     work = tempfile.mkdtemp(prefix="mmk-colocate-")
     configs = a.configs.split(",")
     alt_bin = os.path.abspath(a.alt_bin) if a.alt_bin else None
+    for f in ["libmmk_interposer.so", "mmk-gate"] if alt_bin else []:
+        if not os.path.exists(f"{alt_bin}/{f}"):
+            raise SystemExit(f"--alt-bin {alt_bin}: no {f} there")
     for c in configs:
         parse_config(c, alt_bin)
     results = {"configs": {}, "setup": vars(a)}
