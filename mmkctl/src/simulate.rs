@@ -460,7 +460,9 @@ fn print_sweep(r: &SweepReport) {
         r.setup.model,
         r.setup.ground_truth
     );
-    println!("relative to MIGER: the mean over the seeds (lowest..highest)");
+    println!(
+        "relative to MIGER but SLO MISS (a share of online time): the mean over the seeds (lowest..highest)"
+    );
     println!(
         "{:>9} {:<9} {:>9} {:>24} {:>24} {:>24} {:>20}",
         "INTERVAL",

@@ -469,6 +469,14 @@ mod tests {
         })
     }
 
+    /// A whole H200, as the measurements ran.
+    const WHOLE: PartitionShape = PartitionShape {
+        sm_count: 132,
+        gpu_sm_count: 132,
+        memory_slices: 8,
+        gpu_memory_slices: 8,
+    };
+
     fn truth() -> MeasuredTruth {
         use JobClass::*;
         MeasuredTruth::from_records(&[
@@ -493,22 +501,16 @@ mod tests {
         assert_eq!(svc.label, "svc-b32");
         assert_eq!(svc.profile.solo_latency_ms, Some(10.0));
         assert_eq!(svc.memory_mib, Some(3072));
-        let whole = PartitionShape {
-            sm_count: 132,
-            gpu_sm_count: 132,
-            memory_slices: 8,
-            gpu_memory_slices: 8,
-        };
         let p = svc.profile;
-        assert!((t.estimate(&p, &whole, 100, &[]) - 1.0).abs() < 1e-12);
-        assert!((t.estimate(&p, &whole, 50, &[]) - 0.5).abs() < 1e-12);
-        assert!((t.estimate(&p, &whole, 25, &[]) - 0.25).abs() < 1e-12);
+        assert!((t.estimate(&p, &WHOLE, 100, &[]) - 1.0).abs() < 1e-12);
+        assert!((t.estimate(&p, &WHOLE, 50, &[]) - 0.5).abs() < 1e-12);
+        assert!((t.estimate(&p, &WHOLE, 25, &[]) - 0.25).abs() < 1e-12);
         // The dip at 80 % (0.4) is lifted to the 0.5 measured below it.
-        assert!((t.estimate(&p, &whole, 80, &[]) - 0.5).abs() < 1e-12);
+        assert!((t.estimate(&p, &WHOLE, 80, &[]) - 0.5).abs() < 1e-12);
         // Half the SMs as a MIG instance is half the share.
         let half = PartitionShape {
             sm_count: 66,
-            ..whole
+            ..WHOLE
         };
         assert!((t.estimate(&p, &half, 100, &[]) - 0.5).abs() < 1e-12);
     }
@@ -516,31 +518,25 @@ mod tests {
     #[test]
     fn co_runners_apply_the_measured_ratio_or_the_class_mean() {
         let t = truth();
-        let whole = PartitionShape {
-            sm_count: 132,
-            gpu_sm_count: 132,
-            memory_slices: 8,
-            gpu_memory_slices: 8,
-        };
         let by = |l: &str| t.jobs().iter().find(|j| j.label == l).unwrap().profile;
         let co = |l: &str, s: u8| CoRunner {
             profile: by(l),
             mps_share: s,
         };
         // Measured: 0.4 where the curve says 0.5.
-        let with_train = t.estimate(&by("svc-b32"), &whole, 50, &[co("train-b32", 50)]);
+        let with_train = t.estimate(&by("svc-b32"), &WHOLE, 50, &[co("train-b32", 50)]);
         assert!((with_train - 0.4).abs() < 1e-9, "{with_train}");
         // Never measured with "other": the mean of online-next-to-offline pairs (0.8).
-        let with_other = t.estimate(&by("svc-b32"), &whole, 50, &[co("other-b32", 50)]);
+        let with_other = t.estimate(&by("svc-b32"), &WHOLE, 50, &[co("other-b32", 50)]);
         assert!((with_other - 0.4).abs() < 1e-9, "{with_other}");
         // Shares over 100 % are scaled: 100 + 100 runs each at 50 %.
-        let both = t.estimate(&by("svc-b32"), &whole, 100, &[co("train-b32", 100)]);
+        let both = t.estimate(&by("svc-b32"), &WHOLE, 100, &[co("train-b32", 100)]);
         assert!((both - 0.4).abs() < 1e-9, "{both}");
         // An unknown job gets the analytic model.
         let unknown = JobProfile::unknown(JobClass::Offline);
         assert_eq!(
-            t.estimate(&unknown, &whole, 100, &[]),
-            AnalyticModel::default().estimate(&unknown, &whole, 100, &[])
+            t.estimate(&unknown, &WHOLE, 100, &[]),
+            AnalyticModel::default().estimate(&unknown, &WHOLE, 100, &[])
         );
     }
 
@@ -561,19 +557,13 @@ mod tests {
             pair100(0.010 / 0.4, "heavy"),
         ])
         .unwrap();
-        let whole = PartitionShape {
-            sm_count: 132,
-            gpu_sm_count: 132,
-            memory_slices: 8,
-            gpu_memory_slices: 8,
-        };
         let by = |l: &str| t.jobs().iter().find(|j| j.label == l).unwrap().profile;
         let co = |l: &str| CoRunner {
             profile: by(l),
             mps_share: 100,
         };
         let svc = by("svc-b32");
-        let est = |c: &[CoRunner]| t.estimate(&svc, &whole, 100, c);
+        let est = |c: &[CoRunner]| t.estimate(&svc, &WHOLE, 100, c);
         // One co-runner: what the pair run measured, gain included.
         assert!((est(&[co("light-b32")]) - 0.7).abs() < 1e-9);
         assert!((est(&[co("heavy-b32")]) - 0.4).abs() < 1e-9);

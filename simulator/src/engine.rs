@@ -370,13 +370,18 @@ mod tests {
     }
 
     fn run(policy: &str, trace: &Trace, gpus: u32) -> RunResult {
-        let model = Arc::new(AnalyticModel::default());
-        let p = planner(policy, model.clone()).unwrap();
+        run_on(policy, trace, gpus, &AnalyticModel::default())
+    }
+
+    /// `run` with `truth` as how fast jobs really run (the planner still uses the
+    /// analytic model).
+    fn run_on(policy: &str, trace: &Trace, gpus: u32, truth: &dyn PerfModel) -> RunResult {
+        let p = planner(policy, Arc::new(AnalyticModel::default())).unwrap();
         simulate(
             trace,
             &SimConfig::new("a100-80gb", gpus),
             p.as_ref(),
-            model.as_ref(),
+            truth,
             &mut |_, _| {},
         )
         .unwrap()
@@ -464,18 +469,7 @@ mod tests {
                 job(0.0, "resnet50-train", 30.0),
             ],
         };
-        let sim = |speed: f64| {
-            simulate(
-                &t,
-                &SimConfig::new("a100-80gb", 2),
-                planner("default", Arc::new(AnalyticModel::default()))
-                    .unwrap()
-                    .as_ref(),
-                &Fixed(speed),
-                &mut |_, _| {},
-            )
-            .unwrap()
-        };
+        let sim = |speed: f64| run_on("default", &t, 2, &Fixed(speed));
         // At half speed the online job runs 60 s and meets its SLO all along; the
         // offline one counts for neither.
         let r = sim(0.5);
