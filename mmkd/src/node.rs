@@ -756,7 +756,11 @@ impl Node {
             )
             .await
             .map_err(store_error)?;
-        if jobs.iter().all(|j| j.state != JobState::Queued) {
+        // With nothing queued a pass can still restart a checkpointable job with a larger
+        // share, where a job that left made room (the planner's step 4).
+        if jobs.iter().all(|j| {
+            j.state != JobState::Queued && !(j.spec.checkpoint && j.spec.class == JobClass::Offline)
+        }) {
             return Ok(());
         }
         let gpus = self.gpus().await?;

@@ -698,7 +698,7 @@ impl Hybrid {
                         Err(Refusal::Slo) => slo_here = true,
                         Err(Refusal::Room) => {}
                     }
-                    if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, j) {
+                    if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, Some(j)) {
                         let cost = self.options.move_cost.unwrap_or(0.0)
                             * moves.iter().filter(|m| !moved.contains(m)).count() as f64;
                         // A move must pay for its restart.
@@ -832,20 +832,23 @@ impl Hybrid {
     }
 
     /// MPSConfig over a newcomer and the partition's movable jobs together: the shares of
-    /// the jobs that cannot move stay, the rest is shared out again (module docs). Returns
-    /// the members, their STP, the newcomer's own predicted performance, and the movable
-    /// jobs whose share changed.
+    /// the jobs that cannot move stay, the rest is shared out again (module docs). With
+    /// no newcomer (`None`), only the movable jobs' shares are chosen again (step 4).
+    /// Returns the members (the newcomer last), their STP, the newcomer's own predicted
+    /// performance (0 without one), and the movable jobs whose share changed.
     fn rebalance(
         &self,
         jobs: &[JobDemand],
         part: &Part,
-        new: usize,
+        new: Option<usize>,
     ) -> Option<(Vec<Member>, f64, f64, Vec<usize>)> {
         self.options.move_cost?;
         if !self.options.share_partitions {
             return None;
         }
-        let key = state_key(jobs, &part.shape, &part.members, Some(new));
+        // Without a newcomer the key has no newcomer's words; members never have share
+        // 0, so it cannot meet the key of a partition one member smaller with a newcomer.
+        let key = state_key(jobs, &part.shape, &part.members, new);
         let (shares, stp, own) = self.recall(
             |m| &mut m.rebalance,
             key,
@@ -855,7 +858,7 @@ impl Hybrid {
             .members
             .iter()
             .map(|m| m.job)
-            .chain([new])
+            .chain(new)
             .zip(shares)
             .map(|(job, share)| Member { job, share })
             .collect();
@@ -871,7 +874,12 @@ impl Hybrid {
 
     /// [`Hybrid::rebalance`]'s search: the members' new shares in order (the newcomer's
     /// last), their STP and the newcomer's own predicted performance.
-    fn compute_rebalance(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Option<Shares> {
+    fn compute_rebalance(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        new: Option<usize>,
+    ) -> Option<Shares> {
         let movable = |m: &Member| movable(jobs, m);
         let before: Vec<Member> = part.members.clone();
         let n_movable = before.iter().filter(|m| movable(m)).count();
@@ -884,7 +892,8 @@ impl Hybrid {
             .map(|m| u32::from(m.share))
             .sum();
         let room = 100u32.saturating_sub(fixed);
-        if room < u32::from(SHARE_STEP) * (n_movable as u32 + 1) {
+        let n_adjustable = n_movable as u32 + u32::from(new.is_some());
+        if room < u32::from(SHARE_STEP) * n_adjustable {
             return None;
         }
         let mut members: Vec<Member> = before
@@ -894,23 +903,27 @@ impl Hybrid {
                 share: if movable(m) { SHARE_STEP } else { m.share },
             })
             .collect();
-        members.push(Member {
-            job: new,
-            share: SHARE_STEP,
+        let me = new.map(|job| {
+            members.push(Member {
+                job,
+                share: SHARE_STEP,
+            });
+            members.len() - 1
         });
-        let me = members.len() - 1;
         let adjustable: Vec<usize> = (0..members.len())
-            .filter(|&i| i == me || movable(&members[i]))
+            .filter(|&i| Some(i) == me || movable(&members[i]))
             .collect();
         let used =
             |ms: &[Member]| -> u32 { adjustable.iter().map(|&i| u32::from(ms[i].share)).sum() };
         let mut perf = self.perf(jobs, &part.shape, &members);
-        while !jobs[new].slo_met(perf[me]) {
-            if used(&members) + u32::from(SHARE_STEP) > room {
-                return None;
+        if let (Some(new), Some(me)) = (new, me) {
+            while !jobs[new].slo_met(perf[me]) {
+                if used(&members) + u32::from(SHARE_STEP) > room {
+                    return None;
+                }
+                members[me].share += SHARE_STEP;
+                perf = self.perf(jobs, &part.shape, &members);
             }
-            members[me].share += SHARE_STEP;
-            perf = self.perf(jobs, &part.shape, &members);
         }
         if !Self::slos_met(jobs, &members, &perf) {
             return None;
@@ -938,7 +951,36 @@ impl Hybrid {
                 _ => break,
             }
         }
-        Some((members.iter().map(|m| m.share).collect(), stp, perf[me]))
+        let own = me.map_or(0.0, |me| perf[me]);
+        Some((members.iter().map(|m| m.share).collect(), stp, own))
+    }
+
+    /// Step 4 (Algorithm 1, line 6: "when jobs arrive or complete, we update the MPS
+    /// settings for offline jobs"): in every partition whose shares leave room (a job
+    /// left, or MPSConfig left some), the checkpointable offline jobs' shares are chosen
+    /// again, and they restart with them when the partition's predicted STP grows by more
+    /// than the moves cost. Without this a job keeps the small share it got next to
+    /// co-runners for its whole life, also after they leave.
+    fn regrow(&self, jobs: &[JobDemand], p: &mut Progress) {
+        let Some(move_cost) = self.options.move_cost else {
+            return;
+        };
+        for gp in &mut p.plans {
+            for part in &mut gp.parts {
+                if part.share_left() < SHARE_STEP || !part.members.iter().any(|m| movable(jobs, m))
+                {
+                    continue;
+                }
+                let Some((members, stp, _, moves)) = self.rebalance(jobs, part, None) else {
+                    continue;
+                };
+                let cost = move_cost * moves.iter().filter(|m| !p.moved.contains(m)).count() as f64;
+                if stp - cost - self.part_stp(jobs, part) > 1e-9 {
+                    part.members = members;
+                    p.moved.extend(moves);
+                }
+            }
+        }
     }
 
     /// Step 3 for one GPU: the best candidate layout for the waiting jobs, as
@@ -1245,6 +1287,7 @@ impl Planner for Hybrid {
         if self.options.mps_first && !p.waiting.is_empty() {
             self.mps_first(node, jobs, &mut p, false);
         }
+        self.regrow(jobs, &mut p);
         let Progress {
             plans,
             mut waiting,
@@ -1650,6 +1693,67 @@ mod tests {
         assert_eq!((t.slot, s.slot), (whole, whole));
         assert!(t.mps_share < 100 && u32::from(t.mps_share) + u32::from(s.mps_share) <= 100);
         assert!(plan.steps.is_empty(), "a move needs no MIG change here");
+    }
+
+    #[test]
+    fn a_checkpointable_job_left_with_room_restarts_with_a_larger_share() {
+        let mut g = gpu("a100-80gb", 0);
+        g.instances.push(Instance {
+            id: 1,
+            profile_id: 0,
+            placement: Placement { start: 0, size: 8 },
+            uuid: "MIG-1".into(),
+        });
+        let node = NodeState { gpus: vec![g] };
+        let whole = Slot {
+            gpu: 0,
+            start: 0,
+            profile_id: Some(0),
+        };
+        // A trainer that got 30 % next to a co-runner that has since finished.
+        let mut trainer = job(1, JobClass::Offline, 30, 0.85, 0.45);
+        trainer.placed = Some(whole);
+        trainer.mps_share = 30;
+        let share_of = |plan: &Plan, id: u64| {
+            plan.placements
+                .iter()
+                .find(|p| p.job == id)
+                .map(|p| (p.slot, p.mps_share))
+        };
+
+        // It cannot restart: it keeps its share.
+        let plan = mmk().plan(&node, std::slice::from_ref(&trainer));
+        assert!(plan.moves.is_empty());
+        assert_eq!(share_of(&plan, 1), Some((whole, 30)));
+
+        // It can: it restarts with the partition's room.
+        trainer.movable = true;
+        let plan = mmk().plan(&node, std::slice::from_ref(&trainer));
+        assert_eq!(plan.moves, [1]);
+        assert_eq!(share_of(&plan, 1), Some((whole, 100)));
+        assert!(plan.steps.is_empty());
+
+        // Next to an online job that cannot move, it takes only what is left.
+        let mut serving = job(2, JobClass::Online, 4, 0.25, 0.35);
+        serving.profile.solo_latency_ms = Some(3.0);
+        serving.slo_ms = Some(50);
+        serving.placed = Some(whole);
+        serving.mps_share = 40;
+        let plan = mmk().plan(&node, &[trainer.clone(), serving.clone()]);
+        assert_eq!(plan.moves, [1]);
+        assert_eq!(share_of(&plan, 1), Some((whole, 60)));
+        assert_eq!(share_of(&plan, 2), Some((whole, 40)));
+
+        // A trainer that already has all the room there is stays; MIGER never restarts a
+        // running job.
+        trainer.mps_share = 60;
+        let plan = mmk().plan(&node, &[trainer.clone(), serving.clone()]);
+        assert!(plan.moves.is_empty(), "{:?}", plan.moves);
+        trainer.mps_share = 30;
+        let miger = Hybrid::miger(Arc::new(AnalyticModel::default()));
+        let plan = miger.plan(&node, &[trainer, serving]);
+        assert!(plan.moves.is_empty());
+        assert_eq!(share_of(&plan, 1), Some((whole, 30)));
     }
 
     /// Speed grows as the square root of the job's fraction of the GPU's SMs (small

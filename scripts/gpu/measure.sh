@@ -5,7 +5,8 @@
 # control daemon with private pipe and log directories, runs `mmkctl measure` on
 # scripts/gpu/measure-plan.yaml for that part of the plan (repeat:
 # scripts/gpu/measure-repeat.yaml, a second measurement alone; groups:
-# scripts/gpu/measure-groups.yaml, three jobs side by side), and quits the daemon;
+# scripts/gpu/measure-groups.yaml, three jobs side by side, or the plan in $GROUPS_PLAN),
+# and quits the daemon;
 # changes no other GPU setting. kernels and deep (every job alone at 100 %, under the
 # interposer's record mode or under ncu with --clock-control none) need no MPS daemon and
 # start none. With RESUME_FROM, the runs in it are kept and only the others are measured.
@@ -25,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,clocks.
 if [ "$part" = repeat ]; then
   "$bin/mmkctl" measure scripts/gpu/measure-repeat.yaml -o "$raw" "${resume[@]}"
 elif [ "$part" = groups ]; then
-  "$bin/mmkctl" measure scripts/gpu/measure-groups.yaml -o "$raw" "${resume[@]}"
+  "$bin/mmkctl" measure "${GROUPS_PLAN:-scripts/gpu/measure-groups.yaml}" -o "$raw" "${resume[@]}"
 elif [ "$part" = kernels ]; then
   "$bin/mmkctl" measure scripts/gpu/measure-plan.yaml -o "$raw" --only kernels \
     --interposer "$bin/libmmk_interposer.so" "${resume[@]}"

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use mmk_proto::v1;
 use serde_json::Value;
 
-use crate::harness::{Daemon, text, wait_state};
+use crate::harness::{Daemon, text, wait_for, wait_state};
 
 const ONLINE: &str = "\
 name: resnet50-serving
@@ -586,6 +586,23 @@ async fn mmk_moves_a_checkpointable_job_to_make_room() {
         tokio::task::yield_now().await;
     };
     assert_eq!(log, format!("start 0 100\nstart 1 {}\n", ta.mps_share));
+
+    // When the service leaves, the trainer restarts once more with the whole share.
+    let out = d.ctl(&["jobs", "cancel", &serving.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = wait_for("the trainer's third start", || {
+        let l = std::fs::read_to_string(&log_file).unwrap_or_default();
+        (l.lines().count() >= 3).then_some(l)
+    });
+    assert_eq!(
+        log,
+        format!("start 0 100\nstart 1 {}\nstart 1 100\n", ta.mps_share)
+    );
+    let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
+    assert_eq!(
+        (t.restarts, t.assignment.map(|a| a.mps_share)),
+        (2, Some(100))
+    );
 }
 
 /// A managed job runs as the user who submitted it (SO_PEERCRED), never as root unless
