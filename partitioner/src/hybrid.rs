@@ -2,8 +2,9 @@
 //! shared/DESIGN.md items 5 to 9, and the MIGER and MISO baselines as readings of the same
 //! search with different options.
 //!
-//! One pass, for the jobs waiting now (placed jobs never move in this version: a running
-//! MPS client's share cannot change, and moving means checkpoint and restart):
+//! One pass, for the jobs waiting now. A running MPS client's share cannot change, so a
+//! placed job changes share only by a move (checkpoint and restart), which only
+//! checkpointable offline jobs make and which must pay for itself:
 //!
 //! 1. Waiting jobs are sorted by priority, then by memory, largest first (Algorithm 1,
 //!    line 1).
@@ -28,7 +29,11 @@
 //!    item 6). Its score is the GPU's predicted STP minus `reconfig_cost` per instance
 //!    created or destroyed. The GPU whose best candidate gains the most takes its jobs;
 //!    this repeats while some GPU gains.
-//! 4. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
+//! 4. **Shares grow back** (line 6: "when jobs arrive or complete, we update the MPS
+//!    settings for offline jobs"): in each partition whose shares leave room, the
+//!    checkpointable offline jobs' shares are chosen again (the others' stay), and they
+//!    move when the partition's STP grows by more than `move_cost` per moved job.
+//! 5. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
 //!
 //! `MPSConfig` (lines 24-35) here: each new job starts at 10 %; online jobs with an SLO
 //! are raised until their predicted latency meets it; then the remaining share goes 10 % at
@@ -268,8 +273,8 @@ impl Hybrid {
     /// simulated node: 0.4 s to make an instance, 0.2 s to destroy one) against jobs of
     /// minutes to hours, and it never stops a running job. At 0.05 (until 2026-11-21) MMK
     /// kept layouts that its own model said were worse, and jobs waited: on the measured
-    /// ground truth its average JCT was 1-6 % longer at every arrival rate of
-    /// docs/simulate.md's sweep (seeds 1-3).
+    /// ground truth its average JCT was 0.7-8.7 % longer at 20, 40 and 80 s between
+    /// arrivals in docs/simulate.md's sweep (seeds 1-3), and the same at 160 s.
     pub fn mmk(model: Arc<dyn PerfModel>) -> Hybrid {
         Hybrid::new(
             "mmk",

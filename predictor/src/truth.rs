@@ -15,12 +15,19 @@
 //! - **Co-runners:** each has a measured ratio: the job's performance in its pair run with
 //!   that co-runner over its curve at its (scaled) share, from the measured split nearest
 //!   the one asked for. A pair that was never measured takes the mean ratio of measured
-//!   pairs of the same classes and split kind (shares within 100 % or over). Losses (ratios
-//!   under 1) multiply; a gain (a ratio above 1: the co-runner left idle SMs that the job
-//!   used, which scaling the shares does not see) counts once, the largest. So a job next
-//!   to one co-runner runs as its pair run measured, and next to several as
-//!   [`MeasuredTruth::check`] compares with groups of three measured on the same GPU
-//!   (data/gpu/h200-2026-11-21/README.md, "Groups").
+//!   pairs of the same classes and split kind (shares within 100 % or over). A job next
+//!   to one co-runner runs as its pair run measured. Next to several:
+//!   - shares within 100 % (each job has SMs of its own; they meet in memory bandwidth
+//!     and L2): the co-runners count together. Each one's ratio is taken at the split
+//!     of the job against all of them (own share, the co-runners' sum), and the ratios
+//!     are averaged geometrically, weighted by share. Two co-runners at 25 % cost a job
+//!     at 50 % what one at 50 % does, not twice that;
+//!   - shares over 100 % (they take turns on the SMs): losses (ratios under 1) multiply;
+//!     a gain (a ratio above 1: the co-runner left idle SMs that the job used, which
+//!     scaling the shares does not see) counts once, the largest.
+//!
+//!   [`MeasuredTruth::check`] compares this with groups of three and four measured on
+//!   the same GPU (data/gpu/h200-2026-11-21/README.md, "Groups").
 //! - A job that was not measured (its profile is none of the table's) gets
 //!   `fallback`, the analytic model.
 //!
