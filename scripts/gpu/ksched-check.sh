@@ -4,6 +4,7 @@
 #
 # Usage (on the GPU machine, from the repo root):
 #   scripts/gpu/ksched-check.sh BIN_DIR [OUT_DIR]
+# ONLY=coverage|launch|e2e runs one of the three parts.
 # BIN_DIR holds libmmk_interposer.so and mmk-gate, built with
 #   cargo build --release -p mmk-interposer -p mmk-kernel-sched
 set -uo pipefail
@@ -34,13 +35,18 @@ say "== machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current --format=csv,noheader | tee -a "$log"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$log"
 
+part() { [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ]; }
+
+if part coverage; then
 say "== coverage: launches the interposer counted vs kernels CUPTI saw (same region)"
 for w in resnet50 bert; do
     run "coverage/$w" LD_PRELOAD=$so MMK_KSCHED_STATS=$work/cov-$w.json MMK_KSCHED_RECORD=$work/trace-$w.csv -- python3 "$here/ksched-workloads.py" coverage $w $work/cupti-$w.json
     say "  stats: $(cat $work/cov-$w.json 2>/dev/null)"
     say "  diff: $(python3 "$here/ksched-coverage-diff.py" $work/trace-$w.csv $work/cupti-$w.json 2>&1 | tail -1)"
 done
+fi
 
+if part launch; then
 say "== per-launch cost (empty kernel, each launch call timed)"
 nvcc -O2 -o $work/launch-bench "$here/launch-bench.cu" 2>>"$out/stderr.txt"
 for i in 1 2 3; do
@@ -52,7 +58,9 @@ for i in 1 2 3; do
     run "launch/interposer+gate-mmk-online" LD_PRELOAD=$so MMK_GATE=$work/g.gate MMK_JOB_CLASS=online MMK_KSCHED_STATS=$work/launch-gate.json -- $work/launch-bench 100000
     say "  stats: $(cat $work/launch-gate.json 2>/dev/null)"
 done
+fi
 
+if part e2e; then
 say "== end to end (median ms per iteration; alternating runs)"
 $bin/mmk-gate create $work/p.gate --sms 132 --policy passthrough
 $bin/mmk-gate create $work/m.gate --sms 132 --policy mmk
@@ -65,5 +73,6 @@ for round in 1 2 3; do
     done
 done
 say "gate totals: passthrough $($bin/mmk-gate show $work/p.gate) mmk $($bin/mmk-gate show $work/m.gate)"
+fi
 tail -20 "$out/stderr.txt" >>"$log" 2>/dev/null
 rm -rf "$work"
