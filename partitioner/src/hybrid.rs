@@ -31,14 +31,15 @@
 //!    this repeats while some GPU gains.
 //! 4. **Shares grow back** (line 6: "when jobs arrive or complete, we update the MPS
 //!    settings for offline jobs"): in each partition whose shares leave room, the
-//!    checkpointable offline jobs' shares are chosen again (the others' stay), and they
-//!    move when the partition's STP grows by more than `move_cost` per moved job.
+//!    checkpointable offline jobs' shares grow into it, 10 % at a time to the job whose
+//!    raise adds the most STP (the others' stay), and they move when the partition's STP
+//!    grows by more than `move_cost` per moved job.
 //! 5. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
 //!
 //! `MPSConfig` (lines 24-35) here: each new job starts at 10 %; online jobs with an SLO
 //! are raised until their predicted latency meets it; then the remaining share goes 10 % at
 //! a time to the job whose raise adds the most STP, until no raise helps. Shares of jobs
-//! already running stay.
+//! already running stay, unless they move (steps 2 and 4).
 //!
 //! Baselines, as we read their papers:
 //! - **MIGER** packs jobs into MIG partitions and tunes MPS shares, like MMK, but its model
@@ -144,6 +145,9 @@ fn state_key(
         job_words(jobs, m.job, m.share, &mut key);
     }
     if let Some(j) = new {
+        // A tag no job's words begin with (the bits of a NaN SM demand), so a state with
+        // a newcomer never meets one of a member more without.
+        key.push(u64::MAX);
         job_words(jobs, j, 0, &mut key);
     }
     key
@@ -846,7 +850,8 @@ impl Hybrid {
 
     /// MPSConfig over a newcomer and the partition's movable jobs together: the shares of
     /// the jobs that cannot move stay, the rest is shared out again (module docs). With
-    /// no newcomer (`None`), only the movable jobs' shares are chosen again (step 4).
+    /// no newcomer (`None`, step 4) the movable jobs' shares only grow, from what they are,
+    /// into the room the partition has.
     /// Returns the members (the newcomer last), their STP, the newcomer's own predicted
     /// performance (0 without one), and the movable jobs whose share changed.
     fn rebalance(
@@ -859,8 +864,6 @@ impl Hybrid {
         if !self.options.share_partitions {
             return None;
         }
-        // Without a newcomer the key has no newcomer's words; members never have share
-        // 0, so it cannot meet the key of a partition one member smaller with a newcomer.
         let key = state_key(jobs, &part.shape, &part.members, new);
         let (shares, stp, own) = self.recall(
             |m| &mut m.rebalance,
@@ -909,11 +912,17 @@ impl Hybrid {
         if room < u32::from(SHARE_STEP) * n_adjustable {
             return None;
         }
+        // With a newcomer the movable jobs start over from the least share; without one
+        // they keep theirs and can only grow.
         let mut members: Vec<Member> = before
             .iter()
             .map(|m| Member {
                 job: m.job,
-                share: if movable(m) { SHARE_STEP } else { m.share },
+                share: if movable(m) && new.is_some() {
+                    SHARE_STEP
+                } else {
+                    m.share
+                },
             })
             .collect();
         let me = new.map(|job| {
@@ -1760,11 +1769,20 @@ mod tests {
         assert_eq!(share_of(&plan, 1), Some((whole, 60)));
         assert_eq!(share_of(&plan, 2), Some((whole, 40)));
 
-        // A trainer that already has all the room there is stays; MIGER never restarts a
-        // running job.
-        trainer.mps_share = 60;
-        let plan = mmk().plan(&node, &[trainer.clone(), serving.clone()]);
+        // Planning again after the move moves nothing: the shares are where they grow to.
+        let (node2, jobs2) = crate::plan::apply(&node, &[trainer.clone(), serving.clone()], &plan);
+        assert!(mmk().plan(&node2, &jobs2).moves.is_empty());
+
+        // A trainer that would gain nothing from the room left stays where it is, and
+        // one never shrinks: alone at 90 %, the analytic model's trainer (85 % of the
+        // SMs) runs at full speed already.
+        let mut alone = trainer.clone();
+        alone.mps_share = 90;
+        let plan = mmk().plan(&node, std::slice::from_ref(&alone));
         assert!(plan.moves.is_empty(), "{:?}", plan.moves);
+        assert_eq!(share_of(&plan, 1), Some((whole, 90)));
+
+        // MIGER never restarts a running job.
         trainer.mps_share = 30;
         let miger = Hybrid::miger(Arc::new(AnalyticModel::default()));
         let plan = miger.plan(&node, &[trainer, serving]);

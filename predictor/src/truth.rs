@@ -415,7 +415,7 @@ impl PerfModel for MeasuredTruth {
                 .sum::<u32>();
         let alone = self.jobs[i].alone(scaled(u32::from(mps_share), total) * part);
         let others = total - u32::from(mps_share);
-        let factor = if total <= 100 && co_runners.len() > 1 {
+        let factor = if total <= 100 && co_runners.len() > 1 && others > 0 {
             // Within 100 %: each co-runner's ratio at the split against all of them
             // together, weighted by its share (a geometric mean).
             let agg = u8::try_from(others).unwrap_or(100);
@@ -737,5 +737,19 @@ mod tests {
         let threes = checked.iter().filter(|c| c.jobs == 3).count();
         let fours = checked.iter().filter(|c| c.jobs == 4).count();
         assert_eq!((threes, fours), (126, 56));
+        // Within 100 % (the splits MMK's planner makes): within 11 % on average and
+        // unbiased within 5 % at each split. Losses multiplied, the rule before, were
+        // 21-24 % off and 16-22 % too slow there.
+        for split in splits(&checked) {
+            if split.iter().sum::<u32>() > 100 {
+                continue;
+            }
+            let v = of_split(&checked, &split);
+            let (error, bias) = (mean(&v, |c| c.error().abs()), mean(&v, CheckedJob::error));
+            assert!(
+                error < 0.11 && bias.abs() < 0.05,
+                "{split:?}: {error} {bias}"
+            );
+        }
     }
 }
