@@ -1672,8 +1672,8 @@ mod tests {
         assert_eq!(gpus, [0, 1, 2, 3]);
     }
 
-    #[test]
-    fn a_checkpointable_job_makes_room_by_moving() {
+    /// An A100 with one 7g instance (driver ID 1) over every slice, and its slot.
+    fn one_7g() -> (NodeState, Slot) {
         let mut g = gpu("a100-80gb", 0);
         g.instances.push(Instance {
             id: 1,
@@ -1681,12 +1681,17 @@ mod tests {
             placement: Placement { start: 0, size: 8 },
             uuid: "MIG-1".into(),
         });
-        let node = NodeState { gpus: vec![g] };
         let whole = Slot {
             gpu: 0,
             start: 0,
             profile_id: Some(0),
         };
+        (NodeState { gpus: vec![g] }, whole)
+    }
+
+    #[test]
+    fn a_checkpointable_job_makes_room_by_moving() {
+        let (node, whole) = one_7g();
         let mut trainer = job(1, JobClass::Offline, 30, 0.85, 0.45);
         trainer.placed = Some(whole);
         trainer.mps_share = 100;
@@ -1722,19 +1727,7 @@ mod tests {
 
     #[test]
     fn a_checkpointable_job_left_with_room_restarts_with_a_larger_share() {
-        let mut g = gpu("a100-80gb", 0);
-        g.instances.push(Instance {
-            id: 1,
-            profile_id: 0,
-            placement: Placement { start: 0, size: 8 },
-            uuid: "MIG-1".into(),
-        });
-        let node = NodeState { gpus: vec![g] };
-        let whole = Slot {
-            gpu: 0,
-            start: 0,
-            profile_id: Some(0),
-        };
+        let (node, whole) = one_7g();
         // A trainer that got 30 % next to a co-runner that has since finished.
         let mut trainer = job(1, JobClass::Offline, 30, 0.85, 0.45);
         trainer.placed = Some(whole);

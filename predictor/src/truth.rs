@@ -562,23 +562,31 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_light_co_runner_gains_once_and_losses_compound() {
+    /// A model of an online "svc" (half speed at 50 %), a "light" offline job (29 % of the
+    /// SMs) and a "heavy" one, alone at 100 % and 50 %, with `pairs`.
+    fn with_svc_light_heavy(pairs: [Record; 2]) -> MeasuredTruth {
         use JobClass::*;
-        let pair100 = |svc_s: f64, other: &str| pair(("svc", 100, svc_s), (other, 100, 0.3));
-        let t = MeasuredTruth::from_records(&[
+        let mut records = vec![
             alone("svc", 100, Online, 0.010, 80.0),
             alone("svc", 50, Online, 0.020, 50.0),
             alone("light", 100, Offline, 0.100, 30.0),
             alone("light", 50, Offline, 0.100, 29.0),
             alone("heavy", 100, Offline, 0.100, 95.0),
             alone("heavy", 50, Offline, 0.200, 50.0),
+        ];
+        records.extend(pairs);
+        MeasuredTruth::from_records(&records).unwrap()
+    }
+
+    #[test]
+    fn a_light_co_runner_gains_once_and_losses_compound() {
+        let pair100 = |svc_s: f64, other: &str| pair(("svc", 100, svc_s), (other, 100, 0.3));
+        let t = with_svc_light_heavy([
             // Next to "light" svc ran at 0.7, where half the GPU gives 0.5: ratio 1.4.
             pair100(0.010 / 0.7, "light"),
             // Next to "heavy" at 0.4: ratio 0.8.
             pair100(0.010 / 0.4, "heavy"),
-        ])
-        .unwrap();
+        ]);
         let by = |l: &str| t.jobs().iter().find(|j| j.label == l).unwrap().profile;
         let co = |l: &str| CoRunner {
             profile: by(l),
@@ -598,20 +606,12 @@ mod tests {
 
     #[test]
     fn within_100_percent_co_runners_count_together_by_share() {
-        use JobClass::*;
-        let t = MeasuredTruth::from_records(&[
-            alone("svc", 100, Online, 0.010, 80.0),
-            alone("svc", 50, Online, 0.020, 50.0),
-            alone("light", 100, Offline, 0.100, 30.0),
-            alone("light", 50, Offline, 0.100, 29.0),
-            alone("heavy", 100, Offline, 0.100, 95.0),
-            alone("heavy", 50, Offline, 0.200, 50.0),
+        let t = with_svc_light_heavy([
             // At 50 / 50, svc ran at 0.45 next to "light" (ratio 0.9) and at 0.3 next to
             // "heavy" (ratio 0.6), where its curve gives 0.5.
             pair(("svc", 50, 0.010 / 0.45), ("light", 50, 0.2)),
             pair(("svc", 50, 0.010 / 0.3), ("heavy", 50, 0.4)),
-        ])
-        .unwrap();
+        ]);
         let by = |l: &str| t.jobs().iter().find(|j| j.label == l).unwrap().profile;
         let co = |l: &str, share: u8| CoRunner {
             profile: by(l),
