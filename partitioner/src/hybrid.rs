@@ -716,10 +716,8 @@ impl Hybrid {
                         Err(Refusal::Room) => {}
                     }
                     if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, Some(j)) {
-                        let cost = self.options.move_cost.unwrap_or(0.0)
-                            * moves.iter().filter(|m| !moved.contains(m)).count() as f64;
                         // A move must pay for its restart.
-                        let gain = stp - cost - now;
+                        let gain = stp - self.moves_cost(&moves, moved) - now;
                         if gain > 0.0 && self.adds_enough(part, own, gain) {
                             consider(gain, members, moves);
                         }
@@ -977,6 +975,13 @@ impl Hybrid {
         Some((members.iter().map(|m| m.share).collect(), stp, own))
     }
 
+    /// What restarting `moves` costs in predicted STP: `move_cost` for each job not already
+    /// moved in this plan.
+    fn moves_cost(&self, moves: &[usize], moved: &BTreeSet<usize>) -> f64 {
+        let new = moves.iter().filter(|m| !moved.contains(m)).count();
+        self.options.move_cost.unwrap_or(0.0) * new as f64
+    }
+
     /// Step 4 (Algorithm 1, line 6: "when jobs arrive or complete, we update the MPS
     /// settings for offline jobs"): in every partition whose shares leave room (a job
     /// left, or MPSConfig left some), the checkpointable offline jobs' shares are chosen
@@ -984,9 +989,9 @@ impl Hybrid {
     /// than the moves cost. Without this a job keeps the small share it got next to
     /// co-runners for its whole life, also after they leave.
     fn regrow(&self, jobs: &[JobDemand], p: &mut Progress) {
-        let Some(move_cost) = self.options.move_cost else {
+        if self.options.move_cost.is_none() {
             return;
-        };
+        }
         for gp in &mut p.plans {
             for part in &mut gp.parts {
                 if part.share_left() < SHARE_STEP || !part.members.iter().any(|m| movable(jobs, m))
@@ -996,8 +1001,7 @@ impl Hybrid {
                 let Some((members, stp, _, moves)) = self.rebalance(jobs, part, None) else {
                     continue;
                 };
-                let cost = move_cost * moves.iter().filter(|m| !p.moved.contains(m)).count() as f64;
-                if stp - cost - self.part_stp(jobs, part) > 1e-9 {
+                if stp - self.moves_cost(&moves, &p.moved) - self.part_stp(jobs, part) > 1e-9 {
                     part.members = members;
                     p.moved.extend(moves);
                 }
@@ -1672,26 +1676,9 @@ mod tests {
         assert_eq!(gpus, [0, 1, 2, 3]);
     }
 
-    /// An A100 with one 7g instance (driver ID 1) over every slice, and its slot.
-    fn one_7g() -> (NodeState, Slot) {
-        let mut g = gpu("a100-80gb", 0);
-        g.instances.push(Instance {
-            id: 1,
-            profile_id: 0,
-            placement: Placement { start: 0, size: 8 },
-            uuid: "MIG-1".into(),
-        });
-        let whole = Slot {
-            gpu: 0,
-            start: 0,
-            profile_id: Some(0),
-        };
-        (NodeState { gpus: vec![g] }, whole)
-    }
-
     #[test]
     fn a_checkpointable_job_makes_room_by_moving() {
-        let (node, whole) = one_7g();
+        let (node, whole) = whole_instance_node();
         let mut trainer = job(1, JobClass::Offline, 30, 0.85, 0.45);
         trainer.placed = Some(whole);
         trainer.mps_share = 100;
@@ -1727,7 +1714,7 @@ mod tests {
 
     #[test]
     fn a_checkpointable_job_left_with_room_restarts_with_a_larger_share() {
-        let (node, whole) = one_7g();
+        let (node, whole) = whole_instance_node();
         // A trainer that got 30 % next to a co-runner that has since finished.
         let mut trainer = job(1, JobClass::Offline, 30, 0.85, 0.45);
         trainer.placed = Some(whole);
