@@ -56,7 +56,9 @@ struct Header {
     waiters: AtomicU32,
     /// [`GateConfig::offline_depth`].
     offline_depth: AtomicU32,
-    _reserved: AtomicU32,
+    /// [`GateConfig::gemm_slice_mflop`]. (Version 3 gates made before it have 0 here:
+    /// no slicing.)
+    gemm_slice_mflop: AtomicU32,
     /// Counters of the slots that were left or reaped, so they outlive their processes.
     total_launches: AtomicU64,
     total_held: AtomicU64,
@@ -113,11 +115,15 @@ pub struct GateConfig {
     /// `mmk` only: while an online job is present, at most this many offline kernels in
     /// flight in the partition (0: no cap; see [`crate::policy::Mmk`]).
     pub offline_depth: u32,
+    /// Offline jobs' cuBLAS GEMMs of more than this many million floating-point
+    /// operations are cut into pieces of at most this size (0: not cut; see
+    /// [`crate::slice`]).
+    pub gemm_slice_mflop: u32,
 }
 
 impl GateConfig {
     /// 250 us base (2.5 % of a 10 ms request, Orion's DUR_THRESHOLD), a 100 ms hard bound,
-    /// no offline depth cap.
+    /// no offline depth cap, no GEMM slicing.
     pub fn new(sm_count: u32, policy: PolicyKind) -> GateConfig {
         GateConfig {
             sm_count,
@@ -125,6 +131,7 @@ impl GateConfig {
             base: Duration::from_micros(250),
             max_hold: DEFAULT_MAX_HOLD,
             offline_depth: 0,
+            gemm_slice_mflop: 0,
         }
     }
 
@@ -391,6 +398,8 @@ impl Gate {
             .store(nanos(config.max_hold), Ordering::Relaxed);
         h.offline_depth
             .store(config.offline_depth, Ordering::Relaxed);
+        h.gemm_slice_mflop
+            .store(config.gemm_slice_mflop, Ordering::Relaxed);
         self.wake_all();
     }
 
@@ -403,7 +412,13 @@ impl Gate {
             base: Duration::from_nanos(h.base_ns.load(Ordering::Relaxed)),
             max_hold: Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed)),
             offline_depth: h.offline_depth.load(Ordering::Relaxed),
+            gemm_slice_mflop: h.gemm_slice_mflop.load(Ordering::Relaxed),
         }
+    }
+
+    /// [`GateConfig::gemm_slice_mflop`] alone (one load, for the interposer's GEMM hooks).
+    pub fn gemm_slice_mflop(&self) -> u32 {
+        self.seg().header.gemm_slice_mflop.load(Ordering::Relaxed)
     }
 
     /// Take a slot for process `pid`. A slot the same pid held before is taken over (a
@@ -842,12 +857,16 @@ mod tests {
         assert_eq!(opened.config().sm_count, 132);
         assert_eq!(opened.config().policy, PolicyKind::Mmk);
         assert_eq!(opened.config().offline_depth, 0);
+        assert_eq!(opened.gemm_slice_mflop(), 0);
         created.configure(&GateConfig {
             offline_depth: 8,
             base: Duration::from_micros(1500),
+            gemm_slice_mflop: 8000,
             ..GateConfig::new(66, PolicyKind::Passthrough)
         });
         assert_eq!(opened.config().sm_count, 66, "the mapping is shared");
+        assert_eq!(opened.gemm_slice_mflop(), 8000);
+        assert_eq!(opened.config().gemm_slice_mflop, 8000);
         assert_eq!(opened.config().policy, PolicyKind::Passthrough);
         assert_eq!(opened.config().policy_params().offline_depth, 8);
         assert_eq!(opened.config().base, Duration::from_micros(1500));

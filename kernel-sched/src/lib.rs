@@ -14,6 +14,7 @@
 //!   `orion` and `fikit` policies look launches up in.
 //! - [`sim`]: the kernel-level simulator, which replays recorded traces of several jobs on
 //!   a simulated SM pool under each policy (`mmkctl ksim`).
+//! - [`slice`]: how an offline job's long GEMMs are cut into pieces the gate can hold.
 //! - [`trace`]: the kernel trace that record mode writes (one CSV line a launch).
 //! - [`sm_demand`]: how many SMs a launch needs, from its grid and the occupancy API.
 //!
@@ -24,6 +25,7 @@ pub mod gate;
 pub mod policy;
 pub mod profile;
 pub mod sim;
+pub mod slice;
 pub mod trace;
 
 pub use gate::{

@@ -28,14 +28,16 @@ struct Node {
 }
 
 impl Node {
-    /// A library directory with the fake driver as `libcuda.so.1` and a copy of it as
-    /// `libcudart.so.13`.
+    /// A library directory with the fake driver as `libcuda.so.1` and copies of it as
+    /// `libcudart.so.13`, `libcublas.so.13` and `libcublasLt.so.13`.
     fn new() -> Node {
         let dir = tempfile::tempdir().unwrap();
         let lib = dir.path().join("lib");
         std::fs::create_dir(&lib).unwrap();
         std::fs::copy(built().join(FAKE_CUDA), lib.join("libcuda.so.1")).unwrap();
-        std::fs::copy(built().join(FAKE_CUDA), lib.join("libcudart.so.13")).unwrap();
+        for name in ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13"] {
+            std::fs::copy(built().join(FAKE_CUDA), lib.join(name)).unwrap();
+        }
         Node { dir }
     }
 
@@ -613,4 +615,107 @@ fn a_job_records_a_cuda_graph_by_stream_capture_under_the_kernel_scheduler() {
     }
     assert_eq!(gate.totals().launches, 12, "the gate saw what ran");
     assert!(gate.slots().is_empty());
+}
+
+/// The kernels the fake driver ran for job `name`, by kernel name.
+fn kernel_names(node: &Node, name: &str) -> Vec<String> {
+    let text =
+        std::fs::read_to_string(node.path(&format!("{name}.kernels.csv"))).unwrap_or_default();
+    text.lines()
+        .map(|line| line.split(',').nth(1).unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// One `mmk-fake-cuda-app gemm` run of `blas` (64 x 256 x 128, 4.2 MFLOP) as job `name`.
+fn gemm_job(node: &Node, name: &str, class: Class, blas: &str, trans_b: &str) -> (Value, Value) {
+    let child = node
+        .job(
+            name,
+            class,
+            true,
+            &[
+                "gemm",
+                "--blas",
+                blas,
+                "--trans-b",
+                trans_b,
+                "--m",
+                "64",
+                "--n",
+                "256",
+                "--k",
+                "128",
+            ],
+        )
+        .spawn()
+        .unwrap();
+    let out = finish(child, &format!("{name}: {blas} --trans-b {trans_b}"));
+    (out, node.stats(name))
+}
+
+#[test]
+fn an_offline_jobs_long_gemms_are_cut_into_gated_launches_that_compute_the_same() {
+    let node = Node::new();
+    // 1 MFLOP a piece: the 4.2 MFLOP GEMM goes in several pieces.
+    node.gate_with(&GateConfig {
+        gemm_slice_mflop: 1,
+        ..GateConfig::new(132, PolicyKind::Passthrough)
+    });
+    let expected = mmk_kernel_sched::slice::column_slices(64, 256, 128, 1).len();
+    assert!(expected > 2, "{expected}");
+    for blas in ["sgemm", "gemmex", "gemmex-f64", "lt", "lt-bias-relu"] {
+        for trans_b in ["n", "t"] {
+            let name = format!("{blas}-{trans_b}");
+            let (out, stats) = gemm_job(&node, &name, Class::Offline, blas, trans_b);
+            // Every element as the whole call computes it (the app checks bit for bit).
+            assert_eq!(out["mismatches"], 0, "{name}: {out}");
+            assert_eq!(out["elements"], 64 * 256, "{name}: {out}");
+            let api = match blas {
+                "sgemm" => "cublasSgemm_v2",
+                "gemmex" | "gemmex-f64" => "cublasGemmEx",
+                _ => "cublasLtMatmul",
+            };
+            assert_eq!(stats["gemm"][api], 1, "{name}: {stats}");
+            assert_eq!(stats["gemm"]["cut"], 1, "{name}: {stats}");
+            assert_eq!(stats["gemm"]["pieces"], expected, "{name}: {stats}");
+            assert_eq!(stats["gemm"]["uncut"], 0, "{name}: {stats}");
+            // Each piece reached the driver as a launch of its own, through the gate.
+            let kernels = kernel_names(&node, &name);
+            assert_eq!(kernels.len(), expected, "{name}: {kernels:?}");
+            assert!(kernels.iter().all(|k| k == "fake_gemm"), "{kernels:?}");
+            assert_eq!(stats["launches"], expected, "{name}: {stats}");
+        }
+    }
+}
+
+#[test]
+fn gemms_run_whole_online_without_a_limit_or_under_it() {
+    let node = Node::new();
+    let gate = node.gate_with(&GateConfig {
+        gemm_slice_mflop: 1,
+        ..GateConfig::new(132, PolicyKind::Passthrough)
+    });
+    let whole = |name: &str, stats: &Value| {
+        assert_eq!(kernel_names(&node, name).len(), 1, "{name}");
+        assert_eq!(stats["gemm"]["cut"], 0, "{name}: {stats}");
+        assert_eq!(stats["gemm"]["uncut"], 0, "{name}: {stats}");
+    };
+    // An online job's GEMMs are never cut.
+    let (out, stats) = gemm_job(&node, "online", Class::Online, "lt", "n");
+    assert_eq!(out["mismatches"], 0, "{out}");
+    assert_eq!(stats["gemm"]["cublasLtMatmul"], 1, "{stats}");
+    whole("online", &stats);
+    // Nor an offline job's when the gate sets no limit.
+    gate.configure(&GateConfig::new(132, PolicyKind::Passthrough));
+    let (out, stats) = gemm_job(&node, "unlimited", Class::Offline, "sgemm", "t");
+    assert_eq!(out["mismatches"], 0, "{out}");
+    whole("unlimited", &stats);
+    // Nor a GEMM under the limit (4.2 MFLOP against 5).
+    gate.configure(&GateConfig {
+        gemm_slice_mflop: 5,
+        ..GateConfig::new(132, PolicyKind::Passthrough)
+    });
+    let (out, stats) = gemm_job(&node, "small", Class::Offline, "gemmex", "n");
+    assert_eq!(out["mismatches"], 0, "{out}");
+    whole("small", &stats);
 }

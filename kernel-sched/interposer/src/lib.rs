@@ -15,6 +15,10 @@
 //! Streams: `cuStreamCreate` and `cuStreamCreateWithPriority` are hooked the same way, so
 //! that an online job's streams get the device's greatest priority (`streams`).
 //!
+//! cuBLAS: `cublasSgemm_v2`, `cublasGemmEx` and `cublasLtMatmul` are exported too; in an
+//! offline job whose gate asks for it, a long GEMM is cut into pieces that the gate can
+//! hold one by one (`blas`).
+//!
 //! A graph launch is one unit. A runtime launch is gated once even when the runtime calls a
 //! hooked driver entry point underneath.
 //!
@@ -22,6 +26,7 @@
 //! lookup, a missing driver helper or a panic inside the interposer falls back to calling the
 //! real function; `MMK_KSCHED_OFF=1` turns every hook into a plain pass-through.
 
+mod blas;
 mod cuda;
 mod exports;
 mod hooks;

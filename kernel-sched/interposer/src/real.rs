@@ -49,6 +49,10 @@ pub enum Lib {
     Driver,
     /// `libcudart.so.*`, the runtime.
     Runtime,
+    /// `libcublas.so.*`.
+    Blas,
+    /// `libcublasLt.so.*`.
+    BlasLt,
 }
 
 /// A handle to the loaded library (never loads one): by name for the driver, by scanning the
@@ -56,9 +60,13 @@ pub enum Lib {
 pub fn handle(lib: Lib) -> Option<usize> {
     static DRIVER: OnceLock<Option<usize>> = OnceLock::new();
     static RUNTIME: OnceLock<Option<usize>> = OnceLock::new();
+    static BLAS: OnceLock<Option<usize>> = OnceLock::new();
+    static BLAS_LT: OnceLock<Option<usize>> = OnceLock::new();
     let (cell, needle) = match lib {
         Lib::Driver => (&DRIVER, "libcuda.so"),
         Lib::Runtime => (&RUNTIME, "libcudart.so"),
+        Lib::Blas => (&BLAS, "libcublas.so"),
+        Lib::BlasLt => (&BLAS_LT, "libcublasLt.so"),
     };
     if let Some(h) = cell.get() {
         return *h;

@@ -50,6 +50,26 @@ impl Api {
     }
 }
 
+/// The cuBLAS entry points the interposer exports (`blas`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blas {
+    Sgemm,
+    GemmEx,
+    LtMatmul,
+}
+
+impl Blas {
+    pub const ALL: [Blas; 3] = [Blas::Sgemm, Blas::GemmEx, Blas::LtMatmul];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Blas::Sgemm => "cublasSgemm_v2",
+            Blas::GemmEx => "cublasGemmEx",
+            Blas::LtMatmul => "cublasLtMatmul",
+        }
+    }
+}
+
 /// Histogram buckets: 10 ns wide up to 100 us; the last one holds the rest.
 const BUCKET_NS: u64 = 10;
 const BUCKETS: usize = 10_000;
@@ -74,6 +94,12 @@ pub struct Stats {
     pub streams_created: AtomicU64,
     pub streams_raised: AtomicU64,
     pub stream_priority: AtomicI64,
+    /// GEMM calls by entry point; calls cut into pieces, the pieces, and calls over the
+    /// limit that could not be cut.
+    gemm_calls: [AtomicU64; Blas::ALL.len()],
+    gemm_cut: AtomicU64,
+    gemm_pieces: AtomicU64,
+    gemm_uncut: AtomicU64,
     hook_ns: Box<[AtomicU64]>,
     hook_ns_sum: AtomicU64,
     hook_ns_max: AtomicU64,
@@ -93,6 +119,10 @@ impl Stats {
             streams_created: AtomicU64::new(0),
             streams_raised: AtomicU64::new(0),
             stream_priority: AtomicI64::new(0),
+            gemm_calls: std::array::from_fn(|_| AtomicU64::new(0)),
+            gemm_cut: AtomicU64::new(0),
+            gemm_pieces: AtomicU64::new(0),
+            gemm_uncut: AtomicU64::new(0),
             hook_ns: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             hook_ns_sum: AtomicU64::new(0),
             hook_ns_max: AtomicU64::new(0),
@@ -106,6 +136,21 @@ impl Stats {
 
     pub fn launches(&self) -> u64 {
         self.by_api.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    pub fn gemm_call(&self, api: Blas) {
+        self.gemm_calls[api as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A GEMM call ran as `pieces` pieces.
+    pub fn gemm_cut(&self, pieces: u64) {
+        self.gemm_cut.fetch_add(1, Ordering::Relaxed);
+        self.gemm_pieces.fetch_add(pieces, Ordering::Relaxed);
+    }
+
+    /// A GEMM call over the limit ran whole: its shape, type or epilogue is not cut.
+    pub fn gemm_uncut(&self) {
+        self.gemm_uncut.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Record the interposer's own time for one launch (not counting time held).
@@ -170,9 +215,19 @@ impl Stats {
             )
         };
         let mean = self.hook_ns_sum.load(Ordering::Relaxed) / timed.max(1);
+        let gemm: String = Blas::ALL
+            .iter()
+            .map(|api| {
+                format!(
+                    "\"{}\":{},",
+                    api.name(),
+                    self.gemm_calls[*api as usize].load(Ordering::Relaxed)
+                )
+            })
+            .collect();
         let _ = write!(
             s,
-            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"captured\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
+            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"captured\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"gemm\":{{{gemm}\"cut\":{},\"pieces\":{},\"uncut\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
             self.failed.load(Ordering::Relaxed),
             self.held.load(Ordering::Relaxed),
             self.held_ns.load(Ordering::Relaxed),
@@ -183,6 +238,9 @@ impl Stats {
             self.streams_created.load(Ordering::Relaxed),
             self.streams_raised.load(Ordering::Relaxed),
             self.stream_priority.load(Ordering::Relaxed),
+            self.gemm_cut.load(Ordering::Relaxed),
+            self.gemm_pieces.load(Ordering::Relaxed),
+            self.gemm_uncut.load(Ordering::Relaxed),
             self.hook_ns_max.load(Ordering::Relaxed),
         );
         s

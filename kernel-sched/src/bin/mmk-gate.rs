@@ -2,9 +2,12 @@
 //! runs; this is for running jobs under the kernel scheduler without mmkd, and for looking).
 //!
 //! ```text
-//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K]
+//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F]
 //! mmk-gate show PATH
 //! ```
+//!
+//! `--gemm-slice-mflop F`: offline jobs' cuBLAS GEMMs of more than F million
+//! floating-point operations are cut into pieces of at most F (`mmk_kernel_sched::slice`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +15,7 @@ use std::time::Duration;
 
 use mmk_kernel_sched::{Gate, GateConfig, PolicyKind};
 
-const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K]\n       mmk-gate show PATH";
+const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F]\n       mmk-gate show PATH";
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
@@ -42,6 +45,10 @@ fn run() -> Result<(), String> {
                         config.offline_depth = u32::try_from(num()?)
                             .map_err(|_| "--offline-depth: too large".to_owned())?
                     }
+                    "--gemm-slice-mflop" => {
+                        config.gemm_slice_mflop = u32::try_from(num()?)
+                            .map_err(|_| "--gemm-slice-mflop: too large".to_owned())?
+                    }
                     other => return Err(format!("unknown flag {other}\n{USAGE}")),
                 }
             }
@@ -53,12 +60,13 @@ fn run() -> Result<(), String> {
             let c = gate.config();
             let t = gate.totals();
             println!(
-                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
+                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"gemm_slice_mflop\":{},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
                 c.sm_count,
                 c.policy,
                 c.base.as_micros(),
                 c.max_hold.as_millis(),
                 c.offline_depth,
+                c.gemm_slice_mflop,
                 t.launches,
                 t.held,
                 t.held_ns,

@@ -17,10 +17,15 @@
 //! recorded first by stream capture in global mode, as `torch.cuda.graph` does: K kernels
 //! of `--duration-us`, captured while a 20 ms kernel launched just before is still running.
 //!
+//! `mmk-fake-cuda-app gemm ...` runs one cuBLAS or cuBLASLt GEMM instead (`gemm.rs`).
+//!
 //! Prints one JSON line:
 //! `{"pid","launched","failed","elapsed_ns","launch_ns":{"p50","p99"},"stream_priorities"}`,
 //! where `launch_ns` is the wall time of the launch calls themselves and
 //! `stream_priorities` what `cuStreamGetPriority` says of each thread's stream.
+
+#[path = "mmk-fake-cuda-app/gemm.rs"]
+mod gemm;
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::process::ExitCode;
@@ -499,7 +504,32 @@ unsafe fn capture(cuda: &Cuda, a: &Args, stream: Handle) -> Result<Handle, Strin
     }
 }
 
+/// `mmk-fake-cuda-app gemm ...` (see `gemm.rs`).
+fn gemm_mode() -> ExitCode {
+    // SAFETY: see open(); the stream belongs to the context open() made current.
+    unsafe {
+        let prepared = open().and_then(|cuda| {
+            let mut stream: Handle = std::ptr::null_mut();
+            check(
+                "cuStreamCreate",
+                cuda.get::<StreamCreate>(c"cuStreamCreate", 0)?(&mut stream, 0),
+            )?;
+            Ok((stream, cuda.get::<StreamSync>(c"cuStreamSynchronize", 0)?))
+        });
+        match prepared {
+            Ok((stream, sync)) => gemm::run(std::env::args().skip(2), stream, |s| sync(s)),
+            Err(e) => {
+                eprintln!("mmk-fake-cuda-app: {e}");
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("gemm") {
+        return gemm_mode();
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

@@ -1,0 +1,702 @@
+//! cuBLAS GEMMs of offline jobs, cut into pieces the gate can hold
+//! ([`mmk_kernel_sched::slice`]).
+//!
+//! The interposer exports `cublasSgemm_v2`, `cublasGemmEx` and `cublasLtMatmul`; a program
+//! linked against cuBLAS (PyTorch's `libtorch_cuda.so`) reaches them first. Each counts
+//! the call and, in an offline job whose gate sets [`GateConfig::gemm_slice_mflop`]
+//! (`mmk-gate create --gemm-slice-mflop`), cuts a GEMM over the limit along N into
+//! pieces, each an ordinary call of the real function on sub-matrices (pointer offsets, the
+//! same leading dimensions). Everything else goes to the real function unchanged.
+//!
+//! What is not cut (counted as `uncut` when over the limit): batched layouts, row-major or
+//! other orders, data types other than real fp16/bf16/fp32/fp64, cuBLASLt epilogues other
+//! than the per-row ones (bias, ReLU, GELU, without auxiliary output), and a call whose
+//! first piece the library refuses (it then runs whole). A piece of `cublasLtMatmul` is
+//! first tried with the caller's algorithm and, if the library refuses it for the
+//! narrower shape, with none (the library's own heuristic).
+//!
+//! Calls made while one of these hooks runs on the same thread (cuBLAS calling cuBLASLt
+//! inside) go straight through, uncounted.
+//!
+//! [`GateConfig::gemm_slice_mflop`]: mmk_kernel_sched::GateConfig::gemm_slice_mflop
+
+#![allow(non_snake_case)]
+
+use std::cell::Cell;
+use std::ffi::{CStr, c_int, c_void};
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use mmk_kernel_sched::Class;
+use mmk_kernel_sched::slice::{column_slices, element_bytes};
+
+use crate::real::{self, Lib};
+use crate::stats::Blas;
+
+type Handle = *mut c_void;
+/// `cublasStatus_t`.
+type Status = c_int;
+
+const CUBLAS_STATUS_SUCCESS: Status = 0;
+const CUBLAS_STATUS_NOT_INITIALIZED: Status = 1;
+/// `cublasOperation_t`: not transposed.
+const CUBLAS_OP_N: c_int = 0;
+const CUDA_R_32F: c_int = 0;
+
+// cublasLtMatmulDescAttributes_t and cublasLtMatrixLayoutAttribute_t (cublasLt.h).
+const DESC_TRANSB: c_int = 4;
+const DESC_EPILOGUE: c_int = 7;
+const LAYOUT_TYPE: c_int = 0;
+const LAYOUT_ORDER: c_int = 1;
+const LAYOUT_ROWS: c_int = 2;
+const LAYOUT_COLS: c_int = 3;
+const LAYOUT_LD: c_int = 4;
+const LAYOUT_BATCH_COUNT: c_int = 5;
+/// `CUBLASLT_ORDER_COL`.
+const ORDER_COL: i32 = 0;
+/// cublasLtEpilogue_t values that act on each element (with a per-row bias): DEFAULT,
+/// RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS.
+const PER_ROW_EPILOGUES: [u32; 6] = [1, 2, 4, 6, 32, 36];
+
+type Sgemm = unsafe extern "C" fn(
+    Handle,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    *const f32,
+    *const f32,
+    c_int,
+    *const f32,
+    c_int,
+    *const f32,
+    *mut f32,
+    c_int,
+) -> Status;
+type GemmEx = unsafe extern "C" fn(
+    Handle,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    *const c_void,
+    *const c_void,
+    c_int,
+    c_int,
+    *const c_void,
+    c_int,
+    c_int,
+    *const c_void,
+    *mut c_void,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+) -> Status;
+type LtMatmul = unsafe extern "C" fn(
+    Handle,
+    Handle,
+    *const c_void,
+    *const c_void,
+    Handle,
+    *const c_void,
+    Handle,
+    *const c_void,
+    *const c_void,
+    Handle,
+    *mut c_void,
+    Handle,
+    *const c_void,
+    *mut c_void,
+    usize,
+    Handle,
+) -> Status;
+type LtGetAttribute = unsafe extern "C" fn(Handle, c_int, *mut c_void, usize, *mut usize) -> Status;
+type LtLayoutCreate = unsafe extern "C" fn(*mut Handle, c_int, u64, u64, i64) -> Status;
+type LtLayoutDestroy = unsafe extern "C" fn(Handle) -> Status;
+
+thread_local! {
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the thread as inside a GEMM hook while it lives.
+struct Inside;
+
+impl Inside {
+    /// `None` when the thread already is (a nested call).
+    fn enter() -> Option<Inside> {
+        INSIDE.with(|c| (!c.replace(true)).then_some(Inside))
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with(|c| c.set(false));
+    }
+}
+
+/// The real function `name` of `lib`, cached in `cell`; `ours` is our own export of it.
+fn resolve(cell: &AtomicUsize, name: &CStr, lib: Lib, ours: usize) -> usize {
+    let mut p = cell.load(Ordering::Acquire);
+    if p == 0 {
+        p = real::next_definition(name, lib);
+        if p == ours {
+            p = 0;
+        }
+        cell.store(p, Ordering::Release);
+    }
+    p
+}
+
+/// A cuBLASLt helper that the interposer calls itself (never exported by it).
+fn lt_helper(cell: &'static AtomicUsize, name: &CStr) -> usize {
+    resolve(cell, name, Lib::BlasLt, 0)
+}
+
+/// The piece limit for a call counted as `api`, or `None` when this call is not cut: the
+/// interposer is off, the process is not an offline job in a gate that cuts GEMMs.
+fn limit(api: Blas) -> Option<u64> {
+    let p = crate::process::get()?;
+    p.stats.gemm_call(api);
+    if p.class != Class::Offline {
+        return None;
+    }
+    let (gate, _) = p.gate.as_ref()?;
+    let mflop = gate.gemm_slice_mflop();
+    (mflop > 0).then_some(u64::from(mflop))
+}
+
+fn count(f: impl FnOnce(&crate::stats::Stats)) {
+    if let Some(p) = crate::process::get() {
+        f(&p.stats);
+    }
+}
+
+/// Run the pieces of a cut GEMM in order. `None` when the first piece fails (nothing has
+/// run: the caller runs the call whole); otherwise the first failure of a later piece, or
+/// success.
+fn run_pieces(pieces: &[Range<u64>], mut run: impl FnMut(&Range<u64>) -> Status) -> Option<Status> {
+    let mut iter = pieces.iter();
+    let first = iter.next()?;
+    if run(first) != CUBLAS_STATUS_SUCCESS {
+        return None;
+    }
+    for piece in iter {
+        let rc = run(piece);
+        if rc != CUBLAS_STATUS_SUCCESS {
+            return Some(rc);
+        }
+    }
+    count(|s| s.gemm_cut(pieces.len() as u64));
+    Some(CUBLAS_STATUS_SUCCESS)
+}
+
+/// Byte offset of column `j` of a column-major matrix with leading dimension `ld`, or of
+/// row `j` when the matrix is stored transposed (`op` not N).
+fn offset(j: u64, ld: u64, op: c_int, bytes: u64) -> Option<usize> {
+    let elements = if op == CUBLAS_OP_N {
+        j.checked_mul(ld)?
+    } else {
+        j
+    };
+    usize::try_from(elements.checked_mul(bytes)?).ok()
+}
+
+/// The pieces of a dense GEMM call (`cublasSgemm_v2`, `cublasGemmEx`), or `None` when it
+/// runs whole: not cut, small, or shaped in a way the slicer does not handle.
+fn dense_pieces(
+    api: Blas,
+    dims: [c_int; 3],
+    transb: c_int,
+    lds: [c_int; 2],
+    types: [c_int; 2],
+) -> Option<(Vec<Range<u64>>, [u64; 2])> {
+    let max = limit(api)?;
+    let [m, n, k] = dims.map(|d| u64::try_from(d).unwrap_or(0));
+    let pieces = column_slices(m, n, k, max);
+    if pieces.len() < 2 {
+        return None;
+    }
+    let bytes = match (element_bytes(types[0]), element_bytes(types[1])) {
+        (Some(b), Some(c)) if (0..=2).contains(&transb) => [b, c],
+        _ => {
+            count(|s| s.gemm_uncut());
+            return None;
+        }
+    };
+    let lds_ok = lds.iter().all(|&ld| ld > 0);
+    if !lds_ok {
+        return None;
+    }
+    Some((pieces, bytes))
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cublasSgemm_v2(
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f32,
+    a: *const f32,
+    lda: c_int,
+    b: *const f32,
+    ldb: c_int,
+    beta: *const f32,
+    c: *mut f32,
+    ldc: c_int,
+) -> Status {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let real = resolve(
+        &REAL,
+        c"cublasSgemm_v2",
+        Lib::Blas,
+        cublasSgemm_v2 as *const () as usize,
+    );
+    if real == 0 {
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    // SAFETY: the real cublasSgemm_v2.
+    let real = unsafe { std::mem::transmute::<usize, Sgemm>(real) };
+    // SAFETY (all calls below): the caller's arguments, or sub-matrices of them.
+    let whole = || unsafe {
+        real(
+            handle, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+        )
+    };
+    let Some(_inside) = Inside::enter() else {
+        return whole();
+    };
+    let plan = dense_pieces(
+        Blas::Sgemm,
+        [m, n, k],
+        transb,
+        [ldb, ldc],
+        [CUDA_R_32F, CUDA_R_32F],
+    );
+    let Some((pieces, [bb, cb])) = plan else {
+        return whole();
+    };
+    let (ldb64, ldc64) = (ldb as u64, ldc as u64);
+    let done = run_pieces(&pieces, |r| {
+        let (Some(ob), Some(oc)) = (
+            offset(r.start, ldb64, transb, bb),
+            offset(r.start, ldc64, CUBLAS_OP_N, cb),
+        ) else {
+            return CUBLAS_STATUS_NOT_INITIALIZED;
+        };
+        let width = (r.end - r.start) as c_int;
+        unsafe {
+            real(
+                handle,
+                transa,
+                transb,
+                m,
+                width,
+                k,
+                alpha,
+                a,
+                lda,
+                b.cast::<u8>().wrapping_add(ob).cast(),
+                ldb,
+                beta,
+                c.cast::<u8>().wrapping_add(oc).cast(),
+                ldc,
+            )
+        }
+    });
+    done.unwrap_or_else(whole)
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cublasGemmEx(
+    handle: Handle,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: *const c_void,
+    atype: c_int,
+    lda: c_int,
+    b: *const c_void,
+    btype: c_int,
+    ldb: c_int,
+    beta: *const c_void,
+    c: *mut c_void,
+    ctype: c_int,
+    ldc: c_int,
+    compute: c_int,
+    algo: c_int,
+) -> Status {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let real = resolve(
+        &REAL,
+        c"cublasGemmEx",
+        Lib::Blas,
+        cublasGemmEx as *const () as usize,
+    );
+    if real == 0 {
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    // SAFETY: the real cublasGemmEx.
+    let real = unsafe { std::mem::transmute::<usize, GemmEx>(real) };
+    // SAFETY (all calls below): the caller's arguments, or sub-matrices of them.
+    let whole = || unsafe {
+        real(
+            handle, transa, transb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype,
+            ldc, compute, algo,
+        )
+    };
+    let Some(_inside) = Inside::enter() else {
+        return whole();
+    };
+    let Some((pieces, [bb, cb])) =
+        dense_pieces(Blas::GemmEx, [m, n, k], transb, [ldb, ldc], [btype, ctype])
+    else {
+        return whole();
+    };
+    let (ldb64, ldc64) = (ldb as u64, ldc as u64);
+    let done = run_pieces(&pieces, |r| {
+        let (Some(ob), Some(oc)) = (
+            offset(r.start, ldb64, transb, bb),
+            offset(r.start, ldc64, CUBLAS_OP_N, cb),
+        ) else {
+            return CUBLAS_STATUS_NOT_INITIALIZED;
+        };
+        let width = (r.end - r.start) as c_int;
+        unsafe {
+            real(
+                handle,
+                transa,
+                transb,
+                m,
+                width,
+                k,
+                alpha,
+                a,
+                atype,
+                lda,
+                b.cast::<u8>().wrapping_add(ob).cast(),
+                btype,
+                ldb,
+                beta,
+                c.cast::<u8>().wrapping_add(oc).cast(),
+                ctype,
+                ldc,
+                compute,
+                algo,
+            )
+        }
+    });
+    done.unwrap_or_else(whole)
+}
+
+/// What the slicer needs of a cuBLASLt matrix layout.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    dtype: c_int,
+    rows: u64,
+    cols: u64,
+    ld: i64,
+}
+
+/// The cuBLASLt functions the slicer calls itself.
+struct Lt {
+    desc_get: LtGetAttribute,
+    layout_get: LtGetAttribute,
+    layout_create: LtLayoutCreate,
+    layout_destroy: LtLayoutDestroy,
+}
+
+impl Lt {
+    fn get() -> Option<Lt> {
+        static DESC_GET: AtomicUsize = AtomicUsize::new(0);
+        static LAYOUT_GET: AtomicUsize = AtomicUsize::new(0);
+        static CREATE: AtomicUsize = AtomicUsize::new(0);
+        static DESTROY: AtomicUsize = AtomicUsize::new(0);
+        let found = [
+            lt_helper(&DESC_GET, c"cublasLtMatmulDescGetAttribute"),
+            lt_helper(&LAYOUT_GET, c"cublasLtMatrixLayoutGetAttribute"),
+            lt_helper(&CREATE, c"cublasLtMatrixLayoutCreate"),
+            lt_helper(&DESTROY, c"cublasLtMatrixLayoutDestroy"),
+        ];
+        if found.contains(&0) {
+            return None;
+        }
+        // SAFETY: the cuBLASLt functions of these names have these signatures.
+        unsafe {
+            Some(Lt {
+                desc_get: std::mem::transmute::<usize, LtGetAttribute>(found[0]),
+                layout_get: std::mem::transmute::<usize, LtGetAttribute>(found[1]),
+                layout_create: std::mem::transmute::<usize, LtLayoutCreate>(found[2]),
+                layout_destroy: std::mem::transmute::<usize, LtLayoutDestroy>(found[3]),
+            })
+        }
+    }
+
+    /// A fixed-size attribute of a descriptor or layout, read with `get`.
+    fn attribute<T: Copy + Default>(get: LtGetAttribute, object: Handle, attr: c_int) -> Option<T> {
+        let mut value = T::default();
+        let mut written = 0usize;
+        // SAFETY: the library writes at most size_of::<T>() bytes into value.
+        let rc = unsafe {
+            get(
+                object,
+                attr,
+                (&mut value as *mut T).cast(),
+                std::mem::size_of::<T>(),
+                &mut written,
+            )
+        };
+        (rc == CUBLAS_STATUS_SUCCESS && written == std::mem::size_of::<T>()).then_some(value)
+    }
+
+    /// A column-major, unbatched layout's shape; `None` for anything else.
+    fn layout(&self, layout: Handle) -> Option<Layout> {
+        if layout.is_null() {
+            return None;
+        }
+        let order: i32 = Lt::attribute(self.layout_get, layout, LAYOUT_ORDER)?;
+        let batch: i32 = Lt::attribute(self.layout_get, layout, LAYOUT_BATCH_COUNT)?;
+        if order != ORDER_COL || batch > 1 {
+            return None;
+        }
+        let dtype: u32 = Lt::attribute(self.layout_get, layout, LAYOUT_TYPE)?;
+        Some(Layout {
+            dtype: c_int::try_from(dtype).ok()?,
+            rows: Lt::attribute(self.layout_get, layout, LAYOUT_ROWS)?,
+            cols: Lt::attribute(self.layout_get, layout, LAYOUT_COLS)?,
+            ld: Lt::attribute(self.layout_get, layout, LAYOUT_LD)?,
+        })
+    }
+
+    /// A new layout like `l` with `rows` x `cols`; destroyed when the guard drops.
+    fn make(&self, l: &Layout, rows: u64, cols: u64) -> Option<LayoutGuard<'_>> {
+        let mut h: Handle = std::ptr::null_mut();
+        // SAFETY: cublasLtMatrixLayoutCreate with a valid out pointer.
+        let rc = unsafe { (self.layout_create)(&mut h, l.dtype, rows, cols, l.ld) };
+        (rc == CUBLAS_STATUS_SUCCESS && !h.is_null()).then_some(LayoutGuard { lt: self, h })
+    }
+}
+
+struct LayoutGuard<'a> {
+    lt: &'a Lt,
+    h: Handle,
+}
+
+impl Drop for LayoutGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a layout we created and no longer use (the library reads it during the
+        // call only).
+        unsafe { (self.lt.layout_destroy)(self.h) };
+    }
+}
+
+/// How a `cublasLtMatmul` call is cut: the pieces, B's transpose, and the shapes and
+/// element sizes of B, C and D.
+struct LtPlan {
+    pieces: Vec<Range<u64>>,
+    transb: i32,
+    b: Layout,
+    c: Layout,
+    d: Layout,
+    bytes: [u64; 3],
+}
+
+fn lt_plan(lt: &Lt, desc: Handle, b: Handle, c: Handle, d: Handle, max: u64) -> Option<LtPlan> {
+    let dl = lt.layout(d)?;
+    let (m, n) = (dl.rows, dl.cols);
+    let transb: i32 = Lt::attribute(lt.desc_get, desc, DESC_TRANSB)?;
+    let bl = lt.layout(b)?;
+    let k = if transb == CUBLAS_OP_N {
+        bl.rows
+    } else {
+        bl.cols
+    };
+    let pieces = column_slices(m, n, k, max);
+    if pieces.len() < 2 {
+        return None;
+    }
+    let uncut = || {
+        count(|s| s.gemm_uncut());
+        None
+    };
+    let epilogue: u32 = Lt::attribute(lt.desc_get, desc, DESC_EPILOGUE)?;
+    let cl = match lt.layout(c) {
+        Some(cl) => cl,
+        None => return uncut(),
+    };
+    let b_n = if transb == CUBLAS_OP_N {
+        bl.cols
+    } else {
+        bl.rows
+    };
+    let shapes_agree = b_n == n && cl.rows == m && cl.cols == n;
+    let bytes = [bl.dtype, cl.dtype, dl.dtype].map(element_bytes);
+    let ([Some(bb), Some(cb), Some(db)], true, true, true) = (
+        bytes,
+        shapes_agree,
+        PER_ROW_EPILOGUES.contains(&epilogue),
+        [bl.ld, cl.ld, dl.ld].iter().all(|&ld| ld > 0),
+    ) else {
+        return uncut();
+    };
+    Some(LtPlan {
+        pieces,
+        transb,
+        b: bl,
+        c: cl,
+        d: dl,
+        bytes: [bb, cb, db],
+    })
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cublasLtMatmul(
+    handle: Handle,
+    desc: Handle,
+    alpha: *const c_void,
+    a: *const c_void,
+    adesc: Handle,
+    b: *const c_void,
+    bdesc: Handle,
+    beta: *const c_void,
+    c: *const c_void,
+    cdesc: Handle,
+    d: *mut c_void,
+    ddesc: Handle,
+    algo: *const c_void,
+    workspace: *mut c_void,
+    workspace_bytes: usize,
+    stream: Handle,
+) -> Status {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let real = resolve(
+        &REAL,
+        c"cublasLtMatmul",
+        Lib::BlasLt,
+        cublasLtMatmul as *const () as usize,
+    );
+    if real == 0 {
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    // SAFETY: the real cublasLtMatmul.
+    let real = unsafe { std::mem::transmute::<usize, LtMatmul>(real) };
+    // SAFETY (all calls below): the caller's arguments, or sub-matrices of them with
+    // layouts made for them.
+    let call = |b: *const c_void, bdesc, c: *const c_void, cdesc, d: *mut c_void, ddesc, algo| unsafe {
+        real(
+            handle,
+            desc,
+            alpha,
+            a,
+            adesc,
+            b,
+            bdesc,
+            beta,
+            c,
+            cdesc,
+            d,
+            ddesc,
+            algo,
+            workspace,
+            workspace_bytes,
+            stream,
+        )
+    };
+    let whole = || call(b, bdesc, c, cdesc, d, ddesc, algo);
+    let Some(_inside) = Inside::enter() else {
+        return whole();
+    };
+    let Some(max) = limit(Blas::LtMatmul) else {
+        return whole();
+    };
+    let Some(lt) = Lt::get() else {
+        return whole();
+    };
+    let Some(plan) = lt_plan(&lt, desc, bdesc, cdesc, ddesc, max) else {
+        return whole();
+    };
+    let [bb, cb, db] = plan.bytes;
+    let done = run_pieces(&plan.pieces, |r| {
+        let width = r.end - r.start;
+        let (brows, bcols) = if plan.transb == CUBLAS_OP_N {
+            (plan.b.rows, width)
+        } else {
+            (width, plan.b.cols)
+        };
+        let offsets = (
+            offset(r.start, plan.b.ld as u64, plan.transb, bb),
+            offset(r.start, plan.c.ld as u64, CUBLAS_OP_N, cb),
+            offset(r.start, plan.d.ld as u64, CUBLAS_OP_N, db),
+        );
+        let (Some(ob), Some(oc), Some(od)) = offsets else {
+            return CUBLAS_STATUS_NOT_INITIALIZED;
+        };
+        let layouts = (
+            lt.make(&plan.b, brows, bcols),
+            lt.make(&plan.c, plan.c.rows, width),
+            lt.make(&plan.d, plan.d.rows, width),
+        );
+        let (Some(bl), Some(cl), Some(dl)) = layouts else {
+            return CUBLAS_STATUS_NOT_INITIALIZED;
+        };
+        let (pb, pc, pd) = (
+            b.cast::<u8>().wrapping_add(ob).cast::<c_void>(),
+            c.cast::<u8>().wrapping_add(oc).cast::<c_void>(),
+            d.cast::<u8>().wrapping_add(od).cast::<c_void>(),
+        );
+        let rc = call(pb, bl.h, pc, cl.h, pd, dl.h, algo);
+        if rc == CUBLAS_STATUS_SUCCESS || algo.is_null() {
+            return rc;
+        }
+        // The caller's algorithm was chosen for the whole shape; let the library choose.
+        call(pb, bl.h, pc, cl.h, pd, dl.h, std::ptr::null())
+    });
+    done.unwrap_or_else(whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_follow_the_storage_of_b_and_c() {
+        // B not transposed (k x n, ld 768): column 160 starts 160 * 768 elements in.
+        assert_eq!(offset(160, 768, CUBLAS_OP_N, 4), Some(160 * 768 * 4));
+        // B transposed (stored n x k): row 160 starts 160 elements in.
+        assert_eq!(offset(160, 1024, 1, 4), Some(160 * 4));
+        assert_eq!(offset(u64::MAX, 2, CUBLAS_OP_N, 4), None);
+    }
+
+    #[test]
+    fn a_refused_first_piece_runs_nothing_and_a_later_failure_is_returned() {
+        let pieces = [0..16, 16..32, 32..40];
+        let mut ran = Vec::new();
+        assert_eq!(
+            run_pieces(&pieces, |r| {
+                ran.push(r.start);
+                7
+            }),
+            None
+        );
+        assert_eq!(ran, [0]);
+        ran.clear();
+        let rc = run_pieces(&pieces, |r| {
+            ran.push(r.start);
+            if r.start == 16 { 13 } else { 0 }
+        });
+        assert_eq!(rc, Some(13));
+        assert_eq!(ran, [0, 16], "nothing runs after a failed piece");
+        assert_eq!(run_pieces(&pieces, |_| 0), Some(0));
+    }
+}
