@@ -42,15 +42,17 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # `--offline-depth N` (mmk: at most N offline kernels in flight while the service is
 # present) instead of no cap. A suffix "-alt" there runs that configuration with the
 # interposer and mmk-gate of `--alt-bin DIR` instead of BIN_DIR's (another build, for an
-# A/B of two builds in one call; the profiles are always made with BIN_DIR's).
+# A/B of two builds in one call; the profiles are always made with BIN_DIR's). A suffix
+# "-sliceN" creates the gate with `--gemm-slice-mflop N`: the training job's cuBLAS GEMMs
+# over N MFLOP are cut into pieces of at most N (kernel-sched/src/slice.rs).
 
 
 def parse_config(c, alt_bin=None):
-    """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0, -alt) of a name; a
-    bad name stops the script before anything runs."""
+    """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0, -alt, -sliceN or 0)
+    of a name; a bad name stops the script before anything runs."""
     base_c, cprio, keepprio = c.split("@")[0], False, False
-    base_us, depth, given = None, 0, set()
-    while m := re.fullmatch(r"(.*)-(base|depth)([0-9]+)|(.*)-(alt)", base_c):
+    base_us, depth, slice_mflop, given = None, 0, 0, set()
+    while m := re.fullmatch(r"(.*)-(base|depth|slice)([0-9]+)|(.*)-(alt)", base_c):
         if m.group(5):
             base_c, key, n = m.group(4), "alt", 1
         else:
@@ -62,10 +64,12 @@ def parse_config(c, alt_bin=None):
             base_us = n
         elif key == "depth":
             depth = n
-    if "-base" in base_c or "-depth" in base_c or "-alt" in base_c:
-        raise SystemExit(f"{c}: -baseN, -depthN and -alt must end the name, with N > 0")
+        elif key == "slice":
+            slice_mflop = n
+    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "alt"]):
+        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN and -alt must end the name, with N > 0")
     if given and not re.match(r"ks(full)?-", base_c):
-        raise SystemExit(f"{c}: -baseN, -depthN and -alt need a kernel-scheduler configuration")
+        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN and -alt need a kernel-scheduler configuration")
     if "alt" in given and not alt_bin:
         raise SystemExit(f"{c}: -alt needs --alt-bin")
     for suffix in ["-cprio", "-keepprio"]:
@@ -75,7 +79,7 @@ def parse_config(c, alt_bin=None):
             keepprio |= suffix == "-keepprio"
     if depth and not base_c.endswith("-mmk"):
         raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
-    return base_c, cprio, keepprio, base_us, depth, "alt" in given
+    return base_c, cprio, keepprio, base_us, depth, "alt" in given, slice_mflop
 
 
 def log(*a):
@@ -200,7 +204,7 @@ def main():
 
     try:
         for c in configs:
-            base_c, cprio, keepprio, base_us, depth, alt = parse_config(c, alt_bin)
+            base_c, cprio, keepprio, base_us, depth, alt, slice_mflop = parse_config(c, alt_bin)
             c_bin = alt_bin if alt else bin_dir
             base_us = base_us or dur_us
             uses_mps = base_c in MPS or base_c.startswith("ksfull-")
@@ -225,6 +229,8 @@ def main():
                     cmd += ["--base-us", str(base_us)]
                 if depth:
                     cmd += ["--offline-depth", str(depth)]
+                if slice_mflop:
+                    cmd += ["--gemm-slice-mflop", str(slice_mflop)]
                 subprocess.run(cmd, check=True, capture_output=True)
                 for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", "train")]:
                     e.update(LD_PRELOAD=f"{c_bin}/libmmk_interposer.so", MMK_GATE=gate, MMK_JOB_CLASS=cls,
