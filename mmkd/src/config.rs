@@ -110,6 +110,11 @@ pub struct Args {
     /// (docs/kernel-sched.md).
     #[arg(long, value_name = "N")]
     pub kernel_offline_depth: Option<u32>,
+    /// Offline jobs' cuBLAS GEMMs of more than MFLOP million floating-point operations are
+    /// cut into pieces of at most that size, which the gate holds one by one; 0: not cut
+    /// [default: 0] (docs/kernel-sched.md).
+    #[arg(long, value_name = "MFLOP")]
+    pub kernel_gemm_slice: Option<u32>,
     /// The kernel scheduler's anti-starvation base (also Orion's DUR_THRESHOLD) in every
     /// partition, over what online jobs' profiles say [default: 2.5 % of the online job's
     /// profiled request latency, else 250us].
@@ -180,6 +185,7 @@ struct FileConfig {
     model: Option<PathBuf>,
     kernel_policy: Option<String>,
     kernel_offline_depth: Option<u32>,
+    kernel_gemm_slice: Option<u32>,
     kernel_base: Option<String>,
     interposer: Option<PathBuf>,
     capacity_unit: Option<String>,
@@ -207,6 +213,8 @@ pub struct Config {
     pub kernel_policy: Option<mmk_kernel_sched::PolicyKind>,
     /// `mmk`'s offline depth cap per partition; 0: none.
     pub kernel_offline_depth: u32,
+    /// Offline GEMMs over this many MFLOP are cut into pieces; 0: not cut.
+    pub kernel_gemm_slice: u32,
     /// The operator's anti-starvation base, over the online jobs' profiles.
     pub kernel_base: Option<Duration>,
     /// An interposer named by the operator (must exist), else the default one if present.
@@ -376,6 +384,10 @@ impl Config {
                 .kernel_offline_depth
                 .or(file.kernel_offline_depth)
                 .unwrap_or(0),
+            kernel_gemm_slice: args
+                .kernel_gemm_slice
+                .or(file.kernel_gemm_slice)
+                .unwrap_or(0),
             kernel_base,
             interposer: args.interposer.or(file.interposer),
         })
@@ -416,7 +428,7 @@ mod tests {
         std::fs::write(
             &f,
             "backend: sim\nsim_gpus: h100-80gb:2\nsim_speed: 10\nstop_grace: 3s\n\
-             kernel_offline_depth: 8\nkernel_base: 1500us\n",
+             kernel_offline_depth: 8\nkernel_base: 1500us\nkernel_gemm_slice: 8000\n",
         )
         .expect("write");
         let c = Config::resolve(args(&[
@@ -431,6 +443,7 @@ mod tests {
         assert_eq!(c.sim_speed, 50.0);
         assert_eq!(c.stop_grace, Duration::from_secs(3));
         assert_eq!(c.kernel_offline_depth, 8);
+        assert_eq!(c.kernel_gemm_slice, 8000);
         assert_eq!(c.kernel_base, Some(Duration::from_micros(1500)));
         let c = Config::resolve(args(&[
             "--config",
@@ -439,14 +452,21 @@ mod tests {
             "0",
             "--kernel-base",
             "3ms",
+            "--kernel-gemm-slice",
+            "2000",
         ]))
         .expect("valid");
         assert_eq!(c.kernel_offline_depth, 0, "the flag is over the file");
+        assert_eq!(c.kernel_gemm_slice, 2000);
         assert_eq!(c.kernel_base, Some(Duration::from_millis(3)));
         let defaults = Config::resolve(args(&[])).expect("defaults");
         assert_eq!(
-            (defaults.kernel_offline_depth, defaults.kernel_base),
-            (0, None)
+            (
+                defaults.kernel_offline_depth,
+                defaults.kernel_base,
+                defaults.kernel_gemm_slice
+            ),
+            (0, None, 0)
         );
     }
 
@@ -475,6 +495,7 @@ mod tests {
         );
         assert!(Args::try_parse_from(["mmkd", "--kernel-base", "0s"]).is_err());
         assert!(Args::try_parse_from(["mmkd", "--kernel-offline-depth", "-1"]).is_err());
+        assert!(Args::try_parse_from(["mmkd", "--kernel-gemm-slice", "8e3"]).is_err());
         let e = Config::resolve(args(&["--capacity-unit", "0"])).expect_err("zero");
         assert!(e.to_string().starts_with("capacity_unit:"), "{e}");
         let e = Config::resolve(args(&["--capacity-unit", "ten"])).expect_err("not a size");

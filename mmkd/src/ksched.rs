@@ -11,7 +11,8 @@
 //! DUR_THRESHOLD) is 2.5 % of the online job's profiled request latency when its spec has a
 //! kernel profile, else 250 us; `--kernel-base` replaces both. The latest online job to
 //! start sets them; they hold until the partition's instance goes away. Every gate gets
-//! `--kernel-offline-depth` (`mmk`'s cap on queued offline kernels; 0: none).
+//! `--kernel-offline-depth` (`mmk`'s cap on queued offline kernels; 0: none) and
+//! `--kernel-gemm-slice` (offline GEMMs over that many MFLOP cut into pieces; 0: not cut).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -71,6 +72,8 @@ pub struct KernelSched {
     base: Option<Duration>,
     /// `mmk`'s offline depth cap in every gate; 0: none.
     offline_depth: u32,
+    /// Offline jobs' GEMMs over this many MFLOP are cut into pieces; 0: not cut.
+    gemm_slice_mflop: u32,
     dir: PathBuf,
     /// Each partition's gate settings, as the latest online job left them.
     tuned: Arc<Mutex<HashMap<String, OnlineTuning>>>,
@@ -83,6 +86,7 @@ impl KernelSched {
             policy: PolicyKind::Passthrough,
             base: None,
             offline_depth: 0,
+            gemm_slice_mflop: 0,
             dir: PathBuf::new(),
             tuned: Arc::default(),
         }
@@ -95,6 +99,7 @@ impl KernelSched {
             policy,
             base: None,
             offline_depth: 0,
+            gemm_slice_mflop: 0,
             dir,
             tuned: Arc::default(),
         }
@@ -112,6 +117,19 @@ impl KernelSched {
         }
         self.offline_depth = offline_depth;
         self.base = base;
+        self
+    }
+
+    /// Every gate cuts offline jobs' cuBLAS GEMMs over `mflop` MFLOP into pieces (0: not
+    /// cut; `mmk_kernel_sched::slice`).
+    pub fn with_gemm_slice(mut self, mflop: u32) -> KernelSched {
+        if self.interposer.is_some() && mflop > 0 {
+            info!(
+                gemm_slice_mflop = mflop,
+                "kernel scheduler cuts offline GEMMs"
+            );
+        }
+        self.gemm_slice_mflop = mflop;
         self
     }
 
@@ -148,6 +166,7 @@ impl KernelSched {
             config.base = base;
         }
         config.offline_depth = self.offline_depth;
+        config.gemm_slice_mflop = self.gemm_slice_mflop;
         Gate::create(&path, &config).map_err(|e| format!("kernel scheduler: {e}"))?;
         Ok(Some(JobKsched {
             interposer: interposer.clone(),
@@ -307,7 +326,8 @@ mod tests {
             PolicyKind::Mmk,
             dir.path().join("ksched"),
         )
-        .with_tuning(8, Some(Duration::from_micros(1500)));
+        .with_tuning(8, Some(Duration::from_micros(1500)))
+        .with_gemm_slice(8000);
         let profiled = OnlineTuning {
             policy: None,
             base: Some(Duration::from_micros(29)),
@@ -315,6 +335,7 @@ mod tests {
         let job = k.prepare("g0", 132, None, Some(profiled)).unwrap().unwrap();
         let config = Gate::open(&job.gate).unwrap().config();
         assert_eq!(config.offline_depth, 8);
+        assert_eq!(config.gemm_slice_mflop, 8000);
         assert_eq!(
             config.base,
             Duration::from_micros(1500),
@@ -331,8 +352,8 @@ mod tests {
             .unwrap();
         let config = Gate::open(&job.gate).unwrap().config();
         assert_eq!(
-            (config.offline_depth, config.base),
-            (0, Duration::from_micros(29))
+            (config.offline_depth, config.base, config.gemm_slice_mflop),
+            (0, Duration::from_micros(29), 0)
         );
     }
 

@@ -251,7 +251,10 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
             "--kernel-offline-depth acts only under the mmk policy; partitions under {policy} ignore it"
         );
     }
-    let tuned = |k: KernelSched| k.with_tuning(config.kernel_offline_depth, config.kernel_base);
+    let tuned = |k: KernelSched| {
+        k.with_tuning(config.kernel_offline_depth, config.kernel_base)
+            .with_gemm_slice(config.kernel_gemm_slice)
+    };
     let dir = config.data_dir.join("ksched");
     match &config.interposer {
         Some(path) => {
