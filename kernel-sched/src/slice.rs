@@ -10,9 +10,9 @@
 //! The cut is along N, the columns of the result (cuBLAS is column-major): columns of
 //! `C = alpha op(A) op(B) + beta C` depend only on the same columns of `op(B)` and `C`, so
 //! each piece is a GEMM of its own on sub-matrices that need no copy (a pointer offset and
-//! the same leading dimensions), and computes its columns with the same reduction over K
-//! as the whole call. A per-row epilogue (bias, ReLU, GELU) and a per-row alpha apply to
-//! every piece alike.
+//! the same leading dimensions). The library may pick another kernel for the narrower
+//! shape, so results can differ in rounding. A per-row epilogue (bias, ReLU, GELU) and a
+//! per-row alpha apply to every piece alike.
 
 use std::ops::Range;
 
@@ -27,7 +27,9 @@ pub const MAX_PIECES: u64 = 64;
 
 /// Floating-point operations of an `m x n x k` GEMM (a multiply and an add each).
 pub fn gemm_flop(m: u64, n: u64, k: u64) -> u128 {
-    2 * u128::from(m) * u128::from(n) * u128::from(k)
+    (2 * u128::from(m))
+        .saturating_mul(u128::from(n))
+        .saturating_mul(u128::from(k))
 }
 
 /// The column ranges an `m x n x k` GEMM is cut into so that no piece does more than
@@ -58,7 +60,7 @@ pub fn column_slices(m: u64, n: u64, k: u64, max_mflop: u64) -> Vec<Range<u64>> 
     let mut out = Vec::with_capacity(usize::try_from(n.div_ceil(width)).unwrap_or(0));
     let mut start = 0;
     while start < n {
-        let end = (start + width).min(n);
+        let end = start.saturating_add(width).min(n);
         out.push(start..end);
         start = end;
     }
@@ -136,6 +138,9 @@ mod tests {
         let n = u64::from(u32::MAX);
         let s = column_slices(u64::from(u32::MAX), n, u64::from(u32::MAX), 1);
         assert!(covers(&s, n));
+        assert_eq!(s.len() as u64, MAX_PIECES);
+        let s = column_slices(u64::MAX, u64::MAX, u64::MAX, 1);
+        assert!(covers(&s, u64::MAX));
         assert_eq!(s.len() as u64, MAX_PIECES);
     }
 

@@ -111,7 +111,7 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub kernel_offline_depth: Option<u32>,
     /// Offline jobs' cuBLAS GEMMs of more than MFLOP million floating-point operations are
-    /// cut into pieces of at most that size, which the gate holds one by one; 0: not cut
+    /// cut into pieces of about that size, which the gate holds one by one; 0: not cut
     /// [default: 0] (docs/kernel-sched.md).
     #[arg(long, value_name = "MFLOP")]
     pub kernel_gemm_slice: Option<u32>,

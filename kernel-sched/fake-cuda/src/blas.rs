@@ -20,7 +20,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
-use crate::{CUresult, Handle, SUCCESS};
+use crate::{CUresult, DriverLaunch, Handle, SUCCESS, runtime_driver};
 
 type Status = c_int;
 const OK: Status = 0;
@@ -35,6 +35,7 @@ const R_64F: c_int = 1;
 
 const DESC_TRANSA: c_int = 3;
 const DESC_TRANSB: c_int = 4;
+const DESC_TRANSC: c_int = 5;
 const DESC_EPILOGUE: c_int = 7;
 const DESC_BIAS_POINTER: c_int = 8;
 const LAYOUT_TYPE: c_int = 0;
@@ -51,74 +52,38 @@ const EPILOGUE_RELU_BIAS: u32 = 6;
 
 // ---- the kernel each call launches ----
 
-struct Kernel {
-    function: usize,
-    launch: usize,
-}
-
-fn kernel() -> Option<&'static Kernel> {
-    static KERNEL: OnceLock<Option<Kernel>> = OnceLock::new();
+/// `fake_gemm`, loaded through the driver the runtime reaches (`runtime_driver`).
+fn kernel() -> Option<Handle> {
+    static KERNEL: OnceLock<Option<usize>> = OnceLock::new();
     KERNEL
         .get_or_init(|| {
-            type Gpa = unsafe extern "C" fn(
-                *const c_char,
-                *mut *mut c_void,
-                c_int,
-                u64,
-                *mut c_int,
-            ) -> CUresult;
+            let d =
+                runtime_driver().filter(|d| d.module_load != 0 && d.module_get_function != 0)?;
             type Load = unsafe extern "C" fn(*mut Handle, *const c_void) -> CUresult;
             type Get = unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CUresult;
-            // SAFETY: dlopen/dlsym/cuGetProcAddress with constant names; results checked.
-            unsafe {
-                let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
-                if h.is_null() {
-                    return None;
-                }
-                let gpa = libc::dlsym(h, c"cuGetProcAddress_v2".as_ptr());
-                if gpa.is_null() {
-                    return None;
-                }
-                let gpa = std::mem::transmute::<*mut c_void, Gpa>(gpa);
-                let get = |name: &std::ffi::CStr| {
-                    let mut p: *mut c_void = std::ptr::null_mut();
-                    gpa(name.as_ptr(), &mut p, 13000, 0, std::ptr::null_mut());
-                    p
-                };
-                let (load, getf, launch) = (
-                    get(c"cuModuleLoadData"),
-                    get(c"cuModuleGetFunction"),
-                    get(c"cuLaunchKernel"),
-                );
-                if load.is_null() || getf.is_null() || launch.is_null() {
-                    return None;
-                }
-                let mut module: Handle = std::ptr::null_mut();
-                let mut function: Handle = std::ptr::null_mut();
-                if std::mem::transmute::<*mut c_void, Load>(load)(
+            let mut module: Handle = std::ptr::null_mut();
+            let mut function: Handle = std::ptr::null_mut();
+            // SAFETY: the driver's cuModuleLoadData and cuModuleGetFunction with valid out
+            // pointers and NUL-terminated text.
+            let ok = unsafe {
+                std::mem::transmute::<usize, Load>(d.module_load)(
                     &mut module,
                     c"fake_gemm 2\n".as_ptr().cast(),
-                ) != SUCCESS
-                    || std::mem::transmute::<*mut c_void, Get>(getf)(
+                ) == SUCCESS
+                    && std::mem::transmute::<usize, Get>(d.module_get_function)(
                         &mut function,
                         module,
                         c"fake_gemm".as_ptr(),
-                    ) != SUCCESS
-                {
-                    return None;
-                }
-                Some(Kernel {
-                    function: function as usize,
-                    launch: launch as usize,
-                })
-            }
+                    ) == SUCCESS
+            };
+            ok.then_some(function as usize)
         })
-        .as_ref()
+        .map(|f| f as Handle)
 }
 
 /// Launch the kernel that stands for an `m x n x k` GEMM on `stream`.
 fn launch(m: u64, n: u64, k: u64, stream: Handle) -> Status {
-    let Some(kernel) = kernel() else {
+    let (Some(function), Some(d)) = (kernel(), runtime_driver().filter(|d| d.launch != 0)) else {
         return NOT_INITIALIZED;
     };
     let mflop_per_us = std::env::var("MMK_FAKE_CUBLAS_MFLOP_PER_US")
@@ -130,24 +95,11 @@ fn launch(m: u64, n: u64, k: u64, stream: Handle) -> Status {
     let tiles = m.div_ceil(128) * n.div_ceil(128);
     let grid = c_uint::try_from(tiles.max(1)).unwrap_or(c_uint::MAX);
     let mut params = [(&mut duration_us as *mut u64).cast::<c_void>()];
-    type Launch = unsafe extern "C" fn(
-        Handle,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        Handle,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> CUresult;
     // SAFETY: the driver's cuLaunchKernel (or an interposer's hook for it) with our
     // function and a parameter array that outlives the call.
     let rc = unsafe {
-        std::mem::transmute::<usize, Launch>(kernel.launch)(
-            kernel.function as Handle,
+        std::mem::transmute::<usize, DriverLaunch>(d.launch)(
+            function,
             grid,
             1,
             1,
@@ -199,26 +151,41 @@ impl Operand {
     }
 }
 
-/// What a call computes: `D = alpha op(A) op(B) + beta C`, then the epilogue.
-struct Gemm<T> {
+/// What a call computes: `D = alpha op(A) op(B) + beta C`, then the epilogue. Scalars
+/// and the bias are read as the element type the call runs in ([`Gemm::run`]).
+struct Gemm {
     m: usize,
     n: usize,
     k: usize,
-    alpha: T,
-    beta: T,
+    /// Host scalars (host pointer mode); a null beta is 0.
+    alpha: *const c_void,
+    beta: *const c_void,
     a: Operand,
     b: Operand,
     c: Operand,
     d: *mut c_void,
     ldd: usize,
-    bias: *const T,
+    /// One element per row, or null.
+    bias: *const c_void,
     relu: bool,
 }
 
-impl<T: Elem> Gemm<T> {
+impl Gemm {
     /// # Safety
-    /// Every pointer holds the matrix its shape and leading dimension say.
-    unsafe fn run(&self) {
+    /// Every pointer holds what its shape and leading dimension say, in elements of T.
+    unsafe fn run<T: Elem>(&self) {
+        // SAFETY: host scalars of type T.
+        let (alpha, beta) = unsafe {
+            (
+                *self.alpha.cast::<T>(),
+                if self.beta.is_null() {
+                    T::ZERO
+                } else {
+                    *self.beta.cast::<T>()
+                },
+            )
+        };
+        let bias = self.bias.cast::<T>();
         for j in 0..self.n {
             for i in 0..self.m {
                 let mut acc = T::ZERO;
@@ -226,14 +193,14 @@ impl<T: Elem> Gemm<T> {
                     // SAFETY: within the shapes the caller checked.
                     acc = acc + unsafe { self.a.at::<T>(i, l) * self.b.at::<T>(l, j) };
                 }
-                let mut v = self.alpha * acc;
-                if self.beta != T::ZERO {
+                let mut v = alpha * acc;
+                if beta != T::ZERO {
                     // SAFETY: as above.
-                    v = v + self.beta * unsafe { self.c.at::<T>(i, j) };
+                    v = v + beta * unsafe { self.c.at::<T>(i, j) };
                 }
-                if !self.bias.is_null() {
+                if !bias.is_null() {
                     // SAFETY: one bias element per row.
-                    v = v + unsafe { *self.bias.add(i) };
+                    v = v + unsafe { *bias.add(i) };
                 }
                 if self.relu && v < T::ZERO {
                     v = T::ZERO;
@@ -317,10 +284,8 @@ unsafe fn dense<T: Elem>(
         m: us(m),
         n: us(n),
         k: us(k),
-        // SAFETY: host pointer mode: alpha and beta are host scalars.
-        alpha: unsafe { *alpha },
-        // SAFETY: as above.
-        beta: unsafe { *beta },
+        alpha: alpha.cast(),
+        beta: beta.cast(),
         a: Operand {
             ptr: a,
             ld: us(lda),
@@ -341,8 +306,8 @@ unsafe fn dense<T: Elem>(
         bias: std::ptr::null(),
         relu: false,
     };
-    // SAFETY: the shapes were checked; the pointers are the caller's.
-    unsafe { gemm.run() };
+    // SAFETY: the shapes were checked; the pointers are the caller's, holding T.
+    unsafe { gemm.run::<T>() };
     // SAFETY: a handle this library made.
     let stream = unsafe { (*handle.cast::<BlasHandle>()).stream };
     launch(m as u64, n as u64, k as u64, stream)
@@ -451,6 +416,7 @@ pub unsafe extern "C" fn cublasGemmEx(
 struct MatmulDesc {
     transa: i32,
     transb: i32,
+    transc: i32,
     epilogue: u32,
     bias: usize,
 }
@@ -534,6 +500,7 @@ pub unsafe extern "C" fn cublasLtMatmulDescSetAttribute(
         let set = match attr {
             DESC_TRANSA => take::<i32>(buf, size).map(|v| d.transa = v),
             DESC_TRANSB => take::<i32>(buf, size).map(|v| d.transb = v),
+            DESC_TRANSC => take::<i32>(buf, size).map(|v| d.transc = v),
             DESC_EPILOGUE => take::<u32>(buf, size).map(|v| d.epilogue = v),
             DESC_BIAS_POINTER => take::<usize>(buf, size).map(|v| d.bias = v),
             _ => Some(()),
@@ -559,6 +526,7 @@ pub unsafe extern "C" fn cublasLtMatmulDescGetAttribute(
         match attr {
             DESC_TRANSA => put(d.transa, buf, size, written),
             DESC_TRANSB => put(d.transb, buf, size, written),
+            DESC_TRANSC => put(d.transc, buf, size, written),
             DESC_EPILOGUE => put(d.epilogue, buf, size, written),
             DESC_BIAS_POINTER => put(d.bias, buf, size, written),
             _ => INVALID_VALUE,
@@ -693,7 +661,7 @@ pub unsafe extern "C" fn cublasLtMatmul(
         && [al, bl, cl, dl]
             .iter()
             .all(|l| l.order == 0 && l.batch == 1 && l.ld >= l.rows.max(1) as i64);
-    if !agree {
+    if !agree || op.transc != OP_N {
         return INVALID_VALUE;
     }
     let relu = matches!(op.epilogue, EPILOGUE_RELU | EPILOGUE_RELU_BIAS);
@@ -711,56 +679,30 @@ pub unsafe extern "C" fn cublasLtMatmul(
         ld: l.ld as usize,
         trans,
     };
-    let types = [al, bl, cl, dl].map(|l| l.dtype as c_int);
-    // SAFETY: shapes checked; host pointer mode; the caller's matrices.
+    let gemm = Gemm {
+        m: mu,
+        n: nu,
+        k: ku,
+        alpha,
+        beta,
+        a: operand(a, al, op.transa != OP_N),
+        b: operand(b, bl, op.transb != OP_N),
+        c: operand(c, cl, false),
+        d,
+        ldd: dl.ld as usize,
+        bias: if with_bias {
+            op.bias as *const c_void
+        } else {
+            std::ptr::null()
+        },
+        relu,
+    };
+    // SAFETY: shapes checked; host pointer mode; the caller's matrices, of the type their
+    // layouts name.
     unsafe {
-        match types {
-            [R_32F, R_32F, R_32F, R_32F] => Gemm::<f32> {
-                m: mu,
-                n: nu,
-                k: ku,
-                alpha: *alpha.cast::<f32>(),
-                beta: if beta.is_null() {
-                    0.0
-                } else {
-                    *beta.cast::<f32>()
-                },
-                a: operand(a, al, op.transa != OP_N),
-                b: operand(b, bl, op.transb != OP_N),
-                c: operand(c, cl, false),
-                d,
-                ldd: dl.ld as usize,
-                bias: if with_bias {
-                    op.bias as *const f32
-                } else {
-                    std::ptr::null()
-                },
-                relu,
-            }
-            .run(),
-            [R_64F, R_64F, R_64F, R_64F] => Gemm::<f64> {
-                m: mu,
-                n: nu,
-                k: ku,
-                alpha: *alpha.cast::<f64>(),
-                beta: if beta.is_null() {
-                    0.0
-                } else {
-                    *beta.cast::<f64>()
-                },
-                a: operand(a, al, op.transa != OP_N),
-                b: operand(b, bl, op.transb != OP_N),
-                c: operand(c, cl, false),
-                d,
-                ldd: dl.ld as usize,
-                bias: if with_bias {
-                    op.bias as *const f64
-                } else {
-                    std::ptr::null()
-                },
-                relu,
-            }
-            .run(),
+        match [al, bl, cl, dl].map(|l| l.dtype as c_int) {
+            [R_32F, R_32F, R_32F, R_32F] => gemm.run::<f32>(),
+            [R_64F, R_64F, R_64F, R_64F] => gemm.run::<f64>(),
             _ => return NOT_SUPPORTED,
         }
     }

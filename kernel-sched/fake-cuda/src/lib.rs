@@ -1122,6 +1122,9 @@ struct RuntimeDriver {
     cooperative: usize,
     launch_ex: usize,
     graph: usize,
+    /// For the fake cuBLAS's own kernel (`blas`).
+    module_load: usize,
+    module_get_function: usize,
 }
 
 fn runtime_driver() -> Option<&'static RuntimeDriver> {
@@ -1156,6 +1159,8 @@ fn runtime_driver() -> Option<&'static RuntimeDriver> {
                     cooperative: get(c"cuLaunchCooperativeKernel"),
                     launch_ex: get(c"cuLaunchKernelEx"),
                     graph: get(c"cuGraphLaunch"),
+                    module_load: get(c"cuModuleLoadData"),
+                    module_get_function: get(c"cuModuleGetFunction"),
                 })
             }
         })

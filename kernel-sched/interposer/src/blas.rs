@@ -8,12 +8,17 @@
 //! pieces, each an ordinary call of the real function on sub-matrices (pointer offsets, the
 //! same leading dimensions). Everything else goes to the real function unchanged.
 //!
-//! What is not cut (counted as `uncut` when over the limit): batched layouts, row-major or
-//! other orders, data types other than real fp16/bf16/fp32/fp64, cuBLASLt epilogues other
-//! than the per-row ones (bias, ReLU, GELU, without auxiliary output), and a call whose
-//! first piece the library refuses (it then runs whole). A piece of `cublasLtMatmul` is
+//! What is not cut (counted as `uncut` when over the limit): data types other than real
+//! fp16/bf16/fp32/fp64, cuBLASLt epilogues other than the per-row ones (bias, ReLU, GELU,
+//! without auxiliary output), a transposed C, and a call whose first piece the library
+//! refuses (it then runs whole). Batched or non-column-major cuBLASLt layouts run whole
+//! uncounted. Descriptor attributes other than the transposes and the epilogue are not
+//! read (atomic-sync counters, for one, would be wrong for a piece). A piece of `cublasLtMatmul` is
 //! first tried with the caller's algorithm and, if the library refuses it for the
-//! narrower shape, with none (the library's own heuristic).
+//! narrower shape, with none (the library's own heuristic); a `cublasGemmEx` piece the same
+//! way with `CUBLAS_GEMM_DEFAULT`. Every piece's offsets and layouts are made before any
+//! runs, and the narrowest piece runs first, so a refusal leaves nothing half done; a
+//! failure of a later piece is returned to the caller.
 //!
 //! Calls made while one of these hooks runs on the same thread (cuBLAS calling cuBLASLt
 //! inside) go straight through, uncounted.
@@ -42,9 +47,12 @@ const CUBLAS_STATUS_NOT_INITIALIZED: Status = 1;
 /// `cublasOperation_t`: not transposed.
 const CUBLAS_OP_N: c_int = 0;
 const CUDA_R_32F: c_int = 0;
+/// `cublasGemmAlgo_t`: the library's own choice.
+const CUBLAS_GEMM_DEFAULT: c_int = -1;
 
 // cublasLtMatmulDescAttributes_t and cublasLtMatrixLayoutAttribute_t (cublasLt.h).
 const DESC_TRANSB: c_int = 4;
+const DESC_TRANSC: c_int = 5;
 const DESC_EPILOGUE: c_int = 7;
 const LAYOUT_TYPE: c_int = 0;
 const LAYOUT_ORDER: c_int = 1;
@@ -174,22 +182,24 @@ fn count(f: impl FnOnce(&crate::stats::Stats)) {
     }
 }
 
-/// Run the pieces of a cut GEMM in order. `None` when the first piece fails (nothing has
-/// run: the caller runs the call whole); otherwise the first failure of a later piece, or
-/// success.
-fn run_pieces(pieces: &[Range<u64>], mut run: impl FnMut(&Range<u64>) -> Status) -> Option<Status> {
-    let mut iter = pieces.iter();
-    let first = iter.next()?;
-    if run(first) != CUBLAS_STATUS_SUCCESS {
+/// Run the pieces of a cut GEMM, each prepared beforehand (offsets, layouts), so that
+/// nothing can fail between pieces but the library itself. The last piece, the narrowest
+/// and so the likeliest to be refused, runs first. `None` when that first one is refused
+/// (nothing has run: the caller runs the call whole); otherwise the first failure of a
+/// later piece, or success.
+fn run_pieces<P>(prepared: &[P], mut run: impl FnMut(&P) -> Status) -> Option<Status> {
+    let (last, rest) = prepared.split_last()?;
+    if run(last) != CUBLAS_STATUS_SUCCESS {
+        count(|s| s.gemm_uncut());
         return None;
     }
-    for piece in iter {
+    for piece in rest {
         let rc = run(piece);
         if rc != CUBLAS_STATUS_SUCCESS {
             return Some(rc);
         }
     }
-    count(|s| s.gemm_cut(pieces.len() as u64));
+    count(|s| s.gemm_cut(prepared.len() as u64));
     Some(CUBLAS_STATUS_SUCCESS)
 }
 
@@ -226,11 +236,35 @@ fn dense_pieces(
             return None;
         }
     };
-    let lds_ok = lds.iter().all(|&ld| ld > 0);
-    if !lds_ok {
-        return None;
+    if lds.iter().any(|&ld| ld <= 0) {
+        return None; // the library refuses the call whole
     }
     Some((pieces, bytes))
+}
+
+/// Run the pieces of a dense GEMM: `call(width, offset into B, offset into C)` for each
+/// (bytes; see [`run_pieces`] for what is returned). `None` also when an offset does not
+/// fit in memory (nothing has run).
+fn run_dense(
+    pieces: &[Range<u64>],
+    transb: c_int,
+    [ldb, ldc]: [c_int; 2],
+    [bb, cb]: [u64; 2],
+    call: impl FnMut(&(c_int, usize, usize)) -> Status,
+) -> Option<Status> {
+    // dense_pieces checked that the leading dimensions are positive.
+    let (ldb, ldc) = (ldb.unsigned_abs().into(), ldc.unsigned_abs().into());
+    let prepared: Option<Vec<(c_int, usize, usize)>> = pieces
+        .iter()
+        .map(|r| {
+            Some((
+                c_int::try_from(r.end - r.start).ok()?,
+                offset(r.start, ldb, transb, bb)?,
+                offset(r.start, ldc, CUBLAS_OP_N, cb)?,
+            ))
+        })
+        .collect();
+    run_pieces(&prepared?, call)
 }
 
 #[unsafe(no_mangle)]
@@ -282,16 +316,12 @@ pub unsafe extern "C" fn cublasSgemm_v2(
     let Some((pieces, [bb, cb])) = plan else {
         return whole();
     };
-    let (ldb64, ldc64) = (ldb as u64, ldc as u64);
-    let done = run_pieces(&pieces, |r| {
-        let (Some(ob), Some(oc)) = (
-            offset(r.start, ldb64, transb, bb),
-            offset(r.start, ldc64, CUBLAS_OP_N, cb),
-        ) else {
-            return CUBLAS_STATUS_NOT_INITIALIZED;
-        };
-        let width = (r.end - r.start) as c_int;
-        unsafe {
+    let done = run_dense(
+        &pieces,
+        transb,
+        [ldb, ldc],
+        [bb, cb],
+        |&(width, ob, oc)| unsafe {
             real(
                 handle,
                 transa,
@@ -308,8 +338,8 @@ pub unsafe extern "C" fn cublasSgemm_v2(
                 c.cast::<u8>().wrapping_add(oc).cast(),
                 ldc,
             )
-        }
-    });
+        },
+    );
     done.unwrap_or_else(whole)
 }
 
@@ -363,38 +393,37 @@ pub unsafe extern "C" fn cublasGemmEx(
     else {
         return whole();
     };
-    let (ldb64, ldc64) = (ldb as u64, ldc as u64);
-    let done = run_pieces(&pieces, |r| {
-        let (Some(ob), Some(oc)) = (
-            offset(r.start, ldb64, transb, bb),
-            offset(r.start, ldc64, CUBLAS_OP_N, cb),
-        ) else {
-            return CUBLAS_STATUS_NOT_INITIALIZED;
-        };
-        let width = (r.end - r.start) as c_int;
-        unsafe {
-            real(
-                handle,
-                transa,
-                transb,
-                m,
-                width,
-                k,
-                alpha,
-                a,
-                atype,
-                lda,
-                b.cast::<u8>().wrapping_add(ob).cast(),
-                btype,
-                ldb,
-                beta,
-                c.cast::<u8>().wrapping_add(oc).cast(),
-                ctype,
-                ldc,
-                compute,
-                algo,
-            )
+    // SAFETY: the caller's arguments with sub-matrices of B and C.
+    let piece = |width, ob, oc, algo| unsafe {
+        real(
+            handle,
+            transa,
+            transb,
+            m,
+            width,
+            k,
+            alpha,
+            a,
+            atype,
+            lda,
+            b.cast::<u8>().wrapping_add(ob).cast(),
+            btype,
+            ldb,
+            beta,
+            c.cast::<u8>().wrapping_add(oc).cast(),
+            ctype,
+            ldc,
+            compute,
+            algo,
+        )
+    };
+    let done = run_dense(&pieces, transb, [ldb, ldc], [bb, cb], |&(width, ob, oc)| {
+        let rc = piece(width, ob, oc, algo);
+        if rc == CUBLAS_STATUS_SUCCESS || algo == CUBLAS_GEMM_DEFAULT {
+            return rc;
         }
+        // The caller's algorithm was chosen for the whole shape; let the library choose.
+        piece(width, ob, oc, CUBLAS_GEMM_DEFAULT)
     });
     done.unwrap_or_else(whole)
 }
@@ -530,6 +559,10 @@ fn lt_plan(lt: &Lt, desc: Handle, b: Handle, c: Handle, d: Handle, max: u64) -> 
         None
     };
     let epilogue: u32 = Lt::attribute(lt.desc_get, desc, DESC_EPILOGUE)?;
+    let transc: i32 = Lt::attribute(lt.desc_get, desc, DESC_TRANSC)?;
+    if !(0..=2).contains(&transb) || transc != CUBLAS_OP_N {
+        return uncut();
+    }
     let cl = match lt.layout(c) {
         Some(cl) => cl,
         None => return uncut(),
@@ -627,40 +660,45 @@ pub unsafe extern "C" fn cublasLtMatmul(
         return whole();
     };
     let [bb, cb, db] = plan.bytes;
-    let done = run_pieces(&plan.pieces, |r| {
+    // Every piece's pointers and layouts before any runs (see run_pieces).
+    let prepare = |r: &Range<u64>| {
         let width = r.end - r.start;
         let (brows, bcols) = if plan.transb == CUBLAS_OP_N {
             (plan.b.rows, width)
         } else {
             (width, plan.b.cols)
         };
-        let offsets = (
-            offset(r.start, plan.b.ld as u64, plan.transb, bb),
-            offset(r.start, plan.c.ld as u64, CUBLAS_OP_N, cb),
-            offset(r.start, plan.d.ld as u64, CUBLAS_OP_N, db),
+        let (ob, oc, od) = (
+            offset(r.start, plan.b.ld.unsigned_abs(), plan.transb, bb)?,
+            offset(r.start, plan.c.ld.unsigned_abs(), CUBLAS_OP_N, cb)?,
+            offset(r.start, plan.d.ld.unsigned_abs(), CUBLAS_OP_N, db)?,
         );
-        let (Some(ob), Some(oc), Some(od)) = offsets else {
-            return CUBLAS_STATUS_NOT_INITIALIZED;
+        // A null C (beta 0) stays null.
+        let pc = if c.is_null() {
+            c
+        } else {
+            c.cast::<u8>().wrapping_add(oc).cast::<c_void>()
         };
-        let layouts = (
-            lt.make(&plan.b, brows, bcols),
-            lt.make(&plan.c, plan.c.rows, width),
-            lt.make(&plan.d, plan.d.rows, width),
-        );
-        let (Some(bl), Some(cl), Some(dl)) = layouts else {
-            return CUBLAS_STATUS_NOT_INITIALIZED;
-        };
-        let (pb, pc, pd) = (
+        Some((
             b.cast::<u8>().wrapping_add(ob).cast::<c_void>(),
-            c.cast::<u8>().wrapping_add(oc).cast::<c_void>(),
+            lt.make(&plan.b, brows, bcols)?,
+            pc,
+            lt.make(&plan.c, plan.c.rows, width)?,
             d.cast::<u8>().wrapping_add(od).cast::<c_void>(),
-        );
-        let rc = call(pb, bl.h, pc, cl.h, pd, dl.h, algo);
+            lt.make(&plan.d, plan.d.rows, width)?,
+        ))
+    };
+    let Some(prepared) = plan.pieces.iter().map(prepare).collect::<Option<Vec<_>>>() else {
+        count(|s| s.gemm_uncut());
+        return whole();
+    };
+    let done = run_pieces(&prepared, |(pb, bl, pc, cl, pd, dl)| {
+        let rc = call(*pb, bl.h, *pc, cl.h, *pd, dl.h, algo);
         if rc == CUBLAS_STATUS_SUCCESS || algo.is_null() {
             return rc;
         }
         // The caller's algorithm was chosen for the whole shape; let the library choose.
-        call(pb, bl.h, pc, cl.h, pd, dl.h, std::ptr::null())
+        call(*pb, bl.h, *pc, cl.h, *pd, dl.h, std::ptr::null())
     });
     done.unwrap_or_else(whole)
 }
@@ -679,7 +717,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_first_piece_runs_nothing_and_a_later_failure_is_returned() {
+    fn the_narrow_last_piece_runs_first_and_its_refusal_runs_nothing_else() {
         let pieces = [0..16, 16..32, 32..40];
         let mut ran = Vec::new();
         assert_eq!(
@@ -689,14 +727,15 @@ mod tests {
             }),
             None
         );
-        assert_eq!(ran, [0]);
+        assert_eq!(ran, [32], "only the narrow piece was tried");
         ran.clear();
         let rc = run_pieces(&pieces, |r| {
             ran.push(r.start);
             if r.start == 16 { 13 } else { 0 }
         });
         assert_eq!(rc, Some(13));
-        assert_eq!(ran, [0, 16], "nothing runs after a failed piece");
+        assert_eq!(ran, [32, 0, 16], "nothing runs after a failed piece");
         assert_eq!(run_pieces(&pieces, |_| 0), Some(0));
+        assert_eq!(run_pieces::<u8>(&[], |_| 0), None);
     }
 }
