@@ -421,14 +421,14 @@ struct MatmulDesc {
     bias: usize,
 }
 
+/// A layout as `cublasLtMatrixLayoutCreate` makes it: column-major, one matrix (this fake
+/// has no way to change either).
 #[derive(Debug)]
 struct MatrixLayout {
     dtype: u32,
-    order: i32,
     rows: u64,
     cols: u64,
     ld: i64,
-    batch: i32,
 }
 
 #[unsafe(no_mangle)]
@@ -547,11 +547,9 @@ pub unsafe extern "C" fn cublasLtMatrixLayoutCreate(
     }
     let l = MatrixLayout {
         dtype: dtype as u32,
-        order: 0,
         rows,
         cols,
         ld,
-        batch: 1,
     };
     // SAFETY: checked non-null.
     unsafe { *layout = Box::into_raw(Box::new(l)).cast() };
@@ -565,28 +563,6 @@ pub unsafe extern "C" fn cublasLtMatrixLayoutDestroy(layout: Handle) -> Status {
         drop(unsafe { Box::from_raw(layout.cast::<MatrixLayout>()) });
     }
     OK
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cublasLtMatrixLayoutSetAttribute(
-    layout: Handle,
-    attr: c_int,
-    buf: *const c_void,
-    size: usize,
-) -> Status {
-    if layout.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: a layout this library made; the caller's buffer.
-    unsafe {
-        let l = &mut *layout.cast::<MatrixLayout>();
-        let set = match attr {
-            LAYOUT_ORDER => take::<i32>(buf, size).map(|v| l.order = v),
-            LAYOUT_BATCH_COUNT => take::<i32>(buf, size).map(|v| l.batch = v),
-            _ => None,
-        };
-        if set.is_some() { OK } else { INVALID_VALUE }
-    }
 }
 
 #[unsafe(no_mangle)]
@@ -605,11 +581,11 @@ pub unsafe extern "C" fn cublasLtMatrixLayoutGetAttribute(
         let l = &*layout.cast::<MatrixLayout>();
         match attr {
             LAYOUT_TYPE => put(l.dtype, buf, size, written),
-            LAYOUT_ORDER => put(l.order, buf, size, written),
+            LAYOUT_ORDER => put(0i32, buf, size, written), // CUBLASLT_ORDER_COL
             LAYOUT_ROWS => put(l.rows, buf, size, written),
             LAYOUT_COLS => put(l.cols, buf, size, written),
             LAYOUT_LD => put(l.ld, buf, size, written),
-            LAYOUT_BATCH_COUNT => put(l.batch, buf, size, written),
+            LAYOUT_BATCH_COUNT => put(1i32, buf, size, written),
             _ => INVALID_VALUE,
         }
     }
@@ -660,7 +636,7 @@ pub unsafe extern "C" fn cublasLtMatmul(
         && (cl.rows, cl.cols) == (m, n)
         && [al, bl, cl, dl]
             .iter()
-            .all(|l| l.order == 0 && l.batch == 1 && l.ld >= l.rows.max(1) as i64);
+            .all(|l| l.ld >= l.rows.max(1) as i64);
     if !agree || op.transc != OP_N {
         return INVALID_VALUE;
     }

@@ -28,14 +28,15 @@
 #![allow(non_snake_case)]
 
 use std::cell::Cell;
-use std::ffi::{CStr, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use mmk_kernel_sched::Class;
 use mmk_kernel_sched::slice::{column_slices, element_bytes};
 
-use crate::real::{self, Lib};
+use crate::exports::resolve;
+use crate::real::Lib;
 use crate::stats::Blas;
 
 type Handle = *mut c_void;
@@ -143,24 +144,6 @@ impl Drop for Inside {
     fn drop(&mut self) {
         INSIDE.with(|c| c.set(false));
     }
-}
-
-/// The real function `name` of `lib`, cached in `cell`; `ours` is our own export of it.
-fn resolve(cell: &AtomicUsize, name: &CStr, lib: Lib, ours: usize) -> usize {
-    let mut p = cell.load(Ordering::Acquire);
-    if p == 0 {
-        p = real::next_definition(name, lib);
-        if p == ours {
-            p = 0;
-        }
-        cell.store(p, Ordering::Release);
-    }
-    p
-}
-
-/// A cuBLASLt helper that the interposer calls itself (never exported by it).
-fn lt_helper(cell: &'static AtomicUsize, name: &CStr) -> usize {
-    resolve(cell, name, Lib::BlasLt, 0)
 }
 
 /// The piece limit for a call counted as `api`, or `None` when this call is not cut: the
@@ -286,17 +269,10 @@ pub unsafe extern "C" fn cublasSgemm_v2(
     ldc: c_int,
 ) -> Status {
     static REAL: AtomicUsize = AtomicUsize::new(0);
-    let real = resolve(
-        &REAL,
-        c"cublasSgemm_v2",
-        Lib::Blas,
-        cublasSgemm_v2 as *const () as usize,
-    );
-    if real == 0 {
+    // SAFETY: Sgemm is the type of cublasSgemm_v2.
+    let Some(real) = (unsafe { resolve::<Sgemm>(&REAL, c"cublasSgemm_v2", Lib::Blas) }) else {
         return CUBLAS_STATUS_NOT_INITIALIZED;
-    }
-    // SAFETY: the real cublasSgemm_v2.
-    let real = unsafe { std::mem::transmute::<usize, Sgemm>(real) };
+    };
     // SAFETY (all calls below): the caller's arguments, or sub-matrices of them.
     let whole = || unsafe {
         real(
@@ -367,17 +343,10 @@ pub unsafe extern "C" fn cublasGemmEx(
     algo: c_int,
 ) -> Status {
     static REAL: AtomicUsize = AtomicUsize::new(0);
-    let real = resolve(
-        &REAL,
-        c"cublasGemmEx",
-        Lib::Blas,
-        cublasGemmEx as *const () as usize,
-    );
-    if real == 0 {
+    // SAFETY: GemmEx is the type of cublasGemmEx.
+    let Some(real) = (unsafe { resolve::<GemmEx>(&REAL, c"cublasGemmEx", Lib::Blas) }) else {
         return CUBLAS_STATUS_NOT_INITIALIZED;
-    }
-    // SAFETY: the real cublasGemmEx.
-    let real = unsafe { std::mem::transmute::<usize, GemmEx>(real) };
+    };
     // SAFETY (all calls below): the caller's arguments, or sub-matrices of them.
     let whole = || unsafe {
         real(
@@ -451,22 +420,17 @@ impl Lt {
         static LAYOUT_GET: AtomicUsize = AtomicUsize::new(0);
         static CREATE: AtomicUsize = AtomicUsize::new(0);
         static DESTROY: AtomicUsize = AtomicUsize::new(0);
-        let found = [
-            lt_helper(&DESC_GET, c"cublasLtMatmulDescGetAttribute"),
-            lt_helper(&LAYOUT_GET, c"cublasLtMatrixLayoutGetAttribute"),
-            lt_helper(&CREATE, c"cublasLtMatrixLayoutCreate"),
-            lt_helper(&DESTROY, c"cublasLtMatrixLayoutDestroy"),
-        ];
-        if found.contains(&0) {
-            return None;
-        }
         // SAFETY: the cuBLASLt functions of these names have these signatures.
         unsafe {
             Some(Lt {
-                desc_get: std::mem::transmute::<usize, LtGetAttribute>(found[0]),
-                layout_get: std::mem::transmute::<usize, LtGetAttribute>(found[1]),
-                layout_create: std::mem::transmute::<usize, LtLayoutCreate>(found[2]),
-                layout_destroy: std::mem::transmute::<usize, LtLayoutDestroy>(found[3]),
+                desc_get: resolve(&DESC_GET, c"cublasLtMatmulDescGetAttribute", Lib::BlasLt)?,
+                layout_get: resolve(
+                    &LAYOUT_GET,
+                    c"cublasLtMatrixLayoutGetAttribute",
+                    Lib::BlasLt,
+                )?,
+                layout_create: resolve(&CREATE, c"cublasLtMatrixLayoutCreate", Lib::BlasLt)?,
+                layout_destroy: resolve(&DESTROY, c"cublasLtMatrixLayoutDestroy", Lib::BlasLt)?,
             })
         }
     }
@@ -613,17 +577,10 @@ pub unsafe extern "C" fn cublasLtMatmul(
     stream: Handle,
 ) -> Status {
     static REAL: AtomicUsize = AtomicUsize::new(0);
-    let real = resolve(
-        &REAL,
-        c"cublasLtMatmul",
-        Lib::BlasLt,
-        cublasLtMatmul as *const () as usize,
-    );
-    if real == 0 {
+    // SAFETY: LtMatmul is the type of cublasLtMatmul.
+    let Some(real) = (unsafe { resolve::<LtMatmul>(&REAL, c"cublasLtMatmul", Lib::BlasLt) }) else {
         return CUBLAS_STATUS_NOT_INITIALIZED;
-    }
-    // SAFETY: the real cublasLtMatmul.
-    let real = unsafe { std::mem::transmute::<usize, LtMatmul>(real) };
+    };
     // SAFETY (all calls below): the caller's arguments, or sub-matrices of them with
     // layouts made for them.
     let call = |b: *const c_void, bdesc, c: *const c_void, cdesc, d: *mut c_void, ddesc, algo| unsafe {

@@ -19,7 +19,7 @@ use crate::stats::Api;
 ///
 /// # Safety
 /// `T` is the function pointer type of `name`.
-unsafe fn resolve<T: Copy>(cell: &AtomicUsize, name: &CStr, lib: Lib) -> Option<T> {
+pub(crate) unsafe fn resolve<T: Copy>(cell: &AtomicUsize, name: &CStr, lib: Lib) -> Option<T> {
     let mut p = cell.load(Ordering::Acquire);
     if p == 0 {
         p = real::next_definition(name, lib);
@@ -252,6 +252,9 @@ pub fn own(name: &[u8]) -> [usize; 2] {
             cudaGetDriverEntryPointByVersion as *const () as usize,
             cudaGetDriverEntryPointByVersion_ptsz as *const () as usize,
         ],
+        b"cublasSgemm_v2" => [crate::blas::cublasSgemm_v2 as *const () as usize, 0],
+        b"cublasGemmEx" => [crate::blas::cublasGemmEx as *const () as usize, 0],
+        b"cublasLtMatmul" => [crate::blas::cublasLtMatmul as *const () as usize, 0],
         _ => [0, 0],
     }
 }
