@@ -61,7 +61,7 @@ pub struct KsimArgs {
 #[derive(Debug, Serialize)]
 struct Row {
     policy: String,
-    /// Per online job: p50 and p99 latency (ms) and their ratio to the job alone.
+    /// Per online job: mean, p50 and p99 latency (ms) and their ratio to the job alone.
     online: Vec<OnlineRow>,
     /// Per offline job: iterations a second, relative to alone and to `passthrough`.
     offline: Vec<OfflineRow>,
@@ -74,8 +74,11 @@ struct Row {
 struct OnlineRow {
     job: String,
     requests: u64,
+    mean_ms: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// What `mmkctl simulate --kernel-sched FILE` takes.
+    mean_vs_alone: f64,
     p50_vs_alone: f64,
     p99_vs_alone: f64,
 }
@@ -229,12 +232,18 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
                 let a = &alone[i];
                 match r.class {
                     Class::Online => {
-                        if let (Some(m), Some(ma)) = (r.mean_latency_ns(), a.mean_latency_ns()) {
+                        let (mean, mean_alone) = (r.mean_latency_ns(), a.mean_latency_ns());
+                        if let (Some(m), Some(ma)) = (mean, mean_alone) {
                             stp += ma / m;
                         }
                         online.push(OnlineRow {
                             job: r.name.clone(),
                             requests: r.requests,
+                            mean_ms: mean.map_or(f64::NAN, |m| m / 1e6),
+                            mean_vs_alone: match (mean, mean_alone) {
+                                (Some(m), Some(ma)) if ma > 0.0 => m / ma,
+                                _ => f64::NAN,
+                            },
                             p50_ms: ms(r.latency_percentile(50.0)).unwrap_or(f64::NAN),
                             p99_ms: ms(r.latency_percentile(99.0)).unwrap_or(f64::NAN),
                             p50_vs_alone: ratio(

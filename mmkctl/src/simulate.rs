@@ -12,7 +12,9 @@ use mmk_partitioner::{AnalyticModel, JobProfile, PLANNERS, PerfModel, planner};
 use mmk_predictor::truth::MeasuredTruth;
 use mmk_predictor::{Predictor, TrainOptions, groundtruth};
 use mmk_simulator::report::{self, change_pct};
-use mmk_simulator::{RunResult, SimConfig, Summary, Trace, TraceSpec, simulate, trace};
+use mmk_simulator::{
+    KernelEffect, RunResult, SimConfig, Summary, Trace, TraceSpec, WithKernelSched, simulate, trace,
+};
 use serde::Serialize;
 
 use crate::cli::{Failure, Format};
@@ -64,6 +66,12 @@ pub struct SimulateArgs {
     /// or `analytic` (the planner's formula with the workload table's nominal demands).
     #[arg(long, default_value = "measured", value_parser = ["measured", "analytic"])]
     pub truth: String,
+    /// The kernel scheduler under MMK (the other policies run without one): `measured`
+    /// (its effect in the co-location rounds on the H200: the `mmk` policy with the
+    /// offline depth cap of 8; docs/simulate.md), `off`, or an `mmkctl ksim --output
+    /// json` report to take the effect from the kernel-level simulator.
+    #[arg(long, default_value = "measured", value_name = "measured|off|FILE")]
+    pub kernel_sched: String,
     /// Also write the relative-JCT CDF of each policy as an SVG.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
@@ -138,6 +146,8 @@ struct Setup {
     /// Workloads the measured ground truth does not have (they get the analytic model).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     unmeasured: Vec<&'static str>,
+    /// What the kernel scheduler does under MMK; none with `--kernel-sched off`.
+    kernel_sched: Option<KernelEffect>,
 }
 
 #[derive(Debug, Serialize)]
@@ -253,34 +263,73 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     } else {
         Arc::new(AnalyticModel::default())
     };
-    let model: Arc<dyn PerfModel> = match a.model.as_str() {
-        "analytic" => truth.clone(),
-        "forest" => {
-            eprintln!(
-                "training the planners' forest on 1400 rows generated from the {} ground truth (seed 99)...",
-                a.truth
-            );
-            let jobs: Vec<(String, JobProfile)> = workload::WORKLOADS
-                .iter()
-                .map(|w| {
-                    let p = cfg
-                        .profiles
-                        .get(w.name)
-                        .copied()
-                        .unwrap_or_else(|| JobProfile::of_workload(w, w.class()));
-                    (w.name.to_owned(), p)
-                })
-                .collect();
-            let rows = groundtruth::generate_with(truth.as_ref(), &jobs, 1400, 99);
-            Arc::new(
-                Predictor::train(&rows, &TrainOptions::standard(99))
-                    .map_err(|e| Failure::usage(source_chain(&e)))?,
+    let kernel_sched = match a.kernel_sched.as_str() {
+        "off" => None,
+        "measured" => Some(measured_kernel_effect().map_err(Failure::usage)?),
+        path => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::usage(format!("--kernel-sched: cannot read {path}: {e}")))?;
+            Some(
+                KernelEffect::from_ksim(path, &text)
+                    .map_err(|e| Failure::usage(format!("--kernel-sched: {e}")))?,
             )
         }
-        path => Arc::new(
+    };
+    let jobs: Vec<(String, JobProfile)> = workload::WORKLOADS
+        .iter()
+        .map(|w| {
+            let p = cfg
+                .profiles
+                .get(w.name)
+                .copied()
+                .unwrap_or_else(|| JobProfile::of_workload(w, w.class()));
+            (w.name.to_owned(), p)
+        })
+        .collect();
+    let file_model: Option<Arc<dyn PerfModel>> = match a.model.as_str() {
+        "analytic" | "forest" => None,
+        path => Some(Arc::new(
             Predictor::load(std::path::Path::new(path))
                 .map_err(|e| Failure::usage(source_chain(&e)))?,
-        ),
+        )),
+    };
+    // The planners' model of a world whose jobs run as `truth` says.
+    let model_of = |truth: &Arc<dyn PerfModel>,
+                    what: &str|
+     -> Result<Arc<dyn PerfModel>, Failure> {
+        if let Some(m) = &file_model {
+            return Ok(m.clone());
+        }
+        if a.model == "analytic" {
+            return Ok(truth.clone());
+        }
+        eprintln!(
+            "training the planners' forest on 1400 rows generated from the {} ground truth{what} (seed 99)...",
+            a.truth
+        );
+        let rows = groundtruth::generate_with(truth.as_ref(), &jobs, 1400, 99);
+        Ok(Arc::new(
+            Predictor::train(&rows, &TrainOptions::standard(99))
+                .map_err(|e| Failure::usage(source_chain(&e)))?,
+        ))
+    };
+    let plain = World {
+        model: model_of(&truth, "")?,
+        truth: truth.clone(),
+    };
+    // MMK's jobs run under its kernel scheduler, and its predictor learns from them.
+    let scheduled = match &kernel_sched {
+        Some(effect) if a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY) => {
+            let truth: Arc<dyn PerfModel> = Arc::new(WithKernelSched {
+                truth: truth.clone(),
+                effect: effect.clone(),
+            });
+            Some(World {
+                model: model_of(&truth, " with the kernel scheduler")?,
+                truth,
+            })
+        }
+        _ => None,
     };
     let unmeasured: Vec<&'static str> = if a.truth == "measured" {
         workload::WORKLOADS
@@ -301,6 +350,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             "analytic model (docs/simulate.md)"
         },
         unmeasured,
+        kernel_sched,
     };
     if sweep {
         let mut runs = Vec::new();
@@ -308,7 +358,8 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             for &seed in &a.seed {
                 let t = generate(interval, seed);
                 let label = format!("interval {interval} s, seed {seed}: ");
-                let results = run_policies(&t, &cfg, &a.policies, &model, &truth, &label)?;
+                let results =
+                    run_policies(&t, &cfg, &a.policies, &plain, scheduled.as_ref(), &label)?;
                 let sums: Vec<(Summary, f64)> =
                     results.iter().map(|(r, s)| (Summary::of(r), *s)).collect();
                 runs.push(SweepRun {
@@ -332,7 +383,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         }
         return Ok(());
     }
-    let runs = run_policies(&t, &cfg, &a.policies, &model, &truth, "")?;
+    let runs = run_policies(&t, &cfg, &a.policies, &plain, scheduled.as_ref(), "")?;
     if let Some(path) = &a.svg {
         let rs: Vec<&RunResult> = runs.iter().map(|(r, _)| r).collect();
         std::fs::write(path, report::cdf_svg(&rs))
@@ -351,20 +402,34 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The policy that runs mmk's kernel scheduler; the baselines run without one.
+const KERNEL_SCHED_POLICY: &str = "mmk";
+
+/// How fast jobs run, and the planners' model of it.
+struct World {
+    model: Arc<dyn PerfModel>,
+    truth: Arc<dyn PerfModel>,
+}
+
 /// Simulates `t` under each policy, with a progress bar on a terminal; each run's result
-/// and wall time.
+/// and wall time. The policy that runs the kernel scheduler runs in `scheduled` when
+/// given, the others in `plain`.
 fn run_policies(
     t: &Trace,
     cfg: &SimConfig,
     policies: &[String],
-    model: &Arc<dyn PerfModel>,
-    truth: &Arc<dyn PerfModel>,
+    plain: &World,
+    scheduled: Option<&World>,
     label: &str,
 ) -> Result<Vec<(RunResult, f64)>, Failure> {
     let mut runs = Vec::new();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     for name in policies {
-        let p = planner(name, model.clone())
+        let world = match scheduled {
+            Some(w) if name == KERNEL_SCHED_POLICY => w,
+            _ => plain,
+        };
+        let p = planner(name, world.model.clone())
             .ok_or_else(|| Failure::usage(format!("unknown policy {name}")))?;
         let started = std::time::Instant::now();
         let mut last = 0;
@@ -377,7 +442,7 @@ fn run_policies(
                 let _ = std::io::stderr().flush();
             }
         };
-        let r = simulate(t, cfg, p.as_ref(), truth.as_ref(), &mut progress)
+        let r = simulate(t, cfg, p.as_ref(), world.truth.as_ref(), &mut progress)
             .map_err(|e| Failure::usage(format!("{label}{name}: {e}")))?;
         let secs = started.elapsed().as_secs_f64();
         if tty {
@@ -460,6 +525,7 @@ fn print_sweep(r: &SweepReport) {
         r.setup.model,
         r.setup.ground_truth
     );
+    println!("{}", kernel_line(&r.setup));
     println!(
         "relative to MIGER but SLO MISS (a share of online time): the mean over the seeds (lowest..highest)"
     );
@@ -523,6 +589,40 @@ fn measured_truth() -> Result<(MeasuredTruth, HashMap<&'static str, JobProfile>)
     Ok((truth, profiles))
 }
 
+/// The kernel scheduler's effect in the co-location rounds measured on the H200
+/// (docs/kernel-sched.md): the graph-replaying ResNet-50 service beside BERT training on
+/// plain MPS, `mmk` with a 1,500 us base and the offline depth cap of 8, in every call
+/// that ran that configuration.
+fn measured_kernel_effect() -> Result<KernelEffect, String> {
+    macro_rules! rounds {
+        ($($dir:literal),*) => {
+            [$(($dir, include_str!(concat!("../../docs/measurements/", $dir, "/rounds.json")))),*]
+        };
+    }
+    let files = rounds!(
+        "h200-depth-2",
+        "h200-depth-3",
+        "h200-depth-4",
+        "h200-ab-1",
+        "h200-ab-2",
+        "h200-slice-2"
+    );
+    KernelEffect::from_rounds(&files, "ksfull-mmk-cprio-base1500-depth8")
+        .map_err(|e| format!("the shipped H200 rounds: {e}"))
+}
+
+fn kernel_line(s: &Setup) -> String {
+    match &s.kernel_sched {
+        None => "kernel scheduler: off".to_owned(),
+        Some(k) => format!(
+            "kernel scheduler under {KERNEL_SCHED_POLICY}: an online job keeps {:.0} % of its slowdown from offline co-runners, an offline job next to online ones runs at {:.0} % ({})",
+            100.0 * k.online_excess_kept,
+            100.0 * k.offline_kept,
+            k.source
+        ),
+    }
+}
+
 fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:+.1}%"))
 }
@@ -532,8 +632,9 @@ fn print_table(r: &Report) {
         "{} jobs, {} x {}, planners' model: {}, ground truth: {}",
         r.jobs, r.setup.gpus, r.setup.gpu_model, r.setup.model, r.setup.ground_truth
     );
+    println!("{}", kernel_line(&r.setup));
     println!(
-        "{:<9} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>8} {:>6} {:>5}",
+        "{:<9} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>8} {:>6} {:>6} {:>5}",
         "POLICY",
         "AVG JCT",
         "vsDEF",
@@ -545,13 +646,14 @@ fn print_table(r: &Report) {
         "STP",
         "vsMIGER",
         "SLO MISS",
+        "MIXED",
         "RECONF",
         "MOVES"
     );
     for p in &r.policies {
         let s = &p.summary;
         println!(
-            "{:<9} {:>7.0}s {:>7} {:>7} {:>7.0}s {:>7.0}s {:>8.0}s {:>7} {:>5.2} {:>7} {:>8} {:>6} {:>5}",
+            "{:<9} {:>7.0}s {:>7} {:>7} {:>7.0}s {:>7.0}s {:>8.0}s {:>7} {:>5.2} {:>7} {:>8} {:>5.1}% {:>6} {:>5}",
             s.policy,
             s.avg_jct_s,
             pct(p.jct_vs_default_pct),
@@ -564,6 +666,7 @@ fn print_table(r: &Report) {
             pct(p.stp_vs_miger_pct),
             s.slo_miss_pct
                 .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}%")),
+            s.mixed_pct,
             s.reconfigurations,
             s.moves
         );

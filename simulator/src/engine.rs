@@ -92,6 +92,11 @@ pub struct RunResult {
     /// ([`JobDemand::slo_met`]; the simulator's SLO is 3x the solo latency rounded up to a
     /// whole ms, so the line is a speed of 0.29-0.33 for the measured jobs).
     pub slo_miss_s: f64,
+    /// Seconds jobs ran, summed over the jobs, and of those the seconds they ran in a
+    /// partition with a job of the other class (online beside offline: where a kernel
+    /// scheduler acts).
+    pub job_run_s: f64,
+    pub mixed_run_s: f64,
     pub plans: u64,
 }
 
@@ -158,6 +163,8 @@ pub fn simulate(
         stp_integral: 0.0,
         online_run_s: 0.0,
         slo_miss_s: 0.0,
+        job_run_s: 0.0,
+        mixed_run_s: 0.0,
         plans: 0,
     };
     let mut next = 0;
@@ -225,9 +232,11 @@ pub fn simulate(
             })
             .map(|(i, _)| i)
             .collect();
+        let mut mixed = vec![false; running.len()];
         let speeds: Vec<f64> = running
             .iter()
-            .map(|&i| {
+            .enumerate()
+            .map(|(n, &i)| {
                 let j = &active[i];
                 let slot = j.placed.unwrap_or(Slot {
                     gpu: 0,
@@ -242,6 +251,7 @@ pub fn simulate(
                         mps_share: active[k].mps_share,
                     })
                     .collect();
+                mixed[n] = co.iter().any(|c| c.profile.class != j.profile.class);
                 truth
                     .estimate(&j.profile, &shape(&node, slot), j.mps_share, &co)
                     .max(1e-6)
@@ -292,6 +302,10 @@ pub fn simulate(
             if let Some(r) = runs.get_mut(&id) {
                 r.remaining -= speeds[k] * dt;
                 result.stp_integral += speeds[k] * dt;
+                result.job_run_s += dt;
+                if mixed[k] {
+                    result.mixed_run_s += dt;
+                }
                 let j = &active[i];
                 if j.slo_ms.is_some() && j.profile.solo_latency_ms.is_some() {
                     result.online_run_s += dt;
@@ -491,6 +505,28 @@ mod tests {
             (r.slo_miss_s - 30.0 / 0.33).abs() < 1e-6,
             "{}",
             r.slo_miss_s
+        );
+    }
+
+    #[test]
+    fn time_beside_a_job_of_the_other_class_is_counted() {
+        // Plain MPS puts both in the GPU's one partition: 30 s together, then the
+        // training 30 s alone; 60 of the 90 job-seconds are beside the other class.
+        let t = Trace {
+            jobs: vec![
+                job(0.0, "resnet50-inference", 30.0),
+                job(0.0, "resnet50-train", 60.0),
+            ],
+        };
+        let r = run_on("mps", &t, 1, &Fixed(1.0));
+        assert!((r.job_run_s - 90.0).abs() < 1e-6, "{}", r.job_run_s);
+        assert!((r.mixed_run_s - 60.0).abs() < 1e-6, "{}", r.mixed_run_s);
+        assert!((crate::Summary::of(&r).mixed_pct - 200.0 / 3.0).abs() < 1e-6);
+        // Default gives each its own GPU: never beside each other.
+        let r = run_on("default", &t, 2, &Fixed(1.0));
+        assert_eq!(
+            (r.mixed_run_s, crate::Summary::of(&r).mixed_pct),
+            (0.0, 0.0)
         );
     }
 

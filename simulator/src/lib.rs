@@ -6,12 +6,16 @@
 //!   `mmk_partitioner::planner`, the same code mmkd runs, and takes how fast jobs really
 //!   run from a ground-truth model (README.md says which, and where its numbers come
 //!   from);
+//! - [`kernel`]: the kernel scheduler's effect on jobs that share a partition (MMK), from
+//!   the co-location rounds measured on the H200 or from `mmkctl ksim`;
 //! - [`report`]: JCT, makespan, system throughput, the relative-JCT CDF (SVG).
 
 pub mod engine;
+pub mod kernel;
 pub mod report;
 pub mod trace;
 
 pub use engine::{JobOutcome, RunResult, SimConfig, SimError, simulate};
+pub use kernel::{KernelEffect, WithKernelSched};
 pub use report::Summary;
 pub use trace::{Trace, TraceSpec};

@@ -23,6 +23,9 @@ pub struct Summary {
     /// Of the time online jobs ran, the share in which they missed their latency SLO
     /// (percent); none when no online job with an SLO ran.
     pub slo_miss_pct: Option<f64>,
+    /// Of the time jobs ran, the share beside a job of the other class in the same
+    /// partition (percent): where a kernel scheduler acts.
+    pub mixed_pct: f64,
     pub reconfigurations: u64,
     pub moves: u64,
 }
@@ -51,6 +54,11 @@ impl Summary {
                 0.0
             },
             slo_miss_pct: (r.online_run_s > 0.0).then(|| 100.0 * r.slo_miss_s / r.online_run_s),
+            mixed_pct: if r.job_run_s > 0.0 {
+                100.0 * r.mixed_run_s / r.job_run_s
+            } else {
+                0.0
+            },
             reconfigurations: r.reconfigurations,
             moves: r.moves,
         }

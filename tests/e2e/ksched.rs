@@ -170,7 +170,41 @@ async fn profile_ksim_and_an_online_jobs_policy_work_end_to_end() {
         let online = &r["online"][0];
         assert!(online["requests"].as_u64().unwrap() > 100, "{r}");
         assert!(online["p50_vs_alone"].as_f64().unwrap() >= 0.99, "{r}");
+        assert!(online["mean_vs_alone"].as_f64().unwrap() >= 0.99, "{r}");
     }
+
+    // The job-level simulator takes MMK's kernel-scheduler effect from that report.
+    std::fs::write(dir.path().join("ksim.json"), &out.stdout).expect("write");
+    let out = mmkctl_in(
+        dir.path(),
+        &[
+            "--output",
+            "json",
+            "simulate",
+            "--online",
+            "6",
+            "--offline",
+            "3",
+            "--gpus",
+            "1",
+            "--model",
+            "analytic",
+            "--policies",
+            "miger,mmk",
+            "--kernel-sched",
+            "ksim.json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sim: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let effect = &sim["kernel_sched"];
+    assert_eq!(
+        effect["source"],
+        "the kernel-level simulator's mmk policy, ksim.json"
+    );
+    let offline_kept = rows[1]["offline"][0]["vs_passthrough"].as_f64().unwrap();
+    assert_eq!(effect["offline_kept"].as_f64(), Some(offline_kept.min(1.0)));
+    assert_eq!(sim["policies"][1]["jobs"], 9, "{sim}");
     let out = mmkctl_in(dir.path(), &["ksim", "--online", "nope.csv"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

@@ -44,6 +44,21 @@ fn simulate_compares_every_policy_reproducibly() {
     }
     assert_eq!(policies[0]["jct_vs_default_pct"], 0.0);
     assert_eq!(policies[3]["jct_vs_miger_pct"], 0.0);
+    // Default runs each job alone on a GPU: never beside a job of the other class.
+    assert_eq!(policies[0]["mixed_pct"], 0.0);
+    // MMK runs under the kernel scheduler's effect measured on the H200 (docs/simulate.md:
+    // 12 % of the online slowdown kept, offline at 77 %).
+    let effect = &report["kernel_sched"];
+    assert!(
+        effect["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("ksfull-mmk-cprio-base1500-depth8, measured: h200-")),
+        "{effect}"
+    );
+    let kept = effect["online_excess_kept"].as_f64().expect("kept");
+    let offline = effect["offline_kept"].as_f64().expect("offline");
+    assert!((0.115..0.125).contains(&kept), "{effect}");
+    assert!((0.765..0.775).contains(&offline), "{effect}");
     let svg = std::fs::read_to_string(d.join("cdf.svg")).expect("svg");
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 5);
 
@@ -73,6 +88,37 @@ fn simulate_compares_every_policy_reproducibly() {
         policies[4]["avg_jct_s"].as_f64().expect("jct"),
     );
     assert!((a - b).abs() / b < 0.01, "{a} vs {b}");
+
+    // Without the kernel scheduler the report says so; a report that is not there is named.
+    let off = mmkctl(
+        d,
+        &[
+            "simulate",
+            "--online",
+            "4",
+            "--offline",
+            "2",
+            "--gpus",
+            "1",
+            "--model",
+            "analytic",
+            "--policies",
+            "mmk",
+            "--kernel-sched",
+            "off",
+            "--output",
+            "json",
+        ],
+    );
+    let off: serde_json::Value = serde_json::from_slice(&off.stdout).expect("JSON");
+    assert_eq!(off["kernel_sched"], serde_json::Value::Null);
+    let out = mmkctl(d, &["simulate", "--kernel-sched", "nope.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).starts_with("mmkctl: --kernel-sched: cannot read nope.json: "),
+        "{}",
+        text(&out.stderr)
+    );
 
     // A bad trace names the line and the column.
     std::fs::write(
