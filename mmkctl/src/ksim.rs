@@ -341,11 +341,12 @@ fn print(fmt: Format, r: &Report) {
     }
     let _ = writeln!(
         o,
-        "{:<12} {:<16} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>6}",
+        "{:<12} {:<16} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10} {:>10} {:>6}",
         "policy",
         "job",
         "p50_ms",
         "p99_ms",
+        "mean/alone",
         "p50/alone",
         "p99/alone",
         "off/alone",
@@ -356,11 +357,12 @@ fn print(fmt: Format, r: &Report) {
         for on in &row.online {
             let _ = writeln!(
                 o,
-                "{:<12} {:<16} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>10} {:>10} {:>6.2}",
+                "{:<12} {:<16} {:>8.2} {:>8.2} {:>10.2} {:>9.2} {:>9.2} {:>10} {:>10} {:>6.2}",
                 row.policy,
                 on.job,
                 on.p50_ms,
                 on.p99_ms,
+                on.mean_vs_alone,
                 on.p50_vs_alone,
                 on.p99_vs_alone,
                 "",
@@ -371,9 +373,10 @@ fn print(fmt: Format, r: &Report) {
         for off in &row.offline {
             let _ = writeln!(
                 o,
-                "{:<12} {:<16} {:>8} {:>8} {:>9} {:>9} {:>10.2} {:>10} {:>6.2}",
+                "{:<12} {:<16} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10.2} {:>10} {:>6.2}",
                 row.policy,
                 off.job,
+                "",
                 "",
                 "",
                 "",
