@@ -4,10 +4,11 @@
   python3 ksched-slice-check.py INTERPOSER_SO OUT_JSON
 
 For the three GEMMs of BERT-base's masked-LM head at batch 8 x 128 (fp32; the forward
-projection with its bias, and the two gradients), it runs each op with the interposer
+projection with its bias, and the two gradients), the same in fp16 and bf16, and one
+accumulating GEMM (beta = 1), it runs each op with the interposer
 paused (every hook passes through: the GEMM runs whole) and resumed (cut into pieces), and
-writes whether the results are equal bit for bit, the largest difference, and the time of
-each (CUDA events, median of 20). Then it runs three BERT training steps resumed, so the
+writes whether the results are equal bit for bit, the largest difference, the kernel
+launches of one cut call, and the time of each (CUDA events, median of 20). Then it runs three BERT training steps resumed, so the
 interposer's stats (MMK_KSCHED_STATS) say which cuBLAS entry points a real training step
 uses and how many calls were cut.
 """
@@ -31,6 +32,10 @@ w = torch.randn(vocab, hidden, device=dev) * 0.02
 b = torch.randn(vocab, device=dev) * 0.02
 gy = torch.randn(tokens, vocab, device=dev) * 0.01
 
+c0 = torch.randn(tokens, hidden, device=dev)
+x16, w16, b16, gy16 = (t.half() for t in (x, w, b, gy))
+xb, wb, gyb = (t.bfloat16() for t in (x, w, gy))
+
 ops = {
     # column-major m x n x k: 30522 x 1024 x 768, cublasLtMatmul with a bias epilogue
     "forward_linear_bias": lambda: F.linear(x, w, b),
@@ -38,6 +43,12 @@ ops = {
     "grad_input_mm": lambda: gy @ w,
     # grad of the weight: 768 x 30522 x 1024
     "grad_weight_mm": lambda: gy.t() @ x,
+    # the same shapes in half and bfloat16 precision
+    "forward_linear_bias_fp16": lambda: F.linear(x16, w16, b16),
+    "grad_input_mm_bf16": lambda: gyb @ wb,
+    "grad_weight_mm_fp16": lambda: gy16.t() @ x16,
+    # an accumulating GEMM (beta = 1): C + gy @ w, 768 x 1024 x 30522
+    "grad_input_addmm_beta1": lambda: torch.addmm(c0, gy, w),
 }
 
 
@@ -60,14 +71,19 @@ for name, f in ops.items():
     torch.cuda.synchronize()
     t_whole = timed(f)
     lib.mmk_interposer_set_enabled(True)
+    before = lib.mmk_interposer_launches()
     cut = f()
     torch.cuda.synchronize()
+    launches = lib.mmk_interposer_launches() - before
     t_cut = timed(f)
     result["ops"][name] = {
         "shape": list(whole.shape),
         "bitwise_equal": bool(torch.equal(whole, cut)),
-        "max_abs_diff": float((whole - cut).abs().max()),
-        "max_abs": float(whole.abs().max()),
+        "dtype": str(whole.dtype),
+        # kernel launches of one call resumed: one or two whole, one or more a piece cut
+        "launches_cut": launches,
+        "max_abs_diff": float((whole.float() - cut.float()).abs().max()),
+        "max_abs": float(whole.float().abs().max()),
         "ms_whole": round(t_whole, 4),
         "ms_cut": round(t_cut, 4),
     }
