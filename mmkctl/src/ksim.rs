@@ -263,9 +263,11 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
                             job: r.name.clone(),
                             per_second: r.per_second,
                             vs_alone,
+                            // none when passthrough ran no iteration
                             vs_passthrough: passthrough
                                 .as_ref()
-                                .map(|p| r.per_second / p[i].per_second.max(f64::MIN_POSITIVE)),
+                                .filter(|p| p[i].per_second > 0.0)
+                                .map(|p| r.per_second / p[i].per_second),
                             held: r.held,
                             forced: r.forced,
                         });

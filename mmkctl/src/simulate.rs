@@ -67,9 +67,10 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "measured", value_parser = ["measured", "analytic"])]
     pub truth: String,
     /// The kernel scheduler under MMK (the other policies run without one): `measured`
-    /// (its effect in the co-location rounds on the H200: the `mmk` policy with the
-    /// offline depth cap of 8; docs/simulate.md), `off`, or an `mmkctl ksim --output
-    /// json` report to take the effect from the kernel-level simulator.
+    /// (its effect in the co-location rounds on the H200: the `mmk` policy with a 1.5 ms
+    /// base and the offline depth cap of 8, GEMMs not cut; mmkd's defaults differ;
+    /// docs/simulate.md), `off`, or an `mmkctl ksim --output json` report to take the
+    /// effect from the kernel-level simulator (a file named `off` or `measured`: `./off`).
     #[arg(long, default_value = "measured", value_name = "measured|off|FILE")]
     pub kernel_sched: String,
     /// Also write the relative-JCT CDF of each policy as an SVG.
@@ -267,8 +268,11 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         "off" => None,
         "measured" => Some(measured_kernel_effect().map_err(Failure::usage)?),
         path => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Failure::usage(format!("--kernel-sched: cannot read {path}: {e}")))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::usage(format!(
+                    "--kernel-sched: {path:?} is not `measured`, `off` or a readable ksim report: {e}"
+                ))
+            })?;
             Some(
                 KernelEffect::from_ksim(path, &text)
                     .map_err(|e| Failure::usage(format!("--kernel-sched: {e}")))?,
@@ -350,7 +354,8 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             "analytic model (docs/simulate.md)"
         },
         unmeasured,
-        kernel_sched,
+        // Reported only where it acts.
+        kernel_sched: kernel_sched.filter(|_| a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY)),
     };
     if sweep {
         let mut runs = Vec::new();
@@ -613,7 +618,7 @@ fn measured_kernel_effect() -> Result<KernelEffect, String> {
 
 fn kernel_line(s: &Setup) -> String {
     match &s.kernel_sched {
-        None => "kernel scheduler: off".to_owned(),
+        None => format!("kernel scheduler: off (or no {KERNEL_SCHED_POLICY} policy in the run)"),
         Some(k) => format!(
             "kernel scheduler under {KERNEL_SCHED_POLICY}: an online job keeps {:.0} % of its slowdown from offline co-runners, an offline job next to online ones runs at {:.0} % ({})",
             100.0 * k.online_excess_kept,

@@ -4,8 +4,8 @@
   python3 ksched-slice-check.py INTERPOSER_SO OUT_JSON
 
 For the three GEMMs of BERT-base's masked-LM head at batch 8 x 128 (fp32; the forward
-projection with its bias, and the two gradients), the same in fp16 and bf16, and one
-accumulating GEMM (beta = 1), it runs each op with the interposer
+projection with its bias, and the two gradients), the same shapes once more in fp16 or
+bf16, and one accumulating GEMM (beta = 1), it runs each op with the interposer
 paused (every hook passes through: the GEMM runs whole) and resumed (cut into pieces), and
 writes whether the results are equal bit for bit, the largest difference, the kernel
 launches of one cut call, and the time of each (CUDA events, median of 20). Then it runs three BERT training steps resumed, so the
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 so, out = sys.argv[1], sys.argv[2]
 lib = ctypes.CDLL(so)
 lib.mmk_interposer_set_enabled.argtypes = [ctypes.c_bool]
+lib.mmk_interposer_launches.restype = ctypes.c_uint64
 
 torch.manual_seed(0)
 dev = "cuda"

@@ -35,7 +35,9 @@ pub struct KernelEffect {
 /// One round of `scripts/gpu/ksched-rounds.sh` (`rounds.json`, "configs").
 #[derive(Debug, Deserialize)]
 struct Round {
-    mean_ms: f64,
+    /// The online job's mean latency (absent in a round of training alone).
+    #[serde(default)]
+    mean_ms: Option<f64>,
     #[serde(default)]
     train_steps_per_s: Option<f64>,
 }
@@ -75,33 +77,48 @@ impl KernelEffect {
             if under.is_empty() {
                 continue;
             }
-            let latency = |rs: &[&Round]| mean(&rs.iter().map(|r| r.mean_ms).collect::<Vec<_>>());
-            let steps = |rs: &[&Round], which: &str| -> Result<f64, String> {
-                let v: Vec<f64> = rs.iter().filter_map(|r| r.train_steps_per_s).collect();
-                if v.len() != rs.len() {
+            // Every round counted must have a positive figure of the kind asked for.
+            let figure = |rs: &[&Round],
+                          which: &str,
+                          field: &str,
+                          get: fn(&Round) -> Option<f64>|
+             -> Result<Option<f64>, String> {
+                let v: Vec<f64> = rs.iter().filter_map(|r| get(r)).collect();
+                if v.len() != rs.len() || v.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
                     return Err(format!(
-                        "{name}: a round of {which} has no train_steps_per_s"
+                        "{name}: a round of {which} has no {field} above zero"
                     ));
                 }
-                mean(&v).ok_or_else(|| format!("{name}: no rounds of {which}"))
+                Ok(mean(&v))
+            };
+            let latency = |rs: &[&Round], which: &str| figure(rs, which, "mean_ms", |r| r.mean_ms);
+            let steps = |rs: &[&Round], which: &str| {
+                figure(rs, which, "train_steps_per_s", |r| r.train_steps_per_s)
             };
             let (ideal, mps) = (of("ideal"), of("mps"));
-            let (Some(alone), Some(shared), Some(scheduled)) =
-                (latency(&ideal), latency(&mps), latency(&under))
-            else {
+            let (Some(alone), Some(shared), Some(scheduled)) = (
+                latency(&ideal, "ideal")?,
+                latency(&mps, "mps")?,
+                latency(&under, config)?,
+            ) else {
                 return Err(format!(
                     "{name}: {config} needs rounds of ideal and mps beside it"
                 ));
             };
             let excess = shared / alone - 1.0;
-            if !(excess > 0.01 && alone > 0.0) {
+            if excess <= 0.01 {
                 return Err(format!(
                     "{name}: plain MPS did not slow the online job down (x{:.3}): nothing to take a part of",
                     shared / alone
                 ));
             }
+            let (Some(trained), Some(trained_shared)) =
+                (steps(&under, config)?, steps(&mps, "mps")?)
+            else {
+                return Err(format!("{name}: {config} needs rounds of mps beside it"));
+            };
             kept.push(((scheduled / alone - 1.0) / excess).clamp(0.0, 1.0));
-            offline.push(steps(&under, config)? / steps(&mps, "mps")?);
+            offline.push(trained / trained_shared);
             used.push(*name);
         }
         let (Some(online_excess_kept), Some(offline_kept)) = (mean(&kept), mean(&offline)) else {
@@ -166,6 +183,7 @@ impl KernelEffect {
             &mmk.offline
                 .iter()
                 .filter_map(|o| o.vs_passthrough)
+                .filter(|v| v.is_finite())
                 .collect::<Vec<_>>(),
         ) else {
             return Err(format!(
@@ -194,6 +212,7 @@ impl KernelEffect {
             ));
         }
         if !(self.offline_kept > 0.0 && self.offline_kept <= 1.0) {
+            // (NaN fails this too)
             return Err(format!(
                 "{}: the offline speed kept is {}, not in (0, 1]",
                 self.source, self.offline_kept
@@ -234,7 +253,7 @@ impl PerfModel for WithKernelSched {
                 if clear <= shared {
                     return shared;
                 }
-                let excess = clear / shared - 1.0;
+                let excess = clear / shared.max(f64::MIN_POSITIVE) - 1.0;
                 clear / (1.0 + excess * self.effect.online_excess_kept)
             }
             JobClass::Offline if has(JobClass::Online) => shared * self.effect.offline_kept,
@@ -293,7 +312,19 @@ mod tests {
         assert!(e.contains("did not slow the online job down"), "{e}");
         let no_steps = r#"{"configs": {"ideal": {"mean_ms": 1}, "mps": {"mean_ms": 2, "train_steps_per_s": 3}, "ks": {"mean_ms": 1.1}}}"#;
         let e = KernelEffect::from_rounds(&[("x", no_steps)], "ks").unwrap_err();
-        assert_eq!(e, "x: a round of ks has no train_steps_per_s");
+        assert_eq!(e, "x: a round of ks has no train_steps_per_s above zero");
+        let zero_mps = rounds(1.0, (2.0, 0.0), (1.1, 30.0));
+        let e = KernelEffect::from_rounds(&[("x", &zero_mps)], "ks").unwrap_err();
+        assert_eq!(e, "x: a round of mps has no train_steps_per_s above zero");
+        let zero_alone = rounds(0.0, (2.0, 40.0), (1.1, 30.0));
+        let e = KernelEffect::from_rounds(&[("x", &zero_alone)], "ks").unwrap_err();
+        assert_eq!(e, "x: a round of ideal has no mean_ms above zero");
+        // A round of training alone has no latency; it does not matter unless it is used.
+        let with_train_alone = r#"{"configs": {"train-alone": {"train_steps_per_s": 40},
+            "ideal": {"mean_ms": 1}, "mps": {"mean_ms": 2, "train_steps_per_s": 40},
+            "ks": {"mean_ms": 1.1, "train_steps_per_s": 30}}}"#;
+        let e = KernelEffect::from_rounds(&[("x", with_train_alone)], "ks").unwrap();
+        assert!((e.online_excess_kept - 0.1).abs() < 1e-9, "{e:?}");
     }
 
     fn ksim(plain: f64, mmk: f64, offline: f64) -> String {
@@ -325,15 +356,20 @@ mod tests {
         );
     }
 
-    /// Online alone in its partition at 1.0; 0.5 next to anything offline; offline 0.6.
+    /// Online: 1.0 alone, 0.8 next to another online job only, half that next to anything
+    /// offline too (or 1.0 with `gain`: a co-runner that helps); offline 0.6.
     #[derive(Debug)]
-    struct Halves;
+    struct Halves {
+        gain: bool,
+    }
     impl PerfModel for Halves {
         fn estimate(&self, job: &JobProfile, _: &PartitionShape, _: u8, co: &[CoRunner]) -> f64 {
-            let offline = co.iter().any(|c| c.profile.class == JobClass::Offline);
+            let has = |c: JobClass| co.iter().any(|r| r.profile.class == c);
+            let online = if has(JobClass::Online) { 0.8 } else { 1.0 };
             match job.class {
-                JobClass::Online if offline => 0.5,
-                JobClass::Online => 1.0,
+                JobClass::Online if has(JobClass::Offline) && self.gain => 1.0,
+                JobClass::Online if has(JobClass::Offline) => online / 2.0,
+                JobClass::Online => online,
                 JobClass::Offline => 0.6,
             }
         }
@@ -347,8 +383,8 @@ mod tests {
             source: String::new(),
         };
         let m = WithKernelSched {
-            truth: Arc::new(Halves),
-            effect,
+            truth: Arc::new(Halves { gain: false }),
+            effect: effect.clone(),
         };
         let shape = PartitionShape {
             sm_count: 98,
@@ -362,13 +398,22 @@ mod tests {
             profile: p,
             mps_share: 50,
         };
-        // Latency x2 next to the offline job: a quarter of the excess stays, x1.25.
+        // Next to the other online job alone it runs at 0.8; the offline job doubles its
+        // latency on top (0.4): a quarter of that excess stays, 0.8 / 1.25.
         let v = m.estimate(&online, &shape, 50, &[co(offline), co(online)]);
+        assert!((v - 0.64).abs() < 1e-9, "{v}");
+        let v = m.estimate(&online, &shape, 50, &[co(offline)]);
         assert!((v - 0.8).abs() < 1e-9, "{v}");
         assert!((m.estimate(&offline, &shape, 50, &[co(online)]) - 0.45).abs() < 1e-9);
         // Nothing changes without the other class beside it.
-        assert_eq!(m.estimate(&online, &shape, 50, &[co(online)]), 1.0);
+        assert_eq!(m.estimate(&online, &shape, 50, &[co(online)]), 0.8);
         assert_eq!(m.estimate(&offline, &shape, 50, &[co(offline)]), 0.6);
         assert_eq!(m.estimate(&offline, &shape, 100, &[]), 0.6);
+        // An offline co-runner that does not slow the online job: nothing to take back.
+        let m = WithKernelSched {
+            truth: Arc::new(Halves { gain: true }),
+            effect,
+        };
+        assert_eq!(m.estimate(&online, &shape, 50, &[co(offline)]), 1.0);
     }
 }

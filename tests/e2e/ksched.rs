@@ -204,6 +204,17 @@ async fn profile_ksim_and_an_online_jobs_policy_work_end_to_end() {
     );
     let offline_kept = rows[1]["offline"][0]["vs_passthrough"].as_f64().unwrap();
     assert_eq!(effect["offline_kept"].as_f64(), Some(offline_kept.min(1.0)));
+    // The online part kept: mmk's mean slowdown over passthrough's (1 where passthrough
+    // slowed it by under 1 %).
+    let mean = |r: &serde_json::Value| r["online"][0]["mean_vs_alone"].as_f64().unwrap();
+    let (plain, mmk) = (mean(&rows[0]) - 1.0, mean(&rows[1]) - 1.0);
+    let kept = if plain > 0.01 {
+        (mmk / plain).clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let got = effect["online_excess_kept"].as_f64().expect("kept");
+    assert!((got - kept).abs() < 1e-12, "{effect} against {kept}");
     assert_eq!(sim["policies"][1]["jobs"], 9, "{sim}");
     let out = mmkctl_in(dir.path(), &["ksim", "--online", "nope.csv"]);
     assert_eq!(out.status.code(), Some(2));

@@ -110,15 +110,67 @@ fn simulate_compares_every_policy_reproducibly() {
             "json",
         ],
     );
+    assert!(off.status.success(), "{}", text(&off.stderr));
     let off: serde_json::Value = serde_json::from_slice(&off.stdout).expect("JSON");
     assert_eq!(off["kernel_sched"], serde_json::Value::Null);
     let out = mmkctl(d, &["simulate", "--kernel-sched", "nope.json"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).starts_with("mmkctl: --kernel-sched: cannot read nope.json: "),
+        text(&out.stderr).starts_with(
+            "mmkctl: --kernel-sched: \"nope.json\" is not `measured`, `off` or a readable ksim report: "
+        ),
         "{}",
         text(&out.stderr)
     );
+
+    // The kernel scheduler changes MMK's run and nothing else: on a trace where MMK puts
+    // online and offline jobs together, plain MPS (which mixes
+    // them all the time) runs the same with it on or off.
+    let with = |k: &str| {
+        let out = mmkctl(
+            d,
+            &[
+                "simulate",
+                "--online",
+                "20",
+                "--offline",
+                "10",
+                "--gpus",
+                "1",
+                "--interval",
+                "20",
+                "--seed",
+                "2",
+                "--truth",
+                "analytic",
+                "--model",
+                "analytic",
+                "--policies",
+                "mps,mmk",
+                "--kernel-sched",
+                k,
+                "--output",
+                "json",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let (mut on, mut off) = (with("measured"), with("off"));
+    for r in [&mut on, &mut off] {
+        r["policies"][0]["seconds"] = serde_json::Value::Null; // wall time
+    }
+    assert_eq!(
+        on["policies"][0], off["policies"][0],
+        "plain MPS does not run it"
+    );
+    let mmk = |r: &serde_json::Value| r["policies"][1]["stp"].as_f64().expect("stp");
+    assert!(on["policies"][0]["mixed_pct"].as_f64().expect("mixed") > 0.0);
+    assert!(
+        off["policies"][1]["mixed_pct"].as_f64().expect("mixed") > 0.0,
+        "the trace must mix classes under MMK: {off}"
+    );
+    assert_ne!(mmk(&on), mmk(&off), "MMK runs under it");
 
     // A bad trace names the line and the column.
     std::fs::write(
