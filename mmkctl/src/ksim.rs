@@ -218,8 +218,8 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
         .iter()
         .find(|(k, _)| *k == PolicyKind::Passthrough)
         .map(|(_, r)| r.clone());
-    let ratio = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0 => a as f64 / b as f64,
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => a / b,
         _ => f64::NAN,
     };
     let rows = runs
@@ -240,19 +240,16 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
                             job: r.name.clone(),
                             requests: r.requests,
                             mean_ms: mean.map_or(f64::NAN, |m| m / 1e6),
-                            mean_vs_alone: match (mean, mean_alone) {
-                                (Some(m), Some(ma)) if ma > 0.0 => m / ma,
-                                _ => f64::NAN,
-                            },
+                            mean_vs_alone: ratio(mean, mean_alone),
                             p50_ms: ms(r.latency_percentile(50.0)).unwrap_or(f64::NAN),
                             p99_ms: ms(r.latency_percentile(99.0)).unwrap_or(f64::NAN),
                             p50_vs_alone: ratio(
-                                r.latency_percentile(50.0),
-                                a.latency_percentile(50.0),
+                                ms(r.latency_percentile(50.0)),
+                                ms(a.latency_percentile(50.0)),
                             ),
                             p99_vs_alone: ratio(
-                                r.latency_percentile(99.0),
-                                a.latency_percentile(99.0),
+                                ms(r.latency_percentile(99.0)),
+                                ms(a.latency_percentile(99.0)),
                             ),
                         });
                     }

@@ -77,34 +77,30 @@ impl KernelEffect {
             if under.is_empty() {
                 continue;
             }
-            // Every round counted must have a positive figure of the kind asked for.
+            // The mean of a figure over rounds that all have it above zero.
             let figure = |rs: &[&Round],
                           which: &str,
                           field: &str,
                           get: fn(&Round) -> Option<f64>|
-             -> Result<Option<f64>, String> {
+             -> Result<f64, String> {
                 let v: Vec<f64> = rs.iter().filter_map(|r| get(r)).collect();
                 if v.len() != rs.len() || v.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
                     return Err(format!(
                         "{name}: a round of {which} has no {field} above zero"
                     ));
                 }
-                Ok(mean(&v))
+                mean(&v).ok_or_else(|| {
+                    format!("{name}: {config} needs rounds of ideal and mps beside it")
+                })
             };
             let latency = |rs: &[&Round], which: &str| figure(rs, which, "mean_ms", |r| r.mean_ms);
             let steps = |rs: &[&Round], which: &str| {
                 figure(rs, which, "train_steps_per_s", |r| r.train_steps_per_s)
             };
             let (ideal, mps) = (of("ideal"), of("mps"));
-            let (Some(alone), Some(shared), Some(scheduled)) = (
-                latency(&ideal, "ideal")?,
-                latency(&mps, "mps")?,
-                latency(&under, config)?,
-            ) else {
-                return Err(format!(
-                    "{name}: {config} needs rounds of ideal and mps beside it"
-                ));
-            };
+            let alone = latency(&ideal, "ideal")?;
+            let shared = latency(&mps, "mps")?;
+            let scheduled = latency(&under, config)?;
             let excess = shared / alone - 1.0;
             if excess <= 0.01 {
                 return Err(format!(
@@ -112,11 +108,7 @@ impl KernelEffect {
                     shared / alone
                 ));
             }
-            let (Some(trained), Some(trained_shared)) =
-                (steps(&under, config)?, steps(&mps, "mps")?)
-            else {
-                return Err(format!("{name}: {config} needs rounds of mps beside it"));
-            };
+            let (trained, trained_shared) = (steps(&under, config)?, steps(&mps, "mps")?);
             kept.push(((scheduled / alone - 1.0) / excess).clamp(0.0, 1.0));
             offline.push(trained / trained_shared);
             used.push(*name);
