@@ -178,8 +178,12 @@ async fn sigterm_to_run_reaches_the_command_and_the_allocation_records_its_exit(
         .expect("mmkctl runs");
     let mut c = d.clients().await;
     wait_state(&mut c, 1, v1::JobState::Running).await;
-    wait_for("the command", || {
-        procs_with_parent(run.id()).into_iter().next()
+    // The shell has set its trap once it has started `sleep`: wait for that grandchild,
+    // or the signal can land before the trap and kill the shell (exit 143).
+    wait_for("the command's sleep", || {
+        procs_with_parent(run.id())
+            .into_iter()
+            .find_map(|sh| procs_with_parent(sh as u32).into_iter().next())
     });
     // SAFETY: signalling a process this test started.
     unsafe {
