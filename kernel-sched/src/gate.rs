@@ -1,12 +1,14 @@
 //! The per-partition gate: a shared-memory segment that every job process of a partition
 //! maps, and through which offline launches wait for online work.
 //!
-//! Layout (version 3, all fields atomics, native endian):
+//! Layout (version 4, all fields atomics, native endian):
 //!
 //! ```text
 //! header (128 bytes)  magic "MMKGATE1", version, slot count, partition SMs, policy,
 //!                     anti-starvation base, hard bound, epoch (the futex word), waiters,
-//!                     offline depth cap, totals of the processes that left (launches, held, held ns, forced)
+//!                     offline depth cap, GEMM cut size, totals of the processes that left
+//!                     (launches, held, held ns, forced), device wait on or off, the device
+//!                     word and when it last closed
 //! slots  (64 x 128)   one per job process: pid (0 = free), class, MPS share,
 //!                     kernels, SMs, compute- and memory-bound kernels and expected
 //!                     run time in flight, the end of the gap an idle online process
@@ -21,6 +23,10 @@
 //!   bound runs out.
 //! - A process that dies with work in flight cannot leave others waiting: a waiter whose
 //!   sleep times out drops the slots whose process is gone.
+//! - The device word (see [`DeviceWord`]) says, for the GPU itself, whether online work is
+//!   in flight: with [`GateConfig::device_wait`] on, each offline launch is preceded by a
+//!   `cuStreamWaitValue32` on it, so that offline kernels already queued in their stream do
+//!   not start while an online launch runs.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -34,7 +40,7 @@ use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind
 use crate::profile::Intensity;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"MMKGATE1");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// Job processes one partition's gate can hold.
 pub const SLOTS: usize = 64;
 /// A held launch looks for dead processes at least this often.
@@ -56,14 +62,21 @@ struct Header {
     waiters: AtomicU32,
     /// [`GateConfig::offline_depth`].
     offline_depth: AtomicU32,
-    /// [`GateConfig::gemm_slice_mflop`]. (Version 3 gates made before it have 0 here:
-    /// no slicing.)
+    /// [`GateConfig::gemm_slice_mflop`].
     gemm_slice_mflop: AtomicU32,
     /// Counters of the slots that were left or reaped, so they outlive their processes.
     total_launches: AtomicU64,
     total_held: AtomicU64,
     total_held_ns: AtomicU64,
     total_forced: AtomicU64,
+    /// [`GateConfig::device_wait`] (0 or 1).
+    device_wait: AtomicU32,
+    /// What offline streams wait on (see [`DeviceWord`]); a page of this segment is
+    /// registered with the driver in each offline process, so the GPU reads it.
+    device_word: AtomicU32,
+    /// When the device word last closed, or a forced opening of it last ended
+    /// (`CLOCK_MONOTONIC` ns).
+    device_closed_ns: AtomicU64,
 }
 
 #[repr(C, align(128))]
@@ -119,6 +132,12 @@ pub struct GateConfig {
     /// operations are cut into pieces of at most this size (0: not cut; see
     /// [`crate::slice`]).
     pub gemm_slice_mflop: u32,
+    /// Offline launches also wait on the GPU, behind a stream wait on the device word, so
+    /// that what is queued in an offline stream does not start while online work is in
+    /// flight (see [`DeviceWord`]). Needs the gate file on a memory file system
+    /// (`/dev/shm`): the driver cannot register a page of a disk file, and the
+    /// interposer then goes without.
+    pub device_wait: bool,
 }
 
 impl GateConfig {
@@ -132,6 +151,7 @@ impl GateConfig {
             max_hold: DEFAULT_MAX_HOLD,
             offline_depth: 0,
             gemm_slice_mflop: 0,
+            device_wait: false,
         }
     }
 
@@ -332,6 +352,7 @@ impl Gate {
         let h = &gate.seg().header;
         h.version.store(VERSION, Ordering::Relaxed);
         h.slots.store(SLOTS as u32, Ordering::Relaxed);
+        h.device_word.store(DeviceWord::OPEN, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
         Ok(gate)
@@ -400,6 +421,8 @@ impl Gate {
             .store(config.offline_depth, Ordering::Relaxed);
         h.gemm_slice_mflop
             .store(config.gemm_slice_mflop, Ordering::Relaxed);
+        h.device_wait
+            .store(u32::from(config.device_wait), Ordering::Relaxed);
         self.wake_all();
     }
 
@@ -413,6 +436,7 @@ impl Gate {
             max_hold: Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed)),
             offline_depth: h.offline_depth.load(Ordering::Relaxed),
             gemm_slice_mflop: h.gemm_slice_mflop.load(Ordering::Relaxed),
+            device_wait: h.device_wait.load(Ordering::Relaxed) != 0,
         }
     }
 
@@ -435,7 +459,7 @@ impl Gate {
                 self.claim_free(pid)
             })?;
         let slot = &slots[index];
-        clear_in_flight(slot);
+        self.clear_in_flight(slot);
         self.fold_into_totals(slot);
         slot.completed.store(0, Ordering::Relaxed);
         slot.max_held_ns.store(0, Ordering::Relaxed);
@@ -457,7 +481,7 @@ impl Gate {
     pub fn leave(&self, slot: SlotId) {
         let s = &self.seg().slots[slot.0];
         self.fold_into_totals(s);
-        clear_in_flight(s);
+        self.clear_in_flight(s);
         s.class.store(0, Ordering::Relaxed);
         s.pid.store(0, Ordering::Release);
         self.wake_all();
@@ -501,7 +525,7 @@ impl Gate {
             let pid = s.pid.load(Ordering::Acquire);
             if pid != 0 && !process_alive(pid) {
                 self.fold_into_totals(s);
-                clear_in_flight(s);
+                self.clear_in_flight(s);
                 s.class.store(0, Ordering::Relaxed);
                 if s.pid
                     .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed)
@@ -536,6 +560,9 @@ impl Gate {
             Intensity::Unknown => {}
         }
         s.inflight_sm.fetch_add(charge.sm, Ordering::AcqRel);
+        if s.class.load(Ordering::Relaxed) == Class::Online.code() {
+            self.device_online_begin();
+        }
         s.inflight.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -569,8 +596,17 @@ impl Gate {
                     Some(v.saturating_sub(charge.expected_ns))
                 });
         }
-        let left = sub(&s.inflight, 1);
-        if left == 0 && s.class.load(Ordering::Relaxed) == Class::Online.code() {
+        let before = s
+            .inflight
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(1))
+            })
+            .unwrap_or(0);
+        let online = s.class.load(Ordering::Relaxed) == Class::Online.code();
+        if online && before > 0 {
+            self.device_online_end(1);
+        }
+        if before <= 1 && online {
             let until = charge.gap_after_ns.map_or(0, |g| now_ns.saturating_add(g));
             s.gap_until_ns.store(until, Ordering::Release);
         }
@@ -736,13 +772,142 @@ impl Gate {
     }
 }
 
-fn clear_in_flight(s: &Slot) {
-    for counter in [
-        &s.inflight,
-        &s.inflight_sm,
-        &s.inflight_compute,
-        &s.inflight_memory,
-    ] {
+/// The device word: what an offline stream waits on before each of its kernels when the
+/// gate's [`GateConfig::device_wait`] is on. The GPU waits until `word & (OPEN | FORCED)`
+/// is not zero (`cuStreamWaitValue32` with `CU_STREAM_WAIT_VALUE_AND`).
+///
+/// - Bits 2 and up count the online launches in flight in the partition. Online
+///   launches close the word when the count leaves zero (before the launch is made) and
+///   open it when the poller sees the last one complete.
+/// - `FORCED` opens it while online work is in flight: set by an offline process whose
+///   kernels have waited on the GPU longer than the anti-starvation bound (decision 3;
+///   [`Gate::device_force_if_starved`]), cleared when one of them completes. So a GPU
+///   wait, like a hold on the CPU, never lasts much longer than the bound.
+///
+/// A kernel that had already started when the word closed runs on (a wait cannot
+/// preempt); what is held is what is queued behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceWord(pub u32);
+
+impl DeviceWord {
+    pub const OPEN: u32 = 1;
+    pub const FORCED: u32 = 2;
+    /// The mask an offline stream waits on.
+    pub const WAIT_MASK: u32 = DeviceWord::OPEN | DeviceWord::FORCED;
+    const ONE: u32 = 4;
+
+    /// Online launches in flight.
+    pub fn online(self) -> u32 {
+        self.0 >> 2
+    }
+
+    /// Whether a kernel queued behind a wait would start now.
+    pub fn passes(self) -> bool {
+        self.0 & DeviceWord::WAIT_MASK != 0
+    }
+}
+
+/// Where the device word lies in a mapped gate, for registering it with the driver.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceWordLocation {
+    /// The start of the mapping (page-aligned).
+    pub base: *mut std::ffi::c_void,
+    /// Bytes of the mapping.
+    pub len: usize,
+    /// Offset of the word from `base`.
+    pub offset: usize,
+}
+
+impl Gate {
+    /// The device word now.
+    pub fn device_word(&self) -> DeviceWord {
+        DeviceWord(self.seg().header.device_word.load(Ordering::Acquire))
+    }
+
+    /// Where the device word is in this process's mapping.
+    pub fn device_word_location(&self) -> DeviceWordLocation {
+        DeviceWordLocation {
+            base: self.seg.as_ptr().cast(),
+            len: SEGMENT_BYTES,
+            offset: std::mem::offset_of!(Segment, header.device_word),
+        }
+    }
+
+    fn device_online_begin(&self) {
+        let h = &self.seg().header;
+        let before = h
+            .device_word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(w.saturating_add(DeviceWord::ONE) & !DeviceWord::OPEN)
+            })
+            .unwrap_or(0);
+        if DeviceWord(before).online() == 0 {
+            h.device_closed_ns.store(monotonic_ns(), Ordering::Release);
+        }
+    }
+
+    fn device_online_end(&self, kernels: u32) {
+        let _ =
+            self.seg()
+                .header
+                .device_word
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                    let left = DeviceWord(w).online().saturating_sub(kernels);
+                    Some(if left == 0 {
+                        DeviceWord::OPEN
+                    } else {
+                        (left << 2) | (w & DeviceWord::FORCED)
+                    })
+                });
+    }
+
+    /// An offline process with kernels queued behind device waits calls this while they
+    /// have not completed: when the word has been closed for `bound_ns` or longer, open it
+    /// by force. Returns whether this call forced it.
+    pub fn device_force_if_starved(&self, now_ns: u64, bound_ns: u64) -> bool {
+        let h = &self.seg().header;
+        if self.device_word().passes() {
+            return false;
+        }
+        let since = h.device_closed_ns.load(Ordering::Acquire);
+        if now_ns.saturating_sub(since) < bound_ns {
+            return false;
+        }
+        let before = h.device_word.fetch_or(DeviceWord::FORCED, Ordering::AcqRel);
+        before & DeviceWord::WAIT_MASK == 0
+    }
+
+    /// One of the offline kernels behind a forced opening completed: close the word again
+    /// (if online work is still in flight) and start the bound over.
+    pub fn device_unforce(&self) {
+        let h = &self.seg().header;
+        if h.device_word.load(Ordering::Acquire) & DeviceWord::FORCED != 0 {
+            h.device_closed_ns.store(monotonic_ns(), Ordering::Release);
+            h.device_word
+                .fetch_and(!DeviceWord::FORCED, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether the gate asks offline launches to wait on the GPU too.
+    pub fn device_wait(&self) -> bool {
+        self.seg().header.device_wait.load(Ordering::Relaxed) != 0
+    }
+}
+
+impl Gate {
+    /// Forget what slot `s` had in flight (its process left or died); an online slot's
+    /// kernels no longer keep the device word closed.
+    fn clear_in_flight(&self, s: &Slot) {
+        let kernels = s.inflight.swap(0, Ordering::AcqRel);
+        if kernels > 0 && s.class.load(Ordering::Relaxed) == Class::Online.code() {
+            self.device_online_end(kernels);
+        }
+        clear_counters(s);
+    }
+}
+
+fn clear_counters(s: &Slot) {
+    for counter in [&s.inflight_sm, &s.inflight_compute, &s.inflight_memory] {
         counter.store(0, Ordering::Relaxed);
     }
     s.inflight_expected_ns.store(0, Ordering::Relaxed);
@@ -996,6 +1161,86 @@ mod tests {
         );
         assert!(outcome.waited < Duration::from_secs(2), "{outcome:?}");
         assert_eq!(g.slot(off).unwrap().forced, 1);
+    }
+
+    #[test]
+    fn the_device_word_is_closed_while_online_work_is_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Mmk);
+        assert!(g.device_word().passes(), "a new gate is open");
+        let on = g.join(1, Class::Online, 1.0).unwrap();
+        let on2 = g.join(2, Class::Online, 1.0).unwrap();
+        let off = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
+        g.begin(off, &sm(132));
+        assert!(g.device_word().passes(), "offline work does not close it");
+        g.begin(on, &sm(10));
+        g.begin(on2, &sm(10));
+        assert_eq!(g.device_word().online(), 2);
+        assert!(!g.device_word().passes());
+        g.end(on, &sm(10), monotonic_ns());
+        assert!(
+            !g.device_word().passes(),
+            "one online launch is still in flight"
+        );
+        g.end(on2, &sm(10), monotonic_ns());
+        assert!(g.device_word().passes());
+        // A completion seen twice (the slot was cleared meanwhile) does not wrap the count.
+        g.end(on2, &sm(10), monotonic_ns());
+        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
+        // An online process that leaves with work in flight opens it.
+        g.begin(on, &sm(10));
+        g.begin(on, &sm(10));
+        assert!(!g.device_word().passes());
+        g.leave(on);
+        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
+    }
+
+    #[test]
+    fn a_starved_offline_process_forces_the_device_word_open_until_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Mmk);
+        let on = g.join(1, Class::Online, 1.0).unwrap();
+        g.begin(on, &sm(132));
+        let closed = monotonic_ns();
+        assert!(
+            !g.device_force_if_starved(closed, 1_000_000),
+            "not past the bound yet"
+        );
+        assert!(!g.device_word().passes());
+        let later = monotonic_ns() + 2_000_000;
+        assert!(g.device_force_if_starved(later, 1_000_000));
+        assert!(g.device_word().passes(), "forced open");
+        assert_eq!(g.device_word().online(), 1, "the online count is kept");
+        assert!(!g.device_force_if_starved(later, 1_000_000), "already open");
+        g.device_unforce();
+        assert!(!g.device_word().passes(), "closed again after progress");
+        assert!(
+            !g.device_force_if_starved(monotonic_ns(), 1_000_000),
+            "the bound starts over"
+        );
+        g.device_force_if_starved(monotonic_ns() + 2_000_000, 1_000_000);
+        g.end(on, &sm(132), monotonic_ns());
+        assert_eq!(
+            g.device_word(),
+            DeviceWord(DeviceWord::OPEN),
+            "the last online completion opens it and drops the force"
+        );
+    }
+
+    #[test]
+    fn the_device_word_lies_inside_the_mapping() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Mmk);
+        let at = g.device_word_location();
+        assert_eq!(at.len, SEGMENT_BYTES);
+        assert!(at.offset + 4 <= at.len && at.offset.is_multiple_of(4));
+        // SAFETY: inside the mapping, aligned, an AtomicU32 of the header.
+        let word = unsafe { &*at.base.cast::<u8>().add(at.offset).cast::<AtomicU32>() };
+        assert_eq!(word.load(Ordering::Acquire), g.device_word().0);
+        let on = g.join(1, Class::Online, 1.0).unwrap();
+        g.begin(on, &sm(1));
+        assert_eq!(word.load(Ordering::Acquire), g.device_word().0);
+        assert!(!DeviceWord(word.load(Ordering::Acquire)).passes());
     }
 
     #[test]

@@ -29,8 +29,8 @@ pub mod slice;
 pub mod trace;
 
 pub use gate::{
-    Charge, DEFAULT_MAX_HOLD, Gate, GateConfig, GateError, SlotId, SlotStats, Totals, WaitOutcome,
-    monotonic_ns,
+    Charge, DEFAULT_MAX_HOLD, DeviceWord, DeviceWordLocation, Gate, GateConfig, GateError, SlotId,
+    SlotStats, Totals, WaitOutcome, monotonic_ns,
 };
 pub use policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind, PolicyParams};
 pub use profile::{Expect, Intensity, KernelKey, Profile};

@@ -369,6 +369,213 @@ fn an_offline_job_queues_at_most_the_depth_cap_while_an_online_job_is_present() 
     );
 }
 
+/// (launch_ns, start_ns, end_ns) of a job's kernels, as `Node::kernels` reads them.
+type Kernels = Vec<(u64, u64, u64)>;
+
+/// Offline kernels that started while an online kernel ran, more than `slack` after the
+/// online launch (the online process closes the device word just before it launches).
+fn started_beside(offline: &[(u64, u64, u64)], online: &[(u64, u64, u64)], slack: u64) -> usize {
+    offline
+        .iter()
+        .filter(|&&(_, start, _)| {
+            online
+                .iter()
+                .any(|&(launch, _, end)| start >= launch + slack && start < end)
+        })
+        .count()
+}
+
+/// Queue 60 offline kernels of 1 ms at once, then run an online job (5 kernels of 2 ms,
+/// 3 ms apart) beside them; `device_wait` as given. Returns the offline and online
+/// kernels and the offline job's stats.
+fn queued_offline_beside_online(node: &Node, device_wait: bool) -> (Kernels, Kernels, Value) {
+    let gate = node.gate_with(&GateConfig {
+        base: Duration::from_millis(500),
+        max_hold: Duration::from_secs(30),
+        device_wait,
+        ..GateConfig::new(132, PolicyKind::Mmk)
+    });
+    let offline = node
+        .job(
+            "off",
+            Class::Offline,
+            true,
+            &["--kernels", "60", "--duration-us", "1000", "--blocks", "8"],
+        )
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    while !gate
+        .slots()
+        .iter()
+        .any(|s| s.class == Some(Class::Offline) && s.inflight >= 30)
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the offline job never queued its kernels"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let online = node
+        .job(
+            "on",
+            Class::Online,
+            true,
+            &[
+                "--kernels",
+                "5",
+                "--duration-us",
+                "2000",
+                "--gap-us",
+                "3000",
+                "--blocks",
+                "8",
+            ],
+        )
+        .spawn()
+        .unwrap();
+    finish(online, "the online job");
+    let summary = finish(offline, "the offline job");
+    assert_eq!(summary["launched"], 60);
+    (node.kernels("off"), node.kernels("on"), node.stats("off"))
+}
+
+#[test]
+fn with_the_device_wait_queued_offline_kernels_do_not_start_beside_online_work() {
+    // Without it (the CPU gate alone) kernels the offline job queued before the online
+    // job came run beside its kernels: the gate sees launches, not what is queued.
+    let node = Node::new();
+    let (off, on, stats) = queued_offline_beside_online(&node, false);
+    assert_eq!(on.len(), 5);
+    assert_eq!(off.len(), 60);
+    assert!(
+        started_beside(&off, &on, 0) >= 3,
+        "the CPU gate alone lets queued kernels start beside online ones: {}",
+        started_beside(&off, &on, 0)
+    );
+    assert_eq!(stats["device"]["waits"], 0);
+
+    let node = Node::new();
+    let (off, on, stats) = queued_offline_beside_online(&node, true);
+    assert_eq!(off.len(), 60, "nothing is lost behind the waits");
+    assert_eq!(
+        started_beside(&off, &on, 300_000),
+        0,
+        "no queued offline kernel starts while an online kernel runs"
+    );
+    assert_eq!(stats["device"]["waits"], 60, "{stats}");
+    assert_eq!(stats["device"]["error"], Value::Null);
+    assert_eq!(stats["device"]["forced"], 0, "{stats}");
+    // The offline kernels are still queued ahead: no gap between two of them (other than
+    // where an online kernel ran) is longer than the releaser's period and some slack.
+    let mut starts: Vec<(u64, u64)> = off.iter().map(|&(_, s, e)| (s, e)).collect();
+    starts.sort_unstable();
+    let on_span = |t: u64| {
+        on.iter()
+            .any(|&(l, _, e)| t + 1_000_000 >= l && t < e + 1_000_000)
+    };
+    let idle_gaps = starts
+        .windows(2)
+        .filter(|w| w[1].0 > w[0].1 + 2_000_000 && !on_span(w[0].1))
+        .count();
+    assert_eq!(
+        idle_gaps, 0,
+        "offline work flows when no online work is in flight"
+    );
+}
+
+#[test]
+fn a_device_wait_that_outlasts_the_bound_is_forced_open() {
+    let node = Node::new();
+    let gate = node.gate_with(&GateConfig {
+        base: Duration::from_millis(2),
+        max_hold: Duration::from_secs(30),
+        device_wait: true,
+        ..GateConfig::new(132, PolicyKind::Mmk)
+    });
+    // One online kernel of 300 ms: the offline kernels behind their waits would sit out
+    // all of it without the bound.
+    let online = node
+        .job(
+            "on",
+            Class::Online,
+            true,
+            &["--kernels", "1", "--duration-us", "300000", "--blocks", "8"],
+        )
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    while !gate
+        .slots()
+        .iter()
+        .any(|s| s.class == Some(Class::Online) && s.inflight > 0)
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "no online kernel"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let offline = node
+        .job(
+            "off",
+            Class::Offline,
+            true,
+            &["--kernels", "10", "--duration-us", "1000", "--blocks", "8"],
+        )
+        .spawn()
+        .unwrap();
+    finish(offline, "the offline job");
+    finish(online, "the online job");
+    let (off, on) = (node.kernels("off"), node.kernels("on"));
+    let online_end = on[0].2;
+    let last = off.iter().map(|&(_, _, end)| end).max().unwrap();
+    assert!(
+        last < online_end,
+        "the offline kernels ran within the online kernel's 300 ms: {} ms before its end",
+        (online_end.saturating_sub(last)) / 1_000_000
+    );
+    let stats = node.stats("off");
+    assert!(stats["device"]["forced"].as_u64().unwrap() >= 1, "{stats}");
+    assert_eq!(stats["device"]["waits"], 10);
+}
+
+#[test]
+fn a_gate_the_driver_cannot_map_leaves_the_offline_job_on_the_cpu_gate() {
+    let node = Node::new();
+    node.gate_with(&GateConfig {
+        device_wait: true,
+        ..GateConfig::new(132, PolicyKind::Mmk)
+    });
+    let out = node
+        .job("off", Class::Offline, true, &["--kernels", "5"])
+        .env("MMK_FAKE_CUDA_NO_HOST_REGISTER", "1")
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("device wait off") && stderr.contains("/dev/shm"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("device wait off").count(),
+        1,
+        "said once: {stderr}"
+    );
+    let stats = node.stats("off");
+    assert_eq!(stats["launches"], 5);
+    assert_eq!(stats["device"]["waits"], 0);
+    assert!(
+        stats["device"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cuMemHostRegister")),
+        "{stats}"
+    );
+}
+
 #[test]
 fn a_dead_online_process_does_not_hold_offline_work() {
     let node = Node::new();

@@ -44,21 +44,25 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # interposer and mmk-gate of `--alt-bin DIR` instead of BIN_DIR's (another build, for an
 # A/B of two builds in one call; the profiles are always made with BIN_DIR's). A suffix
 # "-sliceN" creates the gate with `--gemm-slice-mflop N`: the training job's cuBLAS GEMMs
-# over N MFLOP are cut into pieces of at most N (kernel-sched/src/slice.rs).
+# over N MFLOP are cut into pieces of at most N (kernel-sched/src/slice.rs). A suffix
+# "-devwait" creates the gate in /dev/shm with `--device-wait on`: the training job's
+# launches also wait on the GPU while the service has work in flight
+# (kernel-sched/interposer/src/device.rs).
 
 
 def parse_config(c, alt_bin=None):
-    """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0, -alt, -sliceN or 0)
-    of a name; a bad name stops the script before anything runs."""
+    """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0, -alt, -sliceN or 0,
+    -devwait) of a name; a bad name stops the script before anything runs."""
     base_c, cprio, keepprio = c.split("@")[0], False, False
     base_us, depth, slice_mflop, given = None, 0, 0, set()
-    while m := re.fullmatch(r"(.*)-(base|depth|slice)([0-9]+)|(.*)-(alt)", base_c):
+    while m := re.fullmatch(r"(.*)-(base|depth|slice)([0-9]+)|(.*)-(alt|devwait)", base_c):
         if m.group(5):
-            base_c, key, n = m.group(4), "alt", 1
+            base_c, key, n = m.group(4), m.group(5), 1
         else:
             base_c, key, n = m.group(1), m.group(2), int(m.group(3))
         if n <= 0 or key in given:
-            raise SystemExit(f"{c}: -{key}N needs N > 0, once" if key != "alt" else f"{c}: -alt once")
+            raise SystemExit(f"{c}: -{key}N needs N > 0, once" if key not in ("alt", "devwait")
+                             else f"{c}: -{key} once")
         given.add(key)
         if key == "base":
             base_us = n
@@ -66,10 +70,11 @@ def parse_config(c, alt_bin=None):
             depth = n
         elif key == "slice":
             slice_mflop = n
-    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "alt"]):
-        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN and -alt must end the name, with N > 0")
+    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "alt", "devwait"]):
+        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -alt and -devwait must end the name, with N > 0")
     if given and not re.match(r"ks(full)?-", base_c):
-        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN and -alt need a kernel-scheduler configuration")
+        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -alt and -devwait need a kernel-scheduler "
+                         "configuration")
     if "alt" in given and not alt_bin:
         raise SystemExit(f"{c}: -alt needs --alt-bin")
     for suffix in ["-cprio", "-keepprio"]:
@@ -79,7 +84,7 @@ def parse_config(c, alt_bin=None):
             keepprio |= suffix == "-keepprio"
     if depth and not base_c.endswith("-mmk"):
         raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
-    return base_c, cprio, keepprio, base_us, depth, "alt" in given, slice_mflop
+    return base_c, cprio, keepprio, base_us, depth, "alt" in given, slice_mflop, "devwait" in given
 
 
 def log(*a):
@@ -202,9 +207,10 @@ def main():
         subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=mps_env)
         time.sleep(2)
 
+    gates = []
     try:
         for c in configs:
-            base_c, cprio, keepprio, base_us, depth, alt, slice_mflop = parse_config(c, alt_bin)
+            base_c, cprio, keepprio, base_us, depth, alt, slice_mflop, devwait = parse_config(c, alt_bin)
             c_bin = alt_bin if alt else bin_dir
             base_us = base_us or dur_us
             uses_mps = base_c in MPS or base_c.startswith("ksfull-")
@@ -223,7 +229,9 @@ def main():
                 on_env["MMK_KSCHED_STREAM_PRIORITY"] = "keep"
             if base_c.startswith("ks-") or base_c.startswith("ksfull-"):
                 policy = base_c.split("-", 1)[1]
-                gate = f"{work}/{policy}.gate"
+                # The driver maps a gate page for the GPU only from a memory file system.
+                gate = f"/dev/shm/mmk-colocate-{os.getpid()}-{policy}.gate" if devwait else f"{work}/{policy}.gate"
+                gates.append(gate)
                 cmd = [f"{c_bin}/mmk-gate", "create", gate, "--sms", str(a.sms), "--policy", policy]
                 if base_us:
                     cmd += ["--base-us", str(base_us)]
@@ -231,6 +239,8 @@ def main():
                     cmd += ["--offline-depth", str(depth)]
                 if slice_mflop:
                     cmd += ["--gemm-slice-mflop", str(slice_mflop)]
+                if devwait:
+                    cmd += ["--device-wait", "on"]
                 subprocess.run(cmd, check=True, capture_output=True)
                 for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", "train")]:
                     e.update(LD_PRELOAD=f"{c_bin}/libmmk_interposer.so", MMK_GATE=gate, MMK_JOB_CLASS=cls,
@@ -280,6 +290,7 @@ def main():
             if base_c.startswith("ks"):
                 r["base_us"] = base_us
                 r["offline_depth"] = depth
+                r["device_wait"] = devwait
                 r["bin"] = c_bin
             results["configs"][c] = r
             log(f"{c}: " + json.dumps({k: v for k, v in r.items()
@@ -289,6 +300,9 @@ def main():
         if mps_on:
             mps_quit()
         shutil.rmtree(work, ignore_errors=True)
+        for g in gates:
+            if g.startswith("/dev/shm/") and os.path.exists(g):
+                os.unlink(g)
     json.dump(results, open(f"{out}/colocate.json", "w"), indent=1)
     # One archive of everything, for machines that send back only a few files.
     names = sorted(n for n in os.listdir(out) if n != "all.tar.gz")

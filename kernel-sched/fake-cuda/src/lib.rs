@@ -19,6 +19,14 @@
 //!   the duration in microseconds that its first kernel parameter points to (a `u64`;
 //!   10 us without parameters), and stretches when the SMs in use exceed the pool. Events
 //!   complete when the work before them on their stream has.
+//! - Stream memory waits (`cuStreamWaitValue32(_v2)`, the GEQ, EQ, AND and NOR conditions)
+//!   on host memory registered with `cuMemHostRegister(_v2)` (whose device pointer,
+//!   `cuMemHostGetDevicePointer(_v2)`, is the host address, as under unified addressing):
+//!   work queued on a stream behind a wait that has not passed is scheduled only once the
+//!   work before it has ended and the condition holds, checked every 10 us by a thread of
+//!   the library; events recorded behind it are not ready until then.
+//!   `MMK_FAKE_CUDA_NO_HOST_REGISTER=1` makes registering fail, as the real driver does
+//!   for a page of a disk file.
 //! - Runtime: `cudaLaunchKernel`, `__cudaLaunchKernel`, `cudaLaunchKernelExC`,
 //!   `cudaGraphLaunch`, `cudaGetFuncBySymbol`. Like cudart, they reach the driver through
 //!   `dlopen("libcuda.so.1")`, `dlsym("cuGetProcAddress_v2")` and `cuGetProcAddress`.
@@ -116,7 +124,40 @@ struct Gpu {
     /// Streams made with `CU_STREAM_NON_BLOCKING`: they do not synchronize with the
     /// legacy stream, so their captures leave it usable.
     non_blocking: std::collections::HashSet<usize>,
+    /// Work queued behind a stream wait that has not passed, by stream, in order.
+    deferred: HashMap<usize, std::collections::VecDeque<Deferred>>,
+    /// Host ranges registered with `cuMemHostRegister`: (start, bytes).
+    registered: Vec<(usize, usize)>,
     log: Option<File>,
+}
+
+/// Stream work that waits for a `cuStreamWaitValue32` ahead of it.
+#[derive(Debug)]
+enum Deferred {
+    Wait {
+        addr: usize,
+        value: u32,
+        flags: c_uint,
+    },
+    Kernel {
+        name: usize,
+        sm: u32,
+        duration_us: u64,
+        launch_ns: u64,
+    },
+    Record {
+        event: usize,
+    },
+}
+
+/// Whether a stream wait's condition holds for `v` (`CUstreamWaitValue_flags`).
+fn wait_passes(v: u32, value: u32, flags: c_uint) -> bool {
+    match flags & 0x3 {
+        0 => (v.wrapping_sub(value) as i32) >= 0,
+        1 => v == value,
+        2 => v & value != 0,
+        _ => !(v | value) != 0,
+    }
 }
 
 fn gpu() -> MutexGuard<'static, Gpu> {
@@ -139,6 +180,8 @@ fn gpu() -> MutexGuard<'static, Gpu> {
             events: HashMap::new(),
             captures: HashMap::new(),
             non_blocking: std::collections::HashSet::new(),
+            deferred: HashMap::new(),
+            registered: Vec::new(),
             log,
         })
     })
@@ -273,34 +316,135 @@ unsafe fn run_kernel(
         g.invalidate_blocking();
         return STREAM_CAPTURE_IMPLICIT;
     }
-    let sm_count = g.sm_count;
     let sm = blocks
         .div_ceil(u64::from(func.blocks_per_sm.max(1)))
-        .min(u64::from(sm_count)) as u32;
-    let now = now_ns();
+        .min(u64::from(g.sm_count)) as u32;
     let key = stream as usize;
-    let start = g.tails.get(&key).copied().unwrap_or(0).max(now);
-    g.running.retain(|&(_, end, _)| end > now);
-    let busy: u32 = g
-        .running
-        .iter()
-        .filter(|&&(s, e, _)| s <= start && e > start)
-        .map(|&(_, _, sm)| sm)
-        .sum();
-    let factor = (f64::from(busy + sm) / f64::from(sm_count)).max(1.0);
-    let end = start + (duration_us as f64 * 1000.0 * factor) as u64;
-    g.running.push((start, end, sm));
-    g.tails.insert(key, end);
-    if let Some(log) = g.log.as_mut() {
-        let _ = writeln!(
-            log,
-            "{},{},{:#x},{now},{start},{end},{sm}",
-            std::process::id(),
-            func.name.to_string_lossy(),
-            key
-        );
+    let now = now_ns();
+    match g.deferred.get_mut(&key) {
+        Some(queue) => queue.push_back(Deferred::Kernel {
+            name: f as usize,
+            sm,
+            duration_us,
+            launch_ns: now,
+        }),
+        None => g.schedule(key, func, sm, duration_us, now),
     }
     SUCCESS
+}
+
+impl Gpu {
+    /// Put a kernel on `stream`'s timeline: it starts when the stream's last kernel ends
+    /// (or now) and stretches while the SMs in use exceed the pool.
+    fn schedule(&mut self, key: usize, func: &Function, sm: u32, duration_us: u64, launch_ns: u64) {
+        let now = now_ns();
+        let start = self.tails.get(&key).copied().unwrap_or(0).max(now);
+        self.running.retain(|&(_, end, _)| end > now);
+        let busy: u32 = self
+            .running
+            .iter()
+            .filter(|&&(s, e, _)| s <= start && e > start)
+            .map(|&(_, _, sm)| sm)
+            .sum();
+        let factor = (f64::from(busy + sm) / f64::from(self.sm_count)).max(1.0);
+        let end = start + (duration_us as f64 * 1000.0 * factor) as u64;
+        self.running.push((start, end, sm));
+        self.tails.insert(key, end);
+        if let Some(log) = self.log.as_mut() {
+            let _ = writeln!(
+                log,
+                "{},{},{:#x},{launch_ns},{start},{end},{sm}",
+                std::process::id(),
+                func.name.to_string_lossy(),
+                key
+            );
+        }
+    }
+
+    /// Run what deferred work can run now: per stream, a wait passes once the work before
+    /// it has ended and its condition holds; what follows it is scheduled up to the next
+    /// wait. Returns whether any deferred work is left.
+    fn release_deferred(&mut self) -> bool {
+        let now = now_ns();
+        let keys: Vec<usize> = self.deferred.keys().copied().collect();
+        for key in keys {
+            let Some(mut queue) = self.deferred.remove(&key) else {
+                continue;
+            };
+            while let Some(front) = queue.front() {
+                match *front {
+                    Deferred::Wait { addr, value, flags } => {
+                        let idle = self.tails.get(&key).copied().unwrap_or(0) <= now;
+                        // SAFETY: a registered host address the caller keeps mapped.
+                        let v = unsafe {
+                            (*(addr as *const std::sync::atomic::AtomicU32))
+                                .load(std::sync::atomic::Ordering::Acquire)
+                        };
+                        if !(idle && wait_passes(v, value, flags)) {
+                            break;
+                        }
+                    }
+                    Deferred::Kernel {
+                        name,
+                        sm,
+                        duration_us,
+                        launch_ns,
+                    } => {
+                        // SAFETY: a function handle this library made (never freed).
+                        let func = unsafe { &*(name as *const Function) };
+                        self.schedule(key, func, sm, duration_us, launch_ns);
+                    }
+                    Deferred::Record { event } => {
+                        let at = self.tails.get(&key).copied().unwrap_or(0).max(now);
+                        if let Some(e) = self.events.get_mut(&event) {
+                            e.at = at;
+                        }
+                    }
+                }
+                queue.pop_front();
+            }
+            if !queue.is_empty() {
+                self.deferred.insert(key, queue);
+            }
+        }
+        !self.deferred.is_empty()
+    }
+}
+
+/// The thread that lets deferred work go (started by the first stream wait).
+fn start_releaser() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("fake-cuda-waits".into())
+            .spawn(|| {
+                loop {
+                    let left = gpu().release_deferred();
+                    std::thread::sleep(std::time::Duration::from_micros(if left {
+                        10
+                    } else {
+                        200
+                    }));
+                }
+            });
+    });
+}
+
+/// Wait while `stream` (or, with `None`, any stream) has deferred work.
+fn wait_deferred(stream: Option<usize>) {
+    loop {
+        let pending = {
+            let g = gpu();
+            match stream {
+                Some(s) => g.deferred.contains_key(&s),
+                None => !g.deferred.is_empty(),
+            }
+        };
+        if !pending {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(10));
+    }
 }
 
 // ---- initialisation, devices, contexts ----
@@ -417,6 +561,9 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
         }
         g.tails.values().copied().max().unwrap_or(0)
     };
+    sleep_until(until);
+    wait_deferred(None);
+    let until = gpu().tails.values().copied().max().unwrap_or(0);
     sleep_until(until);
     SUCCESS
 }
@@ -632,6 +779,9 @@ pub extern "C" fn cuStreamSynchronize(stream: Handle) -> CUresult {
         g.tails.get(&(stream as usize)).copied().unwrap_or(0)
     };
     sleep_until(until);
+    wait_deferred(Some(stream as usize));
+    let until = gpu().tails.get(&(stream as usize)).copied().unwrap_or(0);
+    sleep_until(until);
     SUCCESS
 }
 
@@ -670,14 +820,25 @@ pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
         .copied()
         .unwrap_or(0)
         .max(now_ns());
-    match g.events.get_mut(&(event as usize)) {
-        Some(e) => {
-            e.at = at;
-            e.captured = captured.then_some(stream as usize);
-            SUCCESS
-        }
-        None => INVALID_HANDLE,
+    if !g.events.contains_key(&(event as usize)) {
+        return INVALID_HANDLE;
     }
+    let deferred = !captured
+        && match g.deferred.get_mut(&(stream as usize)) {
+            Some(queue) => {
+                queue.push_back(Deferred::Record {
+                    event: event as usize,
+                });
+                true
+            }
+            None => false,
+        };
+    if let Some(e) = g.events.get_mut(&(event as usize)) {
+        // Behind a wait: not ready until the releaser schedules what is ahead of it.
+        e.at = if deferred { u64::MAX } else { at };
+        e.captured = captured.then_some(stream as usize);
+    }
+    SUCCESS
 }
 
 fn event_at(event: Handle) -> Result<u64, CUresult> {
@@ -711,12 +872,16 @@ pub extern "C" fn cuEventQuery(event: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(event: Handle) -> CUresult {
-    match event_wait_at(event) {
-        Ok(at) => {
-            sleep_until(at);
-            SUCCESS
+    loop {
+        match event_wait_at(event) {
+            // Behind a stream wait that has not passed.
+            Ok(u64::MAX) => std::thread::sleep(std::time::Duration::from_micros(10)),
+            Ok(at) => {
+                sleep_until(at);
+                return SUCCESS;
+            }
+            Err(rc) => return rc,
         }
-        Err(rc) => rc,
     }
 }
 
@@ -743,6 +908,126 @@ pub extern "C" fn cuEventDestroy(event: Handle) -> CUresult {
         Some(_) => SUCCESS,
         None => INVALID_HANDLE,
     }
+}
+
+// ---- host memory and stream waits ----
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytes: usize, _flags: c_uint) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    if p.is_null() || bytes == 0 || std::env::var_os("MMK_FAKE_CUDA_NO_HOST_REGISTER").is_some() {
+        return INVALID_VALUE;
+    }
+    let mut g = gpu();
+    let start = p as usize;
+    if g.registered
+        .iter()
+        .any(|&(s, n)| start < s + n && s < start + bytes)
+    {
+        // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+        return 712;
+    }
+    g.registered.push((start, bytes));
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemHostRegister(p: *mut c_void, bytes: usize, flags: c_uint) -> CUresult {
+    cuMemHostRegister_v2(p, bytes, flags)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
+    let mut g = gpu();
+    match g.registered.iter().position(|&(s, _)| s == p as usize) {
+        Some(i) => {
+            g.registered.swap_remove(i);
+            SUCCESS
+        }
+        // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+        None => 713,
+    }
+}
+
+/// The device address of registered host memory: the host address itself.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    dptr: *mut u64,
+    p: *mut c_void,
+    _flags: c_uint,
+) -> CUresult {
+    if dptr.is_null() {
+        return INVALID_VALUE;
+    }
+    let at = p as usize;
+    if !gpu().registered.iter().any(|&(s, n)| at >= s && at < s + n) {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *dptr = at as u64 };
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer(
+    dptr: *mut u64,
+    p: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
+    // SAFETY: the caller's arguments.
+    unsafe { cuMemHostGetDevicePointer_v2(dptr, p, flags) }
+}
+
+/// Work queued on `stream` after this waits until the work before it has ended and the
+/// 32-bit word at `addr` (registered host memory) meets the condition.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitValue32_v2(
+    stream: Handle,
+    addr: u64,
+    value: u32,
+    flags: c_uint,
+) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    let at = addr as usize;
+    let mut g = gpu();
+    if !at.is_multiple_of(4)
+        || !g
+            .registered
+            .iter()
+            .any(|&(s, n)| at >= s && at + 4 <= s + n)
+    {
+        return INVALID_VALUE;
+    }
+    if g.captures.contains_key(&(stream as usize)) {
+        // A wait node in a graph is not modelled.
+        return STREAM_CAPTURE_UNSUPPORTED;
+    }
+    g.deferred
+        .entry(stream as usize)
+        .or_default()
+        .push_back(Deferred::Wait {
+            addr: at,
+            value,
+            flags,
+        });
+    g.release_deferred();
+    drop(g);
+    start_releaser();
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitValue32(
+    stream: Handle,
+    addr: u64,
+    value: u32,
+    flags: c_uint,
+) -> CUresult {
+    cuStreamWaitValue32_v2(stream, addr, value, flags)
 }
 
 // ---- launches ----
@@ -1073,6 +1358,10 @@ fn proc_address(name: &[u8], flags: u64) -> Option<usize> {
         (b"cuGraphLaunch", false) => cuGraphLaunch as *const () as usize,
         (b"cuGraphLaunch", true) => cuGraphLaunch_ptsz as *const () as usize,
         (b"cuGetProcAddress", _) => cuGetProcAddress_v2 as *const () as usize,
+        (b"cuMemHostRegister", _) => cuMemHostRegister_v2 as *const () as usize,
+        (b"cuMemHostUnregister", _) => cuMemHostUnregister as *const () as usize,
+        (b"cuMemHostGetDevicePointer", _) => cuMemHostGetDevicePointer_v2 as *const () as usize,
+        (b"cuStreamWaitValue32", _) => cuStreamWaitValue32_v2 as *const () as usize,
         _ => return None,
     };
     Some(f)

@@ -29,6 +29,11 @@ pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
 pub const CU_EVENT_DEFAULT: c_uint = 0;
 pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+/// `cuMemHostRegister` flags: valid in every context, and mapped for the device.
+pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 1;
+pub const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 2;
+/// `cuStreamWaitValue32`: wait until `(*addr & value) != 0`.
+pub const CU_STREAM_WAIT_VALUE_AND: c_uint = 2;
 /// The driver version the interposer asks `cuGetProcAddress` for its own helpers.
 pub const HELPER_VERSION: c_int = 12000;
 
@@ -140,3 +145,7 @@ pub type CuEventElapsedTime = unsafe extern "C" fn(*mut f32, CUevent, CUevent) -
 pub type CuStreamIsCapturing = unsafe extern "C" fn(CUstream, *mut c_int) -> CUresult;
 pub type CuThreadExchangeStreamCaptureMode = unsafe extern "C" fn(*mut c_int) -> CUresult;
 pub type CudaGetFuncBySymbol = unsafe extern "C" fn(*mut CUfunction, *const c_void) -> cudaError;
+pub type CuMemHostRegister = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CUresult;
+pub type CuMemHostGetDevicePointer =
+    unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CUresult;
+pub type CuStreamWaitValue32 = unsafe extern "C" fn(CUstream, u64, u32, c_uint) -> CUresult;

@@ -179,6 +179,10 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
             gate.count(*slot);
         } else if p.class != Class::Offline {
             gate.begin(*slot, &charge);
+        } else if gate.device_wait()
+            && let Some(d) = crate::real::driver()
+        {
+            p.device.before_launch(p, gate, d, shape.stream);
         }
     }
     let needs_events = p.track || p.record.is_some();

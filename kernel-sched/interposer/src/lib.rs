@@ -19,6 +19,10 @@
 //! offline job whose gate asks for it, a long GEMM is cut into pieces that the gate can
 //! hold one by one (`blas`).
 //!
+//! Device wait: in an offline job whose gate asks for it, each launch is preceded by a
+//! stream wait on a word of the gate, so that the GPU holds what is queued in an offline
+//! stream while online work is in flight (`device`).
+//!
 //! A graph launch is one unit. A runtime launch is gated once even when the runtime calls a
 //! hooked driver entry point underneath.
 //!
@@ -28,6 +32,7 @@
 
 mod blas;
 mod cuda;
+mod device;
 mod exports;
 mod hooks;
 mod kernel;

@@ -48,6 +48,8 @@ pub struct Process {
     /// Set once the process has left its gate slot at exit: the slot may belong to another
     /// process by then, so late completions must not touch it.
     pub left_gate: std::sync::atomic::AtomicBool,
+    /// The device wait (offline processes whose gate asks for it).
+    pub device: crate::device::DeviceWait,
 }
 
 /// Record mode's trace file.
@@ -154,7 +156,7 @@ fn expand(path: &str, pid: u32) -> PathBuf {
     PathBuf::from(path.replace("%p", &pid.to_string()))
 }
 
-fn warn(message: std::fmt::Arguments<'_>) {
+pub fn warn(message: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr(), "mmk-interposer: {message}");
 }
 
@@ -253,6 +255,7 @@ impl Process {
             seq: AtomicU64::new(0),
             tracker: Tracker::default(),
             left_gate: std::sync::atomic::AtomicBool::new(false),
+            device: crate::device::DeviceWait::default(),
         }
     }
 
@@ -263,6 +266,9 @@ impl Process {
             && !self.left_gate.load(Ordering::Acquire)
         {
             gate.end(slot, &charge, monotonic_ns());
+            if self.class == Class::Offline {
+                self.device.progress(gate);
+            }
         }
     }
 
@@ -309,6 +315,7 @@ impl Process {
                 self.gate.is_some(),
                 crate::kernel::KERNELS_SEEN.load(Ordering::Relaxed),
                 self.stream_priority.as_str(),
+                self.device.error(),
             );
             if let Err(e) = std::fs::write(path, json + "\n") {
                 warn(format_args!("stats file {}: {e}", path.display()));

@@ -1,6 +1,6 @@
 //! The real functions behind the hooks: the real `dlsym`, the loaded driver and runtime
 //! libraries, and the driver helpers the interposer calls itself (names, occupancy, events,
-//! stream priorities).
+//! stream priorities, the device wait).
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::OnceLock;
@@ -157,6 +157,9 @@ pub struct Driver {
     pub event_elapsed: Option<CuEventElapsedTime>,
     pub stream_is_capturing: Option<CuStreamIsCapturing>,
     pub exchange_capture_mode: Option<CuThreadExchangeStreamCaptureMode>,
+    pub mem_host_register: Option<CuMemHostRegister>,
+    pub mem_host_get_device_pointer: Option<CuMemHostGetDevicePointer>,
+    pub stream_wait_value32: Option<CuStreamWaitValue32>,
 }
 
 impl Driver {
@@ -271,6 +274,9 @@ pub fn driver() -> Option<&'static Driver> {
             c"cuThreadExchangeStreamCaptureMode",
             CuThreadExchangeStreamCaptureMode
         ),
+        mem_host_register: get!(c"cuMemHostRegister", CuMemHostRegister),
+        mem_host_get_device_pointer: get!(c"cuMemHostGetDevicePointer", CuMemHostGetDevicePointer),
+        stream_wait_value32: get!(c"cuStreamWaitValue32", CuStreamWaitValue32),
     };
     Some(DRIVER.get_or_init(|| d))
 }

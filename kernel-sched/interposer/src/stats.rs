@@ -100,6 +100,11 @@ pub struct Stats {
     gemm_cut: AtomicU64,
     gemm_pieces: AtomicU64,
     gemm_uncut: AtomicU64,
+    /// Launches preceded by a device wait, waits the driver refused, and times this
+    /// process opened the device word by force (`device`).
+    pub device_waits: AtomicU64,
+    pub device_wait_failed: AtomicU64,
+    pub device_forced: AtomicU64,
     hook_ns: Box<[AtomicU64]>,
     hook_ns_sum: AtomicU64,
     hook_ns_max: AtomicU64,
@@ -123,6 +128,9 @@ impl Stats {
             gemm_cut: AtomicU64::new(0),
             gemm_pieces: AtomicU64::new(0),
             gemm_uncut: AtomicU64::new(0),
+            device_waits: AtomicU64::new(0),
+            device_wait_failed: AtomicU64::new(0),
+            device_forced: AtomicU64::new(0),
             hook_ns: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             hook_ns_sum: AtomicU64::new(0),
             hook_ns_max: AtomicU64::new(0),
@@ -175,7 +183,9 @@ impl Stats {
         BUCKETS as u64 * BUCKET_NS
     }
 
-    /// The JSON document (one object). `streams` is the stream-priority mode.
+    /// The JSON document (one object). `streams` is the stream-priority mode;
+    /// `device_error` why the device wait is off, when it was tried.
+    #[allow(clippy::too_many_arguments)]
     pub fn to_json(
         &self,
         pid: u32,
@@ -184,6 +194,7 @@ impl Stats {
         gate: bool,
         kernels: u64,
         streams: &str,
+        device_error: Option<&str>,
     ) -> String {
         let mut s = String::new();
         let _ = write!(
@@ -227,7 +238,7 @@ impl Stats {
             .collect();
         let _ = write!(
             s,
-            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"captured\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"gemm\":{{{gemm}\"cut\":{},\"pieces\":{},\"uncut\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
+            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"captured\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"gemm\":{{{gemm}\"cut\":{},\"pieces\":{},\"uncut\":{}}},\"device\":{{\"waits\":{},\"failed\":{},\"forced\":{},\"error\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
             self.failed.load(Ordering::Relaxed),
             self.held.load(Ordering::Relaxed),
             self.held_ns.load(Ordering::Relaxed),
@@ -241,6 +252,10 @@ impl Stats {
             self.gemm_cut.load(Ordering::Relaxed),
             self.gemm_pieces.load(Ordering::Relaxed),
             self.gemm_uncut.load(Ordering::Relaxed),
+            self.device_waits.load(Ordering::Relaxed),
+            self.device_wait_failed.load(Ordering::Relaxed),
+            self.device_forced.load(Ordering::Relaxed),
+            device_error.map_or_else(|| "null".to_owned(), json_string),
             self.hook_ns_max.load(Ordering::Relaxed),
         );
         s
@@ -250,3 +265,21 @@ impl Stats {
 /// `CLOCK_MONOTONIC` in ns: the clock trace lines and the gate use, comparable across
 /// processes.
 pub use mmk_kernel_sched::monotonic_ns as now_ns;
+
+/// `text` as a JSON string literal.
+fn json_string(text: &str) -> String {
+    let mut s = String::with_capacity(text.len() + 2);
+    s.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", u32::from(c));
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}

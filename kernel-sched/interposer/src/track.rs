@@ -189,6 +189,11 @@ impl Tracker {
             if left.len() < before {
                 interval = POLL_MIN;
             }
+            if !left.is_empty()
+                && let Some((gate, _)) = &process.gate
+            {
+                process.device.check_starved(process, gate);
+            }
             if !left.is_empty() {
                 {
                     let mut queue = lock(&self.queue);

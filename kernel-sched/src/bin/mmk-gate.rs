@@ -2,12 +2,15 @@
 //! runs; this is for running jobs under the kernel scheduler without mmkd, and for looking).
 //!
 //! ```text
-//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F]
+//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off]
 //! mmk-gate show PATH
 //! ```
 //!
 //! `--gemm-slice-mflop F`: offline jobs' cuBLAS GEMMs of more than F million
 //! floating-point operations are cut into pieces of at most F (`mmk_kernel_sched::slice`).
+//!
+//! `--device-wait on`: offline launches also wait on the GPU for online work to finish
+//! (`GateConfig::device_wait`); PATH must then be on a memory file system (`/dev/shm`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +18,7 @@ use std::time::Duration;
 
 use mmk_kernel_sched::{Gate, GateConfig, PolicyKind};
 
-const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F]\n       mmk-gate show PATH";
+const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off]\n       mmk-gate show PATH";
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
@@ -49,6 +52,15 @@ fn run() -> Result<(), String> {
                         config.gemm_slice_mflop = u32::try_from(num()?)
                             .map_err(|_| "--gemm-slice-mflop: too large".to_owned())?
                     }
+                    "--device-wait" => {
+                        config.device_wait = match value.as_str() {
+                            "on" => true,
+                            "off" => false,
+                            _ => {
+                                return Err(format!("--device-wait: on or off, not {value:?}"));
+                            }
+                        }
+                    }
                     other => return Err(format!("unknown flag {other}\n{USAGE}")),
                 }
             }
@@ -60,13 +72,16 @@ fn run() -> Result<(), String> {
             let c = gate.config();
             let t = gate.totals();
             println!(
-                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"gemm_slice_mflop\":{},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
+                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"gemm_slice_mflop\":{},\"device_wait\":{},\"device_word\":{{\"online\":{},\"passes\":{}}},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
                 c.sm_count,
                 c.policy,
                 c.base.as_micros(),
                 c.max_hold.as_millis(),
                 c.offline_depth,
                 c.gemm_slice_mflop,
+                c.device_wait,
+                gate.device_word().online(),
+                gate.device_word().passes(),
                 t.launches,
                 t.held,
                 t.held_ns,
