@@ -77,6 +77,8 @@ struct Header {
     /// When the device word last closed, or a forced opening of it last ended
     /// (`CLOCK_MONOTONIC` ns).
     device_closed_ns: AtomicU64,
+    /// [`GateConfig::device_wait_grain_us`].
+    device_wait_grain_us: AtomicU32,
 }
 
 #[repr(C, align(128))]
@@ -138,6 +140,12 @@ pub struct GateConfig {
     /// (`/dev/shm`): the driver cannot register a page of a disk file, and the
     /// interposer then goes without.
     pub device_wait: bool,
+    /// With `device_wait`: a wait goes before a launch only once the expected run time (from
+    /// the job's kernel profile) of the launches since the last wait on that stream would
+    /// pass this many us, so that at most about this much offline work starts after the
+    /// device word closes; 0 puts a wait before every launch. A kernel the profile does not
+    /// know always gets a wait before it and after it.
+    pub device_wait_grain_us: u32,
 }
 
 impl GateConfig {
@@ -152,6 +160,7 @@ impl GateConfig {
             offline_depth: 0,
             gemm_slice_mflop: 0,
             device_wait: false,
+            device_wait_grain_us: 0,
         }
     }
 
@@ -423,6 +432,8 @@ impl Gate {
             .store(config.gemm_slice_mflop, Ordering::Relaxed);
         h.device_wait
             .store(u32::from(config.device_wait), Ordering::Relaxed);
+        h.device_wait_grain_us
+            .store(config.device_wait_grain_us, Ordering::Relaxed);
         self.wake_all();
     }
 
@@ -437,6 +448,7 @@ impl Gate {
             offline_depth: h.offline_depth.load(Ordering::Relaxed),
             gemm_slice_mflop: h.gemm_slice_mflop.load(Ordering::Relaxed),
             device_wait: h.device_wait.load(Ordering::Relaxed) != 0,
+            device_wait_grain_us: h.device_wait_grain_us.load(Ordering::Relaxed),
         }
     }
 
@@ -891,6 +903,16 @@ impl Gate {
     /// Whether the gate asks offline launches to wait on the GPU too.
     pub fn device_wait(&self) -> bool {
         self.seg().header.device_wait.load(Ordering::Relaxed) != 0
+    }
+
+    /// [`GateConfig::device_wait_grain_us`] in ns.
+    pub fn device_wait_grain_ns(&self) -> u64 {
+        u64::from(
+            self.seg()
+                .header
+                .device_wait_grain_us
+                .load(Ordering::Relaxed),
+        ) * 1000
     }
 }
 

@@ -47,21 +47,24 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # over N MFLOP are cut into pieces of at most N (kernel-sched/src/slice.rs). A suffix
 # "-devwait" creates the gate in /dev/shm with `--device-wait on`: the training job's
 # launches also wait on the GPU while the service has work in flight
-# (kernel-sched/interposer/src/device.rs).
+# (kernel-sched/interposer/src/device.rs); with "-grainN" as well, only once N us of the
+# training's expected work (from its profile) have been launched since the last wait
+# (`--device-wait-grain-us N`). A suffix "-notrain" runs the service alone under that
+# configuration (MPS, interposer, gate): the floor the scheduler can reach.
 
 
 def parse_config(c, alt_bin=None):
     """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0, -alt, -sliceN or 0,
-    -devwait) of a name; a bad name stops the script before anything runs."""
+    -devwait, -grainN or 0, -notrain) of a name; a bad name stops the script before anything runs."""
     base_c, cprio, keepprio = c.split("@")[0], False, False
-    base_us, depth, slice_mflop, given = None, 0, 0, set()
-    while m := re.fullmatch(r"(.*)-(base|depth|slice)([0-9]+)|(.*)-(alt|devwait)", base_c):
+    base_us, depth, slice_mflop, grain, given = None, 0, 0, 0, set()
+    while m := re.fullmatch(r"(.*)-(base|depth|slice|grain)([0-9]+)|(.*)-(alt|devwait|notrain)", base_c):
         if m.group(5):
             base_c, key, n = m.group(4), m.group(5), 1
         else:
             base_c, key, n = m.group(1), m.group(2), int(m.group(3))
         if n <= 0 or key in given:
-            raise SystemExit(f"{c}: -{key}N needs N > 0, once" if key not in ("alt", "devwait")
+            raise SystemExit(f"{c}: -{key}N needs N > 0, once" if key not in ("alt", "devwait", "notrain")
                              else f"{c}: -{key} once")
         given.add(key)
         if key == "base":
@@ -70,10 +73,14 @@ def parse_config(c, alt_bin=None):
             depth = n
         elif key == "slice":
             slice_mflop = n
-    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "alt", "devwait"]):
-        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -alt and -devwait must end the name, with N > 0")
+        elif key == "grain":
+            grain = n
+    if "grain" in given and "devwait" not in given:
+        raise SystemExit(f"{c}: -grainN needs -devwait")
+    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "grain", "alt", "devwait", "notrain"]):
+        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -grainN, -alt, -devwait and -notrain must end the name, with N > 0")
     if given and not re.match(r"ks(full)?-", base_c):
-        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -alt and -devwait need a kernel-scheduler "
+        raise SystemExit(f"{c}: these suffixes need a kernel-scheduler "
                          "configuration")
     if "alt" in given and not alt_bin:
         raise SystemExit(f"{c}: -alt needs --alt-bin")
@@ -84,7 +91,7 @@ def parse_config(c, alt_bin=None):
             keepprio |= suffix == "-keepprio"
     if depth and not base_c.endswith("-mmk"):
         raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
-    return base_c, cprio, keepprio, base_us, depth, "alt" in given, slice_mflop, "devwait" in given
+    return base_c, cprio, keepprio, base_us, depth, "alt" in given, slice_mflop, "devwait" in given, grain, "notrain" in given
 
 
 def log(*a):
@@ -210,7 +217,7 @@ def main():
     gates = []
     try:
         for c in configs:
-            base_c, cprio, keepprio, base_us, depth, alt, slice_mflop, devwait = parse_config(c, alt_bin)
+            base_c, cprio, keepprio, base_us, depth, alt, slice_mflop, devwait, grain, notrain = parse_config(c, alt_bin)
             c_bin = alt_bin if alt else bin_dir
             base_us = base_us or dur_us
             uses_mps = base_c in MPS or base_c.startswith("ksfull-")
@@ -240,7 +247,7 @@ def main():
                 if slice_mflop:
                     cmd += ["--gemm-slice-mflop", str(slice_mflop)]
                 if devwait:
-                    cmd += ["--device-wait", "on"]
+                    cmd += ["--device-wait", "on", "--device-wait-grain-us", str(grain)]
                 subprocess.run(cmd, check=True, capture_output=True)
                 for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", "train")]:
                     e.update(LD_PRELOAD=f"{c_bin}/libmmk_interposer.so", MMK_GATE=gate, MMK_JOB_CLASS=cls,
@@ -250,7 +257,7 @@ def main():
             t = time.time()
             r = {}
             train = None
-            if base_c != "ideal":
+            if base_c != "ideal" and not notrain:
                 secs = a.seconds if base_c == "train-alone" else 600
                 train = subprocess.Popen(["python3", APP, "train", "--seconds", str(secs),
                                           "--out", f"{work}/{c}.train.json"],
@@ -291,6 +298,7 @@ def main():
                 r["base_us"] = base_us
                 r["offline_depth"] = depth
                 r["device_wait"] = devwait
+                r["device_wait_grain_us"] = grain
                 r["bin"] = c_bin
             results["configs"][c] = r
             log(f"{c}: " + json.dumps({k: v for k, v in r.items()

@@ -12,11 +12,17 @@
 //! as `/dev/shm`. When registering fails the job runs with the CPU gate alone, says why on
 //! stderr once, and its stats carry the reason.
 //!
+//! With a grain ([`mmk_kernel_sched::GateConfig::device_wait_grain_us`]) a wait goes only
+//! before the launch that would take the expected run time since the last wait on its
+//! stream over the grain: each wait then guards the launches after it, up to about the
+//! grain of work, and the GPU pays for fewer waits.
+//!
 //! A wait never outlives the anti-starvation bound by much: the poller of an offline
 //! process with kernels pending opens the word by force once it has been closed for the
 //! bound ([`mmk_kernel_sched::Gate::device_force_if_starved`]), and closes it again when
 //! one of its kernels completes.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +32,36 @@ use mmk_kernel_sched::{DeviceWord, Gate};
 use crate::cuda::*;
 use crate::process::Process;
 use crate::real::Driver;
+
+thread_local! {
+    /// This thread's last stream with a wait, and the expected ns launched on it since
+    /// (`u64::MAX`: the next launch needs a wait).
+    static SINCE_WAIT: Cell<(usize, u64)> = const { Cell::new((0, u64::MAX)) };
+}
+
+/// Whether the launch about to go on `stream`, of `expected_ns` (`None`: not in the
+/// profile), needs a wait before it, for a grain of `grain_ns` (0: every launch does).
+pub fn due(stream: CUstream, expected_ns: Option<u64>, grain_ns: u64) -> bool {
+    if grain_ns == 0 {
+        return true;
+    }
+    let (last, since) = SINCE_WAIT.get();
+    match expected_ns {
+        // Unknown: it may be long, so it gets a wait and so does the next launch.
+        None => {
+            SINCE_WAIT.set((stream as usize, u64::MAX));
+            true
+        }
+        Some(ns) if last != stream as usize || since.saturating_add(ns) > grain_ns => {
+            SINCE_WAIT.set((stream as usize, ns));
+            true
+        }
+        Some(ns) => {
+            SINCE_WAIT.set((last, since + ns));
+            false
+        }
+    }
+}
 
 /// One process's device wait: the word's device address once registered, or why not.
 #[derive(Debug, Default)]
@@ -151,4 +187,51 @@ fn register(gate: &Gate, d: &Driver) -> Result<u64, String> {
         ));
     }
     Ok(base + at.offset as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(n: usize) -> CUstream {
+        n as CUstream
+    }
+
+    #[test]
+    fn a_wait_goes_before_the_launch_that_passes_the_grain() {
+        // A fresh thread: the thread-local starts over.
+        std::thread::spawn(|| {
+            let us = |n: u64| Some(n * 1000);
+            assert!(due(stream(8), us(10), 0), "grain 0: every launch");
+            assert!(due(stream(8), us(10), 0));
+            assert!(due(stream(8), us(10), 50_000), "the first launch waits");
+            assert!(!due(stream(8), us(30), 50_000), "40 us since the wait");
+            assert!(
+                !due(stream(8), us(10), 50_000),
+                "50 us: at the grain, not over"
+            );
+            assert!(due(stream(8), us(1), 50_000), "51 us: a new wait");
+            assert!(
+                due(stream(9), us(1), 50_000),
+                "another stream needs its own wait"
+            );
+            assert!(
+                due(stream(8), us(1), 50_000),
+                "and so does the first one again"
+            );
+            assert!(
+                due(stream(8), us(200), 50_000),
+                "a long kernel always waits"
+            );
+            assert!(due(stream(8), us(1), 50_000), "and guards only itself");
+            assert!(due(stream(8), None, 50_000), "an unknown kernel waits");
+            assert!(
+                due(stream(8), us(1), 50_000),
+                "and so does the launch after it"
+            );
+            assert!(!due(stream(8), us(1), 50_000));
+        })
+        .join()
+        .unwrap();
+    }
 }

@@ -180,6 +180,11 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
         } else if p.class != Class::Offline {
             gate.begin(*slot, &charge);
         } else if gate.device_wait()
+            && crate::device::due(
+                shape.stream,
+                expect.duration_ns,
+                gate.device_wait_grain_ns(),
+            )
             && let Some(d) = crate::real::driver()
         {
             p.device.before_launch(p, gate, d, shape.stream);

@@ -2,7 +2,7 @@
 //! runs; this is for running jobs under the kernel scheduler without mmkd, and for looking).
 //!
 //! ```text
-//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off]
+//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off] [--device-wait-grain-us G]
 //! mmk-gate show PATH
 //! ```
 //!
@@ -11,6 +11,9 @@
 //!
 //! `--device-wait on`: offline launches also wait on the GPU for online work to finish
 //! (`GateConfig::device_wait`); PATH must then be on a memory file system (`/dev/shm`).
+//! `--device-wait-grain-us G`: a wait only once G us of expected offline work have been
+//! launched since the last one (`GateConfig::device_wait_grain_us`; 0, the default: before
+//! every launch).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +21,7 @@ use std::time::Duration;
 
 use mmk_kernel_sched::{Gate, GateConfig, PolicyKind};
 
-const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off]\n       mmk-gate show PATH";
+const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off] [--device-wait-grain-us G]\n       mmk-gate show PATH";
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
@@ -61,6 +64,10 @@ fn run() -> Result<(), String> {
                             }
                         }
                     }
+                    "--device-wait-grain-us" => {
+                        config.device_wait_grain_us = u32::try_from(num()?)
+                            .map_err(|_| "--device-wait-grain-us: too large".to_owned())?
+                    }
                     other => return Err(format!("unknown flag {other}\n{USAGE}")),
                 }
             }
@@ -72,7 +79,7 @@ fn run() -> Result<(), String> {
             let c = gate.config();
             let t = gate.totals();
             println!(
-                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"gemm_slice_mflop\":{},\"device_wait\":{},\"device_word\":{{\"online\":{},\"passes\":{}}},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
+                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"gemm_slice_mflop\":{},\"device_wait\":{},\"device_wait_grain_us\":{},\"device_word\":{{\"online\":{},\"passes\":{}}},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
                 c.sm_count,
                 c.policy,
                 c.base.as_micros(),
@@ -80,6 +87,7 @@ fn run() -> Result<(), String> {
                 c.offline_depth,
                 c.gemm_slice_mflop,
                 c.device_wait,
+                c.device_wait_grain_us,
                 gate.device_word().online(),
                 gate.device_word().passes(),
                 t.launches,
