@@ -120,6 +120,19 @@ pub struct Args {
     /// profiled request latency, else 250us].
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub kernel_base: Option<Duration>,
+    /// Offline jobs' launches also wait on the GPU while online work is in flight, so that
+    /// what they queued does not run beside it; needs --kernel-gate-dir on a memory file
+    /// system such as /dev/shm (docs/kernel-sched.md, "The device wait").
+    #[arg(long)]
+    pub kernel_device_wait: bool,
+    /// With --kernel-device-wait: a wait only once this much expected offline work (from
+    /// the job's kernel profile) has been launched since the last one [default: 0, a wait
+    /// before every launch].
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
+    pub kernel_device_wait_grain: Option<Duration>,
+    /// Where the partitions' gates are made [default: DATA_DIR/ksched].
+    #[arg(long, value_name = "DIR")]
+    pub kernel_gate_dir: Option<PathBuf>,
     /// The interposer put in managed jobs' LD_PRELOAD [default: libmmk_interposer.so next
     /// to mmkd; the kernel scheduler is off when there is none].
     #[arg(long, value_name = "PATH")]
@@ -167,6 +180,38 @@ fn duration_setting(
     }
 }
 
+/// Whether `dir` (or, when it does not exist yet, the nearest directory above it that does)
+/// is on tmpfs or ramfs; the error says what it is on.
+fn on_memory_fs(dir: &Path) -> Result<(), String> {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let existing = dir
+        .ancestors()
+        .find(|d| d.exists())
+        .unwrap_or(Path::new("/"));
+    let c = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{} has a NUL byte", dir.display()))?;
+    // SAFETY: statfs with a NUL-terminated path and a zeroed out struct.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut fs) } != 0 {
+        return Err(format!(
+            "cannot stat {}: {}",
+            existing.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let kind = fs.f_type as i64;
+    if kind == TMPFS_MAGIC || kind == RAMFS_MAGIC {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is on a file system of type {kind:#x}, not tmpfs",
+            existing.display()
+        ))
+    }
+}
+
 /// The config file: the same settings as the flags, in snake_case.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -187,6 +232,9 @@ struct FileConfig {
     kernel_offline_depth: Option<u32>,
     kernel_gemm_slice: Option<u32>,
     kernel_base: Option<String>,
+    kernel_device_wait: Option<bool>,
+    kernel_device_wait_grain: Option<String>,
+    kernel_gate_dir: Option<PathBuf>,
     interposer: Option<PathBuf>,
     capacity_unit: Option<String>,
     kubelet_dir: Option<PathBuf>,
@@ -217,6 +265,10 @@ pub struct Config {
     pub kernel_gemm_slice: u32,
     /// The operator's anti-starvation base, over the online jobs' profiles.
     pub kernel_base: Option<Duration>,
+    /// Offline launches also wait on the GPU, with this grain (`None`: off).
+    pub kernel_device_wait: Option<Duration>,
+    /// Where gates are made.
+    pub kernel_gate_dir: PathBuf,
     /// An interposer named by the operator (must exist), else the default one if present.
     pub interposer: Option<PathBuf>,
     pub capacity_unit_mib: u64,
@@ -320,6 +372,40 @@ impl Config {
                 message: format!("{base:?} is over {MAX_KERNEL_BASE:?}, the gate's hard bound"),
             });
         }
+        let grain = duration_setting(
+            args.kernel_device_wait_grain,
+            file.kernel_device_wait_grain,
+            "kernel_device_wait_grain",
+        )?;
+        let kernel_device_wait = (args.kernel_device_wait
+            || file.kernel_device_wait.unwrap_or(false))
+        .then(|| grain.unwrap_or(Duration::ZERO));
+        if let Some(grain) = kernel_device_wait
+            && grain > MAX_KERNEL_BASE
+        {
+            return Err(ConfigError::Invalid {
+                field: "kernel_device_wait_grain",
+                message: format!("{grain:?} is over {MAX_KERNEL_BASE:?}"),
+            });
+        }
+        let data_dir = args
+            .data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(paths::default_data_dir);
+        let kernel_gate_dir = args
+            .kernel_gate_dir
+            .or(file.kernel_gate_dir)
+            .unwrap_or_else(|| data_dir.join("ksched"));
+        if kernel_device_wait.is_some() && kernel_policy.is_some() {
+            on_memory_fs(&kernel_gate_dir).map_err(|message| ConfigError::Invalid {
+                field: "kernel_gate_dir",
+                message: format!(
+                    "{message}; --kernel-device-wait needs the gates on a memory file system \
+                     (the driver maps a gate's page for the GPU only from one), for example \
+                     --kernel-gate-dir /dev/shm/mmk"
+                ),
+            })?;
+        }
         let capacity_unit_mib = match args.capacity_unit.or(file.capacity_unit) {
             None => DEFAULT_CAPACITY_UNIT_MIB,
             Some(text) => mmk_core::units::parse_memory_mib(&text).map_err(|message| {
@@ -364,10 +450,7 @@ impl Config {
                 .or(file.socket)
                 .unwrap_or_else(paths::default_socket),
             listen,
-            data_dir: args
-                .data_dir
-                .or(file.data_dir)
-                .unwrap_or_else(paths::default_data_dir),
+            data_dir,
             backend: args.backend.or(file.backend).unwrap_or(BackendChoice::Auto),
             sim_gpus,
             sim_speed,
@@ -389,6 +472,8 @@ impl Config {
                 .or(file.kernel_gemm_slice)
                 .unwrap_or(0),
             kernel_base,
+            kernel_device_wait,
+            kernel_gate_dir,
             interposer: args.interposer.or(file.interposer),
         })
     }
@@ -467,6 +552,49 @@ mod tests {
                 defaults.kernel_gemm_slice
             ),
             (0, None, 0)
+        );
+    }
+
+    #[test]
+    fn the_device_wait_needs_gates_on_a_memory_file_system() {
+        // The source tree is on a disk.
+        let disk = Path::new(env!("CARGO_MANIFEST_DIR")).join("target-not-made/gates");
+        let err = Config::resolve(args(&[
+            "--kernel-device-wait",
+            "--kernel-gate-dir",
+            disk.to_str().expect("utf-8"),
+        ]))
+        .expect_err("a disk directory");
+        let text = err.to_string();
+        assert!(
+            text.contains("kernel_gate_dir") && text.contains("/dev/shm"),
+            "{text}"
+        );
+        assert!(!disk.exists(), "nothing made");
+        let off = Config::resolve(args(&["--kernel-gate-dir", disk.to_str().expect("utf-8")]))
+            .expect("without the device wait any directory does");
+        assert_eq!(off.kernel_device_wait, None);
+        assert_eq!(off.kernel_gate_dir, disk);
+        if Path::new("/dev/shm").is_dir() && on_memory_fs(Path::new("/dev/shm")).is_ok() {
+            let c = Config::resolve(args(&[
+                "--kernel-device-wait",
+                "--kernel-device-wait-grain",
+                "200us",
+                "--kernel-gate-dir",
+                "/dev/shm/mmk-config-test",
+            ]))
+            .expect("tmpfs");
+            assert_eq!(c.kernel_device_wait, Some(Duration::from_micros(200)));
+        }
+        let err = Config::resolve(args(&[
+            "--kernel-device-wait",
+            "--kernel-device-wait-grain",
+            "1h",
+        ]))
+        .expect_err("too long");
+        assert!(
+            err.to_string().contains("kernel_device_wait_grain"),
+            "{err}"
         );
     }
 

@@ -74,6 +74,8 @@ pub struct KernelSched {
     offline_depth: u32,
     /// Offline jobs' GEMMs over this many MFLOP are cut into pieces; 0: not cut.
     gemm_slice_mflop: u32,
+    /// Offline launches also wait on the GPU, with this grain; `None`: off.
+    device_wait: Option<Duration>,
     dir: PathBuf,
     /// Each partition's gate settings, as the latest online job left them.
     tuned: Arc<Mutex<HashMap<String, OnlineTuning>>>,
@@ -87,6 +89,7 @@ impl KernelSched {
             base: None,
             offline_depth: 0,
             gemm_slice_mflop: 0,
+            device_wait: None,
             dir: PathBuf::new(),
             tuned: Arc::default(),
         }
@@ -100,6 +103,7 @@ impl KernelSched {
             base: None,
             offline_depth: 0,
             gemm_slice_mflop: 0,
+            device_wait: None,
             dir,
             tuned: Arc::default(),
         }
@@ -130,6 +134,22 @@ impl KernelSched {
             );
         }
         self.gemm_slice_mflop = mflop;
+        self
+    }
+
+    /// Every gate has offline launches wait on the GPU too, with this grain (`None`: off;
+    /// `mmk_kernel_sched::GateConfig::device_wait`).
+    pub fn with_device_wait(mut self, grain: Option<Duration>) -> KernelSched {
+        if self.interposer.is_some()
+            && let Some(grain) = grain
+        {
+            info!(
+                grain_us = grain.as_micros(),
+                gates = %self.dir.display(),
+                "offline launches also wait on the GPU"
+            );
+        }
+        self.device_wait = grain;
         self
     }
 
@@ -167,6 +187,10 @@ impl KernelSched {
         }
         config.offline_depth = self.offline_depth;
         config.gemm_slice_mflop = self.gemm_slice_mflop;
+        if let Some(grain) = self.device_wait {
+            config.device_wait = true;
+            config.device_wait_grain_us = u32::try_from(grain.as_micros()).unwrap_or(u32::MAX);
+        }
         Gate::create(&path, &config).map_err(|e| format!("kernel scheduler: {e}"))?;
         Ok(Some(JobKsched {
             interposer: interposer.clone(),
@@ -327,7 +351,8 @@ mod tests {
             dir.path().join("ksched"),
         )
         .with_tuning(8, Some(Duration::from_micros(1500)))
-        .with_gemm_slice(8000);
+        .with_gemm_slice(8000)
+        .with_device_wait(Some(Duration::from_micros(200)));
         let profiled = OnlineTuning {
             policy: None,
             base: Some(Duration::from_micros(29)),
@@ -336,6 +361,8 @@ mod tests {
         let config = Gate::open(&job.gate).unwrap().config();
         assert_eq!(config.offline_depth, 8);
         assert_eq!(config.gemm_slice_mflop, 8000);
+        assert!(config.device_wait);
+        assert_eq!(config.device_wait_grain_us, 200);
         assert_eq!(
             config.base,
             Duration::from_micros(1500),
@@ -351,6 +378,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let config = Gate::open(&job.gate).unwrap().config();
+        assert!(!config.device_wait);
         assert_eq!(
             (config.offline_depth, config.base, config.gemm_slice_mflop),
             (0, Duration::from_micros(29), 0)

@@ -254,8 +254,9 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
     let tuned = |k: KernelSched| {
         k.with_tuning(config.kernel_offline_depth, config.kernel_base)
             .with_gemm_slice(config.kernel_gemm_slice)
+            .with_device_wait(config.kernel_device_wait)
     };
-    let dir = config.data_dir.join("ksched");
+    let dir = config.kernel_gate_dir.clone();
     match &config.interposer {
         Some(path) => {
             ksched::check_interposer(path).map_err(|e| anyhow::anyhow!("interposer: {e}"))?;
