@@ -15,9 +15,10 @@
 //!                     expects, launch / held / forced counters
 //! ```
 //!
-//! - The online path is lock-free and touches only its own slot: two `fetch_add`s before a
-//!   launch and two `fetch_sub`s when the poller sees it complete. A completion bumps the
-//!   epoch and wakes waiters only when some process is waiting.
+//! - The online path is lock-free and touches its own slot and the device word: two
+//!   `fetch_add`s and a compare-and-swap of the word before a launch, the same backwards
+//!   when the poller sees it complete. A completion bumps the epoch and wakes waiters only
+//!   when some process is waiting.
 //! - An offline launch that its policy holds sleeps on the epoch (`FUTEX_WAIT` on the shared
 //!   mapping) until in-flight work completes, the policy's recheck time passes, or the hard
 //!   bound runs out.
@@ -553,7 +554,8 @@ impl Gate {
         reaped
     }
 
-    /// A launch is about to go (lock-free; only this slot is touched).
+    /// A launch is about to go (lock-free; this slot, and for an online launch the device
+    /// word).
     #[inline]
     pub fn begin(&self, slot: SlotId, charge: &Charge) {
         let s = &self.seg().slots[slot.0];
