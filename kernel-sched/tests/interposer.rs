@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use mmk_kernel_sched::artifacts::{self, FAKE_APP, FAKE_CUDA, INTERPOSER};
 use mmk_kernel_sched::trace;
-use mmk_kernel_sched::{Class, Gate, GateConfig, PolicyKind};
+use mmk_kernel_sched::{Class, Gate, GateConfig, PolicyKind, SlotStats};
 use serde_json::Value;
 
 /// The built interposer, fake driver and test program (cargo builds them once).
@@ -369,6 +369,15 @@ fn an_offline_job_queues_at_most_the_depth_cap_while_an_online_job_is_present() 
     );
 }
 
+/// Wait (up to 10 s) until some slot of `gate` is as `ready` says.
+fn wait_for_slot(gate: &Gate, what: &str, ready: impl Fn(&SlotStats) -> bool) {
+    let began = Instant::now();
+    while !gate.slots().iter().any(&ready) {
+        assert!(began.elapsed() < Duration::from_secs(10), "never: {what}");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// (launch_ns, start_ns, end_ns) of a job's kernels, as `Node::kernels` reads them.
 type Kernels = Vec<(u64, u64, u64)>;
 
@@ -385,8 +394,8 @@ fn started_beside(offline: &[(u64, u64, u64)], online: &[(u64, u64, u64)], slack
         .count()
 }
 
-/// Queue 60 offline kernels of 1 ms at once, then run an online job (5 kernels of 2 ms,
-/// 3 ms apart) beside them; `device_wait` as given. Returns the offline and online
+/// Queue 300 offline kernels of 1 ms at once, then run an online job (5 kernels of 2 ms,
+/// 3 ms apart) beside them (its process starts while 270 ms of them are still queued); `device_wait` as given. Returns the offline and online
 /// kernels and the offline job's stats.
 fn queued_offline_beside_online(node: &Node, device_wait: bool) -> (Kernels, Kernels, Value) {
     let gate = node.gate_with(&GateConfig {
@@ -400,22 +409,13 @@ fn queued_offline_beside_online(node: &Node, device_wait: bool) -> (Kernels, Ker
             "off",
             Class::Offline,
             true,
-            &["--kernels", "60", "--duration-us", "1000", "--blocks", "8"],
+            &["--kernels", "300", "--duration-us", "1000", "--blocks", "8"],
         )
         .spawn()
         .unwrap();
-    let began = Instant::now();
-    while !gate
-        .slots()
-        .iter()
-        .any(|s| s.class == Some(Class::Offline) && s.inflight >= 30)
-    {
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "the offline job never queued its kernels"
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    wait_for_slot(&gate, "the offline job queued its kernels", |s| {
+        s.class == Some(Class::Offline) && s.inflight >= 270
+    });
     let online = node
         .job(
             "on",
@@ -436,7 +436,7 @@ fn queued_offline_beside_online(node: &Node, device_wait: bool) -> (Kernels, Ker
         .unwrap();
     finish(online, "the online job");
     let summary = finish(offline, "the offline job");
-    assert_eq!(summary["launched"], 60);
+    assert_eq!(summary["launched"], 300);
     (node.kernels("off"), node.kernels("on"), node.stats("off"))
 }
 
@@ -447,7 +447,7 @@ fn with_the_device_wait_queued_offline_kernels_do_not_start_beside_online_work()
     let node = Node::new();
     let (off, on, stats) = queued_offline_beside_online(&node, false);
     assert_eq!(on.len(), 5);
-    assert_eq!(off.len(), 60);
+    assert_eq!(off.len(), 300);
     assert!(
         started_beside(&off, &on, 0) >= 3,
         "the CPU gate alone lets queued kernels start beside online ones: {}",
@@ -457,17 +457,17 @@ fn with_the_device_wait_queued_offline_kernels_do_not_start_beside_online_work()
 
     let node = Node::new();
     let (off, on, stats) = queued_offline_beside_online(&node, true);
-    assert_eq!(off.len(), 60, "nothing is lost behind the waits");
+    assert_eq!(off.len(), 300, "nothing is lost behind the waits");
     assert_eq!(
         started_beside(&off, &on, 300_000),
         0,
         "no queued offline kernel starts while an online kernel runs"
     );
-    assert_eq!(stats["device"]["waits"], 60, "{stats}");
+    assert_eq!(stats["device"]["waits"], 300, "{stats}");
     assert_eq!(stats["device"]["error"], Value::Null);
     assert_eq!(stats["device"]["forced"], 0, "{stats}");
     // The offline kernels are still queued ahead: no gap between two of them (other than
-    // where an online kernel ran) is longer than the releaser's period and some slack.
+    // where an online kernel ran) comes near the 500 ms bound a stuck word would leave.
     let mut starts: Vec<(u64, u64)> = off.iter().map(|&(_, s, e)| (s, e)).collect();
     starts.sort_unstable();
     let on_span = |t: u64| {
@@ -476,7 +476,7 @@ fn with_the_device_wait_queued_offline_kernels_do_not_start_beside_online_work()
     };
     let idle_gaps = starts
         .windows(2)
-        .filter(|w| w[1].0 > w[0].1 + 2_000_000 && !on_span(w[0].1))
+        .filter(|w| w[1].0 > w[0].1 + 50_000_000 && !on_span(w[0].1))
         .count();
     assert_eq!(
         idle_gaps, 0,
@@ -504,18 +504,9 @@ fn a_device_wait_that_outlasts_the_bound_is_forced_open() {
         )
         .spawn()
         .unwrap();
-    let began = Instant::now();
-    while !gate
-        .slots()
-        .iter()
-        .any(|s| s.class == Some(Class::Online) && s.inflight > 0)
-    {
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "no online kernel"
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    wait_for_slot(&gate, "an online kernel in flight", |s| {
+        s.class == Some(Class::Online) && s.inflight > 0
+    });
     let offline = node
         .job(
             "off",

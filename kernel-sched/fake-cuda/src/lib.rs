@@ -328,16 +328,23 @@ unsafe fn run_kernel(
             duration_us,
             launch_ns: now,
         }),
-        None => g.schedule(key, func, sm, duration_us, now),
+        None => g.schedule(key, func, sm, duration_us, now, now),
     }
     SUCCESS
 }
 
 impl Gpu {
     /// Put a kernel on `stream`'s timeline: it starts when the stream's last kernel ends
-    /// (or now) and stretches while the SMs in use exceed the pool.
-    fn schedule(&mut self, key: usize, func: &Function, sm: u32, duration_us: u64, launch_ns: u64) {
-        let now = now_ns();
+    /// (or at `now`, when it may run) and stretches while the SMs in use exceed the pool.
+    fn schedule(
+        &mut self,
+        key: usize,
+        func: &Function,
+        sm: u32,
+        duration_us: u64,
+        launch_ns: u64,
+        now: u64,
+    ) {
         let start = self.tails.get(&key).copied().unwrap_or(0).max(now);
         self.running.retain(|&(_, end, _)| end > now);
         let busy: u32 = self
@@ -392,7 +399,10 @@ impl Gpu {
                     } => {
                         // SAFETY: a function handle this library made (never freed).
                         let func = unsafe { &*(name as *const Function) };
-                        self.schedule(key, func, sm, duration_us, launch_ns);
+                        // At the time the wait ahead of it was seen to pass, not later: a
+                        // word read open before another process closed it lets the kernel
+                        // start before that, however late this thread gets here.
+                        self.schedule(key, func, sm, duration_us, launch_ns, now);
                     }
                     Deferred::Record { event } => {
                         let at = self.tails.get(&key).copied().unwrap_or(0).max(now);
