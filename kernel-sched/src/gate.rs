@@ -574,10 +574,12 @@ impl Gate {
             Intensity::Unknown => {}
         }
         s.inflight_sm.fetch_add(charge.sm, Ordering::AcqRel);
-        if s.class.load(Ordering::Relaxed) == Class::Online.code() {
+        s.inflight.fetch_add(1, Ordering::AcqRel);
+        // After the slot's count, so that a recount never finds the word above the slots
+        // for a launch still on its way.
+        if s.class.load(Ordering::Acquire) == Class::Online.code() {
             self.device_online_begin();
         }
-        s.inflight.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A launch that `begin` counted has completed; `now_ns` is when that was seen.
@@ -610,13 +612,16 @@ impl Gate {
                     Some(v.saturating_sub(charge.expected_ns))
                 });
         }
+        // The class is read first: a `leave` that clears the slot after this read and before
+        // the decrement below takes nothing off the word for this kernel (its swap finds it
+        // gone), so this side does.
+        let online = s.class.load(Ordering::Acquire) == Class::Online.code();
         let before = s
             .inflight
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(1))
             })
             .unwrap_or(0);
-        let online = s.class.load(Ordering::Relaxed) == Class::Online.code();
         if online && before > 0 {
             self.device_online_end(1);
         }
@@ -849,6 +854,11 @@ impl Gate {
 
     fn device_online_begin(&self) {
         let h = &self.seg().header;
+        // The time goes in before the word closes: a poller that sees the word closed never
+        // sees the time of an earlier closing (and forces it open at once).
+        if self.device_word().online() == 0 {
+            h.device_closed_ns.store(monotonic_ns(), Ordering::Release);
+        }
         let before = h
             .device_word
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
@@ -856,6 +866,7 @@ impl Gate {
             })
             .unwrap_or(0);
         if DeviceWord(before).online() == 0 {
+            // Another launch may have closed and opened it since the store above.
             h.device_closed_ns.store(monotonic_ns(), Ordering::Release);
         }
     }
@@ -878,6 +889,10 @@ impl Gate {
     /// An offline process with kernels queued behind device waits calls this while they
     /// have not completed: when the word has been closed for `bound_ns` or longer, open it
     /// by force. Returns whether this call forced it.
+    ///
+    /// Before forcing, the word is checked against the slots: dead processes are dropped,
+    /// and a count that no live online slot accounts for (a race with a process leaving)
+    /// is set right, which opens the word without force.
     pub fn device_force_if_starved(&self, now_ns: u64, bound_ns: u64) -> bool {
         let h = &self.seg().header;
         if self.device_word().passes() {
@@ -887,8 +902,33 @@ impl Gate {
         if now_ns.saturating_sub(since) < bound_ns {
             return false;
         }
-        let before = h.device_word.fetch_or(DeviceWord::FORCED, Ordering::AcqRel);
-        before & DeviceWord::WAIT_MASK == 0
+        self.reap_dead();
+        self.device_recount();
+        h.device_word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w & DeviceWord::WAIT_MASK == 0).then_some(w | DeviceWord::FORCED)
+            })
+            .is_ok()
+    }
+
+    /// Set the word's count to what the live online slots have in flight, when it says
+    /// more (it can only have leaked upwards: a completion counted by neither `end` nor
+    /// `clear_in_flight`).
+    fn device_recount(&self) {
+        let live: u32 = self
+            .seg()
+            .slots
+            .iter()
+            .filter(|s| {
+                s.pid.load(Ordering::Acquire) != 0
+                    && s.class.load(Ordering::Acquire) == Class::Online.code()
+            })
+            .map(|s| s.inflight.load(Ordering::Acquire))
+            .sum();
+        let counted = self.device_word().online();
+        if counted > live {
+            self.device_online_end(counted - live);
+        }
     }
 
     /// One of the offline kernels behind a forced opening completed: close the word again
@@ -1223,32 +1263,57 @@ mod tests {
     fn a_starved_offline_process_forces_the_device_word_open_until_progress() {
         let dir = tempfile::tempdir().unwrap();
         let g = gate(&dir, PolicyKind::Mmk);
-        let on = g.join(1, Class::Online, 1.0).unwrap();
+        // A live pid for the online slot (a recount must not drop it).
+        let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
         g.begin(on, &sm(132));
+        let bound = 10_000_000_000; // 10 s: synthetic times, no sleeping
         let closed = monotonic_ns();
         assert!(
-            !g.device_force_if_starved(closed, 1_000_000),
+            !g.device_force_if_starved(closed, bound),
             "not past the bound yet"
         );
         assert!(!g.device_word().passes());
-        let later = monotonic_ns() + 2_000_000;
-        assert!(g.device_force_if_starved(later, 1_000_000));
+        let later = closed + 2 * bound;
+        assert!(g.device_force_if_starved(later, bound));
         assert!(g.device_word().passes(), "forced open");
         assert_eq!(g.device_word().online(), 1, "the online count is kept");
-        assert!(!g.device_force_if_starved(later, 1_000_000), "already open");
+        assert!(!g.device_force_if_starved(later, bound), "already open");
         g.device_unforce();
         assert!(!g.device_word().passes(), "closed again after progress");
         assert!(
-            !g.device_force_if_starved(monotonic_ns(), 1_000_000),
+            !g.device_force_if_starved(monotonic_ns(), bound),
             "the bound starts over"
         );
-        g.device_force_if_starved(monotonic_ns() + 2_000_000, 1_000_000);
+        assert!(g.device_force_if_starved(monotonic_ns() + 2 * bound, bound));
         g.end(on, &sm(132), monotonic_ns());
         assert_eq!(
             g.device_word(),
             DeviceWord(DeviceWord::OPEN),
             "the last online completion opens it and drops the force"
         );
+        assert!(
+            !g.device_force_if_starved(monotonic_ns() + 2 * bound, bound),
+            "an open word is never marked forced"
+        );
+        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
+    }
+
+    #[test]
+    fn a_count_no_live_online_slot_accounts_for_is_set_right_before_forcing() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Mmk);
+        let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
+        g.begin(on, &sm(10));
+        // A completion neither `end` nor `clear_in_flight` took off the word (the race with
+        // a leaving process): the slot has nothing in flight, the word still counts one.
+        g.seg().slots[on.0].inflight.store(0, Ordering::Release);
+        assert_eq!(g.device_word().online(), 1);
+        let bound = 10_000_000_000;
+        assert!(
+            !g.device_force_if_starved(monotonic_ns() + 2 * bound, bound),
+            "set right, not forced"
+        );
+        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
     }
 
     #[test]

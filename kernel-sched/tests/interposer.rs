@@ -493,14 +493,21 @@ fn a_device_wait_that_outlasts_the_bound_is_forced_open() {
         device_wait: true,
         ..GateConfig::new(132, PolicyKind::Mmk)
     });
-    // One online kernel of 300 ms: the offline kernels behind their waits would sit out
-    // all of it without the bound.
+    // One online kernel of 1 s: the offline kernels behind their waits would sit out all
+    // of it without the bound.
     let online = node
         .job(
             "on",
             Class::Online,
             true,
-            &["--kernels", "1", "--duration-us", "300000", "--blocks", "8"],
+            &[
+                "--kernels",
+                "1",
+                "--duration-us",
+                "1000000",
+                "--blocks",
+                "8",
+            ],
         )
         .spawn()
         .unwrap();
@@ -523,7 +530,7 @@ fn a_device_wait_that_outlasts_the_bound_is_forced_open() {
     let last = off.iter().map(|&(_, _, end)| end).max().unwrap();
     assert!(
         last < online_end,
-        "the offline kernels ran within the online kernel's 300 ms: {} ms before its end",
+        "the offline kernels ran within the online kernel's 1 s: {} ms before its end",
         (online_end.saturating_sub(last)) / 1_000_000
     );
     let stats = node.stats("off");

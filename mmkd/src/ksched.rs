@@ -1,7 +1,8 @@
 //! The kernel scheduler's side in mmkd: one gate per partition (crate
 //! `mmk-kernel-sched`), and the interposer in every managed job's `LD_PRELOAD`.
 //!
-//! The gate lives at `DATA_DIR/ksched/<partition>.gate`; mmkd makes it before the
+//! The gate lives at `<gate dir>/<partition>.gate` (`--kernel-gate-dir`, by default
+//! `DATA_DIR/ksched`); mmkd makes it before the
 //! partition's first job starts, with the partition's SM count and the configured policy,
 //! and removes it when the partition's MIG instance is destroyed. A gate left by an earlier
 //! mmkd is taken over, so jobs that outlived mmkd keep their slots.

@@ -239,6 +239,9 @@ def main():
                 # The driver maps a gate page for the GPU only from a memory file system.
                 gate = f"/dev/shm/mmk-colocate-{os.getpid()}-{policy}.gate" if devwait else f"{work}/{policy}.gate"
                 gates.append(gate)
+                # A fresh gate per run: one left by an earlier configuration would be taken over.
+                if os.path.exists(gate):
+                    os.unlink(gate)
                 cmd = [f"{c_bin}/mmk-gate", "create", gate, "--sms", str(a.sms), "--policy", policy]
                 if base_us:
                     cmd += ["--base-us", str(base_us)]

@@ -132,8 +132,8 @@ impl DeviceWait {
         if self.word.get().is_none_or(|r| r.is_err()) {
             return;
         }
-        let base = gate.config().base.as_nanos() as f64;
-        let bound = (base / p.mps_fraction.max(0.01)) as u64;
+        let bound = mmk_kernel_sched::policy::starvation_bound(gate.config().base, p.mps_fraction);
+        let bound = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
         if gate.device_force_if_starved(mmk_kernel_sched::monotonic_ns(), bound) {
             self.forced.store(true, Ordering::Release);
             p.stats.device_forced.fetch_add(1, Ordering::Relaxed);
