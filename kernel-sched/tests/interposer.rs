@@ -337,14 +337,9 @@ fn an_offline_job_queues_at_most_the_depth_cap_while_an_online_job_is_present() 
         )
         .spawn()
         .unwrap();
-    let joined = Instant::now();
-    while !gate.slots().iter().any(|s| s.class == Some(Class::Online)) {
-        assert!(
-            joined.elapsed() < Duration::from_secs(10),
-            "the online job never joined"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for_slot(&gate, "the online job joined", |s| {
+        s.class == Some(Class::Online)
+    });
     let offline = node
         .job("off", Class::Offline, true, &offline_args)
         .spawn()
