@@ -15,7 +15,7 @@
 //!                     expects, launch / held / forced counters
 //! ```
 //!
-//! - The online path is lock-free and touches its own slot and the device word: two
+//! - The online path is lock-free and touches its own slot and the device word: a few
 //!   `fetch_add`s and a compare-and-swap of the word before a launch, the same backwards
 //!   when the poller sees it complete. A completion bumps the epoch and wakes waiters only
 //!   when some process is waiting.
@@ -856,7 +856,8 @@ impl Gate {
         let h = &self.seg().header;
         // The time goes in before the word closes: a poller that sees the word closed never
         // sees the time of an earlier closing (and forces it open at once).
-        if self.device_word().online() == 0 {
+        let stamped = self.device_word().online() == 0;
+        if stamped {
             h.device_closed_ns.store(monotonic_ns(), Ordering::Release);
         }
         let before = h
@@ -865,8 +866,8 @@ impl Gate {
                 Some(w.saturating_add(DeviceWord::ONE) & !DeviceWord::OPEN)
             })
             .unwrap_or(0);
-        if DeviceWord(before).online() == 0 {
-            // Another launch may have closed and opened it since the store above.
+        if !stamped && DeviceWord(before).online() == 0 {
+            // The word opened between the look above and the update: this launch closed it.
             h.device_closed_ns.store(monotonic_ns(), Ordering::Release);
         }
     }
@@ -956,9 +957,7 @@ impl Gate {
                 .load(Ordering::Relaxed),
         ) * 1000
     }
-}
 
-impl Gate {
     /// Forget what slot `s` had in flight (its process left or died); an online slot's
     /// kernels no longer keep the device word closed.
     fn clear_in_flight(&self, s: &Slot) {

@@ -206,7 +206,7 @@ fn on_memory_fs(dir: &Path) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{} is on a file system of type {kind:#x}, not tmpfs",
+            "{} is on a file system of type {kind:#x}, not tmpfs or ramfs",
             existing.display()
         ))
     }

@@ -99,13 +99,9 @@ impl DeviceWait {
     }
 
     /// Put a wait on the device word into `stream` ahead of the launch about to be made.
-    /// Returns whether one was put.
-    pub fn before_launch(&self, p: &Process, gate: &Gate, d: &Driver, stream: CUstream) -> bool {
-        let Some(addr) = self.address(gate, d) else {
-            return false;
-        };
-        let Some(wait) = d.stream_wait_value32 else {
-            return false;
+    pub fn before_launch(&self, p: &Process, gate: &Gate, d: &Driver, stream: CUstream) {
+        let (Some(addr), Some(wait)) = (self.address(gate, d), d.stream_wait_value32) else {
+            return;
         };
         // SAFETY: the driver's cuStreamWaitValue32 on the caller's stream, with the device
         // address of a registered word that stays mapped for the process's life.
@@ -119,17 +115,15 @@ impl DeviceWait {
         };
         if rc == CUDA_SUCCESS {
             p.stats.device_waits.fetch_add(1, Ordering::Relaxed);
-            true
         } else {
             p.stats.device_wait_failed.fetch_add(1, Ordering::Relaxed);
-            false
         }
     }
 
     /// The poller, with this process's launches pending: open the word by force when it has
     /// been closed for the anti-starvation bound.
     pub fn check_starved(&self, p: &Process, gate: &Gate) {
-        if self.word.get().is_none_or(|r| r.is_err()) {
+        if self.word.get().is_none_or(|r| r.is_err()) || gate.device_word().passes() {
             return;
         }
         let bound = mmk_kernel_sched::policy::starvation_bound(gate.config().base, p.mps_fraction);
@@ -141,8 +135,9 @@ impl DeviceWait {
     }
 
     /// One of this process's launches completed: a forced opening has done its work.
+    /// (Called on every offline completion: a plain load when nothing was forced.)
     pub fn progress(&self, gate: &Gate) {
-        if self.forced.swap(false, Ordering::AcqRel) {
+        if self.forced.load(Ordering::Relaxed) && self.forced.swap(false, Ordering::AcqRel) {
             gate.device_unforce();
         }
     }

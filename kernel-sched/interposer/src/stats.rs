@@ -255,7 +255,10 @@ impl Stats {
             self.device_waits.load(Ordering::Relaxed),
             self.device_wait_failed.load(Ordering::Relaxed),
             self.device_forced.load(Ordering::Relaxed),
-            device_error.map_or_else(|| "null".to_owned(), json_string),
+            device_error.map_or_else(
+                || "null".to_owned(),
+                |e| serde_json::to_string(e).unwrap_or_else(|_| "null".to_owned())
+            ),
             self.hook_ns_max.load(Ordering::Relaxed),
         );
         s
@@ -265,21 +268,3 @@ impl Stats {
 /// `CLOCK_MONOTONIC` in ns: the clock trace lines and the gate use, comparable across
 /// processes.
 pub use mmk_kernel_sched::monotonic_ns as now_ns;
-
-/// `text` as a JSON string literal.
-fn json_string(text: &str) -> String {
-    let mut s = String::with_capacity(text.len() + 2);
-    s.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => s.push_str("\\\""),
-            '\\' => s.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(s, "\\u{:04x}", u32::from(c));
-            }
-            c => s.push(c),
-        }
-    }
-    s.push('"');
-    s
-}
