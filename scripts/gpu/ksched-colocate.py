@@ -50,15 +50,19 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # (kernel-sched/interposer/src/device.rs); with "-grainN" as well, only once N us of the
 # training's expected work (from its profile) have been launched since the last wait
 # (`--device-wait-grain-us N`). A suffix "-notrain" runs the service alone under that
-# configuration (MPS, interposer, gate): the floor the scheduler can reach.
+# configuration (MPS, interposer, gate): the floor the scheduler can reach. It also goes on
+# "mps" and "mps-cprio" (the service alone as an MPS client, no interposer), which splits
+# that floor into MPS's part and the interposer's. A suffix "-offshareN" on those gives the
+# training job an MPS active thread percentage of N (the service keeps 100 %): shares that
+# add up to over 100 %, with SMs the training can never fill left for the service.
 
 
 def parse_config(c, alt_bin=None):
     """(configuration, -cprio, -keepprio, -baseN or None, -depthN or 0, -alt, -sliceN or 0,
-    -devwait, -grainN or 0, -notrain) of a name; a bad name stops the script before anything runs."""
+    -devwait, -grainN or 0, -notrain, -offshareN or 0) of a name; a bad name stops the script before anything runs."""
     base_c, cprio, keepprio = c.split("@")[0], False, False
-    base_us, depth, slice_mflop, grain, given = None, 0, 0, 0, set()
-    while m := re.fullmatch(r"(.*)-(base|depth|slice|grain)([0-9]+)|(.*)-(alt|devwait|notrain)", base_c):
+    base_us, depth, slice_mflop, grain, offshare, given = None, 0, 0, 0, 0, set()
+    while m := re.fullmatch(r"(.*)-(base|depth|slice|grain|offshare)([0-9]+)|(.*)-(alt|devwait|notrain)", base_c):
         if m.group(5):
             base_c, key, n = m.group(4), m.group(5), 1
         else:
@@ -75,13 +79,20 @@ def parse_config(c, alt_bin=None):
             slice_mflop = n
         elif key == "grain":
             grain = n
+        elif key == "offshare":
+            offshare = n
     if "grain" in given and "devwait" not in given:
         raise SystemExit(f"{c}: -grainN needs -devwait")
-    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "grain", "alt", "devwait", "notrain"]):
-        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -grainN, -alt, -devwait and -notrain must end the name, with N > 0")
-    if given and not re.match(r"ks(full)?-", base_c):
+    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "grain", "offshare", "alt", "devwait", "notrain"]):
+        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -grainN, -offshareN, -alt, -devwait and -notrain "
+                         "must end the name, with N > 0")
+    if given - {"notrain", "offshare"} and not re.match(r"ks(full)?-", base_c):
         raise SystemExit(f"{c}: these suffixes need a kernel-scheduler "
                          "configuration")
+    if given & {"notrain", "offshare"} and not re.match(r"ksfull-|mps(-cprio)?$", base_c):
+        raise SystemExit(f"{c}: -notrain and -offshareN need plain MPS (mps, mps-cprio or ksfull-...)")
+    if offshare > 100:
+        raise SystemExit(f"{c}: -offshareN needs N <= 100")
     if "alt" in given and not alt_bin:
         raise SystemExit(f"{c}: -alt needs --alt-bin")
     for suffix in ["-cprio", "-keepprio"]:
@@ -91,7 +102,8 @@ def parse_config(c, alt_bin=None):
             keepprio |= suffix == "-keepprio"
     if depth and not base_c.endswith("-mmk"):
         raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
-    return base_c, cprio, keepprio, base_us, depth, "alt" in given, slice_mflop, "devwait" in given, grain, "notrain" in given
+    return (base_c, cprio, keepprio, base_us, depth, "alt" in given, slice_mflop, "devwait" in given, grain,
+            "notrain" in given, offshare)
 
 
 def log(*a):
@@ -217,7 +229,8 @@ def main():
     gates = []
     try:
         for c in configs:
-            base_c, cprio, keepprio, base_us, depth, alt, slice_mflop, devwait, grain, notrain = parse_config(c, alt_bin)
+            (base_c, cprio, keepprio, base_us, depth, alt, slice_mflop, devwait, grain, notrain,
+             offshare) = parse_config(c, alt_bin)
             c_bin = alt_bin if alt else bin_dir
             base_us = base_us or dur_us
             uses_mps = base_c in MPS or base_c.startswith("ksfull-")
@@ -229,6 +242,8 @@ def main():
             if base_c != "mps" and not base_c.startswith("ksfull-") and uses_mps:
                 on_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.online_share)
                 off_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(a.offline_share)
+            if offshare:
+                off_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(offshare)
             if cprio:
                 on_env["CUDA_MPS_CLIENT_PRIORITY"] = "0"
                 off_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
@@ -297,6 +312,8 @@ def main():
                 if os.path.exists(p):
                     r[f"{cls}_stats"] = json.load(open(p))
             r["wall_s"] = time.time() - t
+            if offshare:
+                r["offline_share"] = offshare
             if base_c.startswith("ks"):
                 r["base_us"] = base_us
                 r["offline_depth"] = depth
