@@ -1,8 +1,10 @@
 """Summarizes a rounds run of the co-location benchmark (scripts/gpu/ksched-rounds.sh).
 
-  python3 scripts/gpu/ksched-rounds.py rounds.json
+  python3 scripts/gpu/ksched-rounds.py rounds.json [rounds.json ...]
 
-A configuration's runs are NAME (round 1) and NAME@R (round R). Latency: every request of
+A configuration's runs are NAME (round 1) and NAME@R (round R). Several files (calls made
+one after another) are pooled: a round is then round R of one file, and its runs are
+compared with that file's round R. Latency: every request of
 every round pooled, p50 and p99 against the pooled ideal; and per round, the p99 against
 that round's ideal run (lowest..highest). Training: steps per second against the same
 round's plain-MPS run (mean, lowest..highest).
@@ -19,14 +21,16 @@ pct = import_module("ksched-colocate").pct
 
 
 def main():
-    runs = json.load(open(sys.argv[1]))["configs"]
+    if len(sys.argv) < 2:
+        sys.exit("usage: ksched-rounds.py rounds.json [rounds.json ...]")
     by = {}
-    for name, v in runs.items():
-        base, _, r = name.partition("@")
-        if not (r or "1").isdigit():
-            print(f"skipping {name}: not a round (NAME or NAME@R)", file=sys.stderr)
-            continue
-        by.setdefault(base, {})[int(r or 1)] = v
+    for call, path in enumerate(sys.argv[1:]):
+        for name, v in json.load(open(path))["configs"].items():
+            base, _, r = name.partition("@")
+            if not (r or "1").isdigit():
+                print(f"skipping {name} of {path}: not a round (NAME or NAME@R)", file=sys.stderr)
+                continue
+            by.setdefault(base, {})[(call, int(r or 1))] = v
     ideal = by.get("ideal", {})
     mps = by.get("mps", {})
     pooled_ideal = [x for v in ideal.values() for x in v.get("latencies_ms", [])]
