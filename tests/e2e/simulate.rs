@@ -207,7 +207,7 @@ fn simulate_sweeps_arrival_rates_over_seeds() {
             "--seed",
             "1,2,3",
             "--policies",
-            "miger,mmk",
+            "miger,mps,mmk",
             "--output",
             "json",
         ],
@@ -231,8 +231,10 @@ fn simulate_sweeps_arrival_rates_over_seeds() {
         keys,
         [
             (30.0, "miger"),
+            (30.0, "mps"),
             (30.0, "mmk"),
             (120.0, "miger"),
+            (120.0, "mps"),
             (120.0, "mmk")
         ]
     );
@@ -257,6 +259,24 @@ fn simulate_sweeps_arrival_rates_over_seeds() {
         assert_eq!(spread["max"].as_f64(), Some(max));
         if row["policy"] == "miger" {
             assert_eq!(mean, 0.0);
+        }
+        // So is the share of time beside the other class.
+        let mixed: Vec<f64> = runs
+            .iter()
+            .filter(|run| run["interval_s"].as_f64() == Some(interval))
+            .flat_map(|run| run["policies"].as_array().expect("policies").iter())
+            .filter(|p| p["policy"] == row["policy"])
+            .map(|p| p["mixed_pct"].as_f64().expect("mixed"))
+            .collect();
+        let spread = &row["mixed_pct"];
+        let mean = mixed.iter().sum::<f64>() / 3.0;
+        assert!((spread["mean"].as_f64().expect("mixed mean") - mean).abs() < 1e-9);
+        let min = mixed.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = mixed.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(spread["min"].as_f64(), Some(min));
+        assert_eq!(spread["max"].as_f64(), Some(max));
+        if row["policy"] == "mps" {
+            assert!(mean > 0.0, "plain MPS puts both classes together: {row}");
         }
     }
     // Seeds make different traces: the runs of one interval differ.
