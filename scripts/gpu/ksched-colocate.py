@@ -52,9 +52,10 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # (`--device-wait-grain-us N`). A suffix "-notrain" runs the service alone under that
 # configuration (MPS, interposer, gate): the floor the scheduler can reach. It also goes on
 # "mps" and "mps-cprio" (the service alone as an MPS client, no interposer), which splits
-# that floor into MPS's part and the interposer's. A suffix "-offshareN" on those gives the
-# training job an MPS active thread percentage of N (the service keeps 100 %): shares that
-# add up to over 100 %, with SMs the training can never fill left for the service.
+# that floor into MPS's part and the interposer's. A suffix "-offshareN" on "mps",
+# "mps-cprio" or a "ksfull-" configuration gives the training job an MPS active thread
+# percentage of N (the service keeps 100 %): SMs the training can never fill are left for
+# the service.
 
 
 def parse_config(c, alt_bin=None):
@@ -89,8 +90,12 @@ def parse_config(c, alt_bin=None):
     if given - {"notrain", "offshare"} and not re.match(r"ks(full)?-", base_c):
         raise SystemExit(f"{c}: these suffixes need a kernel-scheduler "
                          "configuration")
-    if given & {"notrain", "offshare"} and not re.match(r"ksfull-|mps(-cprio)?$", base_c):
-        raise SystemExit(f"{c}: -notrain and -offshareN need plain MPS (mps, mps-cprio or ksfull-...)")
+    if "notrain" in given and not re.match(r"ks(full)?-|mps(-cprio)?$", base_c):
+        raise SystemExit(f"{c}: -notrain needs an MPS configuration (mps, mps-cprio, ks-... or ksfull-...)")
+    if "offshare" in given and not re.match(r"ksfull-|mps(-cprio)?$", base_c):
+        raise SystemExit(f"{c}: -offshareN needs plain MPS (mps, mps-cprio or ksfull-...)")
+    if given >= {"notrain", "offshare"}:
+        raise SystemExit(f"{c}: -offshareN caps the training, which -notrain leaves out")
     if offshare > 100:
         raise SystemExit(f"{c}: -offshareN needs N <= 100")
     if "alt" in given and not alt_bin:

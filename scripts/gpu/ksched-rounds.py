@@ -4,8 +4,8 @@
 
 A configuration's runs are NAME (round 1) and NAME@R (round R). Several files (calls made
 one after another) are pooled: a round is then round R of one file, and its runs are
-compared with that file's round R. Latency: every request of
-every round pooled, p50 and p99 against the pooled ideal; and per round, the p99 against
+compared with that file's round R. Latency: every request of every round pooled, p50 and
+p99 against the ideal runs of the same rounds pooled; and per round, the p99 against
 that round's ideal run (lowest..highest). Training: steps per second against the same
 round's plain-MPS run (mean, lowest..highest).
 """
@@ -46,6 +46,9 @@ def main():
         if not lat:
             continue
         p50, p99 = pct(lat, 50), pct(lat, 99)
+        # Against the ideal runs of the rounds this configuration ran in, not of every file.
+        own = [x for r in rs if r in ideal for x in ideal[r].get("latencies_ms", [])] or pooled_ideal
+        i50, i99 = pct(own, 50), pct(own, 99)
         per = [v["p99_ms"] / ideal[r]["p99_ms"] for r, v in rs.items() if r in ideal]
         tr = [v["train_steps_per_s"] / mps[r]["train_steps_per_s"]
               for r, v in rs.items() if "train_steps_per_s" in v and r in mps]

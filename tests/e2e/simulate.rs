@@ -241,42 +241,33 @@ fn simulate_sweeps_arrival_rates_over_seeds() {
     for row in rows {
         assert_eq!(row["runs"], 3);
         let interval = row["interval_s"].as_f64().expect("interval");
-        // The row's mean and range are those of its runs.
-        let values: Vec<f64> = runs
-            .iter()
-            .filter(|run| run["interval_s"].as_f64() == Some(interval))
-            .flat_map(|run| run["policies"].as_array().expect("policies").iter())
-            .filter(|p| p["policy"] == row["policy"])
-            .map(|p| p["jct_vs_miger_pct"].as_f64().expect("relative"))
-            .collect();
-        assert_eq!(values.len(), 3);
-        let spread = &row["jct_vs_miger_pct"];
-        let mean = values.iter().sum::<f64>() / 3.0;
-        assert!((spread["mean"].as_f64().expect("mean") - mean).abs() < 1e-9);
-        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        assert_eq!(spread["min"].as_f64(), Some(min));
-        assert_eq!(spread["max"].as_f64(), Some(max));
+        // The row's mean and range of a figure are those of its runs; returns the mean.
+        let checked = |field: &str| {
+            let values: Vec<f64> = runs
+                .iter()
+                .filter(|run| run["interval_s"].as_f64() == Some(interval))
+                .flat_map(|run| run["policies"].as_array().expect("policies").iter())
+                .filter(|p| p["policy"] == row["policy"])
+                .map(|p| p[field].as_f64().expect(field))
+                .collect();
+            assert_eq!(values.len(), 3, "{field}");
+            let spread = &row[field];
+            let mean = values.iter().sum::<f64>() / 3.0;
+            assert!((spread["mean"].as_f64().expect(field) - mean).abs() < 1e-9);
+            let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(spread["min"].as_f64(), Some(min), "{field}");
+            assert_eq!(spread["max"].as_f64(), Some(max), "{field}");
+            mean
+        };
+        let jct = checked("jct_vs_miger_pct");
         if row["policy"] == "miger" {
-            assert_eq!(mean, 0.0);
+            assert_eq!(jct, 0.0);
         }
-        // So is the share of time beside the other class.
-        let mixed: Vec<f64> = runs
-            .iter()
-            .filter(|run| run["interval_s"].as_f64() == Some(interval))
-            .flat_map(|run| run["policies"].as_array().expect("policies").iter())
-            .filter(|p| p["policy"] == row["policy"])
-            .map(|p| p["mixed_pct"].as_f64().expect("mixed"))
-            .collect();
-        let spread = &row["mixed_pct"];
-        let mean = mixed.iter().sum::<f64>() / 3.0;
-        assert!((spread["mean"].as_f64().expect("mixed mean") - mean).abs() < 1e-9);
-        let min = mixed.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = mixed.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        assert_eq!(spread["min"].as_f64(), Some(min));
-        assert_eq!(spread["max"].as_f64(), Some(max));
+        // Also the share of time beside a job of the other class.
+        let mixed = checked("mixed_pct");
         if row["policy"] == "mps" {
-            assert!(mean > 0.0, "plain MPS puts both classes together: {row}");
+            assert!(mixed > 0.0, "plain MPS puts both classes together: {row}");
         }
     }
     // Seeds make different traces: the runs of one interval differ.
