@@ -541,7 +541,7 @@ fn print_sweep(r: &SweepReport) {
         "relative to MIGER but SLO MISS (a share of online time) and MIXED (a share of job time): the mean over the seeds (lowest..highest)"
     );
     println!(
-        "{:>9} {:<9} {:>9} {:>24} {:>24} {:>24} {:>20} {:>20}",
+        "{:>9} {:<9} {:>9} {:>24} {:>24} {:>24} {:>22} {:>22}",
         "INTERVAL",
         "POLICY",
         "AVG JCT",
@@ -565,7 +565,7 @@ fn print_sweep(r: &SweepReport) {
     };
     for row in &r.rows {
         println!(
-            "{:>8}s {:<9} {:>8.0}s {:>24} {:>24} {:>24} {:>20} {:>20}",
+            "{:>8}s {:<9} {:>8.0}s {:>24} {:>24} {:>24} {:>22} {:>22}",
             row.interval_s,
             row.policy,
             row.avg_jct_s.mean,
