@@ -31,6 +31,9 @@ APP = os.path.join(HERE, "colocate.py")
 NO_MPS = ["ideal", "train-alone", "timeslice"]
 MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # ksfull-POLICY: the kernel scheduler on plain MPS (both jobs at 100 %).
+# tsks-POLICY: the kernel scheduler without MPS (time-slicing between the two processes'
+# contexts); the gate and the device wait work the same, stream priority acts only within
+# the service's own context, and "-cprio" and "-offshareN" (MPS settings) do not apply.
 # A configuration may be repeated with a tag: "mps@2" runs "mps" again under its own name.
 # A suffix "-cprio" on an MPS configuration gives the clients mmkd's CUDA_MPS_CLIENT_PRIORITY
 # (online 0, offline 1, below normal). With the interposer loaded, the online job's streams
@@ -87,11 +90,11 @@ def parse_config(c, alt_bin=None):
     if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "grain", "offshare", "alt", "devwait", "notrain"]):
         raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -grainN, -offshareN, -alt, -devwait and -notrain "
                          "must end the name, with N > 0")
-    if given - {"notrain", "offshare"} and not re.match(r"ks(full)?-", base_c):
+    if given - {"notrain", "offshare"} and not re.match(r"(ks|ksfull|tsks)-", base_c):
         raise SystemExit(f"{c}: these suffixes need a kernel-scheduler "
                          "configuration")
-    if "notrain" in given and not re.match(r"ks(full)?-|mps(-cprio)?$", base_c):
-        raise SystemExit(f"{c}: -notrain needs an MPS configuration (mps, mps-cprio, ks-... or ksfull-...)")
+    if "notrain" in given and not re.match(r"(ks|ksfull|tsks)-|mps(-cprio)?$", base_c):
+        raise SystemExit(f"{c}: -notrain needs mps, mps-cprio or a kernel-scheduler configuration")
     if "offshare" in given and not re.match(r"ksfull-|mps(-cprio)?$", base_c):
         raise SystemExit(f"{c}: -offshareN needs plain MPS (mps, mps-cprio or ksfull-...)")
     if given >= {"notrain", "offshare"}:
@@ -105,6 +108,8 @@ def parse_config(c, alt_bin=None):
             base_c = base_c[: -len(suffix)]
             cprio |= suffix == "-cprio"
             keepprio |= suffix == "-keepprio"
+    if base_c.startswith("tsks-") and cprio:
+        raise SystemExit(f"{c}: -cprio is an MPS client priority; tsks- runs without MPS")
     if depth and not base_c.endswith("-mmk"):
         raise SystemExit(f"{c}: -depthN acts only under the mmk policy")
     return (base_c, cprio, keepprio, base_us, depth, "alt" in given, slice_mflop, "devwait" in given, grain,
@@ -190,7 +195,7 @@ def main():
 
     # 1. Kernel profiles of each job alone (record mode, no MPS), through mmkctl profile.
     profiles = {}
-    need_profiles = any(c.startswith("ks") for c in configs)
+    need_profiles = any(c.startswith(("ks", "tsks")) for c in configs)
     for name, cls, args in [
         ("serve", "online", serve_args[:-1] + [str(a.profile_seconds), "--out", f"{work}/p-serve.json"]),
         ("train", "offline", ["python3", APP, "train", "--seconds", str(a.profile_seconds), "--out", f"{work}/p-train.json"]),
@@ -254,7 +259,7 @@ def main():
                 off_env["CUDA_MPS_CLIENT_PRIORITY"] = "1"
             if keepprio:
                 on_env["MMK_KSCHED_STREAM_PRIORITY"] = "keep"
-            if base_c.startswith("ks-") or base_c.startswith("ksfull-"):
+            if base_c.startswith(("ks-", "ksfull-", "tsks-")):
                 policy = base_c.split("-", 1)[1]
                 # The driver maps a gate page for the GPU only from a memory file system.
                 gate = f"/dev/shm/mmk-colocate-{os.getpid()}-{policy}.gate" if devwait else f"{work}/{policy}.gate"
@@ -319,7 +324,7 @@ def main():
             r["wall_s"] = time.time() - t
             if offshare:
                 r["offline_share"] = offshare
-            if base_c.startswith("ks"):
+            if base_c.startswith(("ks", "tsks")):
                 r["base_us"] = base_us
                 r["offline_depth"] = depth
                 r["device_wait"] = devwait
