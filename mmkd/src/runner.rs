@@ -439,6 +439,14 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
     env.extend(mmk_env(l));
     // Also the marker by which a restarted mmkd finds this job's processes.
     env.insert("MMK_LOG_DIR".into(), log_dir.display().to_string());
+    // Under the kernel scheduler each of the job's CUDA processes writes what the
+    // interposer counted (launches, holds, waits, its own cost) beside the job's logs at exit.
+    if l.ksched.is_some() {
+        env.insert(
+            "MMK_KSCHED_STATS".into(),
+            log_dir.join("ksched-%p.json").display().to_string(),
+        );
+    }
     // The interposer goes first; a preload the spec asked for stays after it.
     let preload = match env.remove("LD_PRELOAD") {
         Some(mmk) => mmk_core::paths::preload_first(&mmk, own_preload.as_deref()),
@@ -557,6 +565,28 @@ mod tests {
             workdir: None,
             ..CommandSpec::default()
         })
+    }
+
+    #[test]
+    fn a_scheduled_job_writes_its_interposer_stats_beside_its_logs() {
+        let c = CommandSpec {
+            args: vec!["true".into()],
+            ..Default::default()
+        };
+        let mut l = launch(1, Task::Command(c.clone()));
+        let dir = Path::new("/var/lib/mmk/jobs/1");
+        assert!(!job_env(&l, &c, dir).contains_key("MMK_KSCHED_STATS"));
+        l.ksched = Some(crate::ksched::JobKsched {
+            interposer: "/opt/mmk/libmmk_interposer.so".into(),
+            gate: "/dev/shm/mmk/g0.gate".into(),
+            profile: None,
+        });
+        let env = job_env(&l, &c, dir);
+        assert_eq!(
+            env["MMK_KSCHED_STATS"],
+            "/var/lib/mmk/jobs/1/ksched-%p.json"
+        );
+        assert_eq!(env["LD_PRELOAD"], "/opt/mmk/libmmk_interposer.so");
     }
 
     #[test]

@@ -15,7 +15,8 @@
       BERT-base masked-LM training steps (batch 8 x 128, AdamW), back to back; writes when
       each step ended (CLOCK_MONOTONIC seconds).
 
-Both print one line to stderr when their warm-up is done, and exit on SIGINT cleanly.
+Both print one line to stderr when their warm-up is done, and exit on SIGINT or SIGTERM
+cleanly (writing what they measured).
 """
 import argparse
 import json
@@ -107,6 +108,8 @@ def train(args):
 
 def main():
     signal.signal(signal.SIGINT, on_sigint)
+    # mmkd stops a job with SIGTERM (scripts/gpu/ksched-mmkd.py): the same clean exit.
+    signal.signal(signal.SIGTERM, on_sigint)
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["serve", "train"])
     p.add_argument("--batch", type=int, default=4)

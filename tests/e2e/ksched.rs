@@ -65,6 +65,25 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
         gate.slots().is_empty(),
         "the job left its slot when it exited"
     );
+
+    // What the interposer counted in the job's process, beside the job's logs.
+    let stats: Vec<_> = std::fs::read_dir(&job.log_dir)
+        .expect("the log dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("ksched-"))
+        })
+        .collect();
+    assert_eq!(
+        stats.len(),
+        1,
+        "one CUDA process, one stats file: {stats:?}"
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats[0]).expect("stats")).expect("JSON");
+    assert_eq!(stats["class"], "online");
+    assert_eq!(stats["launches"], 25);
 }
 
 /// The fake driver as `libcuda.so.1` and `libcudart.so.13` in `dir/lib`.
