@@ -2,7 +2,8 @@
 
 An online ResNet-50 service (Poisson arrivals) next to offline BERT training on one GPU,
 MIG off, under: the service alone (ideal), time-slicing (no MPS), plain MPS, MPS with
-shares, and MPS with shares plus the kernel scheduler under each policy. The kernel
+shares, and MPS with shares plus the kernel scheduler under each policy (ks-), the kernel
+scheduler on plain MPS (ksfull-) or without MPS (tsks-); names and suffixes below. The kernel
 profiles come from `mmkctl profile` (each job alone, record mode); the raw traces are kept
 for `mmkctl ksim`.
 

@@ -75,6 +75,7 @@ class Mmkd:
         while subprocess.run([self.ctl_bin, "--socket", self.sock, "gpus"],
                              capture_output=True).returncode != 0:
             if self.proc.poll() is not None or time.time() > end:
+                self.stop()
                 raise RuntimeError(f"mmkd did not come up: {open(f'{work}/mmkd.log').read()[-2000:]}")
             time.sleep(0.2)
 
@@ -92,24 +93,48 @@ class Mmkd:
             if j["state"] in states:
                 return j
             if j["state"] in ("FAILED", "CANCELLED", "SUCCEEDED"):
-                err = open(os.path.join(j["log_dir"], "stderr.log")).read()[-2000:]
-                raise RuntimeError(f"job {job} {j['state']}: {j['reason']}\n{err}")
+                raise RuntimeError(f"job {job} {j['state']}: {j['reason']}\n{stderr_tail(j)}")
             time.sleep(0.2)
         raise RuntimeError(f"job {job} not {states} within {timeout} s")
 
+    def wait_log(self, job, needle, timeout):
+        """Until the job's stderr has `needle`; a job that ends first is an error with its reason."""
+        end = time.time() + timeout
+        while time.time() < end:
+            j = self.ctl("jobs", "get", str(job))
+            if needle in stderr_tail(j, None):
+                return
+            if j["state"] != "RUNNING":
+                raise RuntimeError(f"job {job} {j['state']} before {needle!r}: {j['reason']}\n{stderr_tail(j)}")
+            time.sleep(0.2)
+        raise RuntimeError(f"no {needle!r} on job {job}'s stderr within {timeout} s")
+
     def stop(self):
+        """SIGTERM (mmkd stops its jobs, then quits its MPS daemons); SIGKILL after 60 s."""
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self.log.close()
 
 
-def wait_log(path, needle, timeout):
-    end = time.time() + timeout
-    while time.time() < end:
-        if os.path.exists(path) and needle in open(path).read():
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"no {needle!r} in {path} within {timeout} s")
+def stderr_tail(job, n=2000):
+    """The end of a job's stderr.log ("" when it has none yet)."""
+    try:
+        text = open(os.path.join(job["log_dir"], "stderr.log")).read()
+    except (OSError, KeyError, TypeError):
+        return ""
+    return text if n is None else text[-n:]
+
+
+def run(cmd, env, what):
+    """Runs cmd; a failure stops the script with what cmd wrote on stderr."""
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        log(r.stderr[-3000:])
+        raise RuntimeError(f"{what} exited {r.returncode}")
 
 
 def main():
@@ -125,9 +150,12 @@ def main():
     bin_dir, out = os.path.abspath(a.bin), os.path.abspath(a.out)
     listed = a.configs.split(",")
     for c in listed:
-        if not CONFIG.fullmatch(c):
+        m = CONFIG.fullmatch(c)
+        if not m or (m.group(2) and int(m.group(2)) == 0):
             raise SystemExit(f"{c}: not a configuration (ideal, mps, mmkd-devwait-baseN, "
-                             "mmkd-nomps-devwait-baseN)")
+                             "mmkd-nomps-devwait-baseN, with N > 0 us)")
+    if len(set(listed)) != len(listed):
+        raise SystemExit(f"--configs {a.configs}: a configuration is listed twice (rounds repeat them)")
     if a.rounds < 1:
         raise SystemExit("--rounds needs at least 1")
     for f in ["mmkd", "mmkctl", "libmmk_interposer.so"]:
@@ -154,9 +182,8 @@ def main():
             y = f"{work}/p-{name}.yaml"
             job_file(y, name, cls, "8GiB", args, {}, None)
             profiles[name] = f"{out}/{name}.kprofile.json"
-            subprocess.run([f"{bin_dir}/mmkctl", "profile", y, "--interposer",
-                            f"{bin_dir}/libmmk_interposer.so", "-o", profiles[name]],
-                           env=env, check=True, capture_output=True)
+            run([f"{bin_dir}/mmkctl", "profile", y, "--interposer",
+                 f"{bin_dir}/libmmk_interposer.so", "-o", profiles[name]], env, f"mmkctl profile {name}")
             log(f"profile {name}: done")
         runs = []
         for r in range(1, a.rounds + 1):
@@ -182,7 +209,7 @@ def run_one(a, c, name, bin_dir, out, work, gate_dir, env, serve, profiles):
     serve_args = serve + ["--seconds", str(a.seconds), "--out", serve_out]
     r = {}
     if c == "ideal":
-        subprocess.run(serve_args, env=env, check=True, capture_output=True)
+        run(serve_args, env, f"{name}: the service")
     else:
         m = CONFIG.fullmatch(c)
         flags = ["--mps", "off" if m.group(1) else "nvidia"]
@@ -206,7 +233,7 @@ def run_one(a, c, name, bin_dir, out, work, gate_dir, env, serve, profiles):
                 j = mmkd.ctl("submit", y)
                 jobs[cls] = mmkd.wait_state(j["id"], ["RUNNING"], 60)
                 if cls == "offline":
-                    wait_log(os.path.join(jobs[cls]["log_dir"], "stderr.log"), "train: warm", 180)
+                    mmkd.wait_log(j["id"], "train: warm", 180)
             r["assignment"] = {cls: j["assignment"] for cls, j in jobs.items()}
             if len({a["device_uuid"] for a in r["assignment"].values()}) != 1:
                 raise RuntimeError(f"{name}: the jobs are not in one partition: {r['assignment']}")
@@ -216,16 +243,25 @@ def run_one(a, c, name, bin_dir, out, work, gate_dir, env, serve, profiles):
             mmkd.ctl("jobs", "cancel", str(jobs["offline"]["id"]), "--reason", "run over")
         finally:
             mmkd.stop()
-        # mmkd has each scheduled process write its interposer stats beside the job's logs.
+        # mmkd has each scheduled process write its interposer stats beside the job's logs
+        # (at a normal exit: both jobs end on their own or on SIGTERM, which they handle).
         for cls, j in jobs.items():
-            for f in glob.glob(os.path.join(j["log_dir"], "ksched-*.json")):
-                shutil.copy(f, f"{out}/{name}.{cls}.stats.json")
+            dest = f"{out}/{name}.{cls}.stats.json"
+            if os.path.exists(dest):
+                os.unlink(dest)
+            found = glob.glob(os.path.join(j["log_dir"], "ksched-*.json"))
+            if kernel and len(found) != 1:
+                raise RuntimeError(f"{name}: {cls} job left {len(found)} stats files, not one: {found}")
+            if found:
+                shutil.copy(found[0], dest)
     s = json.load(open(serve_out))
     lat = [x * 1e3 for x in s["latencies_s"]]
     r.update(requests=len(lat), p50_ms=pct(lat, 50), p99_ms=pct(lat, 99), mean_ms=statistics.fmean(lat),
              window_s=s["t1"] - s["t0"], stream_priority=s.get("stream_priority"),
              latencies_ms=[round(x, 3) for x in lat])
     if c != "ideal":
+        if not os.path.exists(train_out):
+            raise RuntimeError(f"{name}: the training wrote no {train_out} (killed before its clean exit?)")
         ends = json.load(open(train_out))["step_ends_s"]
         r["train_steps_per_s"] = sum(1 for e in ends if s["t0"] <= e <= s["t1"]) / (s["t1"] - s["t0"])
     for cls in ["online", "offline"]:

@@ -9,7 +9,8 @@
 #   mps                        plain MPS, both jobs at 100 %
 #   ksfull-passthrough-cprio   plain MPS, interposer with stream priority, MPS client priority
 #   ksfull-orion-cprio         the same with the orion policy
-# CONFIGS (comma-separated) replaces the list; SERVE_GRAPH=1 has the service replay its
+# CONFIGS (comma-separated) replaces the list (any name of ksched-colocate.py: ks-, ksfull-
+# and tsks- configurations with their suffixes); SERVE_GRAPH=1 has the service replay its
 # forward pass as one CUDA graph per request (colocate.py --graph); ALT_BIN=DIR runs the
 # configurations named "...-alt" with DIR's interposer and mmk-gate (an A/B of two builds). Per configuration it reports the pooled p50
 # and p99 of every request of every round against the pooled ideal, the range of the

@@ -67,7 +67,7 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
     );
 
     // What the interposer counted in the job's process, beside the job's logs.
-    let stats: Vec<_> = std::fs::read_dir(&job.log_dir)
+    let files: Vec<_> = std::fs::read_dir(&job.log_dir)
         .expect("the log dir")
         .map(|e| e.expect("entry").path())
         .filter(|p| {
@@ -76,14 +76,21 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
         })
         .collect();
     assert_eq!(
-        stats.len(),
+        files.len(),
         1,
-        "one CUDA process, one stats file: {stats:?}"
+        "one CUDA process, one stats file: {files:?}"
     );
     let stats: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats[0]).expect("stats")).expect("JSON");
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).expect("stats")).expect("JSON");
     assert_eq!(stats["class"], "online");
     assert_eq!(stats["launches"], 25);
+    assert_eq!(
+        files[0]
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+        Some(format!("ksched-{}.json", stats["pid"])),
+        "the file is named by the process's pid"
+    );
 }
 
 /// The fake driver as `libcuda.so.1` and `libcudart.so.13` in `dir/lib`.
