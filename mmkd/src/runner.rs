@@ -440,7 +440,8 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
     // Also the marker by which a restarted mmkd finds this job's processes.
     env.insert("MMK_LOG_DIR".into(), log_dir.display().to_string());
     // Under the kernel scheduler each of the job's CUDA processes writes what the
-    // interposer counted (launches, holds, waits, its own cost) beside the job's logs at exit.
+    // interposer counted (launches, holds, waits, its own cost) beside the job's logs at a
+    // normal exit (the interposer writes it from atexit).
     if l.ksched.is_some() {
         env.insert(
             "MMK_KSCHED_STATS".into(),
