@@ -15,9 +15,9 @@
 //!                     expects, launch / held / forced counters
 //! ```
 //!
-//! - The online path is lock-free and touches its own slot and the device word: a few
-//!   `fetch_add`s and a compare-and-swap of the word before a launch, the same backwards
-//!   when the poller sees it complete. A completion bumps the epoch and wakes waiters only
+//! - The online path is lock-free and touches its own slot (and, with the device wait on,
+//!   the device word): a few `fetch_add`s (and a compare-and-swap of the word) before a
+//!   launch, the same backwards when the poller sees it complete. A completion bumps the epoch and wakes waiters only
 //!   when some process is waiting.
 //! - An offline launch that its policy holds sleeps on the epoch (`FUTEX_WAIT` on the shared
 //!   mapping) until in-flight work completes, the policy's recheck time passes, or the hard
@@ -433,6 +433,11 @@ impl Gate {
             .store(config.gemm_slice_mflop, Ordering::Relaxed);
         h.device_wait
             .store(u32::from(config.device_wait), Ordering::Relaxed);
+        if !config.device_wait {
+            // Online launches stop counting on the word: leave it open, not closed by
+            // launches whose completions will not be taken off it.
+            h.device_word.store(DeviceWord::OPEN, Ordering::Release);
+        }
         h.device_wait_grain_us
             .store(config.device_wait_grain_us, Ordering::Relaxed);
         self.wake_all();
@@ -555,7 +560,7 @@ impl Gate {
     }
 
     /// A launch is about to go (lock-free; this slot, and for an online launch the device
-    /// word).
+    /// word when the device wait is on).
     #[inline]
     pub fn begin(&self, slot: SlotId, charge: &Charge) {
         let s = &self.seg().slots[slot.0];
@@ -576,8 +581,8 @@ impl Gate {
         s.inflight_sm.fetch_add(charge.sm, Ordering::AcqRel);
         s.inflight.fetch_add(1, Ordering::AcqRel);
         // After the slot's count, so that a recount never finds the word above the slots
-        // for a launch still on its way.
-        if s.class.load(Ordering::Acquire) == Class::Online.code() {
+        // for a launch still on its way. Without the device wait nothing reads the word.
+        if s.class.load(Ordering::Acquire) == Class::Online.code() && self.device_wait() {
             self.device_online_begin();
         }
     }
@@ -622,7 +627,7 @@ impl Gate {
                 Some(v.saturating_sub(1))
             })
             .unwrap_or(0);
-        if online && before > 0 {
+        if online && before > 0 && self.device_wait() {
             self.device_online_end(1);
         }
         if before <= 1 && online {
@@ -1061,6 +1066,16 @@ mod tests {
         Gate::create(&dir.path().join("g0.gate"), &config).unwrap()
     }
 
+    /// An `mmk` gate with the device wait on.
+    fn device_gate(dir: &tempfile::TempDir) -> Gate {
+        let g = gate(dir, PolicyKind::Mmk);
+        g.configure(&GateConfig {
+            device_wait: true,
+            ..g.config()
+        });
+        g
+    }
+
     fn offline(sm: u32) -> Launch {
         Launch {
             class: Class::Offline,
@@ -1229,7 +1244,7 @@ mod tests {
     #[test]
     fn the_device_word_is_closed_while_online_work_is_in_flight() {
         let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Mmk);
+        let g = device_gate(&dir);
         assert!(g.device_word().passes(), "a new gate is open");
         let on = g.join(1, Class::Online, 1.0).unwrap();
         let on2 = g.join(2, Class::Online, 1.0).unwrap();
@@ -1259,9 +1274,29 @@ mod tests {
     }
 
     #[test]
+    fn without_the_device_wait_online_launches_leave_the_word_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = device_gate(&dir);
+        let on = g.join(1, Class::Online, 1.0).unwrap();
+        g.begin(on, &sm(10));
+        assert!(!g.device_word().passes());
+        // Turned off with a launch in flight: open at once, and later launches do not close it.
+        g.configure(&GateConfig {
+            device_wait: false,
+            ..g.config()
+        });
+        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
+        g.begin(on, &sm(10));
+        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
+        g.end(on, &sm(10), monotonic_ns());
+        g.end(on, &sm(10), monotonic_ns());
+        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
+    }
+
+    #[test]
     fn a_starved_offline_process_forces_the_device_word_open_until_progress() {
         let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Mmk);
+        let g = device_gate(&dir);
         // A live pid for the online slot (a recount must not drop it).
         let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
         g.begin(on, &sm(132));
@@ -1300,7 +1335,7 @@ mod tests {
     #[test]
     fn a_count_no_live_online_slot_accounts_for_is_set_right_before_forcing() {
         let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Mmk);
+        let g = device_gate(&dir);
         let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
         g.begin(on, &sm(10));
         // A completion neither `end` nor `clear_in_flight` took off the word (the race with
@@ -1318,7 +1353,7 @@ mod tests {
     #[test]
     fn the_device_word_lies_inside_the_mapping() {
         let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Mmk);
+        let g = device_gate(&dir);
         let at = g.device_word_location();
         assert_eq!(at.len, SEGMENT_BYTES);
         assert!(at.offset + 4 <= at.len && at.offset.is_multiple_of(4));
