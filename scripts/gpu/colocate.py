@@ -1,7 +1,7 @@
 """The co-location benchmark's two jobs (scripts/gpu/ksched-colocate.sh runs them).
 
   python3 colocate.py serve --batch 4 --interval-ms 20 --seconds 20 --out serve.json
-                           [--stream default|side] [--graph]
+                           [--stream default|side] [--graph] [--gpu-time]
       ResNet-50 inference. After a warm-up, requests arrive as a Poisson process; each
       request's latency runs from its arrival to the end of its inference (queueing
       included). Writes the latencies and the measured window (CLOCK_MONOTONIC seconds).
@@ -10,10 +10,23 @@
       the priority the driver reports for it is written as `stream_priority`. `--graph`
       records the forward pass once as a CUDA graph (torch.cuda.graph, global capture mode)
       and replays it per request, as serving engines do: one launch per request, and a
-      latency that is GPU time, not Python's launch overhead.
-  python3 colocate.py train --seconds 40 --out train.json
+      latency that is GPU time, not Python's launch overhead. `--gpu-time` records a CUDA
+      event before and after each request's work on its stream and writes the time between
+      them (`gpu_s`): the latency less that is the wait before the work started on the GPU
+      (Python, the launch, and another context's time slice or its switch).
+  python3 colocate.py train --seconds 40 --out train.json [--kind bert|spin|copy|idle]
+                           [--kernel-us US] [--sync-each]
       BERT-base masked-LM training steps (batch 8 x 128, AdamW), back to back; writes when
-      each step ended (CLOCK_MONOTONIC seconds).
+      each step ended (CLOCK_MONOTONIC seconds). `--kind spin` and `--kind copy` replace it
+      with a synthetic offline job of one kernel, repeated, of about US us each (measured
+      at warm-up and written as `kernel_us`): `spin` is torch.cuda._sleep (one thread that
+      waits on the clock: no memory traffic, no SMs to speak of), `copy` an elementwise
+      multiply over two fp32 buffers sized to take US us (HBM traffic, the L2 flushed).
+      A step is as many kernels as make about 25 ms (a BERT step is 26.6 ms of GPU time),
+      queued as fast as the CPU launches them, then a synchronize; `--sync-each`
+      synchronizes after every kernel instead, so at most one is queued or running.
+      `--kind idle` makes its CUDA context and a buffer, then only sleeps: a second context
+      on the GPU that never runs (its steps are 25 ms sleeps).
 
 Both print one line to stderr when their warm-up is done, and exit on SIGINT or SIGTERM
 cleanly (writing what they measured).
@@ -60,8 +73,9 @@ def serve(args):
     torch.cuda.synchronize()
     print("serve: warm", file=sys.stderr, flush=True)
     rng = random.Random(args.seed)
-    lat = []
-    t0 = time.monotonic()
+    lat, gpu = [], []
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if args.gpu_time else None
+    t0, t0_unix = time.monotonic(), time.time()
     arrival = t0
     deadline = t0 + args.seconds
     while not stop:
@@ -71,13 +85,20 @@ def serve(args):
         now = time.monotonic()
         if now < arrival:
             time.sleep(arrival - now)
+        if ev:
+            ev[0].record(stream)
         run()
+        if ev:
+            ev[1].record(stream)
         torch.cuda.synchronize()
         lat.append(time.monotonic() - arrival)
+        if ev:
+            gpu.append(ev[0].elapsed_time(ev[1]) / 1e3)
     t1 = time.monotonic()
-    json.dump({"t0": t0, "t1": t1, "latencies_s": lat, "batch": args.batch,
+    json.dump({"t0": t0, "t1": t1, "t0_unix": t0_unix, "t1_unix": t0_unix + (t1 - t0), "latencies_s": lat, "batch": args.batch,
                "interval_ms": args.interval_ms, "stream": args.stream, "graph": args.graph,
-               "stream_priority": stream.priority}, open(args.out, "w"))
+               "stream_priority": stream.priority, **({"gpu_s": gpu} if ev else {})},
+              open(args.out, "w"))
 
 
 def train(args):
@@ -106,6 +127,72 @@ def train(args):
     json.dump({"step_ends_s": ends}, open(args.out, "w"))
 
 
+def synthetic(args):
+    """The synthetic offline job: kernels of a known length (see the module's text)."""
+    def timed(fn, n):
+        fn()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(n):
+            fn()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b) * 1e3 / n  # us per kernel
+
+    if args.kind == "spin":
+        cycles = 100_000
+        per_us = cycles / timed(lambda: torch.cuda._sleep(cycles), 50)
+        cycles = max(1, round(args.kernel_us * per_us))
+
+        def kernel():
+            torch.cuda._sleep(cycles)
+    else:
+        n = 16 << 20
+        a = torch.ones(n, device="cuda")
+        b = torch.empty_like(a)
+        n = max(1024, round(n * args.kernel_us / timed(lambda: torch.mul(a, 1.0001, out=b), 20)))
+        a = torch.ones(n, device="cuda")
+        b = torch.empty_like(a)
+
+        def kernel():
+            torch.mul(a, 1.0001, out=b)
+    kernel_us = timed(kernel, 50)
+    per_step = max(1, round(25_000 / kernel_us))
+    return kernel, kernel_us, per_step
+
+
+def train_synthetic(args):
+    if args.kind == "idle":
+        torch.ones(1 << 20, device="cuda")
+        torch.cuda.synchronize()
+
+        def kernel():
+            time.sleep(0.025)
+        kernel_us, per_step = 0.0, 1
+    else:
+        kernel, kernel_us, per_step = synthetic(args)
+    ends = []
+
+    def step():
+        for _ in range(per_step):
+            kernel()
+            if args.sync_each:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+
+    for _ in range(5):
+        step()
+    print(f"train: warm ({args.kind}, {kernel_us:.1f} us per kernel, {per_step} per step)",
+          file=sys.stderr, flush=True)
+    deadline = time.monotonic() + args.seconds
+    while not stop and time.monotonic() < deadline:
+        step()
+        ends.append(time.monotonic())
+    json.dump({"step_ends_s": ends, "kind": args.kind, "kernel_us": kernel_us,
+               "kernels_per_step": per_step, "sync_each": args.sync_each}, open(args.out, "w"))
+
+
 def main():
     signal.signal(signal.SIGINT, on_sigint)
     # mmkd stops a job with SIGTERM (scripts/gpu/ksched-mmkd.py): the same clean exit.
@@ -118,9 +205,18 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--stream", choices=["default", "side"], default="default")
     p.add_argument("--graph", action="store_true")
+    p.add_argument("--gpu-time", action="store_true")
+    p.add_argument("--kind", choices=["bert", "spin", "copy", "idle"], default="bert")
+    p.add_argument("--kernel-us", type=float, default=100.0)
+    p.add_argument("--sync-each", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    {"serve": serve, "train": train}[args.mode](args)
+    if args.mode == "train" and args.kind != "bert":
+        if args.kernel_us <= 0:
+            p.error("--kernel-us must be > 0")
+        train_synthetic(args)
+    else:
+        {"serve": serve, "train": train}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,29 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # that floor into MPS's part and the interposer's. A suffix "-offshareN" on "mps",
 # "mps-cprio" or a "ksfull-" configuration gives the training job an MPS active thread
 # percentage of N (the service keeps 100 %): SMs the training can never fill are left for
-# the service.
+# the service. A suffix "-trainspinN" or "-traincopyN" (N us), with "sync" after it or not
+# ("-trainspin10sync"), replaces the BERT training with colocate.py's synthetic offline job
+# (`train --kind spin|copy --kernel-us N [--sync-each]`): kernels of a known length, with
+# no memory traffic (spin) or streaming HBM (copy), to split what the service still loses
+# into the kernel in flight, the context switch and the cache; "-trainidle" runs one that
+# makes its context and then only sleeps (`--kind idle`). Its kernel profile is made like
+# the BERT job's; its training figure is against "mps" with the same suffix, if run.
+
+
+def train_suffix(c):
+    """The "-train..." suffix of a configuration name ("" for the BERT training)."""
+    m = re.search(r"-train(idle|(spin|copy)[0-9]+(sync)?)(?=-|@|$)", c)
+    return m.group(0) if m else ""
+
+
+def train_args(kind):
+    """colocate.py's train arguments for a "-train..." suffix (kind "" is BERT)."""
+    if not kind:
+        return []
+    if kind == "-trainidle":
+        return ["--kind", "idle"]
+    m = re.fullmatch(r"-train(spin|copy)([0-9]+)(sync)?", kind)
+    return ["--kind", m.group(1), "--kernel-us", m.group(2)] + (["--sync-each"] if m.group(3) else [])
 
 
 def parse_config(c, alt_bin=None):
@@ -67,7 +89,14 @@ def parse_config(c, alt_bin=None):
     -devwait, -grainN or 0, -notrain, -offshareN or 0) of a name; a bad name stops the script before anything runs."""
     base_c, cprio, keepprio = c.split("@")[0], False, False
     base_us, depth, slice_mflop, grain, offshare, given = None, 0, 0, 0, 0, set()
-    while m := re.fullmatch(r"(.*)-(base|depth|slice|grain|offshare)([0-9]+)|(.*)-(alt|devwait|notrain)", base_c):
+    while m := re.fullmatch(r"(.*)-(base|depth|slice|grain|offshare)([0-9]+)|(.*)-(alt|devwait|notrain)"
+                            r"|(.*)-train(?:idle()|(?:spin|copy)([0-9]+)(?:sync)?)", base_c):
+        if m.group(6) is not None:
+            if "train" in given or (m.group(8) is not None and int(m.group(8)) <= 0):
+                raise SystemExit(f"{c}: -trainidle, -trainspinN or -traincopyN once, with N > 0")
+            base_c = m.group(6)
+            given.add("train")
+            continue
         if m.group(5):
             base_c, key, n = m.group(4), m.group(5), 1
         else:
@@ -88,10 +117,14 @@ def parse_config(c, alt_bin=None):
             offshare = n
     if "grain" in given and "devwait" not in given:
         raise SystemExit(f"{c}: -grainN needs -devwait")
-    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "grain", "offshare", "alt", "devwait", "notrain"]):
-        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -grainN, -offshareN, -alt, -devwait and -notrain "
-                         "must end the name, with N > 0")
-    if given - {"notrain", "offshare"} and not re.match(r"(ks|ksfull|tsks)-", base_c):
+    if any(f"-{k}" in base_c for k in ["base", "depth", "slice", "grain", "offshare", "alt", "devwait", "notrain",
+                                        "train"]):
+        raise SystemExit(f"{c}: -baseN, -depthN, -sliceN, -grainN, -offshareN, -alt, -devwait, -notrain and "
+                         "-train... must end the name, with N > 0")
+    if "train" in given and ("notrain" in given or base_c == "ideal"):
+        raise SystemExit(f"{c}: -train... picks the training job, which "
+                         f"{'-notrain' if 'notrain' in given else 'ideal'} leaves out")
+    if given - {"notrain", "offshare", "train"} and not re.match(r"(ks|ksfull|tsks)-", base_c):
         raise SystemExit(f"{c}: these suffixes need a kernel-scheduler "
                          "configuration")
     if "notrain" in given and not re.match(r"(ks|ksfull|tsks)-|mps(-cprio)?$", base_c):
@@ -167,6 +200,8 @@ def main():
     ap.add_argument("--alt-bin", help="another build's interposer and mmk-gate, for -alt")
     ap.add_argument("--serve-graph", action="store_true",
                     help="the service replays its forward pass as one CUDA graph")
+    ap.add_argument("--serve-gpu-time", action="store_true",
+                    help="the service times each request's GPU work with CUDA events")
     a = ap.parse_args()
     bin_dir = os.path.abspath(a.bin)
     out = os.path.abspath(a.out)
@@ -188,6 +223,8 @@ def main():
                   str(a.interval_ms), "--stream", a.serve_stream]
     if a.serve_graph:
         serve_args.append("--graph")
+    if a.serve_gpu_time:
+        serve_args.append("--gpu-time")
     serve_args += ["--seconds", str(a.seconds)]
     base = dict(os.environ, PYTHONUNBUFFERED="1")
     for k in list(base):
@@ -196,12 +233,14 @@ def main():
 
     # 1. Kernel profiles of each job alone (record mode, no MPS), through mmkctl profile.
     profiles = {}
-    need_profiles = any(c.startswith(("ks", "tsks")) for c in configs)
-    for name, cls, args in [
-        ("serve", "online", serve_args[:-1] + [str(a.profile_seconds), "--out", f"{work}/p-serve.json"]),
-        ("train", "offline", ["python3", APP, "train", "--seconds", str(a.profile_seconds), "--out", f"{work}/p-train.json"]),
-    ]:
-        if not need_profiles:
+    ks_configs = [c for c in configs if c.startswith(("ks", "tsks"))]
+    to_profile = [("serve", "online", serve_args[:-1] + [str(a.profile_seconds), "--out", f"{work}/p-serve.json"])]
+    # One profile per training job the kernel-scheduler configurations run (BERT: "train").
+    for kind in sorted({train_suffix(c) for c in ks_configs}):
+        to_profile.append((f"train{kind}", "offline", ["python3", APP, "train", "--seconds", str(a.profile_seconds),
+                                                       "--out", f"{work}/p-train{kind}.json"] + train_args(kind)))
+    for name, cls, args in to_profile:
+        if not ks_configs:
             break
         y = f"{work}/{name}.yaml"
         job_yaml(y, name, cls, args)
@@ -278,7 +317,7 @@ def main():
                 if devwait:
                     cmd += ["--device-wait", "on", "--device-wait-grain-us", str(grain)]
                 subprocess.run(cmd, check=True, capture_output=True)
-                for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", "train")]:
+                for e, cls, prof in [(on_env, "online", "serve"), (off_env, "offline", f"train{train_suffix(c)}")]:
                     e.update(LD_PRELOAD=f"{c_bin}/libmmk_interposer.so", MMK_GATE=gate, MMK_JOB_CLASS=cls,
                              MMK_KSCHED_STATS=f"{out}/{c}.{cls}.stats.json")
                     if os.path.exists(f"{out}/{prof}.kprofile.json"):
@@ -289,7 +328,7 @@ def main():
             if base_c != "ideal" and not notrain:
                 secs = a.seconds if base_c == "train-alone" else 600
                 train = subprocess.Popen(["python3", APP, "train", "--seconds", str(secs),
-                                          "--out", f"{work}/{c}.train.json"],
+                                          "--out", f"{work}/{c}.train.json"] + train_args(train_suffix(c)),
                                          env=off_env, stderr=subprocess.PIPE, text=True)
                 wait_line(train, "train: warm", 180)
                 drain(train)
@@ -306,12 +345,21 @@ def main():
                          mean_ms=statistics.fmean(lat), window_s=s["t1"] - s["t0"],
                          stream_priority=s.get("stream_priority"),
                          latencies_ms=[round(x, 3) for x in lat])
+                if "gpu_s" in s:
+                    gpu = [x * 1e3 for x in s["gpu_s"]]
+                    wait = [x - g for x, g in zip(lat, gpu)]
+                    r.update(gpu_p50_ms=pct(gpu, 50), gpu_p99_ms=pct(gpu, 99), wait_p50_ms=pct(wait, 50),
+                             wait_p99_ms=pct(wait, 99), gpu_ms=[round(x, 3) for x in gpu])
                 window = (s["t0"], s["t1"])
+                r["window_unix_s"] = [s.get("t0_unix"), s.get("t1_unix")]
             if train is not None:
                 if base_c != "train-alone":
                     train.send_signal(signal.SIGINT)
                 train.wait(timeout=120)
-                ends = json.load(open(f"{work}/{c}.train.json"))["step_ends_s"]
+                tj = json.load(open(f"{work}/{c}.train.json"))
+                ends = tj["step_ends_s"]
+                if "kind" in tj:
+                    r["train_kind"] = {k: tj[k] for k in ["kind", "kernel_us", "kernels_per_step", "sync_each"]}
                 if base_c == "train-alone":
                     window = (ends[0], ends[-1])
                     n = len(ends) - 1
@@ -322,7 +370,7 @@ def main():
                 p = f"{out}/{c}.{cls}.stats.json"
                 if os.path.exists(p):
                     r[f"{cls}_stats"] = json.load(open(p))
-            r["wall_s"] = time.time() - t
+            r["started_unix_s"], r["wall_s"] = t, time.time() - t
             if offshare:
                 r["offline_share"] = offshare
             if base_c.startswith(("ks", "tsks")):
@@ -333,7 +381,7 @@ def main():
                 r["bin"] = c_bin
             results["configs"][c] = r
             log(f"{c}: " + json.dumps({k: v for k, v in r.items()
-                                       if not k.endswith("_stats") and k != "latencies_ms"}))
+                                       if not k.endswith("_stats") and k not in ("latencies_ms", "gpu_ms")}))
             json.dump(results, open(f"{out}/colocate.json", "w"), indent=1)
     finally:
         if mps_on:

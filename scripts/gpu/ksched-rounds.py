@@ -7,7 +7,11 @@ one after another) are pooled: a round is then round R of one file, and its runs
 compared with that file's round R. Latency: every request of every round pooled, p50 and
 p99 against the ideal runs of the same rounds pooled; and per round, the p99 against
 that round's ideal run (lowest..highest). Training: steps per second against the same
-round's plain-MPS run (mean, lowest..highest).
+round's plain-MPS run (mean, lowest..highest); for a synthetic training ("-trainspinN",
+"-traincopyN"), against "mps" with the same suffix. Where the service timed its GPU work
+(SERVE_GPU_TIME=1), a second table splits each request's latency into the wait before its
+work started on the GPU and the GPU time of the work, pooled (p50, p99), and gives what
+each adds over the ideal runs' (p50, us).
 """
 import json
 import os
@@ -17,7 +21,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from importlib import import_module  # noqa: E402
 
-pct = import_module("ksched-colocate").pct
+colocate = import_module("ksched-colocate")
+pct, train_suffix = colocate.pct, colocate.train_suffix
 
 
 def main():
@@ -32,7 +37,6 @@ def main():
                 continue
             by.setdefault(base, {})[(call, int(r or 1))] = v
     ideal = by.get("ideal", {})
-    mps = by.get("mps", {})
     pooled_ideal = [x for v in ideal.values() for x in v.get("latencies_ms", [])]
     if not pooled_ideal:
         sys.exit("no ideal runs with latencies")
@@ -50,12 +54,28 @@ def main():
         own = [x for r in rs if r in ideal for x in ideal[r].get("latencies_ms", [])] or pooled_ideal
         i50, i99 = pct(own, 50), pct(own, 99)
         per = [v["p99_ms"] / ideal[r]["p99_ms"] for r, v in rs.items() if r in ideal]
+        mps = by.get("mps" + train_suffix(base), {})
         tr = [v["train_steps_per_s"] / mps[r]["train_steps_per_s"]
               for r, v in rs.items() if "train_steps_per_s" in v and r in mps]
         train = (f"{statistics.fmean(tr):5.2f} ({min(tr):.2f}..{max(tr):.2f})" if tr else "-")
         rounds = f"{min(per):8.2f}..{max(per):.2f}" if per else "-"
         print(f"{base:28} {len(rs):4} {len(lat):8} {p50:7.2f} {p99:7.2f} {p50 / i50:9.2f} "
               f"{p99 / i99:9.2f} {rounds:>17} {train:>21}")
+    split = {}
+    for base, rs in by.items():
+        pairs = [(x, g) for v in rs.values() for x, g in zip(v.get("latencies_ms", []), v.get("gpu_ms", []))]
+        if pairs:
+            split[base] = ([x - g for x, g in pairs], [g for _, g in pairs])
+    if "ideal" in split:
+        w0, g0 = pct(split["ideal"][0], 50), pct(split["ideal"][1], 50)
+        print("\nper request: wait = from arrival to the start of its GPU work; gpu = its GPU work "
+              "(CUDA events); +us = p50 over the ideal's")
+        print(f"{'config':28} {'wait p50':>9} {'wait p99':>9} {'gpu p50':>8} {'gpu p99':>8} "
+              f"{'wait +us':>9} {'gpu +us':>8}")
+        for base, (wait, gpu) in split.items():
+            w50, g50 = pct(wait, 50), pct(gpu, 50)
+            print(f"{base:28} {w50:9.3f} {pct(wait, 99):9.3f} {g50:8.3f} {pct(gpu, 99):8.3f} "
+                  f"{(w50 - w0) * 1e3:9.0f} {(g50 - g0) * 1e3:8.0f}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 #   ksfull-orion-cprio         the same with the orion policy
 # CONFIGS (comma-separated) replaces the list (any name of ksched-colocate.py: ks-, ksfull-
 # and tsks- configurations with their suffixes); SERVE_GRAPH=1 has the service replay its
-# forward pass as one CUDA graph per request (colocate.py --graph); ALT_BIN=DIR runs the
+# forward pass as one CUDA graph per request (colocate.py --graph); SERVE_GPU_TIME=1 has it time
+# each request's GPU work with CUDA events (colocate.py --gpu-time); ALT_BIN=DIR runs the
 # configurations named "...-alt" with DIR's interposer and mmk-gate (an A/B of two builds). Per configuration it reports the pooled p50
 # and p99 of every request of every round against the pooled ideal, the range of the
 # per-round p99 ratios (each against the same round's ideal run), and training steps per
@@ -44,6 +45,7 @@ done
 nvidia-smi --query-gpu=name,driver_version,mig.mode.current,compute_mode --format=csv | tee "$out/gpu.txt"
 extra=()
 [ "${SERVE_GRAPH:-0}" = 1 ] && extra+=(--serve-graph)
+[ "${SERVE_GPU_TIME:-0}" = 1 ] && extra+=(--serve-gpu-time)
 [ -n "${ALT_BIN:-}" ] && extra+=(--alt-bin "$ALT_BIN")
 python3 "$(dirname "$0")/ksched-colocate.py" "$bin" "$work" --serve-stream side "${extra[@]}" \
     --seconds "$secs" --configs "$configs" 2>&1 | tee "$out/rounds.log"
