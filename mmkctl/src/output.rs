@@ -356,6 +356,65 @@ pub struct PartitionOut {
     pub jobs: Vec<PartitionJobOut>,
     /// The partition's MPS control daemon; null when none runs.
     pub mps: Option<MpsDaemonOut>,
+    /// The partition's kernel-scheduler gate; null when the kernel scheduler is off or no
+    /// job has started in the partition yet.
+    pub gate: Option<KernelGateOut>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct KernelGateOut {
+    pub path: String,
+    /// Why the gate could not be read; the counters are then 0.
+    pub error: Option<String>,
+    pub policy: String,
+    pub device_wait: bool,
+    /// Over every process that has used the gate since mmkd made it.
+    pub launches: u64,
+    pub held: u64,
+    pub held_us: u64,
+    pub forced: u64,
+    /// The processes attached now.
+    pub processes: Vec<GateProcessOut>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GateProcessOut {
+    pub pid: u32,
+    /// online or offline; null in the moment a process is still joining the gate.
+    pub class: Option<String>,
+    pub in_flight: u32,
+    pub launches: u64,
+    pub held: u64,
+    pub held_us: u64,
+    pub forced: u64,
+    pub max_held_us: u64,
+}
+
+fn gate_out(g: &v1::KernelGate) -> KernelGateOut {
+    KernelGateOut {
+        path: g.path.clone(),
+        error: (!g.error.is_empty()).then(|| g.error.clone()),
+        policy: g.policy.clone(),
+        device_wait: g.device_wait,
+        launches: g.launches,
+        held: g.held,
+        held_us: g.held_us,
+        forced: g.forced,
+        processes: g
+            .processes
+            .iter()
+            .map(|p| GateProcessOut {
+                pid: p.pid,
+                class: class_from_proto(p.class).map(|c| c.as_str().to_owned()),
+                in_flight: p.in_flight,
+                launches: p.launches,
+                held: p.held,
+                held_us: p.held_us,
+                forced: p.forced,
+                max_held_us: p.max_held_us,
+            })
+            .collect(),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -404,6 +463,7 @@ pub fn partitions_out(r: &v1::ListPartitionsResponse) -> Vec<GpuPartitionsOut> {
                         restarts: m.restarts,
                         servers: m.servers.clone(),
                     }),
+                    gate: p.gate.as_ref().map(gate_out),
                     jobs: p
                         .jobs
                         .iter()

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use mmk_core::units::format_mib;
 
-use crate::output::GpuPartitionsOut;
+use crate::output::{GpuPartitionsOut, KernelGateOut};
 
 /// Columns per memory slice: 8 slices fit an 80-column terminal.
 const CELL: usize = 8;
@@ -137,6 +137,9 @@ pub fn gpu(g: &GpuPartitionsOut) -> String {
             };
             let _ = writeln!(out, "      MPS daemon {state}{restarts}");
         }
+        if let Some(k) = &p.gate {
+            gate_lines(&mut out, k);
+        }
         for j in &p.jobs {
             let _ = writeln!(
                 out,
@@ -153,10 +156,50 @@ pub fn gpu(g: &GpuPartitionsOut) -> String {
     out
 }
 
+/// A time in microseconds, in the unit that reads best.
+fn duration_us(us: u64) -> String {
+    match us {
+        0..1_000 => format!("{us} us"),
+        1_000..1_000_000 => format!("{:.1} ms", us as f64 / 1e3),
+        _ => format!("{:.1} s", us as f64 / 1e6),
+    }
+}
+
+/// The gate's counters, then one line per process attached to it.
+fn gate_lines(out: &mut String, k: &KernelGateOut) {
+    if let Some(e) = &k.error {
+        let _ = writeln!(out, "      kernel gate unreadable: {e}");
+        return;
+    }
+    let wait = if k.device_wait { ", device wait" } else { "" };
+    let _ = writeln!(
+        out,
+        "      kernel gate {}{wait}: {} launches, {} held ({}), {} forced",
+        k.policy,
+        k.launches,
+        k.held,
+        duration_us(k.held_us),
+        k.forced
+    );
+    for p in &k.processes {
+        let _ = writeln!(
+            out,
+            "        pid {:<8} {:<7} {} launches, {} held (longest {}), {} forced, {} in flight",
+            p.pid,
+            p.class.as_deref().unwrap_or("-"),
+            p.launches,
+            p.held,
+            duration_us(p.max_held_us),
+            p.forced,
+            p.in_flight
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::{MpsDaemonOut, PartitionJobOut, PartitionOut};
+    use crate::output::{GateProcessOut, MpsDaemonOut, PartitionJobOut, PartitionOut};
 
     fn part(id: u32, profile: &str, start: u32, size: u32, jobs: &[&str]) -> PartitionOut {
         PartitionOut {
@@ -186,6 +229,7 @@ mod tests {
                 restarts: 1,
                 servers: vec![4243],
             }),
+            gate: None,
         }
     }
 
@@ -229,6 +273,81 @@ mod tests {
         assert_eq!(lines[1].find('4'), lines[3].find("2g.20gb"));
         assert!(
             pic.contains("\n      MPS daemon pid 4242, restarted 1x\n"),
+            "{pic}"
+        );
+    }
+
+    #[test]
+    fn a_partitions_gate_shows_its_counters_and_processes() {
+        let mut p = part(0, "whole", 0, 8, &["serve", "train"]);
+        p.gate = Some(KernelGateOut {
+            path: "/dev/shm/mmk/g0.gate".into(),
+            error: None,
+            policy: "mmk".into(),
+            device_wait: true,
+            launches: 465_405,
+            held: 774,
+            held_us: 901_607,
+            forced: 20,
+            processes: vec![
+                GateProcessOut {
+                    pid: 825,
+                    class: Some("offline".into()),
+                    in_flight: 3,
+                    launches: 465_000,
+                    held: 774,
+                    held_us: 901_607,
+                    forced: 20,
+                    max_held_us: 4_900,
+                },
+                GateProcessOut {
+                    pid: 830,
+                    class: None,
+                    in_flight: 0,
+                    launches: 0,
+                    held: 0,
+                    held_us: 0,
+                    forced: 0,
+                    max_held_us: 0,
+                },
+            ],
+        });
+        let g = GpuPartitionsOut {
+            gpu: 0,
+            uuid: "GPU-0".into(),
+            model: "NVIDIA H200".into(),
+            mig_enabled: false,
+            memory_slices: 8,
+            partitions: vec![p],
+        };
+        let pic = gpu(&g);
+        assert!(
+            pic.contains(
+                "\n      kernel gate mmk, device wait: 465405 launches, 774 held (901.6 ms), 20 forced\n\
+                 \x20       pid 825      offline 465000 launches, 774 held (longest 4.9 ms), 20 forced, 3 in flight\n\
+                 \x20       pid 830      -       0 launches, 0 held (longest 0 us), 0 forced, 0 in flight\n"
+            ),
+            "{pic}"
+        );
+
+        let mut p = part(0, "whole", 0, 8, &[]);
+        p.gate = Some(KernelGateOut {
+            path: "/x/g0.gate".into(),
+            error: Some("/x/g0.gate is not a gate (12 bytes)".into()),
+            policy: String::new(),
+            device_wait: false,
+            launches: 0,
+            held: 0,
+            held_us: 0,
+            forced: 0,
+            processes: vec![],
+        });
+        let pic = gpu(&GpuPartitionsOut {
+            partitions: vec![p],
+            ..g
+        });
+        assert!(
+            pic.contains("\n      kernel gate unreadable: /x/g0.gate is not a gate (12 bytes)\n"),
             "{pic}"
         );
     }

@@ -1,5 +1,6 @@
 //! tonic adapters: each handler extracts, calls the node, converts. No logic lives here.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 
 use mmk_core::{FieldError, JobState, ServiceError};
@@ -21,6 +22,8 @@ mod allocation;
 
 pub use allocation::AllocationApi;
 
+use crate::ksched::GateView;
+use crate::mps::instance_key;
 use crate::node::{JobEvent, Node};
 use crate::store::{JobRecord, Owner};
 use mmk_mps_control::DaemonInfo;
@@ -253,7 +256,68 @@ async fn active_jobs(node: &Node) -> Result<Vec<JobRecord>, Status> {
         .map_err(status)
 }
 
-fn partitions_of(g: &GpuState, jobs: &[JobRecord], daemons: &[DaemonInfo]) -> Vec<v1::Partition> {
+fn gate_to_proto(v: &GateView) -> v1::KernelGate {
+    let path = v.path.display().to_string();
+    let us = |ns: u64| ns / 1_000;
+    match &v.state {
+        Err(e) => v1::KernelGate {
+            path,
+            error: e.clone(),
+            ..v1::KernelGate::default()
+        },
+        Ok(s) => v1::KernelGate {
+            path,
+            error: String::new(),
+            policy: s.config.policy.to_string(),
+            device_wait: s.config.device_wait,
+            launches: s.totals.launches,
+            held: s.totals.held,
+            held_us: us(s.totals.held_ns),
+            forced: s.totals.forced,
+            processes: s
+                .processes
+                .iter()
+                .map(|p| v1::GateProcess {
+                    pid: p.pid,
+                    class: match p.class {
+                        Some(mmk_kernel_sched::Class::Online) => v1::JobClass::Online,
+                        Some(mmk_kernel_sched::Class::Offline) => v1::JobClass::Offline,
+                        None => v1::JobClass::Unspecified,
+                    } as i32,
+                    in_flight: p.inflight,
+                    launches: p.launches,
+                    held: p.held,
+                    held_us: us(p.held_ns),
+                    forced: p.forced,
+                    max_held_us: us(p.max_held_ns),
+                })
+                .collect(),
+        },
+    }
+}
+
+/// The keys of a GPU's partitions (`mps::instance_key`), for their gates.
+fn partition_keys(g: &GpuState) -> Vec<String> {
+    if !g.mig_enabled {
+        return vec![instance_key(g.index, None)];
+    }
+    g.instances
+        .iter()
+        .map(|i| instance_key(g.index, Some(i.id)))
+        .collect()
+}
+
+fn partitions_of(
+    g: &GpuState,
+    jobs: &[JobRecord],
+    daemons: &[DaemonInfo],
+    gates: &HashMap<String, GateView>,
+) -> Vec<v1::Partition> {
+    let gate = |instance: Option<u32>| {
+        gates
+            .get(&instance_key(g.index, instance))
+            .map(gate_to_proto)
+    };
     let mps = |device: &str| {
         daemons
             .iter()
@@ -297,6 +361,7 @@ fn partitions_of(g: &GpuState, jobs: &[JobRecord], daemons: &[DaemonInfo]) -> Ve
             used_memory_mib: used(&js),
             jobs: js,
             mps: mps(&g.uuid),
+            gate: gate(None),
         }];
     }
     g.instances
@@ -316,6 +381,7 @@ fn partitions_of(g: &GpuState, jobs: &[JobRecord], daemons: &[DaemonInfo]) -> Ve
                 used_memory_mib: used(&js),
                 jobs: js,
                 mps: mps(&i.uuid),
+                gate: gate(Some(i.id)),
             }
         })
         .collect()
@@ -413,6 +479,10 @@ impl PartitionService for PartitionApi {
         let gpus = self.node.gpus().await.map_err(status)?;
         let jobs = active_jobs(&self.node).await?;
         let daemons = self.node.mps().daemons().await;
+        let gates = self
+            .node
+            .gates(gpus.iter().flat_map(partition_keys).collect())
+            .await;
         Ok(Response::new(v1::ListPartitionsResponse {
             gpus: gpus
                 .iter()
@@ -422,7 +492,7 @@ impl PartitionService for PartitionApi {
                     model: g.model.product_name.clone(),
                     mig_enabled: g.mig_enabled,
                     memory_slices: u32::from(g.model.memory_slices),
-                    partitions: partitions_of(g, &jobs, &daemons),
+                    partitions: partitions_of(g, &jobs, &daemons, &gates),
                 })
                 .collect(),
         }))
@@ -461,7 +531,7 @@ fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
         .iter()
         .map(|i| (i.profile_id, i.placement.start))
         .collect();
-    let partitions = partitions_of(g, jobs, &[]);
+    let partitions = partitions_of(g, jobs, &[], &HashMap::new());
     let free_in_partitions: u64 = partitions
         .iter()
         .map(|p| p.memory_mib.saturating_sub(p.used_memory_mib))

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use mmk_kernel_sched::{Gate, GateConfig, PolicyKind, Profile};
+use mmk_kernel_sched::{Gate, GateConfig, PolicyKind, Profile, SlotStats, Totals};
 use tracing::{info, warn};
 
 use crate::store::Assignment;
@@ -218,6 +218,45 @@ impl KernelSched {
     }
 }
 
+/// What a partition's gate file holds now (`mmkctl partitions show`).
+#[derive(Debug, Clone)]
+pub struct GateView {
+    pub path: PathBuf,
+    /// The gate, or why it could not be read.
+    pub state: Result<GateState, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GateState {
+    pub config: GateConfig,
+    /// Over every process that has used the gate.
+    pub totals: Totals,
+    /// The processes attached now.
+    pub processes: Vec<SlotStats>,
+}
+
+impl KernelSched {
+    /// The gate of the partition `key` as it is now; `None` when the kernel scheduler is
+    /// off or the partition has no gate (no job has started there since its instance was
+    /// made). A file that is not a gate, or one of another version, is reported, not
+    /// taken over: reading never changes it.
+    pub fn read_gate(&self, key: &str) -> Option<GateView> {
+        self.interposer.as_ref()?;
+        let path = self.gate_path(key);
+        if !path.exists() {
+            return None;
+        }
+        let state = Gate::open(&path)
+            .map(|gate| GateState {
+                config: gate.config(),
+                totals: gate.totals(),
+                processes: gate.slots(),
+            })
+            .map_err(|e| e.to_string());
+        Some(GateView { path, state })
+    }
+}
+
 /// The largest kernel profile mmkd reads (a profile of thousands of kernels is a few MiB).
 const MAX_PROFILE_BYTES: u64 = 64 << 20;
 
@@ -390,6 +429,53 @@ mod tests {
     fn the_job_spec_knows_every_policy() {
         let kernel_sched: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
         assert_eq!(kernel_sched, mmk_core::spec::KERNEL_POLICIES);
+    }
+
+    #[test]
+    fn a_partitions_gate_is_read_as_it_is_and_a_bad_one_is_reported_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = KernelSched::new(
+            PathBuf::from("/lib/libmmk_interposer.so"),
+            PolicyKind::Fikit,
+            dir.path().join("ksched"),
+        )
+        .with_device_wait(Some(Duration::ZERO));
+        assert!(k.read_gate("g0").is_none(), "no job has started there");
+        let job = k.prepare("g0", 132, None, None).unwrap().unwrap();
+        // A job process: joined as online, two launches counted, one still in flight.
+        let gate = Gate::open(&job.gate).unwrap();
+        let slot = gate
+            .join(std::process::id(), mmk_kernel_sched::Class::Online, 1.0)
+            .unwrap();
+        gate.count(slot);
+        gate.begin(slot, &mmk_kernel_sched::Charge::default());
+        let view = k.read_gate("g0").expect("the gate");
+        assert_eq!(view.path, job.gate);
+        let state = view.state.expect("readable");
+        assert_eq!(state.config.policy, PolicyKind::Fikit);
+        assert!(state.config.device_wait);
+        assert_eq!(state.totals.launches, 2);
+        assert_eq!(state.processes.len(), 1);
+        let p = state.processes[0];
+        assert_eq!(
+            (p.pid, p.class, p.launches, p.inflight),
+            (
+                std::process::id(),
+                Some(mmk_kernel_sched::Class::Online),
+                2,
+                1
+            )
+        );
+
+        // Not a gate: said why, and the file is left as it was.
+        let bad = k.gate_path("g1i3");
+        std::fs::write(&bad, b"not a gate").unwrap();
+        let view = k.read_gate("g1i3").expect("a file is there");
+        let why = view.state.expect_err("not a gate");
+        assert!(why.contains("g1i3.gate"), "{why}");
+        assert_eq!(std::fs::read(&bad).unwrap(), b"not a gate");
+
+        assert!(KernelSched::off().read_gate("g0").is_none());
     }
 
     #[test]

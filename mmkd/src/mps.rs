@@ -116,9 +116,15 @@ impl Mps {
 /// The short key of a partition: `g0` for a whole GPU, `g0i5` for GPU instance 5 of
 /// GPU 0. It names the daemon's directory under `DATA_DIR/mps/`.
 pub fn partition_key(slot: &Slot, instance_id: u32) -> String {
-    match slot.profile_id {
-        None => format!("g{}", slot.gpu),
-        Some(_) => format!("g{}i{instance_id}", slot.gpu),
+    instance_key(slot.gpu, slot.profile_id.map(|_| instance_id))
+}
+
+/// [`partition_key`] from a GPU's index and its GPU instance's ID (`None`: the whole GPU,
+/// MIG off).
+pub fn instance_key(gpu: u32, instance_id: Option<u32>) -> String {
+    match instance_id {
+        None => format!("g{gpu}"),
+        Some(id) => format!("g{gpu}i{id}"),
     }
 }
 

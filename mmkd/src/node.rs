@@ -337,6 +337,22 @@ impl Node {
     }
 
     /// The GPUs as the backend reports them now.
+    /// The gates of these partitions (keys from `mps::instance_key`) that exist, as they
+    /// are now; read off the runtime.
+    pub async fn gates(&self, keys: Vec<String>) -> HashMap<String, ksched::GateView> {
+        let k = self.inner.runner.kernel_sched().clone();
+        tokio::task::spawn_blocking(move || {
+            keys.into_iter()
+                .filter_map(|key| k.read_gate(&key).map(|v| (key, v)))
+                .collect()
+        })
+        .await
+        .unwrap_or_else(|e| {
+            warn!(error = %e, "cannot read the gates");
+            HashMap::new()
+        })
+    }
+
     pub async fn gpus(&self) -> ServiceResult<Vec<GpuState>> {
         let backend = Arc::clone(&self.inner.backend);
         tokio::task::spawn_blocking(move || backend.gpus())

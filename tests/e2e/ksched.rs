@@ -52,18 +52,33 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
     let gate = Gate::open(&gate_path).expect("the partition's gate");
     assert_eq!(gate.config().policy, PolicyKind::Mmk);
     let parts = d.ctl_json(&["partitions", "show"]);
-    let sms = parts[0]["partitions"]
+    let part = parts[0]["partitions"]
         .as_array()
         .expect("partitions")
         .iter()
         .find(|p| p["instance_id"] == a.instance_id)
-        .and_then(|p| p["sm_count"].as_u64())
-        .expect("the partition's SMs");
+        .expect("the job's partition")
+        .clone();
+    let sms = part["sm_count"].as_u64().expect("the partition's SMs");
     assert_eq!(u64::from(gate.config().sm_count), sms);
     assert_eq!(gate.totals().launches, 25);
     assert!(
         gate.slots().is_empty(),
         "the job left its slot when it exited"
+    );
+    // `partitions show` reads the same gate.
+    let g = &part["gate"];
+    assert_eq!(g["path"], gate_path.display().to_string());
+    assert_eq!(g["error"], serde_json::Value::Null);
+    assert_eq!(g["policy"], "mmk");
+    assert_eq!(g["launches"], 25);
+    assert_eq!(g["held"], 0, "one online job: nothing to hold");
+    assert_eq!(g["processes"], serde_json::json!([]));
+    let table = d.ctl(&["partitions", "show"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("\n      kernel gate mmk: 25 launches, 0 held (0 us), 0 forced\n"),
+        "{table}"
     );
 
     // What the interposer counted in the job's process, beside the job's logs.
