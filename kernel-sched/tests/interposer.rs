@@ -390,14 +390,19 @@ fn started_beside(offline: &[(u64, u64, u64)], online: &[(u64, u64, u64)], slack
 }
 
 /// Queue 300 offline kernels of 1 ms at once, then run an online job (5 kernels of 2 ms,
-/// 3 ms apart) beside them (its process starts while 270 ms of them are still queued); `device_wait` as given. Returns the offline and online
-/// kernels and the offline job's stats.
-fn queued_offline_beside_online(node: &Node, device_wait: bool) -> (Kernels, Kernels, Value) {
+/// 3 ms apart) beside them (its process starts while 270 ms of them are still queued); the
+/// gate's policy and `device_wait` as given. Returns the offline and online kernels and the
+/// offline job's stats.
+fn queued_offline_beside_online(
+    node: &Node,
+    policy: PolicyKind,
+    device_wait: bool,
+) -> (Kernels, Kernels, Value) {
     let gate = node.gate_with(&GateConfig {
         base: Duration::from_millis(500),
         max_hold: Duration::from_secs(30),
         device_wait,
-        ..GateConfig::new(132, PolicyKind::Mmk)
+        ..GateConfig::new(132, policy)
     });
     let offline = node
         .job(
@@ -440,7 +445,7 @@ fn with_the_device_wait_queued_offline_kernels_do_not_start_beside_online_work()
     // Without it (the CPU gate alone) kernels the offline job queued before the online
     // job came run beside its kernels: the gate sees launches, not what is queued.
     let node = Node::new();
-    let (off, on, stats) = queued_offline_beside_online(&node, false);
+    let (off, on, stats) = queued_offline_beside_online(&node, PolicyKind::Mmk, false);
     assert_eq!(on.len(), 5);
     assert_eq!(off.len(), 300);
     assert!(
@@ -451,7 +456,7 @@ fn with_the_device_wait_queued_offline_kernels_do_not_start_beside_online_work()
     assert_eq!(stats["device"]["waits"], 0);
 
     let node = Node::new();
-    let (off, on, stats) = queued_offline_beside_online(&node, true);
+    let (off, on, stats) = queued_offline_beside_online(&node, PolicyKind::Mmk, true);
     assert_eq!(off.len(), 300, "nothing is lost behind the waits");
     assert_eq!(
         started_beside(&off, &on, 300_000),
@@ -477,6 +482,24 @@ fn with_the_device_wait_queued_offline_kernels_do_not_start_beside_online_work()
         idle_gaps, 0,
         "offline work flows when no online work is in flight"
     );
+}
+
+#[test]
+fn the_device_wait_holds_queued_offline_kernels_under_orion_and_fikit_too() {
+    // The word is closed by online launches, which every policy that tracks completions
+    // counts; the policy decides only what the CPU gate does with new launches.
+    for policy in [PolicyKind::Orion, PolicyKind::Fikit] {
+        let node = Node::new();
+        let (off, on, stats) = queued_offline_beside_online(&node, policy, true);
+        assert_eq!((off.len(), on.len()), (300, 5), "{policy}");
+        assert_eq!(
+            started_beside(&off, &on, 300_000),
+            0,
+            "{policy}: no queued offline kernel starts while an online kernel runs"
+        );
+        assert_eq!(stats["device"]["waits"], 300, "{policy}: {stats}");
+        assert_eq!(stats["device"]["forced"], 0, "{policy}: {stats}");
+    }
 }
 
 #[test]

@@ -251,6 +251,12 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
             "--kernel-offline-depth acts only under the mmk policy; partitions under {policy} ignore it"
         );
     }
+    if config.kernel_device_wait.is_some() && policy == mmk_kernel_sched::PolicyKind::Passthrough {
+        warn!(
+            "--kernel-device-wait acts only under a policy that tracks launches (mmk, orion, fikit); \
+             partitions under passthrough ignore it"
+        );
+    }
     let tuned = |k: KernelSched| {
         k.with_tuning(config.kernel_offline_depth, config.kernel_base)
             .with_gemm_slice(config.kernel_gemm_slice)
