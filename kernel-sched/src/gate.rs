@@ -790,6 +790,15 @@ impl Gate {
         self.seg().slots.iter().filter_map(stats_of).collect()
     }
 
+    /// The slots whose process still runs. A dead process's slot stays until a launch or a
+    /// join in the gate reaps it; this only reads.
+    pub fn live_slots(&self) -> Vec<SlotStats> {
+        self.slots()
+            .into_iter()
+            .filter(|s| process_alive(s.pid))
+            .collect()
+    }
+
     /// One slot's counters; `None` when the slot is free.
     pub fn slot(&self, slot: SlotId) -> Option<SlotStats> {
         stats_of(&self.seg().slots[slot.0])

@@ -364,16 +364,16 @@ pub struct PartitionOut {
 #[derive(Debug, Serialize)]
 pub struct KernelGateOut {
     pub path: String,
-    /// Why the gate could not be read; the counters are then 0.
+    /// Why the gate could not be read; the policy is then empty and the counters 0.
     pub error: Option<String>,
     pub policy: String,
     pub device_wait: bool,
-    /// Over every process that has used the gate since mmkd made it.
+    /// Over every process that has used the gate since it was made.
     pub launches: u64,
     pub held: u64,
     pub held_us: u64,
     pub forced: u64,
-    /// The processes attached now.
+    /// The processes attached now that still run.
     pub processes: Vec<GateProcessOut>,
 }
 

@@ -158,9 +158,10 @@ pub fn gpu(g: &GpuPartitionsOut) -> String {
 
 /// A time in microseconds, in the unit that reads best.
 fn duration_us(us: u64) -> String {
+    // Bounds where the rounded value would spill into the next unit ("1000.0 ms").
     match us {
         0..1_000 => format!("{us} us"),
-        1_000..1_000_000 => format!("{:.1} ms", us as f64 / 1e3),
+        1_000..999_950 => format!("{:.1} ms", us as f64 / 1e3),
         _ => format!("{:.1} s", us as f64 / 1e6),
     }
 }
@@ -171,7 +172,12 @@ fn gate_lines(out: &mut String, k: &KernelGateOut) {
         let _ = writeln!(out, "      kernel gate unreadable: {e}");
         return;
     }
-    let wait = if k.device_wait { ", device wait" } else { "" };
+    let wait = match (k.device_wait, k.policy.as_str()) {
+        (false, _) => "",
+        // Passthrough tracks no completions: its partitions have no device wait.
+        (true, "passthrough") => ", device wait (no effect under passthrough)",
+        (true, _) => ", device wait",
+    };
     let _ = writeln!(
         out,
         "      kernel gate {}{wait}: {} launches, {} held ({}), {} forced",
@@ -333,7 +339,7 @@ mod tests {
         let mut p = part(0, "whole", 0, 8, &[]);
         p.gate = Some(KernelGateOut {
             path: "/x/g0.gate".into(),
-            error: Some("/x/g0.gate is not a gate (12 bytes)".into()),
+            error: Some("gate /x/g0.gate is not an mmk gate (bad magic or size 10 bytes)".into()),
             policy: String::new(),
             device_wait: false,
             launches: 0,
@@ -347,9 +353,20 @@ mod tests {
             ..g
         });
         assert!(
-            pic.contains("\n      kernel gate unreadable: /x/g0.gate is not a gate (12 bytes)\n"),
+            pic.contains(
+                "\n      kernel gate unreadable: gate /x/g0.gate is not an mmk gate (bad magic or size 10 bytes)\n"
+            ),
             "{pic}"
         );
+    }
+
+    #[test]
+    fn durations_take_the_unit_their_rounded_value_fits() {
+        assert_eq!(duration_us(999), "999 us");
+        assert_eq!(duration_us(1_000), "1.0 ms");
+        assert_eq!(duration_us(999_949), "999.9 ms");
+        assert_eq!(duration_us(999_950), "1.0 s");
+        assert_eq!(duration_us(61_250_000), "61.2 s");
     }
 
     #[test]

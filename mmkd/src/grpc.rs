@@ -585,3 +585,37 @@ fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mps::partition_key;
+    use mmk_partitioner::layout::{Instance, Placement};
+
+    #[test]
+    fn partitions_are_looked_up_by_the_keys_their_gates_are_made_with() {
+        let node = mmk_partitioner::mix::empty_node("a100-80gb", 2).expect("a100-80gb");
+        let mut whole = node.gpus[1].clone();
+        whole.mig_enabled = false;
+        let slot = Slot {
+            gpu: 1,
+            start: 0,
+            profile_id: None,
+        };
+        assert_eq!(partition_keys(&whole), [partition_key(&slot, 0)]);
+
+        let mut mig = node.gpus[0].clone();
+        mig.instances = vec![Instance {
+            id: 5,
+            profile_id: 9,
+            placement: Placement { start: 4, size: 4 },
+            uuid: "MIG-5".into(),
+        }];
+        let slot = Slot {
+            gpu: 0,
+            start: 4,
+            profile_id: Some(9),
+        };
+        assert_eq!(partition_keys(&mig), [partition_key(&slot, 5)]);
+    }
+}

@@ -231,7 +231,7 @@ pub struct GateState {
     pub config: GateConfig,
     /// Over every process that has used the gate.
     pub totals: Totals,
-    /// The processes attached now.
+    /// The processes attached now that still run.
     pub processes: Vec<SlotStats>,
 }
 
@@ -243,18 +243,31 @@ impl KernelSched {
     pub fn read_gate(&self, key: &str) -> Option<GateView> {
         self.interposer.as_ref()?;
         let path = self.gate_path(key);
-        if !path.exists() {
-            return None;
-        }
-        let state = Gate::open(&path)
-            .map(|gate| GateState {
-                config: gate.config(),
-                totals: gate.totals(),
-                processes: gate.slots(),
-            })
-            .map_err(|e| e.to_string());
+        let state = match path.try_exists() {
+            Ok(false) => return None,
+            Err(e) => Err(format!("{}: {e}", path.display())),
+            Ok(true) => Gate::open(&path)
+                .map(|gate| GateState {
+                    config: gate.config(),
+                    totals: gate.totals(),
+                    processes: gate.live_slots(),
+                })
+                .map_err(|e| with_sources(&e)),
+        };
         Some(GateView { path, state })
     }
+}
+
+/// An error and its sources, `a: b: c` (an I/O error's reason is its source).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// The largest kernel profile mmkd reads (a profile of thousands of kernels is a few MiB).
@@ -449,12 +462,24 @@ mod tests {
             .unwrap();
         gate.count(slot);
         gate.begin(slot, &mmk_kernel_sched::Charge::default());
+        // A process that died without leaving: its slot stays in the file, but it is not
+        // shown as attached (its counters stay in the totals).
+        let dead = gate
+            .join(i32::MAX as u32, mmk_kernel_sched::Class::Offline, 0.5)
+            .unwrap();
+        gate.count(dead);
+        let before = std::fs::read(&job.gate).unwrap();
         let view = k.read_gate("g0").expect("the gate");
+        assert_eq!(
+            std::fs::read(&job.gate).unwrap(),
+            before,
+            "reading changes nothing"
+        );
         assert_eq!(view.path, job.gate);
         let state = view.state.expect("readable");
         assert_eq!(state.config.policy, PolicyKind::Fikit);
         assert!(state.config.device_wait);
-        assert_eq!(state.totals.launches, 2);
+        assert_eq!(state.totals.launches, 3);
         assert_eq!(state.processes.len(), 1);
         let p = state.processes[0];
         assert_eq!(
@@ -474,6 +499,18 @@ mod tests {
         let why = view.state.expect_err("not a gate");
         assert!(why.contains("g1i3.gate"), "{why}");
         assert_eq!(std::fs::read(&bad).unwrap(), b"not a gate");
+
+        // An I/O error says its reason, not only which call failed.
+        std::fs::create_dir(k.gate_path("g2")).unwrap();
+        let why = k
+            .read_gate("g2")
+            .expect("a path is there")
+            .state
+            .expect_err("a dir");
+        assert!(
+            why.contains("g2.gate") && why.contains("directory"),
+            "{why}"
+        );
 
         assert!(KernelSched::off().read_gate("g0").is_none());
     }

@@ -336,7 +336,6 @@ impl Node {
         Ok(())
     }
 
-    /// The GPUs as the backend reports them now.
     /// The gates of these partitions (keys from `mps::instance_key`) that exist, as they
     /// are now; read off the runtime.
     pub async fn gates(&self, keys: Vec<String>) -> HashMap<String, ksched::GateView> {
@@ -353,6 +352,7 @@ impl Node {
         })
     }
 
+    /// The GPUs as the backend reports them now.
     pub async fn gpus(&self) -> ServiceResult<Vec<GpuState>> {
         let backend = Arc::clone(&self.inner.backend);
         tokio::task::spawn_blocking(move || backend.gpus())

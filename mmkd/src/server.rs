@@ -253,7 +253,7 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
     }
     if config.kernel_device_wait.is_some() && policy == mmk_kernel_sched::PolicyKind::Passthrough {
         warn!(
-            "--kernel-device-wait acts only under a policy that tracks launches (mmk, orion, fikit); \
+            "--kernel-device-wait acts only under a policy that tracks completions (mmk, orion, fikit); \
              partitions under passthrough ignore it"
         );
     }

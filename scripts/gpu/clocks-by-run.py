@@ -7,7 +7,8 @@ utilization.gpu --format=csv,noheader,nounits -lms 100` wrote during the call (i
 reads; it sets nothing); rounds.json is ksched-colocate.py's, whose runs carry the service's
 window in Unix seconds (`window_unix_s`). Prints, per configuration (all its rounds), the
 samples inside the service's windows: SM clock p10/p50/p90 (MHz), mean power (W) and GPU
-utilization (%).
+utilization (%). nvidia-smi writes local time and this reads it as local time: run it on
+the machine that took the log, or with its TZ. It warns when no sample falls in any run.
 """
 import datetime
 import json
@@ -34,6 +35,9 @@ def main():
         if not w or None in w:
             continue
         by.setdefault(name.partition("@")[0], []).extend(s for s in samples if w[0] <= s[0] <= w[1])
+    if not any(by.values()):
+        print("no sample falls in any run's window: was the log taken during this call, and is "
+              "TZ the same as where nvidia-smi ran?", file=sys.stderr)
     print(f"{'config':44} {'samples':>7} {'sm p10':>7} {'sm p50':>7} {'sm p90':>7} {'power W':>8} {'util %':>7}")
     for name, ss in by.items():
         if not ss:

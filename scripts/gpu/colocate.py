@@ -21,7 +21,8 @@
       with a synthetic offline job of one kernel, repeated, of about US us each (measured
       at warm-up and written as `kernel_us`): `spin` is torch.cuda._sleep (one thread that
       waits on the clock: no memory traffic, no SMs to speak of), `copy` an elementwise
-      multiply over two fp32 buffers sized to take US us (HBM traffic, the L2 flushed).
+      multiply over two fp32 buffers sized to take US us (HBM traffic; at 160 us the
+      buffers are several times the L2, at 10 us they fit in it).
       A step is as many kernels as make about 25 ms (a BERT step is 26.6 ms of GPU time),
       queued as fast as the CPU launches them, then a synchronize; `--sync-each`
       synchronizes after every kernel instead, so at most one is queued or running.

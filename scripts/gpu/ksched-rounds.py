@@ -10,8 +10,9 @@ that round's ideal run (lowest..highest). Training: steps per second against the
 round's plain-MPS run (mean, lowest..highest); for a synthetic training ("-trainspinN",
 "-traincopyN"), against "mps" with the same suffix. Where the service timed its GPU work
 (SERVE_GPU_TIME=1), a second table splits each request's latency into the wait before its
-work started on the GPU and the GPU time of the work, pooled (p50, p99), and gives what
-each adds over the ideal runs' (p50, us).
+work started on the GPU (queueing behind the previous request included) and the GPU time
+of the work, pooled (p50, p99), and gives what each adds over the ideal runs of the same
+rounds (p50, us).
 """
 import json
 import os
@@ -61,18 +62,23 @@ def main():
         rounds = f"{min(per):8.2f}..{max(per):.2f}" if per else "-"
         print(f"{base:28} {len(rs):4} {len(lat):8} {p50:7.2f} {p99:7.2f} {p50 / i50:9.2f} "
               f"{p99 / i99:9.2f} {rounds:>17} {train:>21}")
-    split = {}
-    for base, rs in by.items():
-        pairs = [(x, g) for v in rs.values() for x, g in zip(v.get("latencies_ms", []), v.get("gpu_ms", []))]
-        if pairs:
-            split[base] = ([x - g for x, g in pairs], [g for _, g in pairs])
-    if "ideal" in split:
-        w0, g0 = pct(split["ideal"][0], 50), pct(split["ideal"][1], 50)
-        print("\nper request: wait = from arrival to the start of its GPU work; gpu = its GPU work "
-              "(CUDA events); +us = p50 over the ideal's")
+    def split_of(runs):
+        """(waits, GPU times) of every request of these runs, in ms."""
+        pairs = [(x, g) for v in runs for x, g in zip(v.get("latencies_ms", []), v.get("gpu_ms", []))]
+        return [x - g for x, g in pairs], [g for _, g in pairs]
+
+    if split_of(ideal.values())[1]:
+        print("\nper request: wait = from arrival to the start of its GPU work (queueing behind the "
+              "previous request included); gpu = its GPU work (CUDA events); +us = p50 over the ideal "
+              "runs' of the same rounds")
         print(f"{'config':28} {'wait p50':>9} {'wait p99':>9} {'gpu p50':>8} {'gpu p99':>8} "
               f"{'wait +us':>9} {'gpu +us':>8}")
-        for base, (wait, gpu) in split.items():
+        for base, rs in by.items():
+            wait, gpu = split_of(rs.values())
+            own_w, own_g = split_of(ideal[r] for r in rs if r in ideal)
+            if not gpu or not own_g:
+                continue
+            w0, g0 = pct(own_w, 50), pct(own_g, 50)
             w50, g50 = pct(wait, 50), pct(gpu, 50)
             print(f"{base:28} {w50:9.3f} {pct(wait, 99):9.3f} {g50:8.3f} {pct(gpu, 99):8.3f} "
                   f"{(w50 - w0) * 1e3:9.0f} {(g50 - g0) * 1e3:8.0f}")

@@ -15,8 +15,9 @@
 # each request's GPU work with CUDA events (colocate.py --gpu-time); ALT_BIN=DIR runs the
 # configurations named "...-alt" with DIR's interposer and mmk-gate (an A/B of two builds). Per configuration it reports the pooled p50
 # and p99 of every request of every round against the pooled ideal, the range of the
-# per-round p99 ratios (each against the same round's ideal run), and training steps per
-# second against the same round's plain-MPS run.
+# per-round p99 ratios (each against the same round's ideal run), training steps per
+# second against the same round's plain-MPS run ("mps" with the same "-train..." suffix for
+# a synthetic training), and with SERVE_GPU_TIME=1 each request's wait and GPU time.
 # BIN_DIR holds libmmk_interposer.so, mmk-gate and mmkctl (release builds). Starts one MPS
 # control daemon with private directories and quits it; changes no GPU setting.
 set -euo pipefail
