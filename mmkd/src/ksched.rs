@@ -200,6 +200,28 @@ impl KernelSched {
         }))
     }
 
+    /// The gate of the partition `key` as it is now; `None` when the kernel scheduler is
+    /// off or the partition has no gate (no job has started there since its instance was
+    /// made). A file that is not a gate, or one of another version, is reported, not
+    /// taken over: reading never changes it.
+    pub fn read_gate(&self, key: &str) -> Option<GateView> {
+        self.interposer.as_ref()?;
+        let path = self.gate_path(key);
+        let state = match path.try_exists() {
+            Ok(false) => return None,
+            Err(e) => Err(format!("{}: {e}", path.display())),
+            Ok(true) => Gate::open(&path)
+                .map(|gate| GateState {
+                    config: gate.config(),
+                    totals: gate.totals(),
+                    processes: gate.live_slots(),
+                })
+                // With its sources: an I/O error's reason is its source.
+                .map_err(|e| format!("{:#}", anyhow::Error::new(e))),
+        };
+        Some(GateView { path, state })
+    }
+
     /// Remove a partition's gate (its instance is going away).
     pub fn remove(&self, key: &str) {
         if self.interposer.is_none() {
@@ -233,41 +255,6 @@ pub struct GateState {
     pub totals: Totals,
     /// The processes attached now that still run.
     pub processes: Vec<SlotStats>,
-}
-
-impl KernelSched {
-    /// The gate of the partition `key` as it is now; `None` when the kernel scheduler is
-    /// off or the partition has no gate (no job has started there since its instance was
-    /// made). A file that is not a gate, or one of another version, is reported, not
-    /// taken over: reading never changes it.
-    pub fn read_gate(&self, key: &str) -> Option<GateView> {
-        self.interposer.as_ref()?;
-        let path = self.gate_path(key);
-        let state = match path.try_exists() {
-            Ok(false) => return None,
-            Err(e) => Err(format!("{}: {e}", path.display())),
-            Ok(true) => Gate::open(&path)
-                .map(|gate| GateState {
-                    config: gate.config(),
-                    totals: gate.totals(),
-                    processes: gate.live_slots(),
-                })
-                .map_err(|e| with_sources(&e)),
-        };
-        Some(GateView { path, state })
-    }
-}
-
-/// An error and its sources, `a: b: c` (an I/O error's reason is its source).
-fn with_sources(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// The largest kernel profile mmkd reads (a profile of thousands of kernels is a few MiB).

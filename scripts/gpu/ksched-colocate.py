@@ -68,9 +68,13 @@ MPS = ["mps", "mps-shares", "ks-passthrough", "ks-mmk", "ks-orion", "ks-fikit"]
 # the BERT job's; its training figure is against "mps" with the same suffix, if run.
 
 
+# A synthetic training's suffix: "-trainidle", or kind (spin, copy), N us and "sync" or not.
+TRAIN = r"-train(?:(?P<idle>idle)|(?P<kind>spin|copy)(?P<us>[0-9]+)(?P<sync>sync)?)"
+
+
 def train_suffix(c):
     """The "-train..." suffix of a configuration name ("" for the BERT training)."""
-    m = re.search(r"-train(idle|(spin|copy)[0-9]+(sync)?)(?=-|@|$)", c)
+    m = re.search(TRAIN + r"(?=-|@|$)", c)
     return m.group(0) if m else ""
 
 
@@ -78,10 +82,10 @@ def train_args(kind):
     """colocate.py's train arguments for a "-train..." suffix (kind "" is BERT)."""
     if not kind:
         return []
-    if kind == "-trainidle":
+    m = re.fullmatch(TRAIN, kind)
+    if m["idle"]:
         return ["--kind", "idle"]
-    m = re.fullmatch(r"-train(spin|copy)([0-9]+)(sync)?", kind)
-    return ["--kind", m.group(1), "--kernel-us", m.group(2)] + (["--sync-each"] if m.group(3) else [])
+    return ["--kind", m["kind"], "--kernel-us", m["us"]] + (["--sync-each"] if m["sync"] else [])
 
 
 def parse_config(c, alt_bin=None):
@@ -89,14 +93,16 @@ def parse_config(c, alt_bin=None):
     -devwait, -grainN or 0, -notrain, -offshareN or 0) of a name; a bad name stops the script before anything runs."""
     base_c, cprio, keepprio = c.split("@")[0], False, False
     base_us, depth, slice_mflop, grain, offshare, given = None, 0, 0, 0, 0, set()
-    while m := re.fullmatch(r"(.*)-(base|depth|slice|grain|offshare)([0-9]+)|(.*)-(alt|devwait|notrain)"
-                            r"|(.*)-train(?:idle()|(?:spin|copy)([0-9]+)(?:sync)?)", base_c):
-        if m.group(6) is not None:
-            if "train" in given or (m.group(8) is not None and int(m.group(8)) <= 0):
+    while True:
+        if t := re.fullmatch(r"(?P<rest>.*)" + TRAIN, base_c):
+            if "train" in given or (t["us"] is not None and int(t["us"]) <= 0):
                 raise SystemExit(f"{c}: -trainidle, -trainspinN or -traincopyN once, with N > 0")
-            base_c = m.group(6)
+            base_c = t["rest"]
             given.add("train")
             continue
+        m = re.fullmatch(r"(.*)-(base|depth|slice|grain|offshare)([0-9]+)|(.*)-(alt|devwait|notrain)", base_c)
+        if not m:
+            break
         if m.group(5):
             base_c, key, n = m.group(4), m.group(5), 1
         else:
