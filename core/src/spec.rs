@@ -19,6 +19,15 @@ pub const MAX_NAME_LEN: usize = 63;
 pub const MAX_ARGS: usize = 1024;
 pub const MAX_ARG_BYTES: usize = 64 * 1024;
 pub const MAX_ENV: usize = 1024;
+/// The longest environment variable name.
+pub const MAX_ENV_KEY_BYTES: usize = 256;
+/// The most a command's arguments and environment take together (Linux's own limit on
+/// one argument is 128 KiB, on all of them 2 MiB).
+pub const MAX_COMMAND_BYTES: usize = 256 * 1024;
+/// The longest path a spec may name (`workdir`, `kernel_profile`): PATH_MAX.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// The longest reason a caller may give (a cancel's, a release's).
+pub const MAX_REASON_BYTES: usize = 1024;
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 pub const MAX_RESTARTS: u32 = 100;
 pub const MAX_BATCH: u32 = 65_536;
@@ -154,14 +163,50 @@ pub struct FieldError {
     pub line: Option<u64>,
 }
 
+/// The longest field name an error carries (a field may hold a caller's map key).
+pub const MAX_ERROR_FIELD: usize = 80;
+/// The longest message an error carries (a message may quote the caller's input).
+pub const MAX_ERROR_MESSAGE: usize = 400;
+
 impl FieldError {
+    /// A refused field. Both parts are bounded and printable whatever the caller sent:
+    /// control characters are escaped and a long text is cut ([`short`]).
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         FieldError {
-            field: field.into(),
-            message: message.into(),
+            field: short(&field.into(), MAX_ERROR_FIELD),
+            message: short(&message.into(), MAX_ERROR_MESSAGE),
             line: None,
         }
     }
+}
+
+/// `text` with control characters escaped (`\n`, `\u{0}`), cut to about `max` bytes with
+/// "..." and the full length when longer.
+pub fn short(text: &str, max: usize) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .flat_map(|c| {
+                let escaped: Vec<char> = if c.is_control() {
+                    c.escape_debug().collect()
+                } else {
+                    vec![c]
+                };
+                escaped
+            })
+            .collect()
+    };
+    if text.len() <= max && !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let mut out = String::new();
+    for c in text.chars() {
+        let part = clean(c.encode_utf8(&mut [0u8; 4]));
+        if out.len() + part.len() > max {
+            return format!("{out}... ({} bytes)", text.len());
+        }
+        out.push_str(&part);
+    }
+    out
 }
 
 impl fmt::Display for FieldError {
@@ -357,7 +402,27 @@ fn validate_command(c: &CommandSpec) -> Result<(), FieldError> {
             format!("{} variables; at most {MAX_ENV}", c.env.len()),
         ));
     }
+    let total: usize = c.args.iter().map(|a| a.len() + 1).sum::<usize>()
+        + c.env
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 2)
+            .sum::<usize>();
+    if total > MAX_COMMAND_BYTES {
+        return Err(FieldError::new(
+            "command",
+            format!("its arguments and environment take {total} bytes; at most 256KiB"),
+        ));
+    }
     for (k, v) in &c.env {
+        if k.len() > MAX_ENV_KEY_BYTES {
+            return Err(FieldError::new(
+                "command.env",
+                format!(
+                    "a variable name is {} bytes; at most {MAX_ENV_KEY_BYTES}",
+                    k.len()
+                ),
+            ));
+        }
         if k.is_empty() || k.contains('=') || k.contains('\0') {
             return Err(FieldError::new(
                 format!("command.env.{k}"),
@@ -374,6 +439,19 @@ fn validate_command(c: &CommandSpec) -> Result<(), FieldError> {
             return Err(FieldError::new(
                 format!("command.env.{k}"),
                 "MMK_ variables are set by mmk",
+            ));
+        }
+    }
+    for (field, path) in [
+        ("command.workdir", &c.workdir),
+        ("command.kernel_profile", &c.kernel_profile),
+    ] {
+        if let Some(p) = path
+            && p.len() > MAX_PATH_BYTES
+        {
+            return Err(FieldError::new(
+                field,
+                format!("is {} bytes; a path is at most {MAX_PATH_BYTES}", p.len()),
             ));
         }
     }

@@ -290,6 +290,26 @@ fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> Gat
     }
 }
 
+/// Allocates the blocks of a gate file (and sets its size), so that writing into its
+/// mapping cannot fault for want of space.
+fn reserve(file: &File, path: &Path) -> Result<()> {
+    loop {
+        // SAFETY: an open file descriptor and a length; no memory is passed.
+        let rc =
+            unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, SEGMENT_BYTES as libc::off_t) };
+        // posix_fallocate returns the error number; it does not set errno.
+        match rc {
+            0 => return Ok(()),
+            libc::EINTR => continue,
+            errno => {
+                return Err(io_err(path, "reserve space")(io::Error::from_raw_os_error(
+                    errno,
+                )));
+            }
+        }
+    }
+}
+
 fn map(file: &File, path: &Path) -> Result<NonNull<Segment>> {
     // SAFETY: a fresh shared mapping of an open file of at least SEGMENT_BYTES; the result
     // is checked before use.
@@ -342,19 +362,34 @@ impl Gate {
     }
 
     /// Write a zeroed segment to a temporary file, stamp it, then rename it into place, so
-    /// that no process ever maps a half-made gate.
+    /// that no process ever maps a half-made gate. The file's blocks are reserved before it
+    /// is mapped: on a full file system that is an error, where a write into the mapping
+    /// would be a SIGBUS. A half-made file is removed.
     fn create_new(path: &Path) -> Result<Gate> {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let made = Gate::make(&tmp, path).and_then(|gate| {
+            std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
+            Ok(gate)
+        });
+        if made.is_err() {
+            // Best effort: the error to report is the one that stopped the gate.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        made
+    }
+
+    /// A new stamped gate at `tmp`, which will be renamed to `path`.
+    fn make(tmp: &Path, path: &Path) -> Result<Gate> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&tmp)
-            .map_err(io_err(&tmp, "create"))?;
-        file.set_len(SEGMENT_BYTES as u64)
-            .map_err(io_err(&tmp, "resize"))?;
-        let seg = map(&file, &tmp)?;
+            .open(tmp)
+            .map_err(io_err(tmp, "create"))?;
+        // The space a gate needs is what the user must free: name the gate.
+        reserve(&file, path)?;
+        let seg = map(&file, tmp)?;
         let gate = Gate {
             seg,
             path: path.to_owned(),
@@ -364,7 +399,6 @@ impl Gate {
         h.slots.store(SLOTS as u32, Ordering::Relaxed);
         h.device_word.store(DeviceWord::OPEN, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
-        std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
         Ok(gate)
     }
 
@@ -1459,5 +1493,151 @@ mod tests {
         assert_eq!(std::mem::size_of::<Header>(), 128);
         assert_eq!(std::mem::size_of::<Slot>(), 128);
         assert_eq!(SEGMENT_BYTES, 128 + SLOTS * 128);
+    }
+
+    /// Names, in the child process of `a_full_file_system_is_an_error_not_a_signal`, the
+    /// directory where a full tmpfs is mounted.
+    const FULL_DIR: &str = "MMK_TEST_FULL_GATE_DIR";
+
+    /// A gate made on a full file system (a full `/dev/shm` or data dir): an error that
+    /// names the gate, never a SIGBUS that kills mmkd. The child process that makes it
+    /// mounts a small tmpfs over a temporary directory in a mount namespace of its own
+    /// (as root, or in a user namespace of its own otherwise), so the tmpfs is gone with it.
+    #[test]
+    fn a_full_file_system_is_an_error_not_a_signal() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::process::CommandExt;
+
+        if let Some(dir) = std::env::var_os(FULL_DIR) {
+            return make_a_gate_on_a_full_file_system(Path::new(&dir));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let target = std::ffi::CString::new(dir.path().as_os_str().as_bytes()).unwrap();
+        // SAFETY: geteuid and getegid cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let maps = (format!("{uid} {uid} 1"), format!("{gid} {gid} 1"));
+        let name = format!(
+            "{}::a_full_file_system_is_an_error_not_a_signal",
+            module_path!().split_once("::").unwrap().1
+        );
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args([name.as_str(), "--exact", "--test-threads=1"])
+            .env(FULL_DIR, dir.path());
+        // SAFETY: the closure makes only system calls (no allocation, no locks) in the
+        // single-threaded child between fork and exec.
+        unsafe {
+            child.pre_exec(move || mount_private_tmpfs(&target, uid, &maps.0, &maps.1));
+        }
+        let out = match child.output() {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPERM | libc::EACCES | libc::ENOSYS | libc::EINVAL | libc::ENOSPC)
+                ) =>
+            {
+                eprintln!(
+                    "skipped: no private mount namespace with a tmpfs in this container ({e})"
+                );
+                return;
+            }
+            out => out.unwrap(),
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the child making a gate on a full tmpfs ended with {}:\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("1 passed"),
+            "the child ran no test:\n{stdout}"
+        );
+    }
+
+    /// In the forked child: a mount namespace of its own (inside a user namespace of its
+    /// own when not root) with a four-page tmpfs over `target`.
+    fn mount_private_tmpfs(
+        target: &std::ffi::CStr,
+        uid: libc::uid_t,
+        uid_map: &str,
+        gid_map: &str,
+    ) -> io::Result<()> {
+        let check = |rc: libc::c_int| {
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        };
+        // SAFETY: system calls with valid NUL-terminated strings and buffers.
+        unsafe {
+            if uid == 0 {
+                check(libc::unshare(libc::CLONE_NEWNS))?;
+            } else {
+                check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
+                for (file, line) in [
+                    (c"/proc/self/setgroups", "deny"),
+                    (c"/proc/self/gid_map", gid_map),
+                    (c"/proc/self/uid_map", uid_map),
+                ] {
+                    let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
+                    if fd < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    let wrote = libc::write(fd, line.as_ptr().cast(), line.len());
+                    libc::close(fd);
+                    if wrote != line.len() as isize {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+            }
+            // Nothing mounted here reaches the parent's namespace.
+            check(libc::mount(
+                c"none".as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                c"size=16k".as_ptr().cast(),
+            ))
+        }
+    }
+
+    /// The child's part: fill the tmpfs, fail to make a gate, free the space, make it.
+    fn make_a_gate_on_a_full_file_system(dir: &Path) {
+        use std::io::Write;
+        let filler = dir.join("filler");
+        let mut file = File::create(&filler).unwrap();
+        let full = (0..1024)
+            .map(|_| file.write_all(&[0u8; 4096]))
+            .find_map(io::Result::err)
+            .expect("the tmpfs fills up");
+        assert_eq!(full.kind(), io::ErrorKind::StorageFull, "{full}");
+        drop(file);
+        let path = dir.join("g0.gate");
+        let config = GateConfig::new(14, PolicyKind::Mmk);
+        let err = Gate::create(&path, &config).unwrap_err();
+        let GateError::Io { source, .. } = &err else {
+            panic!("not an io error: {err}");
+        };
+        assert_eq!(source.kind(), io::ErrorKind::StorageFull, "{source}");
+        assert!(err.to_string().contains("g0.gate: reserve space"), "{err}");
+        assert!(source.to_string().contains("No space left"), "{source}");
+        let left: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["filler"], "the half-made gate is removed");
+        std::fs::remove_file(&filler).unwrap();
+        let g = Gate::create(&path, &config).unwrap();
+        assert_eq!(g.config().sm_count, 14);
     }
 }

@@ -22,9 +22,20 @@ pub struct Cli {
     /// $XDG_RUNTIME_DIR/mmk/mmkd.sock or /tmp/mmk-$UID/mmkd.sock otherwise].
     #[arg(long, global = true, value_name = "PATH", env = paths::SOCKET_ENV, conflicts_with = "endpoint")]
     pub socket: Option<PathBuf>,
-    /// mmkd's TCP endpoint, such as http://127.0.0.1:7400.
+    /// mmkd's TCP endpoint, such as https://node1:7400; needs --tls-ca, --tls-cert and
+    /// --tls-key (mmkd serves TCP only with TLS).
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint: Option<String>,
+    /// With --endpoint: the CA that signed mmkd's certificate (PEM).
+    #[arg(long, global = true, value_name = "PATH", env = "MMK_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// With --endpoint: mmkctl's client certificate (PEM); its common name is your user
+    /// name on mmkd's node.
+    #[arg(long, global = true, value_name = "PATH", env = "MMK_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// With --endpoint: the client certificate's private key (PEM).
+    #[arg(long, global = true, value_name = "PATH", env = "MMK_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
     /// Output format: a table for people, or JSON for scripts (docs/mmkctl.md).
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub output: Format,
@@ -217,7 +228,17 @@ impl From<tonic::Status> for Failure {
 /// Runs a command; returns mmkctl's exit code (`run` and `fit` have their own).
 pub async fn run(cli: Cli) -> Result<u8, Failure> {
     let target = match (&cli.endpoint, cli.socket) {
-        (Some(e), _) => Target::Endpoint(e.clone()),
+        (Some(e), _) => match (cli.tls_ca, cli.tls_cert, cli.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => {
+                Target::Endpoint(e.clone(), crate::client::TlsFiles { ca, cert, key })
+            }
+            _ => {
+                return Err(Failure::usage(
+                    "--endpoint needs --tls-ca, --tls-cert and --tls-key: mmkd serves TCP only \
+                     with TLS and client certificates (docs/security.md)",
+                ));
+            }
+        },
         (None, Some(p)) => Target::Socket(p),
         (None, None) => Target::Socket(paths::default_socket()),
     };
@@ -394,15 +415,27 @@ async fn list(
     class: Option<JobClass>,
 ) -> Result<(), Failure> {
     let mut c = connect(target).await?;
-    let resp = c
-        .jobs
-        .list_jobs(v1::ListJobsRequest {
-            states: states.iter().map(|s| state_to_proto(*s) as i32).collect(),
-            class: class.map_or(0, |c| class_to_proto(c) as i32),
-        })
-        .await?
-        .into_inner();
-    output::job_table(fmt, &resp.jobs);
+    // mmkd answers in pages; follow them to the end.
+    let mut jobs = Vec::new();
+    let mut token = String::new();
+    loop {
+        let resp = c
+            .jobs
+            .list_jobs(v1::ListJobsRequest {
+                states: states.iter().map(|s| state_to_proto(*s) as i32).collect(),
+                class: class.map_or(0, |c| class_to_proto(c) as i32),
+                page_size: 0,
+                page_token: token,
+            })
+            .await?
+            .into_inner();
+        jobs.extend(resp.jobs);
+        if resp.next_page_token.is_empty() {
+            break;
+        }
+        token = resp.next_page_token;
+    }
+    output::job_table(fmt, &jobs);
     Ok(())
 }
 
@@ -453,6 +486,10 @@ async fn logs(target: &Target, id: u64, stderr: bool, follow: bool) -> Result<()
     loop {
         // Read what is new; the file appears when the job starts.
         if let Ok(mut f) = std::fs::File::open(&path) {
+            // A log past its cap starts again (its earlier part is now NAME.1).
+            if f.metadata().is_ok_and(|m| m.len() < pos) {
+                pos = 0;
+            }
             f.seek(SeekFrom::Start(pos))
                 .map_err(|e| Failure::server(format!("cannot read {}: {e}", path.display())))?;
             let mut buf = Vec::new();

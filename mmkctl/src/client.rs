@@ -13,14 +13,25 @@ use crate::cli::Failure;
 #[derive(Debug, Clone)]
 pub enum Target {
     Socket(PathBuf),
-    Endpoint(String),
+    /// A TCP endpoint, always over TLS with a client certificate.
+    Endpoint(String, TlsFiles),
+}
+
+/// The files of mmkctl's side of mutual TLS.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA that signed mmkd's certificate.
+    pub ca: PathBuf,
+    /// mmkctl's certificate: its common name is the caller's user name on mmkd's node.
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Target::Socket(p) => write!(f, "{}", p.display()),
-            Target::Endpoint(e) => f.write_str(e),
+            Target::Endpoint(e, _) => f.write_str(e),
         }
     }
 }
@@ -49,7 +60,9 @@ pub async fn connect(target: &Target) -> Result<Clients, Failure> {
                 .await
                 .map_err(|e| fail(&source_chain(&e)))?
         }
-        Target::Endpoint(url) => Endpoint::from_shared(url.clone())
+        Target::Endpoint(url, tls) => Endpoint::from_shared(url.clone())
+            .map_err(|e| Failure::usage(format!("--endpoint {url:?}: {e}")))?
+            .tls_config(tls_config(tls)?)
             .map_err(|e| Failure::usage(format!("--endpoint {url:?}: {e}")))?
             .connect()
             .await
@@ -61,6 +74,25 @@ pub async fn connect(target: &Target) -> Result<Clients, Failure> {
         partitions: PartitionServiceClient::new(channel.clone()),
         node: NodeServiceClient::new(channel),
     })
+}
+
+fn tls_config(files: &TlsFiles) -> Result<tonic::transport::ClientTlsConfig, Failure> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    // A PEM file is small: at most 1 MiB is read, whatever the path names.
+    let read = |p: &PathBuf, flag: &str| {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        std::fs::File::open(p)
+            .and_then(|f| f.take(1024 * 1024).read_to_end(&mut buf))
+            .map_err(|e| Failure::usage(format!("{flag} {}: {e}", p.display())))?;
+        Ok::<_, Failure>(buf)
+    };
+    Ok(ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(&files.ca, "--tls-ca")?))
+        .identity(Identity::from_pem(
+            read(&files.cert, "--tls-cert")?,
+            read(&files.key, "--tls-key")?,
+        )))
 }
 
 /// An error with its causes, `a: b: c`.

@@ -63,7 +63,8 @@ pub struct Args {
     /// $XDG_RUNTIME_DIR/mmk/mmkd.sock or /tmp/mmk-$UID/mmkd.sock otherwise].
     #[arg(long, value_name = "PATH", env = paths::SOCKET_ENV)]
     pub socket: Option<PathBuf>,
-    /// Also listen on this TCP address (loopback only).
+    /// Also listen on this TCP address, with TLS: needs --tls-cert, --tls-key and
+    /// --tls-client-ca (docs/security.md).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// Where the node store and job logs live [default: /var/lib/mmk for root,
@@ -151,6 +152,32 @@ pub struct Args {
     /// devices [default: DIR/../pod-resources/kubelet.sock]
     #[arg(long, value_name = "PATH")]
     pub kubelet_pod_resources: Option<PathBuf>,
+    /// The server's certificate chain (PEM) for --listen.
+    #[arg(long, value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server's private key (PEM) for --listen; readable by root only.
+    #[arg(long, value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA (PEM) whose client certificates mmkd accepts over TCP; a certificate's
+    /// common name is the caller's user name on this node.
+    #[arg(long, value_name = "PATH")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// The most a command job's logs take on disk; the oldest part is dropped past it
+    /// [default: 256M] (docs/security.md).
+    #[arg(long, value_name = "SIZE")]
+    pub job_log_max: Option<String>,
+    /// Members of this group act on every job, like root [default: none; root only]
+    /// (docs/security.md).
+    #[arg(long, value_name = "GROUP")]
+    pub admin_group: Option<String>,
+    /// The cluster scheduler's user (a Slurm prolog's, a device plugin's): acts on every
+    /// job, like root; repeat for several (docs/security.md).
+    #[arg(long = "scheduler-user", value_name = "USER")]
+    pub scheduler_users: Vec<String>,
+    /// The group of the Unix socket (mode 0660): its members may call mmkd [default: the
+    /// group mmkd runs as] (docs/security.md).
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
     /// How often the device plugin asks the kubelet which containers still run
     /// [default: 2s]
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
@@ -240,6 +267,13 @@ struct FileConfig {
     kubelet_dir: Option<PathBuf>,
     kubelet_pod_resources: Option<PathBuf>,
     kubelet_check_interval: Option<String>,
+    job_log_max: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    admin_group: Option<String>,
+    scheduler_users: Option<Vec<String>>,
+    socket_group: Option<String>,
 }
 
 /// The resolved configuration.
@@ -274,6 +308,22 @@ pub struct Config {
     pub capacity_unit_mib: u64,
     /// The Kubernetes device plugin; `None` when it is off.
     pub kubelet: Option<crate::k8s::PluginConfig>,
+    /// The most a command job's logs take on disk, in bytes.
+    pub job_log_max: u64,
+    /// Who may act on which job.
+    pub access: crate::auth::Access,
+    /// The socket's group (`None`: mmkd's own).
+    pub socket_group: Option<u32>,
+    /// The TCP listener's TLS files; set whenever `listen` is.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The files of the TCP listener's mutual TLS.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -315,13 +365,32 @@ impl Config {
             });
         }
         let listen = args.listen.or(file.listen);
+        let tls = match (
+            args.tls_cert.or(file.tls_cert),
+            args.tls_key.or(file.tls_key),
+            args.tls_client_ca.or(file.tls_client_ca),
+        ) {
+            (Some(cert), Some(key), Some(client_ca)) => Some(TlsFiles {
+                cert,
+                key,
+                client_ca,
+            }),
+            (None, None, None) => None,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    field: "tls_cert",
+                    message: "tls_cert, tls_key and tls_client_ca go together".into(),
+                });
+            }
+        };
         if let Some(addr) = listen
-            && !addr.ip().is_loopback()
+            && tls.is_none()
         {
             return Err(ConfigError::Invalid {
                 field: "listen",
                 message: format!(
-                    "{addr} is not a loopback address; TCP needs TLS, which this version lacks"
+                    "{addr}: TCP needs TLS with client certificates (tls_cert, tls_key, \
+                     tls_client_ca); without them use the Unix socket"
                 ),
             });
         }
@@ -446,7 +515,57 @@ impl Config {
                 check_every,
             }
         });
+        let job_log_max = match args.job_log_max.or(file.job_log_max) {
+            None => crate::joblog::DEFAULT_JOB_LOG_MAX,
+            Some(text) => mmk_core::units::parse_memory_mib(&text)
+                .map(|mib| mib.saturating_mul(1024 * 1024))
+                .and_then(|b| {
+                    if b < crate::joblog::MIN_JOB_LOG_MAX {
+                        Err(format!("{text} is less than 1M"))
+                    } else {
+                        Ok(b)
+                    }
+                })
+                .map_err(|message| ConfigError::Invalid {
+                    field: "job_log_max",
+                    message,
+                })?,
+        };
+        let group = |field: &'static str, name: String| {
+            crate::auth::group_id(&name).ok_or(ConfigError::Invalid {
+                field,
+                message: format!("no group named {name:?} on this node"),
+            })
+        };
+        let admin_gid = args
+            .admin_group
+            .or(file.admin_group)
+            .map(|g| group("admin_group", g))
+            .transpose()?;
+        let socket_group = args
+            .socket_group
+            .or(file.socket_group)
+            .map(|g| group("socket_group", g))
+            .transpose()?;
+        let scheduler_names = if args.scheduler_users.is_empty() {
+            file.scheduler_users.unwrap_or_default()
+        } else {
+            args.scheduler_users
+        };
+        let scheduler_uids = scheduler_names
+            .iter()
+            .map(|name| {
+                crate::auth::user_id(name).ok_or(ConfigError::Invalid {
+                    field: "scheduler_users",
+                    message: format!("no user named {name:?} on this node"),
+                })
+            })
+            .collect::<Result<Vec<u32>, ConfigError>>()?;
         Ok(Config {
+            tls,
+            job_log_max,
+            access: crate::auth::Access::new(admin_gid, scheduler_uids),
+            socket_group,
             kubelet,
             capacity_unit_mib,
             planner,

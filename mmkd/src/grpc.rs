@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use mmk_core::{FieldError, JobState, ServiceError};
 use mmk_partitioner::{GpuState, Slot, Step, layout};
@@ -22,10 +23,11 @@ mod allocation;
 
 pub use allocation::AllocationApi;
 
+use crate::auth::{Access, Caller};
 use crate::ksched::GateView;
 use crate::mps::instance_key;
 use crate::node::{JobEvent, Node};
-use crate::store::{JobRecord, Owner};
+use crate::store::JobRecord;
 use mmk_mps_control::DaemonInfo;
 
 pub(crate) fn status(e: ServiceError) -> Status {
@@ -38,16 +40,66 @@ fn invalid(field: &str, message: &str) -> Status {
     )))
 }
 
-/// The caller, from the Unix socket's peer credentials; `None` over TCP.
-fn owner<T>(req: &Request<T>) -> Option<Owner> {
-    req.extensions()
+/// The caller: from the Unix socket's peer credentials, or over TCP from the client
+/// certificate that TLS verified; UNAUTHENTICATED when there is neither.
+fn caller<T>(access: &Access, req: &Request<T>) -> Result<Caller, Status> {
+    if let Some(c) = req
+        .extensions()
         .get::<tonic::transport::server::UdsConnectInfo>()
         .and_then(|i| i.peer_cred)
-        .map(|c| Owner {
-            uid: c.uid(),
-            gid: c.gid(),
-        })
+    {
+        return Ok(access.caller(c.uid(), c.gid()));
+    }
+    let certs = req
+        .peer_certs()
+        .ok_or_else(|| Status::unauthenticated("mmkd cannot tell who is calling"))?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+    access.caller_from_cert(leaf.as_ref()).map_err(status)
 }
+
+/// A reason a caller gives, checked against its limit.
+fn reason(field: &str, text: &str) -> Result<(), Status> {
+    if text.len() > mmk_core::spec::MAX_REASON_BYTES {
+        return Err(invalid(
+            field,
+            &format!(
+                "is {} bytes; at most {}",
+                text.len(),
+                mmk_core::spec::MAX_REASON_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A job as `caller` may see it: in full when they may act on it, else only what is safe
+/// (id, name, class, memory, state, times, partition, owner).
+pub fn job_view(node: &Node, j: &JobRecord, caller: &Caller) -> v1::Job {
+    let mut job = job_to_proto(node, j);
+    if caller.may_act_on(j.owner) {
+        return job;
+    }
+    job.spec = job.spec.map(|s| v1::JobSpec {
+        name: s.name,
+        class: s.class,
+        gpu_memory_mib: s.gpu_memory_mib,
+        ..v1::JobSpec::default()
+    });
+    job.reason.clear();
+    job.log_dir.clear();
+    job.exit_code = None;
+    job.ended_by_uid = None;
+    job.redacted = true;
+    job
+}
+
+/// The most jobs one ListJobs reply holds, and when no page size is asked for.
+const MAX_PAGE: u32 = 1000;
+const DEFAULT_PAGE: u32 = 500;
+/// A ListJobs reply stops before it grows past this (gRPC's default limit is 4 MiB).
+const MAX_PAGE_BYTES: usize = 2 * 1024 * 1024;
 
 /// A job as the API shows it.
 pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
@@ -79,12 +131,15 @@ pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
         },
         owner_uid: j.owner.map(|o| o.uid),
         owner_gid: j.owner.map(|o| o.gid),
+        redacted: false,
+        ended_by_uid: j.ended_by,
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct JobApi {
     pub node: Node,
+    pub access: Arc<Access>,
     /// Becomes true when mmkd shuts down; open watch streams end then.
     pub stopping: watch::Receiver<bool>,
 }
@@ -97,27 +152,33 @@ impl JobService for JobApi {
         &self,
         req: Request<v1::SubmitJobRequest>,
     ) -> Result<Response<v1::SubmitJobResponse>, Status> {
-        let owner = owner(&req);
+        let caller = caller(&self.access, &req)?;
         let spec = req
             .into_inner()
             .spec
             .ok_or_else(|| invalid("spec", "missing"))?;
         let spec = spec_from_proto(spec).map_err(|e| status(e.into()))?;
-        let job = self.node.submit(spec, owner).await.map_err(status)?;
+        let job = self
+            .node
+            .submit(spec, Some(caller.owner()))
+            .await
+            .map_err(status)?;
         Ok(Response::new(v1::SubmitJobResponse {
-            job: Some(job_to_proto(&self.node, &job)),
+            job: Some(job_view(&self.node, &job, &caller)),
         }))
     }
 
     async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::Job>, Status> {
+        let caller = caller(&self.access, &req)?;
         let job = self.node.get(req.into_inner().id).await.map_err(status)?;
-        Ok(Response::new(job_to_proto(&self.node, &job)))
+        Ok(Response::new(job_view(&self.node, &job, &caller)))
     }
 
     async fn list_jobs(
         &self,
         req: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        let caller = caller(&self.access, &req)?;
         let req = req.into_inner();
         let states = req
             .states
@@ -133,23 +194,61 @@ impl JobService for JobApi {
                     .ok_or_else(|| invalid("class", &format!("unknown class {c}")))?,
             ),
         };
-        let jobs = self.node.list(&states, class).await.map_err(status)?;
-        Ok(Response::new(v1::ListJobsResponse {
-            jobs: jobs.iter().map(|j| job_to_proto(&self.node, j)).collect(),
-        }))
+        let size = match req.page_size {
+            0 => DEFAULT_PAGE,
+            n if n > MAX_PAGE => {
+                return Err(invalid(
+                    "page_size",
+                    &format!("{n} is more than {MAX_PAGE}"),
+                ));
+            }
+            n => n,
+        };
+        let after = match req.page_token.as_str() {
+            "" => 0,
+            t => t.parse::<u64>().map_err(|_| {
+                invalid(
+                    "page_token",
+                    "is not a token mmkd gave (pass a reply's next_page_token)",
+                )
+            })?,
+        };
+        // One more than the page holds tells whether another page follows.
+        let jobs = self
+            .node
+            .list_page(&states, class, after, size + 1)
+            .await
+            .map_err(status)?;
+        let mut reply = v1::ListJobsResponse::default();
+        let mut bytes = 0;
+        for (i, j) in jobs.iter().enumerate() {
+            let view = job_view(&self.node, j, &caller);
+            bytes += prost::Message::encoded_len(&view) + 8;
+            let full = i as u32 >= size || (bytes > MAX_PAGE_BYTES && !reply.jobs.is_empty());
+            if full {
+                reply.next_page_token = jobs[i - 1].id.to_string();
+                break;
+            }
+            reply.jobs.push(view);
+        }
+        Ok(Response::new(reply))
     }
 
     async fn cancel_job(
         &self,
         req: Request<v1::CancelJobRequest>,
     ) -> Result<Response<v1::Job>, Status> {
+        let caller = caller(&self.access, &req)?;
         let req = req.into_inner();
+        reason("reason", &req.reason)?;
+        let job = self.node.get(req.id).await.map_err(status)?;
+        caller.authorize(job.id, job.owner).map_err(status)?;
         let job = self
             .node
-            .cancel(req.id, &req.reason)
+            .cancel(req.id, &req.reason, Some(caller.uid))
             .await
             .map_err(status)?;
-        Ok(Response::new(job_to_proto(&self.node, &job)))
+        Ok(Response::new(job_view(&self.node, &job, &caller)))
     }
 
     type WatchJobsStream = EventStream;
@@ -158,6 +257,7 @@ impl JobService for JobApi {
         &self,
         req: Request<v1::WatchJobsRequest>,
     ) -> Result<Response<Self::WatchJobsStream>, Status> {
+        let caller = caller(&self.access, &req)?;
         let req = req.into_inner();
         // Subscribe and read the current jobs under the pass lock: no change falls in
         // between, and every later event is newer than the snapshot.
@@ -190,7 +290,7 @@ impl JobService for JobApi {
                 send!(Ok(v1::JobEvent {
                     seq: 0,
                     at: Some(timestamp(j.updated_at)),
-                    job: Some(job_to_proto(&node, &j)),
+                    job: Some(job_view(&node, &j, &caller)),
                 }));
             }
             loop {
@@ -214,7 +314,7 @@ impl JobService for JobApi {
                 send!(Ok(v1::JobEvent {
                     seq: ev.seq,
                     at: Some(timestamp(ev.at)),
-                    job: Some(job_to_proto(&node, &ev.job)),
+                    job: Some(job_view(&node, &ev.job, &caller)),
                 }));
             }
         });
@@ -525,12 +625,9 @@ impl NodeService for NodeApi {
     }
 }
 
-fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
-    let existing: Vec<(u32, u8)> = g
-        .instances
-        .iter()
-        .map(|i| (i.profile_id, i.placement.start))
-        .collect();
+/// GPU memory that jobs could still use on `g`: what the partitions' jobs leave, plus the
+/// free memory slices. GetNode and WatchCapacity both report this.
+pub(crate) fn free_memory_mib(g: &GpuState, jobs: &[JobRecord]) -> u64 {
     let partitions = partitions_of(g, jobs, &[], &HashMap::new());
     let free_in_partitions: u64 = partitions
         .iter()
@@ -544,6 +641,15 @@ fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
         .map(|p| p.memory_mib)
         .max()
         .unwrap_or(0);
+    free_in_partitions + u64::from(free_slices(g)) * slice_mib
+}
+
+fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
+    let existing: Vec<(u32, u8)> = g
+        .instances
+        .iter()
+        .map(|i| (i.profile_id, i.placement.start))
+        .collect();
     v1::Gpu {
         index: g.index,
         uuid: g.uuid.clone(),
@@ -551,7 +657,7 @@ fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
         memory_mib: g.model.memory_mib,
         sm_count: g.model.sm_count,
         mig_enabled: g.mig_enabled,
-        free_memory_mib: free_in_partitions + u64::from(free_slices(g)) * slice_mib,
+        free_memory_mib: free_memory_mib(g, jobs),
         free_memory_slices: free_slices(g),
         memory_slices: u32::from(g.model.memory_slices),
         profiles: g

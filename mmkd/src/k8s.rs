@@ -198,7 +198,12 @@ impl Plugin {
             let why = a.job.reason.clone();
             let _ = self
                 .node
-                .release_allocation(id, None, "the kubelet's Allocate could not wait longer")
+                .release_allocation(
+                    id,
+                    None,
+                    "the kubelet's Allocate could not wait longer",
+                    None,
+                )
                 .await;
             return Err(Status::resource_exhausted(format!(
                 "mmk cannot place {units} {} unit(s) of {} now: {why}",
@@ -243,7 +248,7 @@ impl Plugin {
 
     async fn release(&self, id: u64, why: &str) {
         self.state().held.remove(&id);
-        if let Err(e) = self.node.release_allocation(id, None, why).await {
+        if let Err(e) = self.node.release_allocation(id, None, why, None).await {
             warn!(allocation = id, error = %e, "cannot release a container's allocation");
         }
         let _ = self.changed.send(());

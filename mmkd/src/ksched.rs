@@ -192,7 +192,16 @@ impl KernelSched {
             config.device_wait = true;
             config.device_wait_grain_us = u32::try_from(grain.as_micros()).unwrap_or(u32::MAX);
         }
-        Gate::create(&path, &config).map_err(|e| format!("kernel scheduler: {e}"))?;
+        Gate::create(&path, &config).map_err(|e| {
+            // The cause too: a full disk says "No space left on device".
+            let mut text = format!("kernel scheduler: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            text
+        })?;
         Ok(Some(JobKsched {
             interposer: interposer.clone(),
             gate: path,

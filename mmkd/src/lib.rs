@@ -3,9 +3,11 @@
 //!
 //! `main` parses flags and calls [`server::run`]; see docs/mmkd.md.
 
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod grpc;
+pub mod joblog;
 pub mod k8s;
 pub mod ksched;
 pub mod mps;

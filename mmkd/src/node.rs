@@ -59,7 +59,7 @@ struct Inner {
     emit: tokio::sync::Mutex<()>,
     kick: Notify,
     /// Jobs being cancelled, with the reason to record when they stop.
-    cancelling: Mutex<HashMap<u64, String>>,
+    cancelling: Mutex<HashMap<u64, (String, Option<u32>)>>,
     /// Exits whose recording failed (the store refused), tried again before each pass.
     pending_exits: Mutex<Vec<Exit>>,
     /// The pause before a failed pass runs again; doubles up to RETRY_MAX, reset on success.
@@ -193,6 +193,21 @@ impl Node {
         self.inner.store.get_job(id).await.map_err(store_error)
     }
 
+    /// One page of the job list: at most `limit` jobs with ids above `after`.
+    pub async fn list_page(
+        &self,
+        states: &[JobState],
+        class: Option<JobClass>,
+        after: u64,
+        limit: u32,
+    ) -> ServiceResult<Vec<JobRecord>> {
+        self.inner
+            .store
+            .list_jobs_page(states, class, after, limit)
+            .await
+            .map_err(store_error)
+    }
+
     pub async fn list(
         &self,
         states: &[JobState],
@@ -208,7 +223,7 @@ impl Node {
     /// Cancels a job. A queued job is cancelled at once; a running one is stopped first
     /// (SIGTERM, then SIGKILL after the grace period) and the call returns once it ended.
     #[instrument(skip(self, reason))]
-    pub async fn cancel(&self, id: u64, reason: &str) -> ServiceResult<JobRecord> {
+    pub async fn cancel(&self, id: u64, reason: &str, by: Option<u32>) -> ServiceResult<JobRecord> {
         let reason = if reason.trim().is_empty() {
             "cancelled by user".to_owned()
         } else {
@@ -224,9 +239,24 @@ impl Node {
                     job.state
                 )));
             }
+            if self
+                .inner
+                .cancelling
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&id)
+            {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "job {id} is already being cancelled"
+                )));
+            }
             if job.state == JobState::Queued {
+                let change = Change {
+                    ended_by: by,
+                    ..Change::default()
+                };
                 let job = self
-                    .transition(id, JobState::Cancelled, &reason, Change::default())
+                    .transition(id, JobState::Cancelled, &reason, change)
                     .await?;
                 self.held().remove(&id);
                 return Ok(job);
@@ -235,7 +265,7 @@ impl Node {
                 // No process of mmk's to stop: the caller learns it at its next renewal.
                 drop(_pass);
                 return self
-                    .end_allocation(id, JobState::Cancelled, &reason, None)
+                    .end_allocation(id, JobState::Cancelled, &reason, None, by)
                     .await?
                     .ok_or_else(|| {
                         ServiceError::FailedPrecondition(format!("job {id} has already ended"))
@@ -249,7 +279,7 @@ impl Node {
                     .cancelling
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(id, reason);
+                    .insert(id, (reason, by));
             }
             running
         };
@@ -662,6 +692,7 @@ impl Node {
             .remove(&exit.job);
         let change = Change {
             exit_code: exit.outcome.exit_code(),
+            ended_by: cancelled.as_ref().and_then(|(_, by)| *by),
             ..Change::default()
         };
         // A job that fails next to an MPS fault says so: its client died with the server.
@@ -673,7 +704,7 @@ impl Node {
         {
             what = format!("{what}; {trouble}");
         }
-        let result = if let Some(reason) = cancelled {
+        let result = if let Some((reason, _)) = cancelled {
             self.transition(job.id, JobState::Cancelled, &reason, change)
                 .await
         } else if let Outcome::NotStarted(why) = &exit.outcome {

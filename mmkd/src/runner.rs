@@ -13,6 +13,7 @@ use mmk_core::{JobClass, workload};
 use mmk_mps_control::procs;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::joblog::{self, JobDir};
 use crate::store::{Assignment, Owner};
 
 /// How a job's run ended.
@@ -96,9 +97,35 @@ struct Running {
     done: watch::Receiver<bool>,
 }
 
+/// The end of a job's output: one receiver per log copier.
+#[derive(Debug)]
+struct Drained(Vec<oneshot::Receiver<()>>);
+
+/// How long a job's end waits for its output to reach the logs: a process that left the
+/// job's process group can keep a pipe open for ever.
+const DRAIN_WAIT: Duration = Duration::from_secs(5);
+
+impl Drained {
+    async fn wait(self, limit: Duration) {
+        let all = async {
+            for rx in self.0 {
+                let _ = rx.await;
+            }
+        };
+        if tokio::time::timeout(limit, all).await.is_err() {
+            tracing::warn!(
+                after = ?limit,
+                "a job's output is still open after it ended (a process outside its group?); its end is reported now"
+            );
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Runner {
     jobs_dir: PathBuf,
+    /// The most a job's logs take on disk (`job_log_max`).
+    log_max: u64,
     sim_speed: f64,
     grace: Duration,
     exits: mpsc::UnboundedSender<Exit>,
@@ -121,12 +148,19 @@ impl Runner {
     ) -> Runner {
         Runner {
             jobs_dir,
+            log_max: joblog::DEFAULT_JOB_LOG_MAX,
             sim_speed,
             grace,
             ksched: crate::ksched::KernelSched::off(),
             exits,
             running: Arc::default(),
         }
+    }
+
+    /// Keep each job's logs under `bytes` on disk.
+    pub fn with_log_max(mut self, bytes: u64) -> Runner {
+        self.log_max = bytes;
+        self
     }
 
     /// Run managed jobs under the kernel scheduler `k` (off until this is called).
@@ -170,7 +204,7 @@ impl Runner {
                 (Stopper::Workload(Some(tx)), None, fut)
             }
             Task::Command(c) => {
-                let mut child = self.spawn(l, c)?;
+                let (mut child, drained) = self.spawn(l, c)?;
                 let pid = child
                     .id()
                     .ok_or("the process exited before it could be watched")?;
@@ -181,6 +215,8 @@ impl Runner {
                         // The job is over when its main process is; what it left in its
                         // process group gets SIGTERM, the grace period, then SIGKILL.
                         end_group(pid as i32, grace).await;
+                        // Everything the job wrote is in its logs before its end is told.
+                        drained.wait(DRAIN_WAIT).await;
                         match status {
                             Ok(st) => {
                                 use std::os::unix::process::ExitStatusExt;
@@ -236,35 +272,45 @@ impl Runner {
         Ok(pid)
     }
 
-    fn spawn(&self, l: &Launch, c: &CommandSpec) -> Result<tokio::process::Child, String> {
-        let dir = self.log_dir(l.job);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create the log directory {}: {e}", dir.display()))?;
-        let open = |name: &str| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(name))
-                .map_err(|e| format!("cannot open {}: {e}", dir.join(name).display()))
-        };
-        let (stdout, stderr) = (open("stdout.log")?, open("stderr.log")?);
-        // The job's user owns its logs; mmkd opened them, so the job writes them even where
-        // it could not create them.
-        let switch_to = l.owner.filter(|_| running_as_root());
-        if let Some(o) = switch_to {
-            for p in [dir.clone(), dir.join("stdout.log"), dir.join("stderr.log")] {
-                let _ = std::os::unix::fs::chown(&p, Some(o.uid), Some(o.gid));
+    /// Starts a command job's process with its output in pipes that the log copiers
+    /// read; returns the child and the copiers' completion.
+    fn spawn(
+        &self,
+        l: &Launch,
+        c: &CommandSpec,
+    ) -> Result<(tokio::process::Child, Drained), String> {
+        let dir = JobDir::prepare(&self.jobs_dir, l.job, l.owner).map_err(|e| {
+            use std::error::Error;
+            match e.source() {
+                Some(s) => format!("{e}: {s}"),
+                None => e.to_string(),
             }
-        }
+        })?;
+        let dir = Arc::new(dir);
+        let (out_r, out_w) = joblog::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+        let (err_r, err_w) = joblog::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+        // Each stream's live file and its previous part share the job's cap.
+        let cap = (self.log_max / 4).max(1);
+        let copier = |name: &'static str, r| {
+            joblog::copy(Arc::clone(&dir), name, cap, r).map_err(|e| {
+                use std::error::Error;
+                match e.source() {
+                    Some(s) => format!("{e}: {s}"),
+                    None => e.to_string(),
+                }
+            })
+        };
+        let switch_to = l.owner.filter(|_| running_as_root());
         let program = c.args.first().ok_or("the command names no program")?;
+        let work = dir.work_dir();
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&c.args[1..])
             .env_clear()
-            .envs(job_env(l, c, &dir))
-            .current_dir(c.workdir.as_deref().map_or(dir.as_path(), Path::new))
+            .envs(job_env(l, c, dir.path()))
+            .current_dir(c.workdir.as_deref().map_or(work.as_path(), Path::new))
             .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
+            .stdout(Stdio::from(out_w))
+            .stderr(Stdio::from(err_w))
             .kill_on_drop(false);
         if let Some(o) = switch_to {
             // std drops supplementary groups (setgroups) when a root parent sets a uid.
@@ -282,8 +328,17 @@ impl Runner {
                 Ok(())
             });
         }
-        cmd.spawn()
-            .map_err(|e| format!("cannot start {program:?}: {e}"))
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {program:?}: {e}"))?;
+        // The write ends went to the child with `cmd`; dropping it closes mmkd's copies,
+        // so the copiers see the end of the output once the job's processes are gone.
+        drop(cmd);
+        let drained = Drained(vec![
+            copier("stdout.log", out_r)?,
+            copier("stderr.log", err_r)?,
+        ]);
+        Ok((child, drained))
     }
 
     pub fn is_running(&self, job: u64) -> bool {
@@ -440,12 +495,16 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
     // Also the marker by which a restarted mmkd finds this job's processes.
     env.insert("MMK_LOG_DIR".into(), log_dir.display().to_string());
     // Under the kernel scheduler each of the job's CUDA processes writes what the
-    // interposer counted (launches, holds, waits, its own cost) beside the job's logs at a
-    // normal exit (the interposer writes it from atexit).
+    // interposer counted (launches, holds, waits, its own cost) into the job's own
+    // directory at a normal exit (the interposer writes it from atexit).
     if l.ksched.is_some() {
         env.insert(
             "MMK_KSCHED_STATS".into(),
-            log_dir.join("ksched-%p.json").display().to_string(),
+            log_dir
+                .join(joblog::WORK_DIR)
+                .join("ksched-%p.json")
+                .display()
+                .to_string(),
         );
     }
     // The interposer goes first; a preload the spec asked for stays after it.
@@ -585,7 +644,7 @@ mod tests {
         let env = job_env(&l, &c, dir);
         assert_eq!(
             env["MMK_KSCHED_STATS"],
-            "/var/lib/mmk/jobs/1/ksched-%p.json"
+            "/var/lib/mmk/jobs/1/work/ksched-%p.json"
         );
         assert_eq!(env["LD_PRELOAD"], "/opt/mmk/libmmk_interposer.so");
     }

@@ -37,6 +37,9 @@ use crate::store::Store;
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create the data dir {}", config.data_dir.display()))?;
+    let meta = std::fs::metadata(&config.data_dir)
+        .with_context(|| format!("cannot read the data dir {}", config.data_dir.display()))?;
+    check_owner(&config.data_dir, &meta)?;
     let _lock = lock_data_dir(&config.data_dir)?;
     let store = Store::open(&config.data_dir.join("mmk.db")).await?;
 
@@ -49,6 +52,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         config.stop_grace,
         exits_tx,
     )
+    .with_log_max(config.job_log_max)
     .with_kernel_sched(choose_ksched(&config)?);
     let stop_loop = Arc::new(Notify::new());
     let model = load_model(&config).await?;
@@ -66,14 +70,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     )
     .await?;
 
-    let uds = bind_socket(&config.socket)?;
+    let uds = bind_socket(&config.socket, config.socket_group)?;
+    let access = Arc::new(config.access.clone());
     info!(socket = %config.socket.display(), data_dir = %config.data_dir.display(), "listening");
     let tcp = match config.listen {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr}"))?;
-            info!(addr = %l.local_addr()?, "listening on tcp (loopback)");
+            info!(addr = %l.local_addr()?, "listening on tcp (TLS, client certificates)");
             Some(l)
         }
         None => None,
@@ -97,22 +102,37 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    let router = tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(reflection)
-        .add_service(JobServiceServer::new(JobApi {
-            node: node.clone(),
-            stopping: stopping_rx.clone(),
-        }))
-        .add_service(AllocationServiceServer::new(AllocationApi {
-            node: node.clone(),
-            unit_mib: config.capacity_unit_mib,
-            stopping: stopping_rx.clone(),
-        }))
-        .add_service(PartitionServiceServer::new(PartitionApi {
-            node: node.clone(),
-        }))
-        .add_service(NodeServiceServer::new(NodeApi { node: node.clone() }));
+    // The same services on the Unix socket and, with TLS, on TCP.
+    let router = |builder: tonic::transport::Server| {
+        let mut builder = builder;
+        builder
+            .add_service(health.clone())
+            .add_service(reflection.clone())
+            .add_service(JobServiceServer::new(JobApi {
+                node: node.clone(),
+                access: Arc::clone(&access),
+                stopping: stopping_rx.clone(),
+            }))
+            .add_service(AllocationServiceServer::new(AllocationApi {
+                node: node.clone(),
+                access: Arc::clone(&access),
+                unit_mib: config.capacity_unit_mib,
+                stopping: stopping_rx.clone(),
+            }))
+            .add_service(PartitionServiceServer::new(PartitionApi {
+                node: node.clone(),
+            }))
+            .add_service(NodeServiceServer::new(NodeApi { node: node.clone() }))
+    };
+    let tcp_router = match (&tcp, &config.tls) {
+        (Some(_), Some(files)) => Some(router(
+            tonic::transport::Server::builder()
+                .tls_config(tls_config(files)?)
+                .context("TLS")?,
+        )),
+        _ => None,
+    };
+    let uds_router = router(tonic::transport::Server::builder());
 
     if let Some(k) = config.kubelet.clone() {
         info!(dir = %k.kubelet_dir.display(), "kubernetes device plugin");
@@ -125,17 +145,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             let _ = rx.recv().await;
         }
     };
-    let uds_server = router
-        .clone()
-        .serve_with_incoming_shutdown(UnixListenerStream::new(uds), closed(&closed_tx));
+    let uds_server =
+        uds_router.serve_with_incoming_shutdown(UnixListenerStream::new(uds), closed(&closed_tx));
     let tcp_server = async {
-        match tcp {
-            Some(l) => {
+        match (tcp, tcp_router) {
+            (Some(l), Some(router)) => {
                 router
                     .serve_with_incoming_shutdown(TcpListenerStream::new(l), closed(&closed_tx))
                     .await
             }
-            None => Ok(()),
+            _ => Ok(()),
         }
     };
     let servers = async { tokio::try_join!(uds_server, tcp_server) };
@@ -352,8 +371,50 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     Ok(f)
 }
 
-/// Binds the Unix socket (mode 0660), replacing a stale socket file but never a live one.
-fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
+/// The TCP listener's TLS: mmkd's certificate and key, and the CA whose client
+/// certificates it requires.
+fn tls_config(
+    files: &crate::config::TlsFiles,
+) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let read = |p: &Path, what: &str| {
+        std::fs::read(p).with_context(|| format!("cannot read the {what} {}", p.display()))
+    };
+    let key_meta = std::fs::metadata(&files.key)
+        .with_context(|| format!("cannot read the TLS key {}", files.key.display()))?;
+    if key_meta.permissions().mode() & 0o077 != 0 {
+        bail!(
+            "the TLS key {} is readable by other users (mode {:o}); chmod 600 it",
+            files.key.display(),
+            key_meta.permissions().mode() & 0o777
+        );
+    }
+    Ok(ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            read(&files.cert, "TLS certificate")?,
+            read(&files.key, "TLS key")?,
+        ))
+        .client_ca_root(Certificate::from_pem(read(&files.client_ca, "client CA")?)))
+}
+
+/// Refuses a directory owned by someone else than mmkd's user or root.
+fn check_owner(dir: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me && meta.uid() != 0 {
+        bail!(
+            "{} belongs to uid {}, not to mmkd's user (uid {me}); another user may have made it \
+             to take mmkd's place: remove it or choose another path",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    Ok(())
+}
+
+/// Binds the Unix socket (mode 0660, of `group` when given), replacing a stale socket file
+/// but never a live one.
+fn bind_socket(path: &Path, group: Option<u32>) -> anyhow::Result<UnixListener> {
     if let Some(parent) = path.parent() {
         if !parent.exists() {
             std::fs::create_dir_all(parent)
@@ -361,9 +422,11 @@ fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
             let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
         }
         // Whoever can write the directory can swap the socket for their own: refuse a
-        // directory that others may write, unless it is sticky (like /tmp).
+        // directory that another user owns (a /tmp/mmk-UID made by someone else), or that
+        // others may write, unless it is sticky (like /tmp).
         let meta = std::fs::metadata(parent)
             .with_context(|| format!("cannot read {}", parent.display()))?;
+        check_owner(parent, &meta)?;
         let mode = meta.permissions().mode();
         if mode & 0o022 != 0 && mode & 0o1000 == 0 {
             bail!(
@@ -384,5 +447,9 @@ fn bind_socket(path: &Path) -> anyhow::Result<UnixListener> {
         UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("cannot set the mode of {}", path.display()))?;
+    if let Some(gid) = group {
+        std::os::unix::fs::lchown(path, None, Some(gid))
+            .with_context(|| format!("cannot give {} to group {gid}", path.display()))?;
+    }
     Ok(l)
 }

@@ -4,7 +4,8 @@
 //! A state change and its event row are written in one transaction, so a crash never
 //! leaves a job in a state without the event that explains it.
 
-use std::path::Path;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use mmk_partitioner::{Instance, Placement, Slot};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -23,6 +24,15 @@ pub enum StoreError {
         path: String,
         #[source]
         source: sqlx::Error,
+    },
+    #[error("the node store {path} is empty (0 bytes); move it away to start with a new store")]
+    Empty { path: String },
+    #[error("node store file {path}: {op}")]
+    File {
+        path: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
     },
     #[error("cannot apply the node store's migrations")]
     Migrate(#[source] sqlx::migrate::MigrateError),
@@ -77,6 +87,8 @@ pub struct JobRecord {
     pub pid: Option<u32>,
     /// Who submitted the job, when known.
     pub owner: Option<Owner>,
+    /// Who cancelled the job or released its allocation.
+    pub ended_by: Option<u32>,
 }
 
 /// A user and group, from the submitting connection's peer credentials.
@@ -103,6 +115,8 @@ pub struct Change {
     pub restart: bool,
     /// Count one more restart that is a move.
     pub moved: bool,
+    /// Who ended the job (a cancel or a release): their uid.
+    pub ended_by: Option<u32>,
 }
 
 /// An event row: a state change of a job.
@@ -146,23 +160,29 @@ macro_rules! job_columns {
     () => {
         "id, spec, state, reason, submitted_at, started_at, finished_at, updated_at, \
          gpu_index, gpu_uuid, slot_start, slot_profile, profile, instance_id, device_uuid, \
-         mps_share, exit_code, restarts, moves, pid, owner_uid, owner_gid"
+         mps_share, exit_code, restarts, moves, pid, owner_uid, owner_gid, ended_by_uid"
     };
 }
 
+/// Connections of the store's pool.
+const MAX_CONNECTIONS: u32 = 4;
+
+/// The store file, its `-wal` and its `-shm` are for root only (SQLite gives the last two
+/// the mode of the first).
+const FILE_MODE: u32 = 0o600;
+
 impl Store {
-    /// Opens (creating if needed) the store file and applies the migrations.
+    /// Opens (creating if needed) the store file and applies the migrations. An empty store
+    /// file is refused: it is not a store that was never written (mmkd never leaves one),
+    /// but one that lost its contents.
     pub async fn open(path: &Path) -> Result<Store> {
-        let opts = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
+        Store::open_with(path, pool_options()).await
+    }
+
+    async fn open_with(path: &Path, pool: SqlitePoolOptions) -> Result<Store> {
+        prepare_file(path).await?;
+        let pool = pool
+            .connect_with(connect_options(path))
             .await
             .map_err(|source| StoreError::Open {
                 path: path.display().to_string(),
@@ -249,15 +269,7 @@ impl Store {
         class: Option<JobClass>,
     ) -> Result<Vec<JobRecord>> {
         // ?1: a JSON array of states, or '' for every state; ?2: a class, or NULL.
-        let states_json = if states.is_empty() {
-            String::new()
-        } else {
-            let list: Vec<String> = states
-                .iter()
-                .map(|s| format!("\"{}\"", s.as_str()))
-                .collect();
-            format!("[{}]", list.join(","))
-        };
+        let states_json = states_filter(states);
         sqlx::query(concat!(
             "SELECT ",
             job_columns!(),
@@ -266,6 +278,32 @@ impl Store {
         ))
         .bind(states_json)
         .bind(class.map(JobClass::as_str))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(job_from_row)
+        .collect()
+    }
+
+    /// At most `limit` jobs with ids above `after`, in submission order, optionally only
+    /// those in `states` and of `class`.
+    pub async fn list_jobs_page(
+        &self,
+        states: &[JobState],
+        class: Option<JobClass>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<JobRecord>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE (?1 = '' OR state IN (SELECT value FROM json_each(?1))) \
+             AND (?2 IS NULL OR class = ?2) AND id > ?3 ORDER BY id LIMIT ?4"
+        ))
+        .bind(states_filter(states))
+        .bind(class.map(JobClass::as_str))
+        .bind(i64::try_from(after).unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?
         .iter()
@@ -343,6 +381,13 @@ impl Store {
         if let Some(code) = change.exit_code {
             sqlx::query("UPDATE jobs SET exit_code = ? WHERE id = ?")
                 .bind(code)
+                .bind(sid)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some(uid) = change.ended_by {
+            sqlx::query("UPDATE jobs SET ended_by_uid = ? WHERE id = ?")
+                .bind(uid)
                 .bind(sid)
                 .execute(&mut *tx)
                 .await?;
@@ -581,6 +626,140 @@ impl Store {
     }
 }
 
+/// How the store connects to its file (which [`prepare_file`] made).
+fn connect_options(path: &Path) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(5))
+}
+
+/// The store's pool. A connection goes back to it only once no transaction is open on it:
+/// a write that fails on a full disk can make SQLite roll the whole transaction back by
+/// itself, after which sqlx's own ROLLBACK fails and sqlx would count the connection as
+/// still in a transaction, refusing every later `BEGIN` on it. Such a connection is closed
+/// (SQLite rolls back whatever is left) and the pool opens a new one when it needs one.
+fn pool_options() -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                // The rollback of a dropped transaction is queued on the connection's
+                // worker; a ping returns once it has run.
+                conn.ping().await?;
+                let ended = !conn.is_in_transaction();
+                if !ended {
+                    tracing::warn!("closing a node store connection whose transaction did not end");
+                }
+                Ok(ended)
+            })
+        })
+}
+
+/// Makes sure the store file exists, is not empty, and is for root only, as are its `-wal`
+/// and `-shm` when they are there.
+async fn prepare_file(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.len() == 0 => Err(StoreError::Empty {
+            path: path.display().to_string(),
+        }),
+        Ok(_) => {
+            for file in [
+                path.to_owned(),
+                sibling(path, "-wal"),
+                sibling(path, "-shm"),
+            ] {
+                restrict(&file)?;
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_file(path).await,
+        Err(e) => Err(file_error(path, "stat", e)),
+    }
+}
+
+/// `path` with `suffix` added to its file name.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn file_error(path: &Path, op: &'static str, source: std::io::Error) -> StoreError {
+    StoreError::File {
+        path: path.display().to_string(),
+        op,
+        source,
+    }
+}
+
+/// Takes group and other access away from `path`, when it exists.
+fn restrict(path: &Path) -> Result<()> {
+    let mode = match std::fs::metadata(path) {
+        Ok(meta) => meta.permissions().mode(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(file_error(path, "stat", e)),
+    };
+    if mode & 0o777 == FILE_MODE {
+        return Ok(());
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(FILE_MODE))
+        .map_err(|e| file_error(path, "make it readable by root only", e))
+}
+
+/// Makes a new, empty WAL-mode database for root only under another name, then renames it
+/// to `path`: a crash or a full disk on the way leaves no empty store file behind.
+async fn create_file(path: &Path) -> Result<()> {
+    let tmp = sibling(path, ".new");
+    let leftovers = || {
+        for file in [tmp.clone(), sibling(&tmp, "-wal"), sibling(&tmp, "-shm")] {
+            // Best effort: nothing else uses these names.
+            let _ = std::fs::remove_file(file);
+        }
+    };
+    leftovers();
+    let made = async {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .open(&tmp)
+            .map_err(|e| file_error(&tmp, "create", e))?;
+        // Setting the journal mode writes the database header.
+        let open_error = |source| StoreError::Open {
+            path: tmp.display().to_string(),
+            source,
+        };
+        let opts = SqliteConnectOptions::new()
+            .filename(&tmp)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full);
+        SqliteConnection::connect_with(&opts)
+            .await
+            .map_err(open_error)?
+            .close()
+            .await
+            .map_err(open_error)?;
+        std::fs::File::open(&tmp)
+            .and_then(|file| file.sync_all())
+            .map_err(|e| file_error(&tmp, "sync", e))?;
+        std::fs::rename(&tmp, path).map_err(|e| file_error(path, "rename a new store to", e))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(|e| file_error(dir, "sync", e))?;
+        }
+        Ok(())
+    }
+    .await;
+    if made.is_err() {
+        leftovers();
+    }
+    made
+}
+
 /// Records an instance (replacing the record of its GPU and start slice).
 async fn upsert_instance(
     conn: &mut SqliteConnection,
@@ -687,13 +866,28 @@ fn job_from_row(r: &SqliteRow) -> Result<JobRecord> {
             _ => None,
         },
         pid: r.try_get("pid")?,
+        ended_by: r.try_get("ended_by_uid")?,
     })
+}
+
+/// A JSON array of `states` for `json_each`, or '' for every state.
+fn states_filter(states: &[JobState]) -> String {
+    if states.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = states
+        .iter()
+        .map(|s| format!("\"{}\"", s.as_str()))
+        .collect();
+    format!("[{}]", list.join(","))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use mmk_core::spec::{RestartPolicy, Task, WorkloadSpec};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     fn spec(name: &str) -> JobSpec {
         JobSpec {
@@ -930,5 +1124,155 @@ mod tests {
         assert_eq!(s.instances().await.expect("list"), vec![rec]);
         s.remove_instance("GPU-1", 4).await.expect("remove");
         assert!(s.instances().await.expect("list").is_empty());
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+    }
+
+    #[tokio::test]
+    async fn the_store_files_are_for_root_only() {
+        let (dir, s) = store().await;
+        s.insert_job(&spec("a"), None, 1).await.expect("insert");
+        let db = dir.path().join("mmk.db");
+        let files = [db.clone(), sibling(&db, "-wal"), sibling(&db, "-shm")];
+        for file in &files {
+            assert_eq!(mode(file), 0o600, "{}", file.display());
+        }
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| n.starts_with("mmk.db") && !n.contains(".new")),
+            "{names:?}"
+        );
+        // Files an older mmkd left readable by all are made root's alone.
+        for file in &files {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        }
+        let again = Store::open(&db).await.expect("reopen");
+        for file in &files {
+            assert_eq!(mode(file), 0o600, "{}", file.display());
+        }
+        assert_eq!(again.list_jobs(&[], None).await.expect("list").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_store_file_is_refused_with_the_reason() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("mmk.db");
+        std::fs::write(&db, b"").expect("write");
+        let err = Store::open(&db).await.expect_err("an empty store");
+        let text = err.to_string();
+        assert!(matches!(err, StoreError::Empty { .. }), "{err:?}");
+        assert!(text.contains(&db.display().to_string()), "{text}");
+        assert!(
+            text.contains("is empty") && text.contains("move it away"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::metadata(&db).expect("stat").len(),
+            0,
+            "left as it was"
+        );
+    }
+
+    /// The most pages every connection of `s` lets the database file grow to: a nonzero
+    /// limit stands for a full disk (SQLITE_FULL), as far as the file has reached it.
+    async fn set_page_limit(s: &Store, limit: &AtomicU32, pages: u32) {
+        limit.store(pages, Ordering::SeqCst);
+        // Holding every connection of the pool at once reaches the idle ones too; a new one
+        // gets the limit from `after_connect`.
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(s.pool.acquire().await.expect("acquire"));
+        }
+        for conn in &mut held {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "PRAGMA max_page_count = {pages}"
+            )))
+            .execute(&mut **conn)
+            .await
+            .expect("pragma");
+        }
+    }
+
+    fn is_full(err: &StoreError) -> bool {
+        matches!(err, StoreError::Query(sqlx::Error::Database(e)) if e.message().contains("full"))
+    }
+
+    #[tokio::test]
+    async fn writes_fail_on_a_full_disk_and_succeed_again_once_space_returns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("mmk.db");
+        let limit = Arc::new(AtomicU32::new(0));
+        let on_connect = limit.clone();
+        let pool = pool_options().after_connect(move |conn, _| {
+            let pages = on_connect.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if pages > 0 {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "PRAGMA max_page_count = {pages}"
+                    )))
+                    .execute(conn)
+                    .await?;
+                }
+                Ok(())
+            })
+        });
+        let s = Store::open_with(&db, pool).await.expect("open");
+        let mut acked = 0;
+        s.insert_job(&spec("first"), None, 1).await.expect("insert");
+        acked += 1;
+        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+            .fetch_one(&s.pool)
+            .await
+            .expect("page count");
+        set_page_limit(&s, &limit, u32::try_from(pages).expect("pages")).await;
+        // Fill the "disk".
+        let mut err = None;
+        for n in 0..1000 {
+            match s.insert_job(&spec(&format!("fill{n}")), None, 2).await {
+                Ok(_) => acked += 1,
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        let err = err.expect("the database fills up");
+        assert!(is_full(&err), "{err:?}");
+        // While it is full, every write says so, whichever connection it gets.
+        let job = s.get_job(1).await.expect("a read still works");
+        for n in 0..2 * MAX_CONNECTIONS {
+            let err = s
+                .insert_job(&spec(&format!("full{n}")), None, 3)
+                .await
+                .expect_err("still full");
+            assert!(is_full(&err), "write {n} while full: {err:?}");
+            let err = s
+                .note(job.id, &"x".repeat(5000), 3)
+                .await
+                .expect_err("still full");
+            assert!(is_full(&err), "note {n} while full: {err:?}");
+        }
+        // Space returns: writes succeed again, on every connection, without a restart.
+        set_page_limit(&s, &limit, 1_000_000_000).await;
+        for n in 0..2 * MAX_CONNECTIONS {
+            s.insert_job(&spec(&format!("after{n}")), None, 4)
+                .await
+                .unwrap_or_else(|e| panic!("write {n} after space returned: {e:?}"));
+            acked += 1;
+        }
+        s.close().await;
+        let s = Store::open(&db).await.expect("reopen");
+        assert_eq!(
+            s.list_jobs(&[], None).await.expect("list").len(),
+            acked,
+            "every acknowledged job is kept, and only those"
+        );
     }
 }

@@ -10,7 +10,21 @@ pub fn service_error_to_status(e: ServiceError) -> Status {
     match e {
         ServiceError::InvalidArgument(f) => {
             let mut s = Status::invalid_argument(f.to_string());
-            if let Ok(v) = f.field.parse() {
+            // Field names are bounded by FieldError; a header value also has to be
+            // visible ASCII, so anything else is escaped.
+            let ascii: String = f
+                .field
+                .chars()
+                .flat_map(|c| {
+                    let escaped: Vec<char> = if c.is_ascii_graphic() || c == ' ' {
+                        vec![c]
+                    } else {
+                        c.escape_default().collect()
+                    };
+                    escaped
+                })
+                .collect();
+            if let Ok(v) = ascii.parse() {
                 s.metadata_mut().insert(FIELD_METADATA, v);
             }
             s
@@ -54,5 +68,23 @@ mod tests {
         assert_eq!(s.code(), Code::Unavailable);
         let s = service_error_to_status(ServiceError::Internal("store failed".into()));
         assert_eq!(s.code(), Code::Internal);
+    }
+
+    #[test]
+    fn a_hostile_field_name_comes_back_short_and_escaped() {
+        let key = format!("K\r\n\0{}", "x".repeat(20_000));
+        let s = service_error_to_status(ServiceError::InvalidArgument(FieldError::new(
+            format!("command.env.{key}"),
+            format!("{key:?} is bad"),
+        )));
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.message().len() < 1000, "{} bytes", s.message().len());
+        let field = s
+            .metadata()
+            .get(FIELD_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .expect("the field is in the metadata");
+        assert!(field.starts_with("command.env.K\\r\\n\\0x"), "{field}");
+        assert!(field.len() < 200, "{field}");
     }
 }

@@ -504,7 +504,10 @@ async fn the_capacity_stream_follows_allocations() {
         .into_inner();
     let empty = next_capacity(&mut stream).await.expect("first reading");
     assert_eq!(empty.unit_mib, 9 * 1024);
-    assert_eq!(empty.gpus[0].free_memory_mib, 81920);
+    // As GetNode reports it: eight free 1g.10gb memory slices.
+    assert_eq!(empty.gpus[0].free_memory_mib, 8 * 9728);
+    let mut clients = d.clients().await;
+    let node_free = |n: v1::Node| n.gpus[0].free_memory_mib;
     // First fit makes a 1g.10gb instance per unit: seven fit in an empty A100.
     assert_eq!(empty.offline_units, 7, "{empty:?}");
     assert_eq!(empty.online_units, 7, "{empty:?}");
@@ -526,7 +529,18 @@ async fn the_capacity_stream_follows_allocations() {
     while seen.gpus[0].offline_jobs == 0 {
         seen = next_capacity(&mut stream).await.expect("a change");
     }
-    assert_eq!(seen.gpus[0].free_memory_mib, 40 * 1024);
+    let node = clients
+        .node
+        .get_node(v1::GetNodeRequest {})
+        .await
+        .expect("node")
+        .into_inner();
+    assert_eq!(
+        seen.gpus[0].free_memory_mib,
+        node_free(node),
+        "GetNode and WatchCapacity agree"
+    );
+    assert!(seen.gpus[0].free_memory_mib < 8 * 9728);
     assert!(seen.offline_units < empty.offline_units, "{seen:?}");
     // mmkctl shows the same in one line of JSON.
     let now = d.ctl_json(&["capacity"]);

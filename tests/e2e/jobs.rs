@@ -660,51 +660,6 @@ async fn a_job_runs_as_the_user_who_submitted_it() {
     assert_eq!(log, "0\n");
 }
 
-/// Over TCP nobody is identified: a root mmkd refuses command jobs there.
-#[tokio::test]
-async fn command_jobs_over_tcp_are_refused_by_a_root_mmkd() {
-    // SAFETY: geteuid(2) has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: the refusal applies to a root mmkd");
-        return;
-    }
-    let d = Daemon::start_with("a100-80gb:1", &["--listen", "127.0.0.1:0"]);
-    let addr = d
-        .wait_log("listening on tcp")
-        .iter()
-        .find_map(|l| l.split("addr=").nth(1).map(|a| a.trim().to_owned()))
-        .expect("mmkd logs its tcp address");
-    let endpoint = format!("http://{addr}");
-    let cmd = d.job_file(
-        "cmd.yaml",
-        "name: cmd\nclass: offline\ngpu_memory: 1GiB\ncommand:\n  args: [true]\n",
-    );
-    let over_tcp = |file: &str| {
-        Command::new(env!("CARGO_BIN_EXE_mmkctl"))
-            .args(["--endpoint", &endpoint, "submit", file])
-            .env_remove("MMK_SOCKET")
-            .output()
-            .expect("mmkctl runs")
-    };
-    let out = over_tcp(&cmd);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("must come over mmkd's Unix socket"),
-        "{}",
-        text(&out.stderr)
-    );
-    let wl = d.job_file(
-        "wl.yaml",
-        "name: wl\nclass: offline\ngpu_memory: 1GiB\nworkload:\n  name: resnet18-inference\n",
-    );
-    let out = over_tcp(&wl);
-    assert!(
-        out.status.success(),
-        "a simulated workload runs no process: {}",
-        text(&out.stderr)
-    );
-}
-
 #[tokio::test]
 async fn logs_print_and_follow_a_jobs_output() {
     let d = Daemon::start("a100-80gb:1");

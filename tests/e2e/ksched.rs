@@ -81,9 +81,9 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
         "{table}"
     );
 
-    // What the interposer counted in the job's process, beside the job's logs.
-    let files: Vec<_> = std::fs::read_dir(&job.log_dir)
-        .expect("the log dir")
+    // What the interposer counted in the job's process, in the job's own directory.
+    let files: Vec<_> = std::fs::read_dir(Path::new(&job.log_dir).join("work"))
+        .expect("the job's work dir")
         .map(|e| e.expect("entry").path())
         .filter(|p| {
             p.file_name()

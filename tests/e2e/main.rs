@@ -11,5 +11,6 @@ mod ksched;
 mod mps;
 mod predictor;
 mod restart;
+mod security;
 mod simulate;
 mod slurm;

@@ -11,7 +11,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{invalid, job_to_proto, owner, profile_name, status, until_true};
+use super::{caller, invalid, job_view, profile_name, reason, status, until_true};
+use crate::auth::{Access, Caller};
 use crate::node::{AllocationView, Capacity, Node, Verdict};
 
 /// The longest a call waits for a placement.
@@ -22,6 +23,7 @@ const SETTLE: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone)]
 pub struct AllocationApi {
     pub node: Node,
+    pub access: std::sync::Arc<Access>,
     pub unit_mib: u64,
     /// Becomes true when mmkd shuts down; open capacity streams end then.
     pub stopping: watch::Receiver<bool>,
@@ -31,9 +33,9 @@ fn wait(ms: u64) -> Duration {
     Duration::from_millis(ms).min(MAX_WAIT)
 }
 
-pub fn allocation_to_proto(node: &Node, a: &AllocationView) -> v1::Allocation {
+pub fn allocation_to_proto(node: &Node, a: &AllocationView, caller: &Caller) -> v1::Allocation {
     v1::Allocation {
-        job: Some(job_to_proto(node, &a.job)),
+        job: Some(job_view(node, &a.job, caller)),
         env: a.env.clone().into_iter().collect(),
         mounts: a
             .mounts
@@ -75,6 +77,14 @@ fn spec(s: Option<v1::JobSpec>) -> Result<mmk_core::JobSpec, Status> {
     let s = s.ok_or_else(|| invalid("spec", "missing"))?;
     // Field names as SubmitJob gives them (`gpu_memory`, `attached.pid`).
     spec_from_proto(s).map_err(|e| status(e.into()))
+}
+
+impl AllocationApi {
+    /// PERMISSION_DENIED unless `caller` may act on job `id`.
+    async fn authorize(&self, caller: &Caller, id: u64) -> Result<(), Status> {
+        let job = self.node.get(id).await.map_err(status)?;
+        caller.authorize(id, job.owner).map_err(status)
+    }
 }
 
 type CapacityStream = Pin<Box<dyn Stream<Item = Result<v1::Capacity, Status>> + Send>>;
@@ -146,46 +156,54 @@ impl AllocationService for AllocationApi {
         &self,
         req: Request<v1::AllocateRequest>,
     ) -> Result<Response<v1::Allocation>, Status> {
-        let owner = owner(&req);
+        let caller = caller(&self.access, &req)?;
         let req = req.into_inner();
         let spec = spec(req.spec)?;
         let a = self
             .node
-            .allocate(spec, owner, wait(req.wait_ms))
+            .allocate(spec, Some(caller.owner()), wait(req.wait_ms))
             .await
             .map_err(status)?;
-        Ok(Response::new(allocation_to_proto(&self.node, &a)))
+        Ok(Response::new(allocation_to_proto(&self.node, &a, &caller)))
     }
 
     async fn get_allocation(
         &self,
         req: Request<v1::GetAllocationRequest>,
     ) -> Result<Response<v1::Allocation>, Status> {
+        let caller = caller(&self.access, &req)?;
         let req = req.into_inner();
+        self.authorize(&caller, req.id).await?;
         let a = self
             .node
             .allocation(req.id, wait(req.wait_ms))
             .await
             .map_err(status)?;
-        Ok(Response::new(allocation_to_proto(&self.node, &a)))
+        Ok(Response::new(allocation_to_proto(&self.node, &a, &caller)))
     }
 
     async fn renew_lease(
         &self,
         req: Request<v1::RenewLeaseRequest>,
     ) -> Result<Response<v1::Allocation>, Status> {
-        let a = self.node.renew(req.into_inner().id).await.map_err(status)?;
-        Ok(Response::new(allocation_to_proto(&self.node, &a)))
+        let caller = caller(&self.access, &req)?;
+        let id = req.into_inner().id;
+        self.authorize(&caller, id).await?;
+        let a = self.node.renew(id).await.map_err(status)?;
+        Ok(Response::new(allocation_to_proto(&self.node, &a, &caller)))
     }
 
     async fn release(&self, req: Request<v1::ReleaseRequest>) -> Result<Response<v1::Job>, Status> {
+        let caller = caller(&self.access, &req)?;
         let req = req.into_inner();
+        reason("reason", &req.reason)?;
+        self.authorize(&caller, req.id).await?;
         let job = self
             .node
-            .release_allocation(req.id, req.exit_code, &req.reason)
+            .release_allocation(req.id, req.exit_code, &req.reason, Some(caller.uid))
             .await
             .map_err(status)?;
-        Ok(Response::new(job_to_proto(&self.node, &job)))
+        Ok(Response::new(job_view(&self.node, &job, &caller)))
     }
 
     type WatchCapacityStream = CapacityStream;

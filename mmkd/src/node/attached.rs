@@ -361,6 +361,7 @@ impl Node {
         id: u64,
         exit_code: Option<i32>,
         reason: &str,
+        by: Option<u32>,
     ) -> ServiceResult<JobRecord> {
         let job = self.get(id).await?;
         if attached(&job).is_none() {
@@ -376,7 +377,7 @@ impl Node {
                 format!("released: exited with code {c} ({why})"),
             ),
         };
-        self.end_allocation(id, state, &what, exit_code)
+        self.end_allocation(id, state, &what, exit_code, by)
             .await?
             .ok_or_else(|| ended(&job))
     }
@@ -389,9 +390,11 @@ impl Node {
         state: JobState,
         reason: &str,
         exit_code: Option<i32>,
+        by: Option<u32>,
     ) -> ServiceResult<Option<JobRecord>> {
         let pass = self.inner.sched.lock().await;
-        self.end_locked(pass, id, state, reason, exit_code).await
+        self.end_locked(pass, id, state, reason, exit_code, by)
+            .await
     }
 
     /// Ends an allocation the watch found expired, unless a renewal came in since.
@@ -409,7 +412,7 @@ impl Node {
         if !still {
             return Ok(None);
         }
-        self.end_locked(pass, id, state, reason, None).await
+        self.end_locked(pass, id, state, reason, None, None).await
     }
 
     async fn end_locked(
@@ -419,6 +422,7 @@ impl Node {
         state: JobState,
         reason: &str,
         exit_code: Option<i32>,
+        by: Option<u32>,
     ) -> ServiceResult<Option<JobRecord>> {
         let job = self.get(id).await?;
         if job.state.is_terminal() {
@@ -433,6 +437,7 @@ impl Node {
         };
         let change = Change {
             exit_code,
+            ended_by: by,
             ..Change::default()
         };
         let job = self.transition(id, to, reason, change).await?;
@@ -614,6 +619,12 @@ impl Node {
             u32::try_from(placed).unwrap_or(u32::MAX)
         };
         let queued = jobs.iter().filter(|j| j.state == JobState::Queued).count();
+        // As GetNode counts them: the jobs that hold their partition now.
+        let active: Vec<JobRecord> = jobs
+            .iter()
+            .filter(|j| matches!(j.state, JobState::Starting | JobState::Running))
+            .cloned()
+            .collect();
         let gpus = node
             .gpus
             .iter()
@@ -625,13 +636,12 @@ impl Node {
                             && j.assignment.as_ref().is_some_and(|a| a.slot.gpu == g.index)
                     })
                     .collect();
-                let used: u64 = here.iter().map(|j| j.spec.gpu_memory_mib).sum();
                 let count = |c| u32::try_from(here.iter().filter(|j| j.spec.class == c).count());
                 GpuCapacity {
                     index: g.index,
                     uuid: g.uuid.clone(),
                     memory_mib: g.model.memory_mib,
-                    free_memory_mib: g.model.memory_mib.saturating_sub(used),
+                    free_memory_mib: crate::grpc::free_memory_mib(g, &active),
                     free_memory_slices: crate::grpc::free_slices(g),
                     online_jobs: count(mmk_core::JobClass::Online).unwrap_or(u32::MAX),
                     offline_jobs: count(mmk_core::JobClass::Offline).unwrap_or(u32::MAX),

@@ -1,0 +1,553 @@
+//! mmkd as root on a node that several users share (docs/security.md): each test runs
+//! mmkctl as two distinct non-root users, made by the test (the tests run as root in CI).
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use mmk_proto::v1;
+
+use crate::harness::{Daemon, PATIENCE, text, wait_for, wait_state};
+
+const GROUP: &str = "mmk-e2e";
+const ADMINS: &str = "mmk-e2e-admin";
+
+/// A test user: name, uid, gid.
+#[derive(Debug, Clone)]
+struct User {
+    name: &'static str,
+    uid: u32,
+}
+
+/// Creates the test users once: alice and bob in the socket's group, carol also in the
+/// admin group. `None` (and the reason printed) when this process is not root; under
+/// CI that fails instead.
+fn users() -> Option<&'static (User, User, User)> {
+    static USERS: OnceLock<Option<(User, User, User)>> = OnceLock::new();
+    USERS
+        .get_or_init(|| {
+            if !rustix_is_root() {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "the multi-user tests need root (they create users); CI runs as root"
+                );
+                eprintln!("skipped: the multi-user tests need root to create users");
+                return None;
+            }
+            for g in [GROUP, ADMINS] {
+                let _ = Command::new("groupadd").arg("-f").arg(g).status();
+            }
+            let make = |name: &'static str, groups: &str| {
+                let _ = Command::new("useradd")
+                    .args(["-M", "-N", "-s", "/bin/sh", "-g", GROUP, "-G", groups, name])
+                    .status();
+                let out = Command::new("id").args(["-u", name]).output().expect("id");
+                let uid = text(&out.stdout).trim().parse().expect("the user exists");
+                User { name, uid }
+            };
+            Some((
+                make("mmk-alice", GROUP),
+                make("mmk-bob", GROUP),
+                make("mmk-carol", ADMINS),
+            ))
+        })
+        .as_ref()
+}
+
+fn rustix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// mmkd as root with the socket open to the test group and an admin group; its directory
+/// is traversable so that the users reach the socket and their logs.
+fn daemon() -> Daemon {
+    let d = Daemon::start_with(
+        "a100-80gb:1",
+        &["--socket-group", GROUP, "--admin-group", ADMINS],
+    );
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    d
+}
+
+/// Runs mmkctl as `user` against `d`.
+fn ctl_as(d: &Daemon, user: &User, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid",
+            user.name,
+            "--regid",
+            GROUP,
+            "--init-groups",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(args)
+        .env_remove("MMK_SOCKET")
+        .current_dir("/")
+        .output()
+        .expect("setpriv runs mmkctl")
+}
+
+fn json_as(d: &Daemon, user: &User, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--output", "json"];
+    all.extend_from_slice(args);
+    let out = ctl_as(d, user, &all);
+    assert!(
+        out.status.success(),
+        "mmkctl {args:?} as {} failed: {}",
+        user.name,
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// Submits `yaml` as `user`; returns the job's ID.
+fn submit_as(d: &Daemon, user: &User, yaml: &str) -> u64 {
+    let file = d
+        .path()
+        .join(format!("{}-{}.yaml", user.name, std::process::id()));
+    std::fs::write(&file, yaml).expect("job file");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let v = json_as(
+        d,
+        user,
+        &["submit", "--offline", &file.display().to_string()],
+    );
+    v["id"].as_u64().expect("id")
+}
+
+#[tokio::test]
+async fn a_job_cannot_take_roots_files_through_its_log_dir() {
+    let Some((alice, _, _)) = users() else { return };
+    let d = daemon();
+    let precious = d.path().join("roots-file");
+    std::fs::write(&precious, "root's own\n").expect("write");
+    std::fs::set_permissions(&precious, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // The attack: replace the log with a link to root's file, fail, and be restarted.
+    let script = format!(
+        "ln -sf {p} $MMK_LOG_DIR/stdout.log; ln -f {p} $MMK_LOG_DIR/stderr.log; \
+         touch $MMK_LOG_DIR/planted; echo run; exit 1",
+        p = precious.display()
+    );
+    let id = submit_as(
+        &d,
+        alice,
+        &format!(
+            "name: sneaky\ngpu_memory: 1GiB\nrestart_policy: on-failure\nmax_restarts: 2\n\
+             command:\n  workdir: /\n  args: [sh, -c, '{script}']\n"
+        ),
+    );
+    let mut c = d.clients().await;
+    let j = wait_state(&mut c, id, v1::JobState::Failed).await;
+    assert_eq!(j.restarts, 2, "{j:?}");
+    let meta = std::fs::metadata(&precious).expect("stat");
+    assert_eq!(
+        (meta.uid(), meta.mode() & 0o777),
+        (0, 0o600),
+        "root's file kept its owner and mode"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&precious).expect("read"),
+        "root's own\n",
+        "nothing was appended to root's file"
+    );
+    let log_dir = std::path::Path::new(&j.log_dir);
+    assert!(
+        !log_dir.join("planted").exists(),
+        "the job cannot write its log dir"
+    );
+    let out = std::fs::read_to_string(log_dir.join("stdout.log")).expect("stdout.log");
+    assert_eq!(
+        out.matches("run").count(),
+        3,
+        "each run's output is in its log: {out}"
+    );
+    let log = std::fs::metadata(log_dir.join("stdout.log")).expect("stat");
+    assert_eq!(
+        (log.uid(), log.mode() & 0o777),
+        (alice.uid, 0o600),
+        "the owner's log"
+    );
+    let dir = std::fs::metadata(log_dir).expect("stat");
+    assert_eq!(
+        (dir.uid(), dir.mode() & 0o777),
+        (0, 0o711),
+        "mmkd's log dir"
+    );
+    let work = std::fs::metadata(log_dir.join("work")).expect("stat");
+    assert_eq!(
+        (work.uid(), work.mode() & 0o777),
+        (alice.uid, 0o700),
+        "the job's own dir"
+    );
+}
+
+#[tokio::test]
+async fn another_user_can_neither_act_on_a_job_nor_read_it() {
+    let Some((alice, bob, carol)) = users() else {
+        return;
+    };
+    let d = daemon();
+    let id = submit_as(
+        &d,
+        alice,
+        "name: alices\ngpu_memory: 1GiB\ncommand:\n  workdir: /\n  args: [sh, -c, 'echo hush; exec sleep 300']\n  env: {SECRET: hunter2}\n",
+    );
+    let mut c = d.clients().await;
+    let j = wait_state(&mut c, id, v1::JobState::Running).await;
+    let ids = id.to_string();
+
+    // Bob sees that the job exists, not what it runs.
+    let seen = json_as(&d, bob, &["jobs", "get", &ids]);
+    let shown = seen.to_string();
+    assert!(
+        !shown.contains("hunter2") && !shown.contains("sleep"),
+        "{shown}"
+    );
+    let listed = json_as(&d, bob, &["jobs"]).to_string();
+    assert!(
+        listed.contains("alices") && !listed.contains("hunter2"),
+        "{listed}"
+    );
+    // ... nor its log.
+    let log = std::path::Path::new(&j.log_dir).join("stdout.log");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            bob.name,
+            "--regid",
+            GROUP,
+            "--init-groups",
+            "cat",
+        ])
+        .arg(&log)
+        .output()
+        .expect("cat");
+    assert!(
+        !out.status.success(),
+        "bob read alice's log: {}",
+        text(&out.stdout)
+    );
+    // Bob cannot cancel it.
+    let out = ctl_as(&d, bob, &["jobs", "cancel", &ids]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("belongs to another user"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        wait_state(&mut c, id, v1::JobState::Running).await.state,
+        v1::JobState::Running as i32
+    );
+
+    // Alice reads it all and her log; carol, an admin, cancels it.
+    let mine = json_as(&d, alice, &["jobs", "get", &ids]).to_string();
+    assert!(mine.contains("exec sleep 300"), "{mine}");
+    let out = ctl_as(&d, alice, &["jobs", "logs", &ids]);
+    assert_eq!(text(&out.stdout), "hush\n", "{}", text(&out.stderr));
+    let out = ctl_as(&d, carol, &["jobs", "cancel", &ids]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let j = wait_state(&mut c, id, v1::JobState::Cancelled).await;
+    let carol_uid = carol.uid;
+    assert_eq!(
+        j.ended_by_uid,
+        Some(carol_uid),
+        "who cancelled it is recorded"
+    );
+    assert_eq!(j.owner_uid, Some(alice.uid));
+}
+
+#[tokio::test]
+async fn the_store_and_logs_are_not_for_other_users() {
+    let Some(_) = users() else { return };
+    let d = daemon();
+    let db = d.data_dir().join("mmk.db");
+    wait_for("the store file", || db.exists().then_some(()));
+    for f in ["mmk.db", "mmk.db-wal", "mmk.db-shm"] {
+        let p = d.data_dir().join(f);
+        if let Ok(m) = std::fs::metadata(&p) {
+            assert_eq!(
+                m.mode() & 0o077,
+                0,
+                "{} is mode {:o}",
+                p.display(),
+                m.mode() & 0o777
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn of_concurrent_cancels_of_one_job_one_succeeds() {
+    let d = Daemon::start("a100-80gb:1");
+    let id = d.submit(
+        "--offline",
+        "name: target\ngpu_memory: 1GiB\ncommand:\n  args: [sleep, '300']\n",
+    );
+    let mut c = d.clients().await;
+    wait_state(&mut c, id, v1::JobState::Running).await;
+    let mut calls = Vec::new();
+    for _ in 0..8 {
+        let mut c = d.clients().await;
+        calls.push(tokio::spawn(async move {
+            c.jobs
+                .cancel_job(v1::CancelJobRequest {
+                    id,
+                    reason: String::new(),
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code())
+        }));
+    }
+    let mut codes = Vec::new();
+    for call in calls {
+        codes.push(
+            tokio::time::timeout(PATIENCE, call)
+                .await
+                .expect("in time")
+                .expect("join"),
+        );
+    }
+    let ok = codes.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok, 1, "{codes:?}");
+    assert!(
+        codes
+            .iter()
+            .all(|r| matches!(r, Ok(()) | Err(tonic::Code::FailedPrecondition))),
+        "{codes:?}"
+    );
+}
+
+#[tokio::test]
+async fn big_fields_are_refused_and_lists_come_in_pages() {
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    let spec = |workdir: String, key: String| v1::JobSpec {
+        name: "big".into(),
+        class: v1::JobClass::Offline as i32,
+        gpu_memory_mib: 1024,
+        task: Some(v1::job_spec::Task::Command(v1::CommandTask {
+            args: vec!["true".into()],
+            env: [(key, "v".into())].into(),
+            workdir,
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let huge = format!("/{}", "w".repeat(3 * 1024 * 1024));
+    let err = c
+        .jobs
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec(huge, "K".into())),
+        })
+        .await
+        .expect_err("a 3 MB workdir");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().len() < 1000, "{} bytes", err.message().len());
+    let err = c
+        .jobs
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec("/".into(), format!("K\r\n{}", "k".repeat(20_000)))),
+        })
+        .await
+        .expect_err("a 20 KB env key");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().len() < 1000, "{} bytes", err.message().len());
+    assert!(err.metadata().get("mmk-field").is_some(), "{err:?}");
+
+    for i in 0..5 {
+        d.submit(
+            "--offline",
+            &format!("name: q{i}\ngpu_memory: 1GiB\nworkload:\n  name: bert-train\n"),
+        );
+    }
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = c
+            .jobs
+            .list_jobs(v1::ListJobsRequest {
+                page_size: 2,
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        assert!(page.jobs.len() <= 2);
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        pages += 1;
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!((seen.len(), pages), (5, 3), "{seen:?}");
+    let listed = d.ctl_json(&["jobs"]);
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(5),
+        "mmkctl follows the pages"
+    );
+}
+
+/// A CA and certificates signed by it, written as PEM files into `dir`.
+struct Pki {
+    ca: std::path::PathBuf,
+}
+
+impl Pki {
+    /// Makes a CA named `name` in `dir`; returns it with its signing key.
+    fn ca(dir: &std::path::Path, name: &str) -> (Pki, rcgen::Issuer<'static, rcgen::KeyPair>) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("CA");
+        let path = dir.join(format!("{name}.pem"));
+        std::fs::write(&path, cert.pem()).expect("write");
+        (Pki { ca: path }, rcgen::Issuer::new(params, key))
+    }
+
+    /// A certificate for `cn` (and `sans`) signed by `issuer`: (cert, key) paths.
+    fn leaf(
+        dir: &std::path::Path,
+        issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
+        cn: &str,
+        sans: &[&str],
+    ) -> (std::path::PathBuf, std::path::PathBuf) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+                .expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let cert = params.signed_by(&key, issuer).expect("signed");
+        let (c, k) = (dir.join(format!("{cn}.crt")), dir.join(format!("{cn}.key")));
+        std::fs::write(&c, cert.pem()).expect("write");
+        std::fs::write(&k, key.serialize_pem()).expect("write");
+        std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        (c, k)
+    }
+}
+
+#[tokio::test]
+async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
+    let pki_dir = tempfile::tempdir().expect("tempdir");
+    let dir = pki_dir.path();
+    let (pki, issuer) = Pki::ca(dir, "node-ca");
+    let (server_crt, server_key) = Pki::leaf(dir, &issuer, "mmkd", &["localhost", "127.0.0.1"]);
+    let whoami = text(&Command::new("id").arg("-un").output().expect("id").stdout)
+        .trim()
+        .to_owned();
+    let (me_crt, me_key) = Pki::leaf(dir, &issuer, &whoami, &[]);
+    let (stranger_crt, stranger_key) = Pki::leaf(dir, &issuer, "no-such-user-here", &[]);
+    let other = tempfile::tempdir().expect("tempdir");
+    let (_, other_issuer) = Pki::ca(other.path(), "other-ca");
+    let (forged_crt, forged_key) = Pki::leaf(other.path(), &other_issuer, &whoami, &[]);
+
+    // Plain TCP is refused at start.
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .args(["--backend", "sim", "--listen", "127.0.0.1:0", "--socket"])
+        .arg(dir.join("x.sock"))
+        .arg("--data-dir")
+        .arg(dir.join("x"))
+        .output()
+        .expect("mmkd runs");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("TCP needs TLS"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let s = |p: &std::path::Path| p.display().to_string();
+    let d = Daemon::start_with(
+        "a100-80gb:1",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            &s(&server_crt),
+            "--tls-key",
+            &s(&server_key),
+            "--tls-client-ca",
+            &s(&pki.ca),
+        ],
+    );
+    let addr = d
+        .wait_log("listening on tcp")
+        .iter()
+        .find_map(|l| l.split("addr=").nth(1).map(|a| a.trim().to_owned()))
+        .expect("mmkd logs its tcp address");
+    let port = addr.rsplit(':').next().expect("port").to_owned();
+    let endpoint = format!("https://localhost:{port}");
+    let job = d.job_file(
+        "cmd.yaml",
+        "name: cmd\nclass: offline\ngpu_memory: 1GiB\ncommand:\n  workdir: /\n  args: [true]\n",
+    );
+    let over_tcp = |crt: &std::path::Path, key: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+            .args([
+                "--output",
+                "json",
+                "--endpoint",
+                &endpoint,
+                "--tls-ca",
+                &s(&pki.ca),
+            ])
+            .args(["--tls-cert", &s(crt), "--tls-key", &s(key), "submit", &job])
+            .env_remove("MMK_SOCKET")
+            .output()
+            .expect("mmkctl runs")
+    };
+    let out = over_tcp(&me_crt, &me_key);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(
+        v["owner_uid"], uid,
+        "the certificate's user owns the job: {v}"
+    );
+
+    let out = over_tcp(&forged_crt, &forged_key);
+    assert_eq!(out.status.code(), Some(2), "a certificate of another CA");
+    let out = over_tcp(&stranger_crt, &stranger_key);
+    assert_eq!(out.status.code(), Some(2), "a user this node does not know");
+    assert!(
+        text(&out.stderr).contains("not a user on this node"),
+        "{}",
+        text(&out.stderr)
+    );
+    // No certificate at all: mmkctl refuses to try, and a raw TLS client is turned away.
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .args(["--endpoint", &endpoint, "jobs"])
+        .env_remove("MMK_SOCKET")
+        .output()
+        .expect("mmkctl runs");
+    assert_eq!(out.status.code(), Some(2));
+    let bare = tonic::transport::Endpoint::from_shared(endpoint.clone())
+        .expect("endpoint")
+        .tls_config(tonic::transport::ClientTlsConfig::new().ca_certificate(
+            tonic::transport::Certificate::from_pem(std::fs::read(&pki.ca).expect("ca")),
+        ))
+        .expect("tls");
+    let refused = match bare.connect().await {
+        Err(_) => true,
+        Ok(ch) => mmk_proto::v1::job_service_client::JobServiceClient::new(ch)
+            .list_jobs(v1::ListJobsRequest::default())
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client without a certificate was served");
+}
