@@ -19,6 +19,9 @@ pub enum ServiceError {
     /// process).
     #[error("{0}")]
     PermissionDenied(String),
+    /// A resource of the node ran out (its disk); nothing was stored.
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// The operation did not finish in time; its effect may still come.
     #[error("{0}")]
     Timeout(String),

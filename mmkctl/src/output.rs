@@ -36,6 +36,11 @@ pub struct JobOut {
     /// Who submitted the job (and whom a command job runs as), when known.
     pub owner_uid: Option<u32>,
     pub owner_gid: Option<u32>,
+    /// Who cancelled the job or released its allocation, when someone did.
+    pub ended_by_uid: Option<u32>,
+    /// True for another user's job: only its id, name, class, memory, state, times,
+    /// partition and owner are shown.
+    pub redacted: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -136,6 +141,8 @@ pub fn job_out(j: &v1::Job) -> JobOut {
         log_dir: (!j.log_dir.is_empty()).then(|| j.log_dir.clone()),
         owner_uid: j.owner_uid,
         owner_gid: j.owner_gid,
+        ended_by_uid: j.ended_by_uid,
+        redacted: j.redacted,
     }
 }
 

@@ -1182,6 +1182,12 @@ fn store_error(e: StoreError) -> ServiceError {
         StoreError::BadTransition { id, from, to } => {
             ServiceError::FailedPrecondition(format!("job {id} is {from}; it cannot become {to}"))
         }
+        full if full.is_full() => {
+            tracing::error!(error = %full, source = ?std::error::Error::source(&full), "node store: no space left");
+            ServiceError::ResourceExhausted(
+                "the node's disk is full: nothing was stored; try again once space is freed".into(),
+            )
+        }
         other => {
             tracing::error!(error = %other, source = ?std::error::Error::source(&other), "node store error");
             ServiceError::Internal("the node store failed; see mmkd's log".into())

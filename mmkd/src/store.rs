@@ -50,6 +50,25 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the store failed for lack of space (SQLITE_FULL, or ENOSPC underneath):
+    /// nothing was stored, and the same request can succeed once space returns.
+    pub fn is_full(&self) -> bool {
+        match self {
+            StoreError::Query(sqlx::Error::Database(db)) => {
+                // SQLite's primary result code is the low byte of an extended one.
+                db.code()
+                    .and_then(|c| c.parse::<i32>().ok())
+                    .is_some_and(|c| c & 0xff == 13)
+            }
+            StoreError::Query(sqlx::Error::Io(e)) | StoreError::File { source: e, .. } => {
+                e.kind() == std::io::ErrorKind::StorageFull
+            }
+            _ => false,
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// Where a job runs: the partition and the MPS share the planner gave it.
@@ -1201,7 +1220,9 @@ mod tests {
     }
 
     fn is_full(err: &StoreError) -> bool {
+        // The message as SQLite words it, and the code mmkd maps to RESOURCE_EXHAUSTED.
         matches!(err, StoreError::Query(sqlx::Error::Database(e)) if e.message().contains("full"))
+            && err.is_full()
     }
 
     #[tokio::test]

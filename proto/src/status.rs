@@ -34,6 +34,7 @@ pub fn service_error_to_status(e: ServiceError) -> Status {
         ServiceError::Unavailable(m) => Status::unavailable(m),
         ServiceError::Timeout(m) => Status::deadline_exceeded(m),
         ServiceError::PermissionDenied(m) => Status::permission_denied(m),
+        ServiceError::ResourceExhausted(m) => Status::resource_exhausted(m),
         ServiceError::Internal(m) => Status::internal(m),
     }
 }

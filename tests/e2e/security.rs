@@ -551,3 +551,35 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
     };
     assert!(refused, "a client without a certificate was served");
 }
+
+#[tokio::test]
+async fn a_jobs_logs_stay_under_their_cap() {
+    let d = Daemon::start_with("a100-80gb:1", &["--job-log-max", "1M"]);
+    let id = d.submit(
+        "--offline",
+        "name: chatty\ngpu_memory: 1GiB\ncommand:\n  args: [sh, -c, 'yes chatter | head -c 6000000; echo last line']\n",
+    );
+    let mut c = d.clients().await;
+    let j = wait_state(&mut c, id, v1::JobState::Succeeded).await;
+    let dir = std::path::Path::new(&j.log_dir);
+    let size = |name: &str| std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
+    // Each stream keeps a quarter of the cap in its live file and a quarter before it.
+    assert!(
+        size("stdout.log") <= 256 * 1024 + 200,
+        "{}",
+        size("stdout.log")
+    );
+    assert!(
+        size("stdout.log.1") <= 256 * 1024 + 200,
+        "{}",
+        size("stdout.log.1")
+    );
+    assert!(size("stdout.log.1") > 0, "the previous part is kept");
+    let live = std::fs::read_to_string(dir.join("stdout.log")).expect("read");
+    assert!(
+        live.starts_with("[mmk: the log reached its cap; the previous part is stdout.log.1 and "),
+        "{}",
+        &live[..live.len().min(200)]
+    );
+    assert!(live.ends_with("chatter\nlast line\n") || live.ends_with("last line\n"));
+}

@@ -1,0 +1,229 @@
+//! A bounded load test of mmkd over its Unix socket: concurrent submitters, cancellers and
+//! watchers against the simulated node. `cargo bench --bench load` (defaults below), or
+//! `cargo bench --bench load -- SUBMITTERS JOBS_EACH WATCHERS`. It starts its own mmkd on a
+//! temporary socket, sends nothing anywhere else, and stops after its jobs or 300 s.
+//! It prints one JSON line of what it measured (docs/security.md, "Load").
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mmk_proto::v1;
+use mmkctl::client::{Target, connect};
+use tokio::sync::Mutex;
+use tokio_stream::StreamExt;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn percentile(v: &mut [Duration], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i].as_secs_f64() * 1000.0
+}
+
+fn spec(i: usize) -> v1::JobSpec {
+    v1::JobSpec {
+        name: format!("load-{i}"),
+        class: if i % 4 == 0 {
+            v1::JobClass::Online as i32
+        } else {
+            v1::JobClass::Offline as i32
+        },
+        gpu_memory_mib: 4096,
+        task: Some(v1::job_spec::Task::Workload(v1::WorkloadTask {
+            name: "bert-train".into(),
+            duration_ms: 600_000,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let submitters = args.first().copied().unwrap_or(8);
+    let each = args.get(1).copied().unwrap_or(250);
+    let watchers = args.get(2).copied().unwrap_or(4);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("mmkd.sock");
+    let mut mmkd = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .args([
+            "--backend",
+            "sim",
+            "--sim-gpus",
+            "a100-80gb:8",
+            "--kernel-policy",
+            "off",
+        ])
+        .args(["--planner", "first-fit", "--sim-speed", "1"])
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mmkd starts");
+    let target = Target::Socket(socket.clone());
+    let started = Instant::now();
+    let clients = loop {
+        match connect(&target).await {
+            Ok(c) => break c,
+            Err(_) if started.elapsed() < Duration::from_secs(30) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("mmkd did not come up: {}", e.message),
+        }
+    };
+
+    // Watchers: each sees the current jobs, then every event, until the end.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut watch_tasks = Vec::new();
+    for _ in 0..watchers {
+        let mut c = clients.clone();
+        let mut stop = stop_rx.clone();
+        watch_tasks.push(tokio::spawn(async move {
+            let mut s = c
+                .jobs
+                .watch_jobs(v1::WatchJobsRequest {
+                    job_id: 0,
+                    include_current: true,
+                })
+                .await
+                .expect("watch")
+                .into_inner();
+            let mut events = 0u64;
+            loop {
+                tokio::select! {
+                    ev = s.next() => match ev {
+                        Some(Ok(_)) => events += 1,
+                        _ => break,
+                    },
+                    _ = stop.changed() => break,
+                }
+            }
+            events
+        }));
+    }
+
+    // Submitters; every fifth job submitted is cancelled by a canceller at once.
+    let to_cancel = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let run_start = Instant::now();
+    let mut submit_tasks = Vec::new();
+    for s in 0..submitters {
+        let mut c = clients.clone();
+        let to_cancel = Arc::clone(&to_cancel);
+        submit_tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(each);
+            for k in 0..each {
+                if run_start.elapsed() > LIMIT {
+                    break;
+                }
+                let t = Instant::now();
+                let job = c
+                    .jobs
+                    .submit_job(v1::SubmitJobRequest {
+                        spec: Some(spec(s * each + k)),
+                    })
+                    .await
+                    .expect("submit")
+                    .into_inner()
+                    .job
+                    .expect("job");
+                lat.push(t.elapsed());
+                if k % 5 == 0 {
+                    to_cancel.lock().await.push(job.id);
+                }
+            }
+            lat
+        }));
+    }
+    let mut cancel_lat = Vec::new();
+    let mut c = clients.clone();
+    let canceller = tokio::spawn(async move {
+        let mut lat = Vec::new();
+        loop {
+            let next = to_cancel.lock().await.pop();
+            match next {
+                Some(id) => {
+                    let t = Instant::now();
+                    let _ = c
+                        .jobs
+                        .cancel_job(v1::CancelJobRequest {
+                            id,
+                            reason: "load".into(),
+                        })
+                        .await;
+                    lat.push(t.elapsed());
+                }
+                None if run_start.elapsed() > LIMIT => break,
+                None => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+            if lat.len() >= submitters * each.div_ceil(5) {
+                break;
+            }
+        }
+        lat
+    });
+    let mut submit_lat = Vec::new();
+    for t in submit_tasks {
+        submit_lat.extend(t.await.expect("submitter"));
+    }
+    let submit_secs = run_start.elapsed().as_secs_f64();
+    cancel_lat.extend(canceller.await.expect("canceller"));
+    let mut c = clients.clone();
+    let t = Instant::now();
+    let mut listed = 0;
+    let mut token = String::new();
+    loop {
+        let page = c
+            .jobs
+            .list_jobs(v1::ListJobsRequest {
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        listed += page.jobs.len();
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let list_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let _ = stop_tx.send(true);
+    let mut events = Vec::new();
+    for w in watch_tasks {
+        events.push(w.await.expect("watcher"));
+    }
+    let _ = mmkd.kill();
+    let _ = mmkd.wait();
+    let n = submit_lat.len();
+    println!(
+        "{}",
+        serde_json::json!({
+            "submitters": submitters,
+            "watchers": watchers,
+            "submits": n,
+            "submits_per_s": (n as f64 / submit_secs * 10.0).round() / 10.0,
+            "submit_p50_ms": percentile(&mut submit_lat, 0.5),
+            "submit_p99_ms": percentile(&mut submit_lat, 0.99),
+            "cancels": cancel_lat.len(),
+            "cancel_p50_ms": percentile(&mut cancel_lat, 0.5),
+            "cancel_p99_ms": percentile(&mut cancel_lat, 0.99),
+            "list_all_ms": list_ms,
+            "listed": listed,
+            "watch_events_min": events.iter().min(),
+        })
+    );
+}
