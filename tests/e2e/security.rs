@@ -583,3 +583,52 @@ async fn a_jobs_logs_stay_under_their_cap() {
     );
     assert!(live.ends_with("chatter\nlast line\n") || live.ends_with("last line\n"));
 }
+
+/// A GetJobRequest whose field 1 has the wrong wire type: bytes that no mmk message decodes.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Garbled {
+    #[prost(bytes = "vec", tag = "1")]
+    id: Vec<u8>,
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_requests_get_the_documented_codes() {
+    let d = Daemon::start("a100-80gb:1");
+    let c = d.clients().await;
+    let mut raw = tonic::client::Grpc::new(c.channel.clone());
+    raw.ready().await.expect("ready");
+    let err = raw
+        .unary::<Garbled, v1::Job, _>(
+            tonic::Request::new(Garbled {
+                id: b"\xff\xff\xff".to_vec(),
+            }),
+            tonic::codegen::http::uri::PathAndQuery::from_static("/mmk.v1.JobService/GetJob"),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .expect_err("not a GetJobRequest");
+    assert_eq!(
+        err.code(),
+        tonic::Code::Internal,
+        "docs/api.md, Limits: {err:?}"
+    );
+    let mut jobs = c.jobs.clone();
+    let err = jobs
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(v1::JobSpec {
+                name: "x".repeat(5 * 1024 * 1024),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect_err("over 4 MiB");
+    assert_eq!(
+        err.code(),
+        tonic::Code::OutOfRange,
+        "docs/api.md, Limits: {err:?}"
+    );
+    // mmkd still serves.
+    jobs.list_jobs(v1::ListJobsRequest::default())
+        .await
+        .expect("list");
+}
