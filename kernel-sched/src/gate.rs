@@ -342,6 +342,13 @@ impl Gate {
         if config.max_hold.is_zero() {
             return Err(GateError::Config("max_hold must be above zero".into()));
         }
+        // A gate made by an older mmk may have no blocks reserved: reserve them before
+        // `configure` writes through the mapping (a no-op for a gate that has them).
+        if let Ok(f) = OpenOptions::new().write(true).open(path)
+            && f.metadata().is_ok_and(|m| m.len() >= SEGMENT_BYTES as u64)
+        {
+            reserve(&f, path)?;
+        }
         let gate = match Gate::open(path) {
             Ok(gate) => gate,
             Err(GateError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
