@@ -27,7 +27,7 @@ fn percentile(v: &mut [Duration], p: f64) -> f64 {
 fn spec(i: usize) -> v1::JobSpec {
     v1::JobSpec {
         name: format!("load-{i}"),
-        class: if i % 4 == 0 {
+        class: if i.is_multiple_of(4) {
             v1::JobClass::Online as i32
         } else {
             v1::JobClass::Offline as i32
@@ -140,7 +140,7 @@ async fn main() {
                     .job
                     .expect("job");
                 lat.push(t.elapsed());
-                if k % 5 == 0 {
+                if k.is_multiple_of(5) {
                     to_cancel.lock().await.push(job.id);
                 }
             }
