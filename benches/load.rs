@@ -133,6 +133,7 @@ async fn main() {
                     .jobs
                     .submit_job(v1::SubmitJobRequest {
                         spec: Some(spec(s * each + k)),
+                        ..Default::default()
                     })
                     .await
                     .expect("submit")

@@ -209,6 +209,7 @@ pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
             spec: Some(spec_to_proto(&spec)),
             // Back well inside the lease, which runs while it waits.
             wait_ms: u64::try_from(renew_every.as_millis()).unwrap_or(1000),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -460,6 +461,7 @@ pub async fn allocate(target: &Target, fmt: Format, args: AllocateArgs) -> Resul
         .allocate(v1::AllocateRequest {
             spec: Some(spec_to_proto(&spec)),
             wait_ms: ms(wait.min(step)),
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -393,6 +393,7 @@ async fn submit(target: &Target, fmt: Format, args: SubmitArgs) -> Result<(), Fa
         .jobs
         .submit_job(v1::SubmitJobRequest {
             spec: Some(spec_to_proto(&spec)),
+            ..Default::default()
         })
         .await
         .map_err(|s| {

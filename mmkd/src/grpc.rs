@@ -153,14 +153,13 @@ impl JobService for JobApi {
         req: Request<v1::SubmitJobRequest>,
     ) -> Result<Response<v1::SubmitJobResponse>, Status> {
         let caller = caller(&self.access, &req)?;
-        let spec = req
-            .into_inner()
-            .spec
-            .ok_or_else(|| invalid("spec", "missing"))?;
+        let req = req.into_inner();
+        let spec = req.spec.ok_or_else(|| invalid("spec", "missing"))?;
         let spec = spec_from_proto(spec).map_err(|e| status(e.into()))?;
+        let request_id = (!req.request_id.is_empty()).then_some(req.request_id);
         let job = self
             .node
-            .submit(spec, Some(caller.owner()))
+            .submit(spec, Some(caller.owner()), request_id)
             .await
             .map_err(status)?;
         Ok(Response::new(v1::SubmitJobResponse {

@@ -190,7 +190,7 @@ impl Plugin {
         };
         let a = self
             .node
-            .allocate(spec, None, PLACE_WAIT)
+            .allocate(spec, None, None, PLACE_WAIT)
             .await
             .map_err(crate::grpc::status)?;
         let id = a.job.id;

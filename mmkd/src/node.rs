@@ -74,6 +74,9 @@ const CANCEL_SETTLE: Duration = Duration::from_secs(10);
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// The longest request id a submit may carry.
+pub const MAX_REQUEST_ID: usize = 128;
+
 impl Node {
     /// Reconciles what a previous mmkd left (jobs that were running when it stopped),
     /// then starts the scheduling loop. The loop ends when `shutdown` is notified.
@@ -134,9 +137,41 @@ impl Node {
     /// Admits a validated job: it is stored QUEUED and the planner runs.
     /// `owner` is the caller from the Unix socket's peer credentials; a command job runs
     /// as that user. A root mmkd refuses command jobs from callers it cannot identify.
+    ///
+    /// With a `request_id`, a retry of a submit whose answer the caller lost returns the
+    /// job the first one stored. Admission runs to its end even when the caller goes away
+    /// (a gRPC handler is dropped when its client disconnects): a stored job is always
+    /// announced and planned.
+    pub async fn submit(
+        &self,
+        spec: JobSpec,
+        owner: Option<Owner>,
+        request_id: Option<String>,
+    ) -> ServiceResult<JobRecord> {
+        let node = self.clone();
+        tokio::spawn(async move { node.admit(spec, owner, request_id).await })
+            .await
+            .map_err(|e| ServiceError::Internal(format!("admission failed: {e}")))?
+    }
+
     #[instrument(skip_all, fields(job = %spec.name, class = %spec.class))]
-    pub async fn submit(&self, spec: JobSpec, owner: Option<Owner>) -> ServiceResult<JobRecord> {
+    async fn admit(
+        &self,
+        spec: JobSpec,
+        owner: Option<Owner>,
+        request_id: Option<String>,
+    ) -> ServiceResult<JobRecord> {
         spec.validate()?;
+        if let Some(rid) = &request_id
+            && (rid.is_empty()
+                || rid.len() > MAX_REQUEST_ID
+                || !rid.chars().all(|c| c.is_ascii_graphic()))
+        {
+            return Err(ServiceError::InvalidArgument(FieldError::new(
+                "request_id",
+                format!("must be 1 to {MAX_REQUEST_ID} visible ASCII characters"),
+            )));
+        }
         let held = Self::hold(&spec)?;
         if owner.is_none()
             && matches!(spec.task, mmk_core::Task::Command(_))
@@ -166,9 +201,13 @@ impl Node {
         let (job, ev) = self
             .inner
             .store
-            .insert_job(&spec, owner, now_ms())
+            .insert_job_once(&spec, owner, request_id.as_deref(), now_ms())
             .await
             .map_err(store_error)?;
+        let Some(ev) = ev else {
+            info!(job = job.id, "a retried submit: the job it stored before");
+            return Ok(job);
+        };
         info!(job = job.id, "job admitted");
         if let Some(h) = held {
             self.register(job.id, h);

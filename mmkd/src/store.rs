@@ -232,14 +232,43 @@ impl Store {
         owner: Option<Owner>,
         now: i64,
     ) -> Result<(JobRecord, EventRecord)> {
+        let (job, ev) = self.insert_job_once(spec, owner, None, now).await?;
+        let ev = ev.ok_or(StoreError::Corrupt {
+            id: job.id as i64,
+            what: "a job without a request id was found stored already".into(),
+        })?;
+        Ok((job, ev))
+    }
+
+    /// Stores a new QUEUED job and its first event; with a `request_id` that `owner`
+    /// already stored a job under, returns that job and no event instead.
+    pub async fn insert_job_once(
+        &self,
+        spec: &JobSpec,
+        owner: Option<Owner>,
+        request_id: Option<&str>,
+        now: i64,
+    ) -> Result<(JobRecord, Option<EventRecord>)> {
         let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Corrupt {
             id: 0,
             what: e.to_string(),
         })?;
         let mut tx = self.write().await?;
+        if let Some(rid) = request_id {
+            let earlier: Option<i64> =
+                sqlx::query_scalar("SELECT id FROM jobs WHERE owner_uid IS ? AND request_id = ?")
+                    .bind(owner.map(|o| o.uid))
+                    .bind(rid)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some(id) = earlier {
+                drop(tx);
+                return Ok((self.get_job(id as u64).await?, None));
+            }
+        }
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO jobs (name, class, spec, state, reason, priority, gpu_memory_mib, submitted_at, updated_at, owner_uid, owner_gid) \
-             VALUES (?, ?, ?, 'QUEUED', 'submitted', ?, ?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO jobs (name, class, spec, state, reason, priority, gpu_memory_mib, submitted_at, updated_at, owner_uid, owner_gid, request_id) \
+             VALUES (?, ?, ?, 'QUEUED', 'submitted', ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(&spec.name)
         .bind(spec.class.as_str())
@@ -250,6 +279,7 @@ impl Store {
         .bind(now)
         .bind(owner.map(|o| o.uid))
         .bind(owner.map(|o| o.gid))
+        .bind(request_id)
         .fetch_one(&mut *tx)
         .await?;
         let seq = insert_event(&mut tx, id, JobState::Queued, "submitted", now).await?;
@@ -258,13 +288,13 @@ impl Store {
         let job = self.get_job(id).await?;
         Ok((
             job,
-            EventRecord {
+            Some(EventRecord {
                 seq,
                 job_id: id,
                 state: JobState::Queued,
                 reason: "submitted".into(),
                 at: now,
-            },
+            }),
         ))
     }
 

@@ -144,7 +144,10 @@ async fn the_grpc_api_refuses_what_job_yaml_refuses() {
             ..Default::default()
         };
         f(&mut s);
-        v1::SubmitJobRequest { spec: Some(s) }
+        v1::SubmitJobRequest {
+            spec: Some(s),
+            ..Default::default()
+        }
     };
     let cases: Vec<(&str, v1::SubmitJobRequest)> = vec![
         ("gpu_memory", spec(&|s| s.gpu_memory_mib = 0)),
@@ -155,7 +158,13 @@ async fn the_grpc_api_refuses_what_job_yaml_refuses() {
             "command.args",
             spec(&|s| s.task = Some(v1::job_spec::Task::Command(v1::CommandTask::default()))),
         ),
-        ("spec", v1::SubmitJobRequest { spec: None }),
+        (
+            "spec",
+            v1::SubmitJobRequest {
+                spec: None,
+                ..Default::default()
+            },
+        ),
     ];
     for (field, req) in cases {
         let err = c.jobs.submit_job(req).await.expect_err(field);

@@ -213,6 +213,7 @@ async fn an_allocation_watching_a_pid_ends_with_the_process() {
                 },
             )),
             wait_ms: 10_000,
+            ..Default::default()
         })
         .await
         .expect("allocate")
@@ -286,6 +287,7 @@ async fn bad_allocations_are_refused_with_the_field_and_nothing_is_stored() {
             .allocate(v1::AllocateRequest {
                 spec: Some(attached_spec("bad", v1::JobClass::Offline, 1, task)),
                 wait_ms: 0,
+                ..Default::default()
             })
             .await
             .expect_err("refused");
@@ -306,6 +308,7 @@ async fn bad_allocations_are_refused_with_the_field_and_nothing_is_stored() {
                 ..v1::JobSpec::default()
             }),
             wait_ms: 0,
+            ..Default::default()
         })
         .await
         .expect_err("not attached");
@@ -353,6 +356,7 @@ async fn a_waiting_allocation_is_placed_when_room_is_made_and_cancelling_ends_it
     let alloc = |name: &str| v1::AllocateRequest {
         spec: Some(attached_spec(name, v1::JobClass::Offline, 70, lease(5000))),
         wait_ms: 5000,
+        ..Default::default()
     };
     let first = c
         .allocate(alloc("first"))
@@ -522,6 +526,7 @@ async fn the_capacity_stream_follows_allocations() {
                 lease(10_000),
             )),
             wait_ms: 5000,
+            ..Default::default()
         })
         .await
         .expect("allocate");

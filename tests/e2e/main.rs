@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod admission;
 mod bad_input;
 mod cluster;
 mod jobs;

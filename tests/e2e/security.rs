@@ -344,6 +344,7 @@ async fn big_fields_are_refused_and_lists_come_in_pages() {
         .jobs
         .submit_job(v1::SubmitJobRequest {
             spec: Some(spec(huge, "K".into())),
+            ..Default::default()
         })
         .await
         .expect_err("a 3 MB workdir");
@@ -353,6 +354,7 @@ async fn big_fields_are_refused_and_lists_come_in_pages() {
         .jobs
         .submit_job(v1::SubmitJobRequest {
             spec: Some(spec("/".into(), format!("K\r\n{}", "k".repeat(20_000)))),
+            ..Default::default()
         })
         .await
         .expect_err("a 20 KB env key");
@@ -619,6 +621,7 @@ async fn malformed_and_oversized_requests_get_the_documented_codes() {
                 name: "x".repeat(5 * 1024 * 1024),
                 ..Default::default()
             }),
+            ..Default::default()
         })
         .await
         .expect_err("over 4 MiB");

@@ -159,9 +159,10 @@ impl AllocationService for AllocationApi {
         let caller = caller(&self.access, &req)?;
         let req = req.into_inner();
         let spec = spec(req.spec)?;
+        let request_id = (!req.request_id.is_empty()).then_some(req.request_id);
         let a = self
             .node
-            .allocate(spec, Some(caller.owner()), wait(req.wait_ms))
+            .allocate(spec, Some(caller.owner()), request_id, wait(req.wait_ms))
             .await
             .map_err(status)?;
         Ok(Response::new(allocation_to_proto(&self.node, &a, &caller)))

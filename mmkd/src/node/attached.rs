@@ -270,6 +270,7 @@ impl Node {
         &self,
         spec: JobSpec,
         owner: Option<Owner>,
+        request_id: Option<String>,
         wait: Duration,
     ) -> ServiceResult<AllocationView> {
         if !matches!(spec.task, Task::Attached(_)) {
@@ -278,7 +279,7 @@ impl Node {
                 "an allocation's task is attached (give a pid, a lease or both)",
             )));
         }
-        let job = self.submit(spec, owner).await?;
+        let job = self.submit(spec, owner, request_id).await?;
         self.allocation(job.id, wait).await
     }
 
