@@ -50,7 +50,11 @@ async fn a_retry_with_the_same_request_id_returns_the_first_job() {
         .await
         .expect_err("too long");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().starts_with("request_id:"), "{}", err.message());
+    assert!(
+        err.message().starts_with("request_id:"),
+        "{}",
+        err.message()
+    );
 }
 
 #[tokio::test]

@@ -635,3 +635,26 @@ async fn malformed_and_oversized_requests_get_the_documented_codes() {
         .await
         .expect("list");
 }
+
+#[tokio::test]
+async fn a_socket_dir_another_user_made_is_refused() {
+    let Some((alice, _, _)) = users() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trap = dir.path().join("mmk-0");
+    std::fs::create_dir(&trap).expect("mkdir");
+    std::os::unix::fs::chown(&trap, Some(alice.uid), None).expect("chown");
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .args(["--backend", "sim", "--socket"])
+        .arg(trap.join("mmkd.sock"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .expect("mmkd runs");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("belongs to uid {}", alice.uid)),
+        "{err}"
+    );
+    assert!(!trap.join("mmkd.sock").exists());
+}
