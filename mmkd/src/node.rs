@@ -926,12 +926,18 @@ impl Node {
                 }
             }
         }
-        for q in &plan.queued {
-            store
-                .set_reason(q.job, &q.reason, now_ms())
-                .await
-                .map_err(store_error)?;
-        }
+        // Why each queued job waits, written only where it changed, in one transaction:
+        // with thousands queued a write per job would hold the pass (and cancels) up.
+        let changed: Vec<(u64, String)> = plan
+            .queued
+            .iter()
+            .filter(|q| by_id.get(&q.job).is_none_or(|j| j.reason != q.reason))
+            .map(|q| (q.job, q.reason.clone()))
+            .collect();
+        store
+            .set_reasons(&changed, now_ms())
+            .await
+            .map_err(store_error)?;
         failed.map_or(Ok(()), Err)
     }
 

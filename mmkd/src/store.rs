@@ -522,6 +522,25 @@ impl Store {
         Ok(())
     }
 
+    /// Sets the reasons of several jobs in one transaction (those whose reason changed).
+    pub async fn set_reasons(&self, reasons: &[(u64, String)], now: i64) -> Result<()> {
+        if reasons.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write().await?;
+        for (id, reason) in reasons {
+            sqlx::query("UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ? AND reason <> ?")
+                .bind(reason)
+                .bind(now)
+                .bind(i64::try_from(*id).unwrap_or(-1))
+                .bind(reason)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// The events of one job, oldest first.
     pub async fn job_events(&self, id: u64) -> Result<Vec<EventRecord>> {
         let rows = sqlx::query(
