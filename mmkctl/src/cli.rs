@@ -353,16 +353,15 @@ pub(crate) fn read_spec(
     class: Option<JobClass>,
 ) -> Result<mmk_core::JobSpec, Failure> {
     let path = file.display().to_string();
-    let meta =
-        std::fs::metadata(file).map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))?;
-    if meta.len() > MAX_JOB_FILE_BYTES as u64 {
-        return Err(Failure::usage(format!(
-            "{path}: file: is {} bytes; a job file is at most {MAX_JOB_FILE_BYTES} bytes",
-            meta.len()
-        )));
-    }
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| Failure::usage(format!("cannot read {path}: {e}")))?;
+    // Whatever the path names (a device, a FIFO, `-` for standard input), at most the
+    // cap plus one byte is read.
+    let text = crate::input::read_capped_text(file, MAX_JOB_FILE_BYTES).map_err(|e| match e {
+        crate::input::InputError::TooLarge { .. } => Failure::usage(format!(
+            "{path}: file: is larger than {MAX_JOB_FILE_BYTES} bytes; a job file is at most \
+             {MAX_JOB_FILE_BYTES} bytes"
+        )),
+        e => Failure::usage(format!("cannot read {path}: {e}")),
+    })?;
     let mut spec =
         parse_job_yaml(&text, class).map_err(|e| Failure::usage(format!("{path}: {e}")))?;
     if let Task::Command(c) = &mut spec.task

@@ -125,7 +125,8 @@ fn load(
     interval: Duration,
 ) -> Result<(SimJob, Option<u64>), Failure> {
     let bad = |e: &dyn std::fmt::Display| Failure::usage(format!("{}: {e}", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
+    let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
+        .map_err(|e| bad(&e))?;
     let records = trace::parse(&text).map_err(|e| bad(&e))?;
     let name = path
         .file_stem()

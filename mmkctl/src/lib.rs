@@ -7,6 +7,7 @@
 mod attach;
 mod cli;
 pub mod client;
+pub mod input;
 mod ksim;
 mod measure;
 mod output;

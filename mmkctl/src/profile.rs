@@ -135,7 +135,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
     };
     let mut records = Vec::new();
     for path in &traces {
-        let text = std::fs::read_to_string(path)
+        let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
             .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
         records.extend(
             trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?,
@@ -160,7 +160,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
     })?;
     let ncu_text = match (&args.ncu_csv, args.deep) {
         (Some(path), _) => Some(
-            std::fs::read_to_string(path)
+            crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
                 .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?,
         ),
         (None, true) => Some(run_ncu(&args, command, class, work.path())?),
@@ -314,7 +314,7 @@ fn run_ncu(
         cmd.current_dir(dir);
     }
     let status = run_child(cmd, args.duration)?;
-    std::fs::read_to_string(&log).map_err(|e| {
+    crate::input::read_capped_text(log.as_ref(), crate::input::MAX_DATA_BYTES).map_err(|e| {
         Failure::usage(format!(
             "ncu ({status}) wrote no results to {}: {e}",
             log.display()

@@ -247,7 +247,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     // One trace to replay or generate; a sweep generates its own below.
     let t = match &a.trace {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
                 .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
             Trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?
         }
@@ -270,7 +270,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         "off" => None,
         "measured" => Some(measured_kernel_effect().map_err(Failure::usage)?),
         path => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
+            let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES).map_err(|e| {
                 Failure::usage(format!(
                     "--kernel-sched: {path:?} is not `measured`, `off` or a readable ksim report: {e}"
                 ))

@@ -97,13 +97,40 @@ async fn oversized_and_missing_files_are_refused() {
     let out = d.ctl(&["submit", "--offline", &file]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("file: is 2097163 bytes; a job file is at most 1048576 bytes"),
+        text(&out.stderr)
+            .contains("file: is larger than 1048576 bytes; a job file is at most 1048576 bytes"),
         "{}",
         text(&out.stderr)
     );
     let out = d.ctl(&["submit", "--offline", "/no/such/job.yaml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("cannot read /no/such/job.yaml"));
+    // A device that never ends is read up to the cap, quickly and in little memory.
+    let t = std::time::Instant::now();
+    let out = d.ctl(&["submit", "--offline", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("/dev/zero: file: is larger than 1048576 bytes"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+    // A FIFO nobody writes to: mmkctl gives up instead of hanging (10 s).
+    let fifo = d.path().join("job.fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    let out = d.ctl(&["submit", "--offline", &fifo.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("nothing arrived within 10s"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(jobs(&d), Value::Array(vec![]));
 }
 

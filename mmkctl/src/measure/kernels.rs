@@ -226,8 +226,9 @@ fn measure_job(
         Pass::Kernels { .. } => {
             let mut records = Vec::new();
             for path in files_with_prefix(scratch.path(), "trace-")? {
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let text =
+                    crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
                 records.extend(trace::parse(&text).map_err(|e| format!("trace: {e}"))?);
             }
             let k = kernel_stats(job.clone(), &records, start, end, iters, sms)?;
@@ -235,7 +236,7 @@ fn measure_job(
         }
         Pass::Deep { ncu, .. } => {
             let path = scratch.path().join("ncu.csv");
-            let text = std::fs::read_to_string(&path).map_err(|e| {
+            let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES).map_err(|e| {
                 format!(
                     "{} wrote no report ({e}): is it installed, and may it read the GPU's counters?",
                     ncu.display()

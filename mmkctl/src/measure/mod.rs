@@ -878,7 +878,7 @@ struct Done {
 }
 
 fn done_runs(path: &Path) -> Result<Done, String> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::input::read_capped_text(path, crate::input::MAX_DATA_BYTES)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let recs = measured::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut done = Done::default();
@@ -904,8 +904,8 @@ fn done_runs(path: &Path) -> Result<Done, String> {
 pub fn convert(inputs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>), String> {
     let mut recs = Vec::new();
     for p in inputs {
-        let text =
-            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let text = crate::input::read_capped_text(p.as_ref(), crate::input::MAX_DATA_BYTES)
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
         recs.extend(measured::parse(&text).map_err(|e| format!("{}: {e}", p.display()))?);
     }
     let c = measured::to_dataset(&recs).map_err(|e| e.to_string())?;
@@ -925,7 +925,7 @@ pub fn convert(inputs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>), S
 
 pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
     let started = Instant::now();
-    let text = std::fs::read_to_string(&args.plan)
+    let text = crate::input::read_capped_text(args.plan.as_ref(), crate::input::MAX_DATA_BYTES)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", args.plan.display())))?;
     let dir = args
         .plan
