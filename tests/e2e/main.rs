@@ -11,6 +11,7 @@ mod k8s;
 mod ksched;
 mod mps;
 mod predictor;
+mod python;
 mod restart;
 mod security;
 mod simulate;
