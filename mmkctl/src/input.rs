@@ -154,10 +154,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_silent_fifo_is_given_up_on() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("fifo");
+    fn fifo(dir: &Path) -> std::path::PathBuf {
+        let p = dir.join("fifo");
         rustix::fs::mknodat(
             rustix::fs::CWD,
             &p,
@@ -166,6 +164,13 @@ mod tests {
             0,
         )
         .expect("mkfifo");
+        p
+    }
+
+    #[test]
+    fn a_silent_fifo_is_given_up_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = fifo(dir.path());
         let t = Instant::now();
         let err = read_capped_within(&p, 1000, Duration::from_millis(300)).expect_err("silent");
         assert!(matches!(err, InputError::Quiet { .. }), "{err}");
@@ -175,15 +180,7 @@ mod tests {
     #[test]
     fn a_fifo_is_read_to_its_end_and_a_long_one_stops_at_the_cap() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &p,
-            FileType::Fifo,
-            Mode::from_raw_mode(0o600),
-            0,
-        )
-        .expect("mkfifo");
+        let p = fifo(dir.path());
         let writer = {
             let p = p.clone();
             std::thread::spawn(move || {

@@ -165,21 +165,19 @@ async fn a_job_cannot_take_roots_files_through_its_log_dir() {
         3,
         "each run's output is in its log: {out}"
     );
-    let log = std::fs::metadata(log_dir.join("stdout.log")).expect("stat");
+    let owner_mode = |p: &std::path::Path| {
+        let m = std::fs::metadata(p).expect("stat");
+        (m.uid(), m.mode() & 0o777)
+    };
+    let dir = log_dir;
     assert_eq!(
-        (log.uid(), log.mode() & 0o777),
+        owner_mode(&dir.join("stdout.log")),
         (alice.uid, 0o600),
         "the owner's log"
     );
-    let dir = std::fs::metadata(log_dir).expect("stat");
+    assert_eq!(owner_mode(dir), (0, 0o711), "mmkd's log dir");
     assert_eq!(
-        (dir.uid(), dir.mode() & 0o777),
-        (0, 0o711),
-        "mmkd's log dir"
-    );
-    let work = std::fs::metadata(log_dir.join("work")).expect("stat");
-    assert_eq!(
-        (work.uid(), work.mode() & 0o777),
+        owner_mode(&dir.join("work")),
         (alice.uid, 0o700),
         "the job's own dir"
     );
