@@ -568,11 +568,13 @@ impl Gate {
             held_ns: h.total_held_ns.load(Ordering::Relaxed),
             forced: h.total_forced.load(Ordering::Relaxed),
         };
+        // Saturating: the segment is shared with every job process, which may write
+        // anything into it.
         for s in self.slots() {
-            t.launches += s.launches;
-            t.held += s.held;
-            t.held_ns += s.held_ns;
-            t.forced += s.forced;
+            t.launches = t.launches.saturating_add(s.launches);
+            t.held = t.held.saturating_add(s.held);
+            t.held_ns = t.held_ns.saturating_add(s.held_ns);
+            t.forced = t.forced.saturating_add(s.forced);
         }
         t
     }
@@ -708,12 +710,17 @@ impl Gate {
                 s.inflight_sm.load(Ordering::Acquire),
             );
             match Class::from_code(s.class.load(Ordering::Relaxed)) {
+                // Saturating, as every sum of what job processes write.
                 Some(Class::Online) => {
                     state.online_jobs += 1;
-                    state.online_kernels += kernels;
+                    state.online_kernels = state.online_kernels.saturating_add(kernels);
                     state.online_sm = state.online_sm.saturating_add(sm);
-                    state.online_compute += s.inflight_compute.load(Ordering::Acquire);
-                    state.online_memory += s.inflight_memory.load(Ordering::Acquire);
+                    state.online_compute = state
+                        .online_compute
+                        .saturating_add(s.inflight_compute.load(Ordering::Acquire));
+                    state.online_memory = state
+                        .online_memory
+                        .saturating_add(s.inflight_memory.load(Ordering::Acquire));
                     let until = s.gap_until_ns.load(Ordering::Acquire);
                     if kernels == 0 && until != 0 {
                         state.online_gap_until_ns =
@@ -721,7 +728,7 @@ impl Gate {
                     }
                 }
                 Some(Class::Offline) => {
-                    state.offline_kernels += kernels;
+                    state.offline_kernels = state.offline_kernels.saturating_add(kernels);
                     state.offline_sm = state.offline_sm.saturating_add(sm);
                     state.offline_expected_ns = state
                         .offline_expected_ns
@@ -980,7 +987,7 @@ impl Gate {
                     && s.class.load(Ordering::Acquire) == Class::Online.code()
             })
             .map(|s| s.inflight.load(Ordering::Acquire))
-            .sum();
+            .fold(0u32, u32::saturating_add);
         let counted = self.device_word().online();
         if counted > live {
             self.device_online_end(counted - live);

@@ -2,8 +2,8 @@
 //!
 //! A launch gate decides when a kernel starts; it cannot stop one that runs. A 1 ms GEMM
 //! of a training step that is already on the GPU when an online request arrives shares the
-//! SMs with that request until it ends (docs/kernel-sched.md, "The offline depth cap,
-//! measured"). The interposer therefore cuts an offline job's large cuBLAS GEMMs into
+//! SMs with that request until it ends (docs/kernel-sched.md, "Cutting long GEMMs").
+//! The interposer therefore cuts an offline job's large cuBLAS GEMMs into
 //! several smaller ones before they reach the driver; each piece is an ordinary launch,
 //! which the gate may hold while online work is in flight.
 //!

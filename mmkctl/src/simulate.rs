@@ -603,23 +603,19 @@ fn measured_truth() -> Result<(MeasuredTruth, HashMap<&'static str, JobProfile>)
 }
 
 /// The kernel scheduler's effect in the co-location rounds measured on the H200
-/// (docs/kernel-sched.md): the graph-replaying ResNet-50 service beside BERT training on
-/// plain MPS, `mmk` with a 1,500 us base and the offline depth cap of 8, in every call
-/// that ran that configuration.
+/// (docs/kernel-sched.md), shipped in data/kernel-sched/h200-2026-11-21: the
+/// graph-replaying ResNet-50 service beside BERT training on plain MPS, `mmk` with a
+/// 1,500 us base and the offline depth cap of 8, in every call that ran that configuration.
 fn measured_kernel_effect() -> Result<KernelEffect, String> {
     macro_rules! rounds {
-        ($($dir:literal),*) => {
-            [$(($dir, include_str!(concat!("../../docs/measurements/", $dir, "/rounds.json")))),*]
+        ($($run:literal),*) => {
+            [$((
+                concat!("h200-", $run),
+                include_str!(concat!("../../data/kernel-sched/h200-2026-11-21/", $run, ".rounds.json")),
+            )),*]
         };
     }
-    let files = rounds!(
-        "h200-depth-2",
-        "h200-depth-3",
-        "h200-depth-4",
-        "h200-ab-1",
-        "h200-ab-2",
-        "h200-slice-2"
-    );
+    let files = rounds!("depth-2", "depth-3", "depth-4", "ab-1", "ab-2", "slice-2");
     KernelEffect::from_rounds(&files, "ksfull-mmk-cprio-base1500-depth8")
         .map_err(|e| format!("the shipped H200 rounds: {e}"))
 }

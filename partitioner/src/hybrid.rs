@@ -13,7 +13,7 @@
 //!    (STP). A partition meets a job when its free memory holds the job and the MPS shares
 //!    of its jobs leave at least 10 % (DESIGN item 5). `MPSConfig` chooses the new job's
 //!    share. Two rules keep MPS-first from locking GPUs into one big shared instance
-//!    (found on the measured ground truth, docs/simulate.md):
+//!    (found on the measured ground truth, experiments/2026-11-21-vm-simulate/README.md):
 //!    - sharing must add throughput: a job joins running jobs only when the partition's
 //!      STP grows by at least `min_colocation_gain` (MMK: half) of the newcomer's own
 //!      predicted performance. When co-runners mostly slow each other down, the newcomer
@@ -278,7 +278,8 @@ impl Hybrid {
     /// minutes to hours, and it never stops a running job. At 0.05 (until 2026-11-21) MMK
     /// kept layouts that its own model said were worse, and jobs waited: on the measured
     /// ground truth its average JCT was 0.7-8.7 % longer at 20, 40 and 80 s between
-    /// arrivals in docs/simulate.md's sweep (seeds 1-3), and the same at 160 s.
+    /// arrivals in the simulation sweep (seeds 1-3; experiments/2026-11-21-vm-simulate/),
+    /// and the same at 160 s.
     pub fn mmk(model: Arc<dyn PerfModel>) -> Hybrid {
         Hybrid::new(
             "mmk",

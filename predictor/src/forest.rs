@@ -373,6 +373,10 @@ impl Predictor {
                 found: file.features.join(","),
             });
         }
+        check_trees(payload).map_err(|why| ModelError::Corrupt {
+            path: path.clone(),
+            why,
+        })?;
         Ok(Predictor {
             params: file.params,
             cv: file.cv,
@@ -403,6 +407,118 @@ impl Predictor {
         })?;
         Predictor::from_bytes(&bytes, &path.display().to_string())
     }
+}
+
+/// Checks the trees of a model file's payload before anything walks them: smartcore follows
+/// a tree's child indices and split features without bounds checks, so a file whose
+/// checksum matches but whose trees are malformed (made by hand, or by another build)
+/// would panic or loop for ever at the first prediction. Each split must name a feature of
+/// [`FEATURE_NAMES`] and two children after it in its tree.
+fn check_trees(payload: &[u8]) -> Result<(), String> {
+    let file: ShapeFile = postcard::from_bytes(payload).map_err(|e| e.to_string())?;
+    let forest = file.forest.forest_regressor.ok_or("it holds no forest")?;
+    let features = FEATURE_NAMES.len();
+    if forest.num_features != Some(features) {
+        return Err(format!(
+            "its forest has {:?} features, not {features}",
+            forest.num_features
+        ));
+    }
+    let trees = forest.trees.unwrap_or_default();
+    if trees.is_empty() {
+        return Err("its forest has no trees".into());
+    }
+    for (t, tree) in trees.iter().enumerate() {
+        let len = tree.nodes.len();
+        if len == 0 {
+            return Err(format!("tree {t} has no nodes"));
+        }
+        for (i, node) in tree.nodes.iter().enumerate() {
+            let child = |c: Option<usize>| c.is_some_and(|c| c > i && c < len);
+            let split = node.true_child.is_some();
+            if split && !(child(node.true_child) && child(node.false_child)) {
+                return Err(format!("tree {t}, node {i}: a child out of place"));
+            }
+            if (split || node.split_score.is_some()) && node.split_feature >= features {
+                return Err(format!(
+                    "tree {t}, node {i}: feature {} of {features}",
+                    node.split_feature
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A model file as smartcore 0.7 lays its forest out (`RandomForestRegressor`,
+/// `BaseForest`, `BaseTree`, `Node`), read only by [`check_trees`]. Should smartcore's
+/// layout change, valid files stop loading, which the tests see.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+#[allow(dead_code)]
+struct ShapeFile {
+    features: Vec<String>,
+    params: ForestParams,
+    cv: Vec<CvScore>,
+    rows: u64,
+    seed: u64,
+    forest: ShapeRegressor,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct ShapeRegressor {
+    forest_regressor: Option<ShapeForest>,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+#[allow(dead_code)]
+struct ShapeForest {
+    trees: Option<Vec<ShapeTree>>,
+    num_features: Option<usize>,
+    samples: Option<Vec<Vec<bool>>>,
+}
+
+/// `BaseTree`; its last fields are `PhantomData`, which take no bytes.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+#[allow(dead_code)]
+struct ShapeTree {
+    nodes: Vec<ShapeNode>,
+    parameters: Option<ShapeTreeParams>,
+    depth: u16,
+    root_mass: f64,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+#[allow(dead_code)]
+struct ShapeTreeParams {
+    max_depth: Option<u16>,
+    min_samples_leaf: usize,
+    min_samples_split: usize,
+    seed: Option<u64>,
+    splitter: ShapeSplitter,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+enum ShapeSplitter {
+    Random,
+    Best,
+}
+
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+#[allow(dead_code)]
+struct ShapeNode {
+    output: f64,
+    split_feature: usize,
+    split_value: Option<f64>,
+    split_score: Option<f64>,
+    true_child: Option<usize>,
+    false_child: Option<usize>,
 }
 
 fn fnv1a(b: &[u8]) -> u64 {
@@ -471,6 +587,50 @@ mod tests {
         let imp = c.importances().unwrap();
         assert_eq!(imp.len(), FEATURE_NAMES.len());
         assert!((imp.iter().map(|(_, v)| v).sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn malformed_trees_are_refused_before_a_prediction_walks_them() {
+        let p = Predictor::train(&groundtruth::generate(60, 2), &quick()).unwrap();
+        let good = p.to_bytes().unwrap();
+        let with = |f: &dyn Fn(&mut ShapeFile)| {
+            let mut shape: ShapeFile = postcard::from_bytes(&good[28..]).unwrap();
+            f(&mut shape);
+            let payload = postcard::to_allocvec(&shape).unwrap();
+            let mut out = good[..12].to_vec();
+            out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+            out.extend_from_slice(&fnv1a(&payload).to_le_bytes());
+            out.extend_from_slice(&payload);
+            Predictor::from_bytes(&out, "m.mmk")
+                .err()
+                .map(|e| e.to_string())
+        };
+        fn root(s: &mut ShapeFile) -> &mut ShapeNode {
+            let forest = s.forest.forest_regressor.as_mut().unwrap();
+            &mut forest.trees.as_mut().unwrap()[0].nodes[0]
+        }
+        assert_eq!(with(&|_| {}), None, "the same layout as smartcore's");
+        // smartcore would index its matrix out of bounds (found by predictor/tests/fuzz.rs).
+        assert_eq!(
+            with(&|s| root(s).split_feature = 640).as_deref(),
+            Some("m.mmk is corrupted: tree 0, node 0: feature 640 of 24")
+        );
+        // A prediction would go round for ever.
+        assert_eq!(
+            with(&|s| root(s).false_child = Some(0)).as_deref(),
+            Some("m.mmk is corrupted: tree 0, node 0: a child out of place")
+        );
+        assert_eq!(
+            with(&|s| root(s).true_child = Some(1 << 40)).as_deref(),
+            Some("m.mmk is corrupted: tree 0, node 0: a child out of place")
+        );
+        let no_trees = |s: &mut ShapeFile| {
+            s.forest.forest_regressor.as_mut().unwrap().trees = None;
+        };
+        assert_eq!(
+            with(&no_trees).as_deref(),
+            Some("m.mmk is corrupted: its forest has no trees")
+        );
     }
 
     #[test]

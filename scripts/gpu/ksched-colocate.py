@@ -1,4 +1,4 @@
-"""The co-location benchmark of issue 7 (docs/kernel-sched.md, "Co-location on an H200").
+"""The co-location benchmark of issue 7 (docs/kernel-sched.md, "Co-location").
 
 An online ResNet-50 service (Poisson arrivals) next to offline BERT training on one GPU,
 MIG off, under: the service alone (ideal), time-slicing (no MPS), plain MPS, MPS with

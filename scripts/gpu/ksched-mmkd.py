@@ -1,5 +1,5 @@
 """Issue 7's co-location benchmark with the jobs started by mmkd itself (docs/kernel-sched.md,
-"Through mmkd").
+"Co-location", through mmkd).
 
 The same two jobs as scripts/gpu/ksched-colocate.py (scripts/gpu/colocate.py: the
 graph-replaying ResNet-50 service at batch 4 with Poisson arrivals, BERT-base training),

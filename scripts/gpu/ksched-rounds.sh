@@ -3,7 +3,7 @@
 #   scripts/gpu/ksched-rounds.sh BIN_DIR [OUT_DIR] [ROUNDS] [SECONDS]
 #
 # One run of each configuration per round, rounds one after another and each round's order
-# rotated, so slow drift of the machine falls on every configuration alike (docs/kernel-sched.md, "Targets, in rounds").
+# rotated, so slow drift of the machine falls on every configuration alike (docs/kernel-sched.md, "Co-location").
 # The co-location benchmark (scripts/gpu/ksched-colocate.py), service on a stream of its own:
 #   ideal                      the service alone
 #   mps                        plain MPS, both jobs at 100 %

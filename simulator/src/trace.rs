@@ -34,6 +34,11 @@ pub struct Trace {
 
 pub const HEADER: &str = "arrival_s,workload,class,duration_s,gpu_memory_mib,checkpoint";
 
+/// The largest `arrival_s` and `duration_s` (about 31 years): beyond it the simulator's
+/// clock (seconds in an `f64`) no longer resolves a job's progress, and a run would never
+/// end.
+pub const MAX_SECONDS: f64 = 1e9;
+
 #[derive(Debug, Error)]
 pub enum TraceError {
     #[error("line {line}, column {column}: {message}")]
@@ -158,8 +163,16 @@ impl Trace {
                 cells[c]
                     .parse::<f64>()
                     .ok()
-                    .filter(|v| v.is_finite() && *v >= 0.0)
-                    .ok_or_else(|| bad(c, format!("{:?} is not a number >= 0", cells[c])))
+                    .filter(|v| (0.0..=MAX_SECONDS).contains(v))
+                    .ok_or_else(|| {
+                        bad(
+                            c,
+                            format!(
+                                "{:?} is not a number from 0 to {MAX_SECONDS:e} (about 31 years)",
+                                cells[c]
+                            ),
+                        )
+                    })
             };
             let arrival_s = num(0)?;
             let workload = workload::find(cells[1]).ok_or_else(|| {

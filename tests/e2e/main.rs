@@ -6,7 +6,6 @@ mod harness;
 mod admission;
 mod bad_input;
 mod cluster;
-mod fuzz;
 mod jobs;
 mod k8s;
 mod ksched;
