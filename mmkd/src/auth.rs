@@ -11,7 +11,7 @@ use std::collections::HashSet;
 
 use mmk_core::ServiceError;
 
-use crate::store::Owner;
+use crate::job::Owner;
 
 /// What a caller may do beyond its own jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,10 +24,10 @@ mod allocation;
 pub use allocation::AllocationApi;
 
 use crate::auth::{Access, Caller};
+use crate::job::JobRecord;
 use crate::ksched::GateView;
 use crate::mps::instance_key;
 use crate::node::{JobEvent, Node};
-use crate::store::JobRecord;
 use mmk_mps_control::DaemonInfo;
 
 pub(crate) fn status(e: ServiceError) -> Status {

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Uid};
 
-use crate::store::Owner;
+use crate::job::Owner;
 
 /// The most a job's logs take on disk when no setting says: 256 MiB, shared by stdout and
 /// stderr, each with its live file and its previous part.

@@ -23,7 +23,7 @@ use std::time::Duration;
 use mmk_kernel_sched::{Gate, GateConfig, PolicyKind, Profile, SlotStats, Totals};
 use tracing::{info, warn};
 
-use crate::store::Assignment;
+use crate::job::Assignment;
 use mmk_partitioner::GpuState;
 
 /// What a job needs to run under the kernel scheduler.

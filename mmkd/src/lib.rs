@@ -7,6 +7,7 @@ pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod grpc;
+pub mod job;
 pub mod joblog;
 pub mod k8s;
 pub mod ksched;

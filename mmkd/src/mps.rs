@@ -93,7 +93,7 @@ impl Mps {
     /// What is or recently was wrong with the MPS daemon of a job's partition (see
     /// `Supervisor::trouble`).
     /// (Off the runtime: a health check may hold the supervisor while it runs commands.)
-    pub async fn trouble(&self, a: &crate::store::Assignment) -> Option<String> {
+    pub async fn trouble(&self, a: &crate::job::Assignment) -> Option<String> {
         let sup = self.sup.clone()?;
         let key = partition_key(&a.slot, a.instance_id);
         tokio::task::spawn_blocking(move || sup.trouble(&key, TROUBLE_WINDOW))
@@ -129,7 +129,7 @@ pub fn instance_key(gpu: u32, instance_id: Option<u32>) -> String {
 }
 
 /// The MPS view of a job's partition.
-pub fn partition(gpus: &[GpuState], a: &crate::store::Assignment) -> Partition {
+pub fn partition(gpus: &[GpuState], a: &crate::job::Assignment) -> Partition {
     let memory_mib =
         gpus.iter()
             .find(|g| g.index == a.slot.gpu)

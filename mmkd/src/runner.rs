@@ -13,8 +13,8 @@ use mmk_core::{JobClass, workload};
 use mmk_mps_control::procs;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::job::{Assignment, Owner};
 use crate::joblog::{self, JobDir};
-use crate::store::{Assignment, Owner};
 
 /// How a job's run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -62,7 +62,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let (node, loop_handle) = Node::start(
         store.clone(),
         backend,
-        planner,
+        planner.into(),
         runner,
         mps,
         exits_rx,

@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use mmk_core::{JobClass, JobSpec, JobState};
+use mmk_core::{JobClass, JobSpec, JobState, ServiceError};
 use mmk_partitioner::{Instance, Placement, Slot};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 use thiserror::Error;
+
+use crate::job::{Assignment, Change, EventRecord, InstanceRecord, JobRecord, Owner, StepRecord};
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -69,105 +71,34 @@ impl StoreError {
     }
 }
 
-pub type Result<T> = std::result::Result<T, StoreError>;
-
-/// Where a job runs: the partition and the MPS share the planner gave it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Assignment {
-    pub slot: Slot,
-    pub gpu_uuid: String,
-    /// Driver's GPU instance ID; 0 for a whole GPU.
-    pub instance_id: u32,
-    /// What CUDA_VISIBLE_DEVICES names.
-    pub device_uuid: String,
-    /// MIG profile name, or "whole".
-    pub profile: String,
-    pub mps_share: u8,
-}
-
-/// A job as stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobRecord {
-    pub id: u64,
-    pub spec: JobSpec,
-    pub state: JobState,
-    pub reason: String,
-    pub submitted_at: i64,
-    pub started_at: Option<i64>,
-    pub finished_at: Option<i64>,
-    pub updated_at: i64,
-    pub assignment: Option<Assignment>,
-    pub exit_code: Option<i32>,
-    /// Runs started after the first: restarts after a failure or a daemon restart, and
-    /// moves. It tells the runs of a job apart.
-    pub restarts: u32,
-    /// How many of the restarts were moves (not counted against the restart policy).
-    pub moves: u32,
-    pub pid: Option<u32>,
-    /// Who submitted the job, when known.
-    pub owner: Option<Owner>,
-    /// Who cancelled the job or released its allocation.
-    pub ended_by: Option<u32>,
-}
-
-/// A user and group, from the submitting connection's peer credentials.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    pub uid: u32,
-    pub gid: u32,
-}
-
-impl JobRecord {
-    /// Restarts that count against the restart policy (moves do not).
-    pub fn failure_restarts(&self) -> u32 {
-        self.restarts.saturating_sub(self.moves)
+/// A store error as a client sees it: the one place where it is mapped, logging internals
+/// here (and only here) so that the client's message holds none.
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> ServiceError {
+        match e {
+            StoreError::NotFound(id) => ServiceError::NotFound {
+                what: "job",
+                id: id.to_string(),
+            },
+            StoreError::BadTransition { id, from, to } => ServiceError::FailedPrecondition(
+                format!("job {id} is {from}; it cannot become {to}"),
+            ),
+            full if full.is_full() => {
+                tracing::error!(error = %full, source = ?std::error::Error::source(&full), "node store: no space left");
+                ServiceError::ResourceExhausted(
+                    "the node's disk is full: nothing was stored; try again once space is freed"
+                        .into(),
+                )
+            }
+            other => {
+                tracing::error!(error = %other, source = ?std::error::Error::source(&other), "node store error");
+                ServiceError::Internal("the node store failed; see mmkd's log".into())
+            }
+        }
     }
 }
 
-/// What a transition changes besides the state and the reason.
-#[derive(Debug, Default, Clone)]
-pub struct Change {
-    pub assignment: Option<Assignment>,
-    pub exit_code: Option<i32>,
-    pub pid: Option<u32>,
-    /// Count one more restart (a requeue after failure or daemon restart).
-    pub restart: bool,
-    /// Count one more restart that is a move.
-    pub moved: bool,
-    /// Who ended the job (a cancel or a release): their uid.
-    pub ended_by: Option<u32>,
-}
-
-/// An event row: a state change of a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventRecord {
-    pub seq: u64,
-    pub job_id: u64,
-    pub state: JobState,
-    pub reason: String,
-    pub at: i64,
-}
-
-/// A MIG layout step as recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepRecord {
-    pub id: i64,
-    pub gpu_uuid: String,
-    pub gpu_index: u32,
-    /// `create` or `destroy`.
-    pub kind: String,
-    pub profile_id: u32,
-    pub start: u8,
-    pub instance_id: Option<u32>,
-}
-
-/// A recorded GPU instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceRecord {
-    pub gpu_uuid: String,
-    pub gpu_index: u32,
-    pub instance: Instance,
-}
+pub type Result<T> = std::result::Result<T, StoreError>;
 
 #[derive(Debug, Clone)]
 pub struct Store {

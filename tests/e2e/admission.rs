@@ -1,5 +1,6 @@
-//! Admission: a retried submit stores one job, and a submit whose caller went away is still
-//! announced and planned.
+//! Admission and cancel under callers that go away: a retried submit stores one job, a
+//! submit whose caller went away is still announced and planned, and a cancel whose caller
+//! went away still ends the job.
 
 use std::time::Duration;
 
@@ -44,6 +45,18 @@ async fn a_retry_with_the_same_request_id_returns_the_first_job() {
         .expect("list")
         .into_inner();
     assert_eq!(all.jobs.len(), 2, "{:?}", all.jobs);
+    // The same id with another job is a mistake of the caller, not a retry.
+    let mut changed = submit("req-42");
+    changed.spec.as_mut().expect("spec").gpu_memory_mib = 2048;
+    let err = c.jobs.submit_job(changed).await.expect_err("another spec");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message().starts_with(&format!(
+            "request_id: was first used for job {a} with a different spec"
+        )),
+        "{}",
+        err.message()
+    );
     let err = c
         .jobs
         .submit_job(submit(&"r".repeat(200)))
@@ -109,4 +122,79 @@ async fn a_submit_whose_caller_went_away_is_announced_and_planned() {
     .unwrap_or_else(|_| {
         panic!("stored {all:?}, announced {queued:?}, placed {placed:?}");
     });
+}
+
+#[tokio::test]
+async fn a_cancel_whose_caller_went_away_still_ends_the_job() {
+    // The job ignores SIGTERM, so the stop takes the whole grace period; the caller gives up
+    // long before.
+    // (The harness's grace period is 2 s.)
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    let id = c
+        .jobs
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(v1::JobSpec {
+                name: "stubborn".into(),
+                class: v1::JobClass::Offline as i32,
+                gpu_memory_mib: 1024,
+                task: Some(v1::job_spec::Task::Command(v1::CommandTask {
+                    args: ["sh", "-c", "trap '' TERM; sleep 600"]
+                        .map(String::from)
+                        .to_vec(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job
+        .expect("job")
+        .id;
+    tokio::time::timeout(PATIENCE, async {
+        while state(&mut c, id).await != v1::JobState::Running {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("running");
+    let mut quitter = d.clients().await;
+    let call = quitter.jobs.cancel_job(v1::CancelJobRequest {
+        id,
+        reason: "changed my mind".into(),
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), call)
+            .await
+            .is_err(),
+        "the stop takes the grace period"
+    );
+    drop(quitter);
+    tokio::time::timeout(PATIENCE, async {
+        while state(&mut c, id).await != v1::JobState::Cancelled {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the job ends CANCELLED although its canceller left");
+    let job = c
+        .jobs
+        .get_job(v1::GetJobRequest { id })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(job.reason, "cancelled: changed my mind");
+}
+
+async fn state(c: &mut mmkctl::client::Clients, id: u64) -> v1::JobState {
+    let job = c
+        .jobs
+        .get_job(v1::GetJobRequest { id })
+        .await
+        .expect("get")
+        .into_inner();
+    v1::JobState::try_from(job.state).expect("state")
 }

@@ -33,9 +33,10 @@ use mmk_partitioner::{JobDemand, Step};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use super::{Node, waiting_demand};
+use super::Node;
+use super::reconciler::waiting_demand;
+use crate::job::{Change, JobRecord, Owner};
 use crate::runner::{Launch, mmk_env};
-use crate::store::{Change, JobRecord, Owner};
 
 /// How often the watched processes and the leases are checked.
 const CHECK_EVERY: Duration = Duration::from_millis(200);
@@ -393,7 +394,7 @@ impl Node {
         exit_code: Option<i32>,
         by: Option<u32>,
     ) -> ServiceResult<Option<JobRecord>> {
-        let pass = self.inner.sched.lock().await;
+        let pass = self.inner.state.lock().await;
         self.end_locked(pass, id, state, reason, exit_code, by)
             .await
     }
@@ -405,7 +406,7 @@ impl Node {
         state: JobState,
         reason: &str,
     ) -> ServiceResult<Option<JobRecord>> {
-        let pass = self.inner.sched.lock().await;
+        let pass = self.inner.state.lock().await;
         let still = self
             .held()
             .get(&id)
@@ -508,7 +509,7 @@ impl Node {
     /// two dry runs of the planner, without and with it.
     pub async fn fit(&self, spec: &JobSpec) -> ServiceResult<Fit> {
         spec.validate()?;
-        let super::PlanningState {
+        let super::service::PlanningState {
             jobs,
             node,
             demands,
@@ -516,8 +517,8 @@ impl Node {
         } = self.planning_state().await?;
         let mut with = demands.clone();
         with.push(waiting_demand(id, spec));
-        let before = self.inner.planner.plan(&node, &demands);
-        let after = self.inner.planner.plan(&node, &with);
+        let before = self.plan(node.clone(), demands).await?;
+        let after = self.plan(node.clone(), with).await?;
         let placement = after.placements.iter().find(|p| p.job == id).copied();
         let largest = largest_partition_mib(&node);
         let exists = |slot: mmk_partitioner::Slot| {
@@ -594,7 +595,7 @@ impl Node {
     /// The node's capacity now: memory and jobs per GPU, and how many allocations of
     /// `unit_mib` of each class the planner would start next to the jobs the node has.
     pub async fn capacity(&self, unit_mib: u64) -> ServiceResult<Capacity> {
-        let super::PlanningState {
+        let super::service::PlanningState {
             jobs,
             node,
             demands,
@@ -604,14 +605,17 @@ impl Node {
         let most = u32::try_from(total_mib / unit_mib.max(1))
             .unwrap_or(u32::MAX)
             .min(MAX_UNITS);
-        let units = |class: mmk_core::JobClass| -> u32 {
+        // Two plans with up to MAX_UNITS extra jobs each: off the runtime, as every plan.
+        let planner = std::sync::Arc::clone(&self.inner.planner);
+        let planned = node.clone();
+        let units = move |class: mmk_core::JobClass| -> u32 {
             let mut with = demands.clone();
             let ids: Vec<u64> = (0..u64::from(most)).map(|i| first + i).collect();
             with.extend(
                 ids.iter()
                     .map(|&id| JobDemand::waiting(id, class, unit_mib)),
             );
-            let plan = self.inner.planner.plan(&node, &with);
+            let plan = planner.plan(&planned, &with);
             let placed = plan
                 .placements
                 .iter()
@@ -619,6 +623,14 @@ impl Node {
                 .count();
             u32::try_from(placed).unwrap_or(u32::MAX)
         };
+        let (online_units, offline_units) = tokio::task::spawn_blocking(move || {
+            (
+                units(mmk_core::JobClass::Online),
+                units(mmk_core::JobClass::Offline),
+            )
+        })
+        .await
+        .map_err(|e| ServiceError::Internal(format!("the planner failed: {e}")))?;
         let queued = jobs.iter().filter(|j| j.state == JobState::Queued).count();
         // As GetNode counts them: the jobs that hold their partition now.
         let active: Vec<JobRecord> = jobs
@@ -651,8 +663,8 @@ impl Node {
             .collect();
         Ok(Capacity {
             gpus,
-            online_units: units(mmk_core::JobClass::Online),
-            offline_units: units(mmk_core::JobClass::Offline),
+            online_units,
+            offline_units,
             unit_mib,
             queued_jobs: u32::try_from(queued).unwrap_or(u32::MAX),
         })

@@ -1,0 +1,187 @@
+//! The node: what mmkd does with jobs, by concern.
+//!
+//! - [`service`]: what callers ask for (admission, cancel, queries, dry runs); the gRPC
+//!   adapters call it and only convert.
+//! - [`reconciler`]: one task that makes the node follow the plan: it plans (off the async
+//!   runtime), records each MIG step as intent before it applies it, starts placed jobs
+//!   and records their exits.
+//! - [`recovery`]: at start, what a previous mmkd left (jobs that lost their process,
+//!   steps under way, instances the record lacks).
+//! - [`attached`]: allocations whose processes the caller runs (Slurm, Kubernetes).
+//!
+//! A job goes `mmkctl submit` -> `grpc.rs` -> [`Node::submit`] (stored QUEUED, announced)
+//! -> the reconciler's pass (planned, STARTING) -> [`crate::runner`] (RUNNING) -> its exit
+//! (SUCCEEDED, FAILED, requeued) in the reconciler.
+//!
+//! Two short locks order the writes. `state` is held around reading a job and writing its
+//! next state, so that a cancel and a launch decide on the same record; it is never held
+//! across a process stop, an MPS call, a GPU call or a planning run, so a cancel never
+//! waits for a pass. `emit` is held around "write a state change, then announce it", so
+//! that events go out in the order of their writes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mmk_core::{JobState, ServiceResult, now_ms};
+use mmk_partitioner::Planner;
+use tokio::sync::{Notify, broadcast, mpsc};
+use tokio::task::JoinHandle;
+use tracing::info;
+
+mod attached;
+mod reconciler;
+mod recovery;
+mod service;
+
+pub use attached::{AllocationView, Capacity, Fit, GpuCapacity, Mount, Verdict};
+pub use service::MAX_REQUEST_ID;
+
+use crate::backend::GpuBackend;
+use crate::job::{Change, JobRecord};
+use crate::mps::Mps;
+use crate::runner::{Exit, Runner};
+use crate::store::{Store, StoreError};
+
+/// A state change, as watchers see it.
+#[derive(Debug, Clone)]
+pub struct JobEvent {
+    pub seq: u64,
+    pub at: i64,
+    pub job: JobRecord,
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store,
+    backend: Arc<dyn GpuBackend>,
+    planner: Arc<dyn Planner>,
+    runner: Runner,
+    /// One MPS control daemon per partition in use.
+    mps: Mps,
+    events: broadcast::Sender<JobEvent>,
+    /// Held around reading a job and writing its next state (module docs); never across
+    /// a slow call.
+    state: tokio::sync::Mutex<()>,
+    /// Held only around "write a state change, then announce it", so that events go out
+    /// in the order of their writes without making admissions wait for a pass.
+    emit: tokio::sync::Mutex<()>,
+    kick: Notify,
+    /// Jobs being cancelled, with the reason to record when they stop and who cancelled.
+    cancelling: Mutex<HashMap<u64, (String, Option<u32>)>>,
+    /// Exits whose recording failed (the store refused), tried again before each pass.
+    pending_exits: Mutex<Vec<Exit>>,
+    /// The pause before a failed pass runs again; doubles up to RETRY_MAX, reset on success.
+    retry_delay: Mutex<Duration>,
+    /// Active attached allocations: their watched process, lease and environment.
+    attached: Mutex<HashMap<u64, attached::Held>>,
+}
+
+/// Pause before a failed scheduling pass runs again, doubling up to RETRY_MAX.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+impl Node {
+    /// Reconciles what a previous mmkd left (jobs that were running when it stopped),
+    /// then starts the scheduling loop. The loop ends when `shutdown` is notified.
+    pub async fn start(
+        store: Store,
+        backend: Arc<dyn GpuBackend>,
+        planner: Arc<dyn Planner>,
+        runner: Runner,
+        mps: Mps,
+        exits: mpsc::UnboundedReceiver<Exit>,
+        shutdown: Arc<Notify>,
+    ) -> Result<(Node, JoinHandle<()>), StoreError> {
+        let (events, _) = broadcast::channel(1024);
+        let node = Node {
+            inner: Arc::new(Inner {
+                store,
+                backend,
+                planner,
+                runner,
+                mps,
+                events,
+                state: tokio::sync::Mutex::new(()),
+                emit: tokio::sync::Mutex::new(()),
+                kick: Notify::new(),
+                cancelling: Mutex::default(),
+                pending_exits: Mutex::default(),
+                retry_delay: Mutex::new(RETRY_FIRST),
+                attached: Mutex::default(),
+            }),
+        };
+        node.recover().await?;
+        let looping = node.clone();
+        let handle = tokio::spawn(async move { looping.run(exits, shutdown).await });
+        node.inner.kick.notify_one();
+        Ok((node, handle))
+    }
+
+    pub fn backend_kind(&self) -> &'static str {
+        self.inner.backend.kind()
+    }
+
+    pub fn planner_name(&self) -> &'static str {
+        self.inner.planner.name()
+    }
+
+    pub fn runner(&self) -> &Runner {
+        &self.inner.runner
+    }
+
+    pub fn mps(&self) -> &Mps {
+        &self.inner.mps
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<JobEvent> {
+        self.inner.events.subscribe()
+    }
+
+    fn emit(&self, seq: u64, at: i64, job: JobRecord) {
+        // No receivers is fine: nobody watches.
+        let _ = self.inner.events.send(JobEvent { seq, at, job });
+    }
+
+    async fn transition(
+        &self,
+        id: u64,
+        to: JobState,
+        reason: &str,
+        change: Change,
+    ) -> ServiceResult<JobRecord> {
+        let _emit = self.inner.emit.lock().await;
+        let (job, ev) = self
+            .inner
+            .store
+            .transition(id, to, reason, change, now_ms())
+            .await?;
+        info!(job = id, state = %to, reason, "job state changed");
+        self.emit(ev.seq, ev.at, job.clone());
+        Ok(job)
+    }
+
+    /// The jobs being cancelled.
+    fn cancelling(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (String, Option<u32>)>> {
+        self.inner
+            .cancelling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tells the backend that the job no longer uses its instance.
+    fn release(&self, job: &JobRecord) {
+        if let Some(a) = &job.assignment
+            && a.slot.profile_id.is_some()
+        {
+            self.inner
+                .backend
+                .set_in_use(a.slot.gpu, a.instance_id, false);
+        }
+    }
+}

@@ -1,0 +1,653 @@
+//! The reconciler: one task that makes the node follow the plan. Each turn it records
+//! the exits that came in, then runs a pass: read the jobs and the GPUs, plan (off the
+//! runtime), apply the plan's MIG steps (each recorded as intent before it starts and
+//! when it ends), move checkpointable jobs, and start placed jobs through the runner.
+//! A pass runs after every admission, exit and cancellation, and again after a pause
+//! when one fails. Intent (the plan) and observed state (the backend's instances, the
+//! runner's processes) stay apart: a pass reads both, then changes one step at a time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mmk_core::spec::{RestartPolicy, Task};
+use mmk_core::{JobClass, JobSpec, JobState, ServiceError, ServiceResult, now_ms};
+use mmk_partitioner::{GpuState, JobDemand, JobProfile, NodeState, Plan, Slot, Step};
+use tokio::sync::{Notify, mpsc};
+use tracing::{info, instrument, warn};
+
+use super::{Node, RETRY_FIRST, RETRY_MAX};
+use crate::job::{Assignment, Change, InstanceRecord, JobRecord, StepRecord};
+use crate::ksched;
+use crate::mps;
+use crate::runner::{Exit, Launch, Outcome};
+use crate::store::StoreError;
+
+impl Node {
+    pub(super) async fn run(self, mut exits: mpsc::UnboundedReceiver<Exit>, shutdown: Arc<Notify>) {
+        let watcher = self
+            .inner
+            .mps
+            .enabled()
+            .then(|| tokio::spawn(self.clone().watch_mps()));
+        let allocations = tokio::spawn(self.clone().watch_allocations());
+        loop {
+            tokio::select! {
+                () = shutdown.notified() => break,
+                () = self.inner.kick.notified() => {}
+                exit = exits.recv() => match exit {
+                    Some(exit) => self.handle_exit(exit).await,
+                    None => break,
+                },
+            }
+            let pending: Vec<Exit> = std::mem::take(
+                &mut *self
+                    .inner
+                    .pending_exits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()),
+            );
+            for exit in pending {
+                self.handle_exit(exit).await;
+            }
+            self.schedule().await;
+        }
+        if let Some(w) = watcher {
+            w.abort();
+        }
+        allocations.abort();
+    }
+
+    /// Checks the MPS daemons now and then; what a check finds goes into the records of
+    /// the jobs that run in the partition.
+    async fn watch_mps(self) {
+        let mut tick = tokio::time::interval(self.inner.mps.check_interval());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for ev in self.inner.mps.check().await {
+                warn!(partition = %ev.partition.label, "{ev}");
+                if let Err(e) = self
+                    .note_partition(&ev.partition.key, &ev.to_string())
+                    .await
+                {
+                    warn!(error = %e, "cannot record an mps event on its jobs");
+                }
+            }
+        }
+    }
+
+    /// Records `what` on every job that runs in the partition `key`.
+    async fn note_partition(&self, key: &str, what: &str) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        for job in store
+            .list_jobs(&[JobState::Starting, JobState::Running], None)
+            .await?
+        {
+            let here = job
+                .assignment
+                .as_ref()
+                .is_some_and(|a| mps::partition_key(&a.slot, a.instance_id) == key);
+            if here {
+                let _emit = self.inner.emit.lock().await;
+                let (job, ev) = store.note(job.id, what, now_ms()).await?;
+                self.emit(ev.seq, ev.at, job);
+            }
+        }
+        Ok(())
+    }
+
+    #[instrument(skip(self), fields(job = exit.job))]
+    async fn handle_exit(&self, exit: Exit) {
+        // A job that fails next to an MPS fault says so: its client died with the server.
+        // Asked before the state lock is taken (an MPS health check may run commands).
+        let mut what = exit.outcome.describe();
+        if matches!(exit.outcome, Outcome::Exited(_) | Outcome::Signaled(_))
+            && !exit.outcome.success()
+            && let Ok(job) = self.inner.store.get_job(exit.job).await
+            && let Some(a) = &job.assignment
+            && let Some(trouble) = self.inner.mps.trouble(a).await
+        {
+            what = format!("{what}; {trouble}");
+        }
+        let _state = self.inner.state.lock().await;
+        let job = match self.inner.store.get_job(exit.job).await {
+            Ok(j) => j,
+            Err(e) => {
+                warn!(error = %e, "exit of a job the store cannot read");
+                return;
+            }
+        };
+        if !job.state.is_active() {
+            return;
+        }
+        if exit.run != job.restarts {
+            // A late exit of an earlier run (the job was restarted since).
+            return;
+        }
+        if !matches!(exit.outcome, Outcome::NotStarted(_)) {
+            // Only a run that started holds its instance.
+            self.release(&job);
+        }
+        // Left in place until the end is recorded: a retry must still record CANCELLED.
+        let cancelled = self.cancelling().get(&exit.job).cloned();
+        let change = Change {
+            exit_code: exit.outcome.exit_code(),
+            ended_by: cancelled.as_ref().and_then(|(_, by)| *by),
+            ..Change::default()
+        };
+        let result = if let Some((reason, _)) = cancelled {
+            self.transition(job.id, JobState::Cancelled, &reason, change)
+                .await
+        } else if let Outcome::NotStarted(why) = &exit.outcome {
+            // Starting again would fail the same way: no restart.
+            self.transition(job.id, JobState::Failed, why, change).await
+        } else if exit.outcome.success() {
+            self.transition(
+                job.id,
+                JobState::Succeeded,
+                &exit.outcome.describe(),
+                change,
+            )
+            .await
+        } else if job.spec.restart_policy == RestartPolicy::OnFailure
+            && job.failure_restarts() < job.spec.max_restarts
+        {
+            let reason = format!(
+                "requeued after it {} (restart {} of {})",
+                what,
+                job.failure_restarts() + 1,
+                job.spec.max_restarts
+            );
+            self.transition(
+                job.id,
+                JobState::Queued,
+                &reason,
+                Change {
+                    restart: true,
+                    ..change
+                },
+            )
+            .await
+        } else {
+            self.transition(job.id, JobState::Failed, &what, change)
+                .await
+        };
+        if result.is_ok() {
+            self.cancelling().remove(&job.id);
+            if matches!(job.spec.task, Task::Attached(_)) {
+                // An allocation that could not start: nothing to watch any more.
+                self.held().remove(&job.id);
+            }
+        }
+        if let Err(e) = result {
+            warn!(error = %e, "cannot record a job's end; trying again");
+            self.inner
+                .pending_exits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(exit);
+            self.retry_later();
+        }
+    }
+
+    /// Runs a pass again after a pause that doubles with each failure.
+    fn retry_later(&self) {
+        let delay = {
+            let mut d = self
+                .inner
+                .retry_delay
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let now = *d;
+            *d = (*d * 2).min(RETRY_MAX);
+            now
+        };
+        let node = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            node.inner.kick.notify_one();
+        });
+    }
+
+    /// One scheduling pass: plan, change the layout step by step, start placed jobs. A
+    /// pass that fails (the store or the GPU refused a step) runs again after a pause.
+    async fn schedule(&self) {
+        match self.pass().await {
+            Ok(()) => {
+                *self
+                    .inner
+                    .retry_delay
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = RETRY_FIRST
+            }
+            Err(e) => {
+                warn!(error = %e, "scheduling pass failed; affected jobs stay queued");
+                self.retry_later();
+            }
+        }
+    }
+
+    /// Reads the jobs and the GPUs, plans, applies the plan's steps, moves and starts jobs.
+    /// Holds no lock across its slow calls; each change of a job's state re-reads the job
+    /// under the state lock (a cancel may have come in since the read).
+    async fn pass(&self) -> ServiceResult<()> {
+        let store = &self.inner.store;
+        let jobs = store
+            .list_jobs(
+                &[JobState::Queued, JobState::Starting, JobState::Running],
+                None,
+            )
+            .await?;
+        // With nothing queued a pass can still restart a checkpointable job with a larger
+        // share, where a job that left made room (the planner's step 4).
+        if jobs.iter().all(|j| {
+            j.state != JobState::Queued && !(j.spec.checkpoint && j.spec.class == JobClass::Offline)
+        }) {
+            return Ok(());
+        }
+        let gpus = self.gpus().await?;
+        let demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
+        let node = NodeState { gpus };
+        let plan = self.plan(node.clone(), demands).await?;
+
+        // A step that fails leaves its partition missing; placements elsewhere go ahead.
+        let mut failed: Option<ServiceError> = None;
+        for step in &plan.steps {
+            if let Err(e) = self.apply(&node, step).await {
+                warn!(error = %e, ?step, "reconfiguration step failed");
+                failed.get_or_insert(e);
+            }
+        }
+        let gpus = if plan.steps.is_empty() {
+            node.gpus
+        } else {
+            self.gpus().await?
+        };
+
+        let mut by_id: HashMap<u64, JobRecord> = jobs.iter().map(|j| (j.id, j.clone())).collect();
+        // Moves: the job checkpoints on SIGTERM and stops, goes back to the queue with one
+        // more restart, and the launches below start it at its new place.
+        for id in &plan.moves {
+            let (Some(job), Some(to)) = (
+                by_id.get(id).filter(|j| j.state.is_active()),
+                plan.placements.iter().find(|p| p.job == *id),
+            ) else {
+                continue;
+            };
+            let cancelling = self
+                .inner
+                .cancelling
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(id);
+            // A run that already ended (its exit is on the way) or that is being
+            // cancelled is not moved; the next pass sees what became of it.
+            if cancelling || !self.inner.runner.is_running(*id) {
+                continue;
+            }
+            let from = job.assignment.as_ref().map_or(100, |a| a.mps_share);
+            if !self.inner.runner.stop(*id).await {
+                warn!(job = id, "a job to move did not stop; it stays where it is");
+                continue;
+            }
+            let _state = self.inner.state.lock().await;
+            if self.cancelling().contains_key(id) {
+                // Cancelled while it stopped: its exit records that.
+                continue;
+            }
+            self.release(job);
+            let reason = format!(
+                "moved: MPS share {from}% -> {}% (checkpoint and restart)",
+                to.mps_share
+            );
+            let change = Change {
+                moved: true,
+                ..Change::default()
+            };
+            let moved = self
+                .transition(*id, JobState::Queued, &reason, change)
+                .await?;
+            by_id.insert(*id, moved);
+        }
+        for p in &plan.placements {
+            let Some(job) = by_id.get(&p.job).filter(|j| j.state == JobState::Queued) else {
+                continue;
+            };
+            match assignment(&gpus, p.slot, p.mps_share) {
+                Some(a) => self.launch(job, a, &gpus).await?,
+                None => {
+                    let why = failed.as_ref().map_or_else(
+                        || "waiting: the planned partition does not exist".to_owned(),
+                        |e| format!("waiting: reconfiguration failed ({e})"),
+                    );
+                    store.set_reason(job.id, &why, now_ms()).await?;
+                }
+            }
+        }
+        // Why each queued job waits, written only where it changed, in one transaction:
+        // with thousands queued a write per job would hold the pass (and cancels) up.
+        let changed: Vec<(u64, String)> = plan
+            .queued
+            .iter()
+            .filter(|q| by_id.get(&q.job).is_none_or(|j| j.reason != q.reason))
+            .map(|q| (q.job, q.reason.clone()))
+            .collect();
+        store.set_reasons(&changed, now_ms()).await?;
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Runs the planner off the async runtime: with thousands of jobs a plan takes long
+    /// enough to hold up every request served on the runtime's threads.
+    pub(super) async fn plan(
+        &self,
+        node: NodeState,
+        demands: Vec<JobDemand>,
+    ) -> ServiceResult<Plan> {
+        let planner = Arc::clone(&self.inner.planner);
+        tokio::task::spawn_blocking(move || planner.plan(&node, &demands))
+            .await
+            .map_err(|e| {
+                warn!(error = %e, "the planner failed");
+                ServiceError::Internal("the planner failed; see mmkd's log".into())
+            })
+    }
+
+    /// Applies one layout step, recorded in the store before it starts and when it ends
+    /// (with the instance record in the same transaction), so that a crash in between is
+    /// found at the next start.
+    async fn apply(&self, node: &NodeState, step: &Step) -> ServiceResult<()> {
+        let (slot, kind, instance_id) = match step {
+            Step::Destroy { slot, instance } => (*slot, "destroy", Some(*instance)),
+            Step::Create { slot } => (*slot, "create", None),
+        };
+        let Some(profile_id) = slot.profile_id else {
+            return Ok(());
+        };
+        let record = StepRecord {
+            id: 0,
+            gpu_uuid: gpu_uuid(node, slot.gpu),
+            gpu_index: slot.gpu,
+            kind: kind.into(),
+            profile_id,
+            start: slot.start,
+            instance_id,
+        };
+        let id = self.inner.store.begin_step(&record, now_ms()).await?;
+        let result = self.apply_step(node, step, id).await;
+        if let Err(e) = &result {
+            let _ = self
+                .inner
+                .store
+                .fail_step(id, &e.to_string(), now_ms())
+                .await;
+        }
+        result
+    }
+
+    async fn apply_step(&self, node: &NodeState, step: &Step, step_id: i64) -> ServiceResult<()> {
+        let backend = Arc::clone(&self.inner.backend);
+        let store = &self.inner.store;
+        match step.clone() {
+            Step::Destroy { slot, instance } => {
+                let gpu_uuid = gpu_uuid(node, slot.gpu);
+                // A running MPS server holds the instance.
+                self.inner
+                    .mps
+                    .stop(mps::partition_key(&slot, instance))
+                    .await;
+                self.inner
+                    .runner
+                    .kernel_sched()
+                    .remove(&mps::partition_key(&slot, instance));
+                tokio::task::spawn_blocking(move || backend.destroy_instance(slot.gpu, instance))
+                    .await
+                    .map_err(|e| ServiceError::Internal(e.to_string()))?
+                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+                store
+                    .finish_destroy(step_id, &gpu_uuid, slot.start, now_ms())
+                    .await?;
+                info!(
+                    gpu = slot.gpu,
+                    instance,
+                    start = slot.start,
+                    "destroyed gpu instance"
+                );
+            }
+            Step::Create { slot } => {
+                let Some(profile) = slot.profile_id else {
+                    return Ok(());
+                };
+                let inst = tokio::task::spawn_blocking(move || {
+                    backend.create_instance(slot.gpu, profile, slot.start)
+                })
+                .await
+                .map_err(|e| ServiceError::Internal(e.to_string()))?
+                .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+                info!(
+                    gpu = slot.gpu,
+                    instance = inst.id,
+                    profile,
+                    start = slot.start,
+                    "created gpu instance"
+                );
+                store
+                    .finish_create(
+                        step_id,
+                        &InstanceRecord {
+                            gpu_uuid: gpu_uuid(node, slot.gpu),
+                            gpu_index: slot.gpu,
+                            instance: inst,
+                        },
+                        now_ms(),
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn launch(&self, job: &JobRecord, a: Assignment, gpus: &[GpuState]) -> ServiceResult<()> {
+        let placed = format!(
+            "placed on gpu {} {}@{}",
+            a.slot.gpu, a.profile, a.slot.start
+        );
+        {
+            // The pass read the job without the lock: a cancel may have ended it since.
+            let _state = self.inner.state.lock().await;
+            if self.get(job.id).await?.state != JobState::Queued {
+                return Ok(());
+            }
+            self.transition(
+                job.id,
+                JobState::Starting,
+                &placed,
+                Change {
+                    assignment: Some(a.clone()),
+                    ..Change::default()
+                },
+            )
+            .await?;
+        }
+        let mps_pipe = match self.inner.mps.ensure(mps::partition(gpus, &a)).await {
+            Ok(pipe) => pipe,
+            Err(why) => {
+                self.not_started(job, why);
+                return Ok(());
+            }
+        };
+        let key = mps::partition_key(&a.slot, a.instance_id);
+        // Making the gate is file I/O: off the runtime, like the MPS calls.
+        let k = self.inner.runner.kernel_sched().clone();
+        let sms = ksched::partition_sms(gpus, &a);
+        let (profile, policy) = match &job.spec.task {
+            Task::Command(c) => (c.kernel_profile.clone(), c.kernel_policy.clone()),
+            Task::Attached(a) => (None, a.kernel_policy.clone()),
+            Task::Workload(_) => (None, None),
+        };
+        let online = job.spec.class == JobClass::Online;
+        let prepared = tokio::task::spawn_blocking(move || {
+            let profile = profile.map(std::path::PathBuf::from);
+            let tuning = if online {
+                Some(ksched::OnlineTuning::from_spec(
+                    policy.as_deref(),
+                    profile.as_deref(),
+                )?)
+            } else {
+                None
+            };
+            k.prepare(&key, sms, profile.as_deref(), tuning)
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("kernel scheduler: {e}")));
+        let ksched = match prepared {
+            Ok(k) => k,
+            Err(why) => {
+                self.not_started(job, why);
+                return Ok(());
+            }
+        };
+        let launch = Launch {
+            mps_pipe,
+            ksched,
+            job: job.id,
+            name: job.spec.name.clone(),
+            class: job.spec.class,
+            task: job.spec.task.clone(),
+            assignment: a.clone(),
+            restarts: job.restarts,
+            owner: job.owner,
+            memory_mib: job.spec.gpu_memory_mib,
+        };
+        // The job may have been cancelled while its partition was made ready: decided
+        // under the state lock, as the cancel was.
+        let _state = self.inner.state.lock().await;
+        if matches!(job.spec.task, Task::Attached(_)) {
+            if self.get(job.id).await?.state != JobState::Starting {
+                return Ok(()); // ended meanwhile (its end released what it held)
+            }
+            return self.attach(job, &launch).await;
+        }
+        if self.cancelling().contains_key(&job.id) {
+            self.not_started(job, "cancelled before it started".into());
+            return Ok(());
+        }
+        match self.inner.runner.start(&launch) {
+            Ok(pid) => self.started(job, &a, pid, "running").await?,
+            Err(why) => self.not_started(job, why),
+        }
+        Ok(())
+    }
+
+    /// A placed job's run has begun: its instance is in use and it is RUNNING.
+    pub(super) async fn started(
+        &self,
+        job: &JobRecord,
+        a: &Assignment,
+        pid: Option<u32>,
+        reason: &str,
+    ) -> ServiceResult<()> {
+        if a.slot.profile_id.is_some() {
+            self.inner
+                .backend
+                .set_in_use(a.slot.gpu, a.instance_id, true);
+        }
+        let change = Change {
+            pid,
+            ..Change::default()
+        };
+        self.transition(job.id, JobState::Running, reason, change)
+            .await?;
+        Ok(())
+    }
+
+    /// A job that could not start: FAILED with the reason, recorded through the exit path
+    /// (next loop turn), so that a store failure here cannot leave the job STARTING with
+    /// nothing to end it.
+    fn not_started(&self, job: &JobRecord, why: String) {
+        self.inner
+            .pending_exits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Exit {
+                job: job.id,
+                run: job.restarts,
+                outcome: Outcome::NotStarted(why),
+            });
+        self.inner.kick.notify_one();
+    }
+}
+
+/// A job as the planner sees it: its place and share when it runs, its SLO, and the
+/// profile of its workload (an unknown profile for command jobs until they are profiled).
+pub(super) fn demand(j: &JobRecord) -> JobDemand {
+    let active = j.state.is_active();
+    let mut d = waiting_demand(j.id, &j.spec);
+    if let Some(a) = j.assignment.as_ref().filter(|_| active) {
+        d.placed = Some(a.slot);
+        d.mps_share = a.mps_share;
+    }
+    d
+}
+
+/// A job that waits, as the planner sees it.
+pub(super) fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
+    let workload = match &spec.task {
+        Task::Workload(w) => Some(w.name.as_str()),
+        Task::Command(c) => c.profile.as_deref(),
+        Task::Attached(a) => a.profile.as_deref(),
+    };
+    let profile = workload
+        .and_then(mmk_core::workload::find)
+        .map(|wl| JobProfile::of_workload(wl, spec.class));
+    JobDemand {
+        id,
+        class: spec.class,
+        memory_mib: spec.gpu_memory_mib,
+        priority: spec.priority,
+        placed: None,
+        mps_share: 100,
+        slo_ms: spec.slo_ms,
+        profile: profile.unwrap_or_else(|| JobProfile::unknown(spec.class)),
+        movable: spec.checkpoint && spec.class == JobClass::Offline,
+    }
+}
+
+fn gpu_uuid(node: &NodeState, gpu: u32) -> String {
+    node.gpus
+        .iter()
+        .find(|g| g.index == gpu)
+        .map(|g| g.uuid.clone())
+        .unwrap_or_default()
+}
+
+/// The assignment of a slot on the GPUs as they are now; `None` when it does not exist.
+fn assignment(gpus: &[GpuState], slot: Slot, mps_share: u8) -> Option<Assignment> {
+    let g = gpus.iter().find(|g| g.index == slot.gpu)?;
+    match slot.profile_id {
+        None => Some(Assignment {
+            slot,
+            gpu_uuid: g.uuid.clone(),
+            instance_id: 0,
+            device_uuid: g.uuid.clone(),
+            profile: "whole".into(),
+            mps_share,
+        }),
+        Some(pid) => {
+            let inst = g
+                .instances
+                .iter()
+                .find(|i| i.profile_id == pid && i.placement.start == slot.start)?;
+            Some(Assignment {
+                slot,
+                gpu_uuid: g.uuid.clone(),
+                instance_id: inst.id,
+                device_uuid: inst.uuid.clone(),
+                profile: g
+                    .model
+                    .profile(pid)
+                    .map_or_else(|| pid.to_string(), |p| p.name.clone()),
+                mps_share,
+            })
+        }
+    }
+}
