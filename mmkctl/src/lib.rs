@@ -24,6 +24,12 @@ pub use cli::Cli;
 
 /// The whole `mmkctl` program.
 pub fn main() -> ExitCode {
+    // Output into a pipe that closes early (`mmkctl jobs | head`) ends mmkctl quietly, as
+    // it ends other Unix tools, instead of a panic on the failed write.
+    // SAFETY: restoring the default action of SIGPIPE, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -696,3 +696,46 @@ async fn logs_print_and_follow_a_jobs_output() {
     let out = d.ctl(&["jobs", "logs", "999"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[tokio::test]
+async fn output_into_a_pipe_closed_early_ends_mmkctl_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    for i in 0..300 {
+        c.jobs
+            .submit_job(v1::SubmitJobRequest {
+                spec: Some(v1::JobSpec {
+                    name: format!("many-{i}"),
+                    class: v1::JobClass::Offline as i32,
+                    gpu_memory_mib: 70_000,
+                    task: Some(v1::job_spec::Task::Workload(v1::WorkloadTask {
+                        name: "bert-train".into(),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("submit");
+    }
+    // `mmkctl jobs --output json | head -1`: the reader goes away after the first line,
+    // with more left than a pipe holds (300 jobs in JSON are over 64 KiB).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["jobs", "--output", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mmkctl");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("a line");
+    assert!(first.starts_with('['), "{first}");
+    let out = child.wait_with_output().expect("mmkctl ends");
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}
