@@ -492,7 +492,7 @@ pub async fn allocate(target: &Target, fmt: Format, args: AllocateArgs) -> Resul
             )));
         }
         for (k, v) in export_env(&a.env) {
-            println!("export {k}={v}");
+            outln!("export {k}={v}");
         }
         return Ok(());
     }
@@ -521,9 +521,9 @@ fn show_allocation(fmt: Format, a: &v1::Allocation) {
         return;
     }
     let j = &out.job;
-    println!("allocation {} ({}): {} {}", j.id, j.name, j.state, j.reason);
+    outln!("allocation {} ({}): {} {}", j.id, j.name, j.state, j.reason);
     if let Some(p) = &j.assignment {
-        println!(
+        outln!(
             "  gpu {} {}@{}, MPS {}%, {}",
             p.gpu,
             p.profile,
@@ -533,13 +533,13 @@ fn show_allocation(fmt: Format, a: &v1::Allocation) {
         );
     }
     if let Some(t) = &out.lease_expires_at {
-        println!("  lease until {t}");
+        outln!("  lease until {t}");
     }
     for (k, v) in &out.env {
-        println!("  {k}={v}");
+        outln!("  {k}={v}");
     }
     for m in &out.mounts {
-        println!(
+        outln!(
             "  mount {}{}",
             m.host_path,
             if m.read_only { " (read-only)" } else { "" }
@@ -660,7 +660,7 @@ pub async fn fit(target: &Target, fmt: Format, args: FitArgs) -> Result<u8, Fail
     }
     let name = &spec.name;
     match (&out.gpu, &out.profile) {
-        (Some(gpu), Some(profile)) => println!(
+        (Some(gpu), Some(profile)) => outln!(
             "{name}: fits {}: gpu {gpu} {profile}@{}, MPS {}%{}",
             word.replace('-', " "),
             out.start_slice.unwrap_or(0),
@@ -671,28 +671,30 @@ pub async fn fit(target: &Target, fmt: Format, args: FitArgs) -> Result<u8, Fail
                 String::new()
             }
         ),
-        _ => println!("{name}: {word}: {}", out.reason),
+        _ => outln!("{name}: {word}: {}", out.reason),
     }
     if let Some(p) = out.predicted_perf {
-        println!("  predicted performance {p:.2} (1 = alone on a whole GPU)");
+        outln!("  predicted performance {p:.2} (1 = alone on a whole GPU)");
     }
     if let (Some(b), Some(a)) = (out.stp_before, out.stp_after) {
-        println!("  system throughput {b:.2} -> {a:.2}");
+        outln!("  system throughput {b:.2} -> {a:.2}");
     }
     if let Some(cost) = out.cost {
-        println!("  cost to the jobs already here: {cost:.3}");
+        outln!("  cost to the jobs already here: {cost:.3}");
     }
     for c in &out.costs {
-        println!(
+        outln!(
             "    job {}: {:.2} -> {:.2}",
-            c.job, c.perf_before, c.perf_after
+            c.job,
+            c.perf_before,
+            c.perf_after
         );
     }
     if !out.moves.is_empty() {
         let ids: Vec<String> = out.moves.iter().map(u64::to_string).collect();
-        println!("  moves jobs {}", ids.join(", "));
+        outln!("  moves jobs {}", ids.join(", "));
     }
-    println!("(a dry run: nothing changed)");
+    outln!("(a dry run: nothing changed)");
     Ok(code)
 }
 
@@ -741,12 +743,12 @@ fn show_capacity(fmt: Format, c: &v1::Capacity) {
     if fmt == Format::Json {
         // One line per reading, so that a script can read the stream line by line.
         match serde_json::to_string(&out) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => eprintln!("mmkctl: cannot encode JSON: {e}"),
         }
         return;
     }
-    println!(
+    outln!(
         "{}: room for {} online and {} offline allocations of {}; {} jobs waiting",
         out.at.as_deref().unwrap_or("-"),
         out.online_units,
@@ -755,7 +757,7 @@ fn show_capacity(fmt: Format, c: &v1::Capacity) {
         out.queued_jobs
     );
     for g in &out.gpus {
-        println!(
+        outln!(
             "  gpu {}: {} of {} free, {} free slices, {} online and {} offline jobs",
             g.gpu,
             format_mib(g.free_memory_mib),

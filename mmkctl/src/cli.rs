@@ -470,7 +470,7 @@ async fn watch(
 /// has ended and everything it wrote is out. mmkctl runs on the node, so it reads the file
 /// where mmkd keeps it.
 async fn logs(target: &Target, id: u64, stderr: bool, follow: bool) -> Result<(), Failure> {
-    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::io::{Read, Seek, SeekFrom};
 
     let mut c = connect(target).await?;
     let job = c.jobs.get_job(v1::GetJobRequest { id }).await?.into_inner();
@@ -482,7 +482,6 @@ async fn logs(target: &Target, id: u64, stderr: bool, follow: bool) -> Result<()
     let path =
         std::path::Path::new(&job.log_dir).join(if stderr { "stderr.log" } else { "stdout.log" });
     let mut pos = 0u64;
-    let mut out = std::io::stdout();
     loop {
         // Read what is new; the file appears when the job starts.
         if let Ok(mut f) = std::fs::File::open(&path) {
@@ -496,9 +495,7 @@ async fn logs(target: &Target, id: u64, stderr: bool, follow: bool) -> Result<()
             f.read_to_end(&mut buf)
                 .map_err(|e| Failure::server(format!("cannot read {}: {e}", path.display())))?;
             pos += buf.len() as u64;
-            out.write_all(&buf)
-                .and_then(|()| out.flush())
-                .map_err(|e| Failure::server(format!("cannot write: {e}")))?;
+            crate::stdout::bytes(&buf);
         } else if !follow {
             return Err(Failure::server(format!(
                 "job {id} has no log yet ({} does not exist)",

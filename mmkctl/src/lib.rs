@@ -2,7 +2,20 @@
 //! command is a gRPC call and a rendering of its answer (docs/mmkctl.md).
 //!
 //! Exit codes: 0 ok; 1 not found; 2 usage, input or server error. `run` exits with its
-//! command's code; `fit` with 3 (would wait) or 4 (never fits).
+//! command's code; `fit` with 3 (would wait) or 4 (never fits). Output into a pipe that
+//! closed early (`mmkctl jobs | head`) ends mmkctl quietly with 141, as a shell reports a
+//! tool that SIGPIPE ended.
+
+/// `print!` for mmkctl's output: see [`stdout::write`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::stdout::write(format_args!($($arg)*), false) };
+}
+
+/// `println!` for mmkctl's output: see [`stdout::write`].
+macro_rules! outln {
+    () => { $crate::stdout::write(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::stdout::write(format_args!($($arg)*), true) };
+}
 
 mod attach;
 mod cli;
@@ -15,6 +28,7 @@ mod picture;
 mod predictor;
 mod profile;
 mod simulate;
+mod stdout;
 
 use std::process::ExitCode;
 
@@ -24,12 +38,6 @@ pub use cli::Cli;
 
 /// The whole `mmkctl` program.
 pub fn main() -> ExitCode {
-    // Output into a pipe that closes early (`mmkctl jobs | head`) ends mmkctl quietly, as
-    // it ends other Unix tools, instead of a panic on the failed write.
-    // SAFETY: restoring the default action of SIGPIPE, before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -148,7 +148,7 @@ pub fn job_out(j: &v1::Job) -> JobOut {
 
 pub(crate) fn print_json<T: Serialize>(v: &T) {
     match serde_json::to_string_pretty(v) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => outln!("{s}"),
         Err(e) => eprintln!("mmkctl: cannot encode JSON: {e}"),
     }
 }
@@ -177,7 +177,7 @@ pub fn job_line(fmt: Format, verb: &str, j: &v1::Job) {
         Format::Json => print_json(&job_out(j)),
         Format::Table => {
             let name = j.spec.as_ref().map_or("", |s| s.name.as_str());
-            println!(
+            outln!(
                 "{verb} job {} ({name}): {} {}",
                 j.id,
                 state_name(j.state),
@@ -194,13 +194,18 @@ pub fn job_table(fmt: Format, jobs: &[v1::Job]) {
     }
     // 80 columns: 4+16+7+9+6+15 and six spaces leave 17 for the reason; `jobs get` shows
     // all of it.
-    println!(
+    outln!(
         "{:<4} {:<16} {:<7} {:<9} {:>6} {:<15} REASON",
-        "ID", "NAME", "CLASS", "STATE", "MEMORY", "PARTITION"
+        "ID",
+        "NAME",
+        "CLASS",
+        "STATE",
+        "MEMORY",
+        "PARTITION"
     );
     for j in jobs {
         let o = job_out(j);
-        println!(
+        outln!(
             "{:<4} {:<16} {:<7} {:<9} {:>6} {:<15} {}",
             o.id,
             clip(&o.name, 16),
@@ -223,7 +228,7 @@ pub fn job_detail(fmt: Format, j: &v1::Job) {
         print_json(&o);
         return;
     }
-    let row = |k: &str, v: &str| println!("{k:<13} {v}");
+    let row = |k: &str, v: &str| outln!("{k:<13} {v}");
     row("id:", &o.id.to_string());
     row("name:", &o.name);
     row("class:", &o.class);
@@ -326,10 +331,10 @@ pub fn event(fmt: Format, ev: &v1::JobEvent) {
                 job: o,
             };
             if let Ok(s) = serde_json::to_string(&e) {
-                println!("{s}");
+                outln!("{s}");
             }
         }
-        Format::Table => println!(
+        Format::Table => outln!(
             "{}  job {} {:<18} {:<9} {}",
             time(ev.at.as_ref()).unwrap_or_default(),
             o.id,
@@ -496,9 +501,9 @@ pub fn partitions(fmt: Format, r: &v1::ListPartitionsResponse) {
         Format::Table => {
             for (i, g) in out.iter().enumerate() {
                 if i > 0 {
-                    println!();
+                    outln!();
                 }
-                print!("{}", picture::gpu(g));
+                out!("{}", picture::gpu(g));
             }
         }
     }
@@ -583,13 +588,16 @@ pub fn gpus(fmt: Format, n: &v1::Node) {
         print_json(&out);
         return;
     }
-    println!(
+    outln!(
         "node {} (backend {}, planner {}, mmk {})",
-        out.hostname, out.backend, out.planner, out.version
+        out.hostname,
+        out.backend,
+        out.planner,
+        out.version
     );
     for g in &out.gpus {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "GPU {}  {}  {}  {} SMs  {}  MIG {}",
             g.index,
             g.model,
@@ -598,15 +606,20 @@ pub fn gpus(fmt: Format, n: &v1::Node) {
             g.uuid,
             if g.mig_enabled { "on" } else { "off" }
         );
-        println!(
+        outln!(
             "  free: {} of memory, {} of {} memory slices unpartitioned",
             format_mib(g.free_memory_mib),
             g.free_memory_slices,
             g.memory_slices
         );
-        println!(
+        outln!(
             "  {:<4} {:<12} {:>7} {:>5} {:>4}  {:<15} FREE NOW",
-            "ID", "PROFILE", "MEMORY", "SMS", "MAX", "STARTS"
+            "ID",
+            "PROFILE",
+            "MEMORY",
+            "SMS",
+            "MAX",
+            "STARTS"
         );
         for p in &g.profiles {
             let list = |v: &[u32]| {
@@ -616,7 +629,7 @@ pub fn gpus(fmt: Format, n: &v1::Node) {
                     v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
                 }
             };
-            println!(
+            outln!(
                 "  {:<4} {:<12} {:>7} {:>5} {:>4}  {:<15} {}",
                 p.id,
                 p.name,
@@ -706,37 +719,46 @@ pub fn plan(fmt: Format, files: &[std::path::PathBuf], r: &v1::PlanJobsResponse)
         return;
     }
     match out.stp {
-        Some(stp) => println!(
+        Some(stp) => outln!(
             "planner {}, predicted system throughput {stp:.2}",
             out.planner
         ),
-        None => println!("planner {}", out.planner),
+        None => outln!("planner {}", out.planner),
     }
     if out.steps.is_empty() {
-        println!("layout: unchanged");
+        outln!("layout: unchanged");
     } else {
-        println!("layout changes:");
+        outln!("layout changes:");
         for s in &out.steps {
             match s.instance_id {
-                Some(id) => println!(
+                Some(id) => outln!(
                     "  destroy {} (instance {id}) on gpu {} at slice {}",
-                    s.profile, s.gpu, s.start_slice
+                    s.profile,
+                    s.gpu,
+                    s.start_slice
                 ),
-                None => println!(
+                None => outln!(
                     "  create {} on gpu {} at slice {}",
-                    s.profile, s.gpu, s.start_slice
+                    s.profile,
+                    s.gpu,
+                    s.start_slice
                 ),
             }
         }
     }
-    println!("jobs:");
+    outln!("jobs:");
     for j in &out.jobs {
         match &j.placement {
-            Some(p) => println!(
+            Some(p) => outln!(
                 "  {} ({}): gpu {} {}@{}, MPS {}%",
-                j.file, j.name, p.gpu, p.profile, p.start_slice, p.mps_share
+                j.file,
+                j.name,
+                p.gpu,
+                p.profile,
+                p.start_slice,
+                p.mps_share
             ),
-            None => println!(
+            None => outln!(
                 "  {} ({}): would wait: {}",
                 j.file,
                 j.name,
@@ -744,5 +766,5 @@ pub fn plan(fmt: Format, files: &[std::path::PathBuf], r: &v1::PlanJobsResponse)
             ),
         }
     }
-    println!("(a dry run: nothing changed)");
+    outln!("(a dry run: nothing changed)");
 }

@@ -66,7 +66,7 @@ fn load_model(path: &Path) -> Result<Predictor, Failure> {
 
 fn json(v: &impl Serialize) {
     match serde_json::to_string_pretty(v) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => outln!("{s}"),
         Err(e) => eprintln!("mmkctl: cannot write JSON: {e}"),
     }
 }
@@ -103,9 +103,9 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
                 Format::Json => json(&i),
                 Format::Table => {
                     for s in &skipped {
-                        println!("no row: {s}");
+                        outln!("no row: {s}");
                     }
-                    println!(
+                    outln!(
                         "wrote {rows} rows to {} ({} runs gave none)",
                         i.out,
                         skipped.len()
@@ -161,13 +161,16 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
             match fmt {
                 Format::Json => json(&t),
                 Format::Table => {
-                    println!("CANDIDATE (cross-validated)                                REL ERR");
+                    outln!("CANDIDATE (cross-validated)                                REL ERR");
                     for c in &t.cross_validation {
-                        println!("{:<58} {:>6.2} %", c.params, c.cv_rel_error_pct);
+                        outln!("{:<58} {:>6.2} %", c.params, c.cv_rel_error_pct);
                     }
-                    println!(
+                    outln!(
                         "wrote {} ({} rows, {:.1} s): {}",
-                        t.model, t.rows, t.seconds, t.chosen
+                        t.model,
+                        t.rows,
+                        t.seconds,
+                        t.chosen
                     );
                 }
             }
@@ -214,11 +217,11 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
             match fmt {
                 Format::Json => json(&e),
                 Format::Table => {
-                    println!("{} (trained on {} rows, seed {})", e.chosen, e.rows, e.seed);
-                    println!("FEATURE               IMPORTANCE");
+                    outln!("{} (trained on {} rows, seed {})", e.chosen, e.rows, e.seed);
+                    outln!("FEATURE               IMPORTANCE");
                     for (name, v) in &e.importances {
                         let bar = "#".repeat((v * 50.0).round() as usize);
-                        println!("{name:<21} {v:>6.3}  {bar}");
+                        outln!("{name:<21} {v:>6.3}  {bar}");
                     }
                 }
             }
@@ -228,7 +231,7 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
 }
 
 fn print_eval(model: &Path, own: &eval::Errors, table: &[ModelScore]) {
-    println!(
+    outln!(
         "{} on all {} rows: absolute error {:.4}, relative error {:.2} %",
         model.display(),
         own.rows,
@@ -236,22 +239,24 @@ fn print_eval(model: &Path, own: &eval::Errors, table: &[ModelScore]) {
         own.rel_error_pct
     );
     let held = table.first().map_or(0, |s| s.overall.rows);
-    println!();
-    println!("held out: {held} rows (20 %), each model trained on the other 80 %");
-    println!("MODEL                          ABS ERR   REL ERR");
+    outln!();
+    outln!("held out: {held} rows (20 %), each model trained on the other 80 %");
+    outln!("MODEL                          ABS ERR   REL ERR");
     for s in table {
-        println!(
+        outln!(
             "{:<30} {:>7.4} {:>8.2} %",
-            s.model, s.overall.abs_error, s.overall.rel_error_pct
+            s.model,
+            s.overall.abs_error,
+            s.overall.rel_error_pct
         );
     }
-    println!();
-    println!("relative error per workload (held-out rows)");
+    outln!();
+    outln!("relative error per workload (held-out rows)");
     let mut header = format!("{:<28}", "WORKLOAD");
     for s in table {
         header.push_str(&format!(" {:>8}", short(&s.model)));
     }
-    println!("{header}");
+    outln!("{header}");
     if let Some(first) = table.first() {
         for (w, e) in &first.per_workload {
             let mut line = format!("{:<28}", format!("{w} ({})", e.rows));
@@ -259,11 +264,11 @@ fn print_eval(model: &Path, own: &eval::Errors, table: &[ModelScore]) {
                 let v = s.per_workload.get(w).map_or(f64::NAN, |e| e.rel_error_pct);
                 line.push_str(&format!(" {:>6.2} %", v));
             }
-            println!("{line}");
+            outln!("{line}");
         }
     }
-    println!();
-    println!(
+    outln!();
+    outln!(
         "absolute error: mean |predicted - measured| normalized performance; relative: the same over measured, in percent"
     );
 }

@@ -527,7 +527,7 @@ fn sweep_rows(intervals: &[f64], policies: &[String], runs: &[SweepRun]) -> Vec<
 
 fn print_sweep(r: &SweepReport) {
     let seeds: Vec<String> = r.seeds.iter().map(u64::to_string).collect();
-    println!(
+    outln!(
         "{} jobs a run, {} x {}, seeds {}; planners' model: {}, ground truth: {}",
         r.jobs_per_run,
         r.setup.gpus,
@@ -536,11 +536,11 @@ fn print_sweep(r: &SweepReport) {
         r.setup.model,
         r.setup.ground_truth
     );
-    println!("{}", kernel_line(&r.setup));
-    println!(
+    outln!("{}", kernel_line(&r.setup));
+    outln!(
         "relative to MIGER but SLO MISS (a share of online time) and MIXED (a share of job time): the mean over the seeds (lowest..highest)"
     );
-    println!(
+    outln!(
         "{:>9} {:<9} {:>9} {:>24} {:>24} {:>24} {:>22} {:>22}",
         "INTERVAL",
         "POLICY",
@@ -564,7 +564,7 @@ fn print_sweep(r: &SweepReport) {
         )
     };
     for row in &r.rows {
-        println!(
+        outln!(
             "{:>8}s {:<9} {:>8.0}s {:>24} {:>24} {:>24} {:>22} {:>22}",
             row.interval_s,
             row.policy,
@@ -637,12 +637,16 @@ fn pct(v: Option<f64>) -> String {
 }
 
 fn print_table(r: &Report) {
-    println!(
+    outln!(
         "{} jobs, {} x {}, planners' model: {}, ground truth: {}",
-        r.jobs, r.setup.gpus, r.setup.gpu_model, r.setup.model, r.setup.ground_truth
+        r.jobs,
+        r.setup.gpus,
+        r.setup.gpu_model,
+        r.setup.model,
+        r.setup.ground_truth
     );
-    println!("{}", kernel_line(&r.setup));
-    println!(
+    outln!("{}", kernel_line(&r.setup));
+    outln!(
         "{:<9} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>8} {:>6} {:>6} {:>5}",
         "POLICY",
         "AVG JCT",
@@ -661,7 +665,7 @@ fn print_table(r: &Report) {
     );
     for p in &r.policies {
         let s = &p.summary;
-        println!(
+        outln!(
             "{:<9} {:>7.0}s {:>7} {:>7} {:>7.0}s {:>7.0}s {:>8.0}s {:>7} {:>5.2} {:>7} {:>8} {:>5.1}% {:>6} {:>5}",
             s.policy,
             s.avg_jct_s,

@@ -46,22 +46,58 @@ pub struct OnlineTuning {
 impl OnlineTuning {
     /// Read what an online job's spec asks for: its policy, and its kernel profile's
     /// DUR_THRESHOLD. An unreadable or bad profile is an error that names the file.
-    pub fn from_spec(policy: Option<&str>, profile: Option<&Path>) -> Result<OnlineTuning, String> {
+    pub fn from_spec(
+        policy: Option<&str>,
+        profile: Option<&Path>,
+    ) -> Result<OnlineTuning, KschedError> {
         let policy = policy
             .map(|p| p.parse::<PolicyKind>())
             .transpose()
-            .map_err(|e| format!("command.kernel_policy: {e}"))?;
+            .map_err(KschedError::Policy)?;
         let base = match profile {
             Some(path) => {
-                let text = read_bounded(path)
-                    .map_err(|e| format!("kernel profile {}: {e}", path.display()))?;
-                let p = Profile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                let text = read_bounded(path).map_err(|source| KschedError::ReadProfile {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let p = Profile::parse(&text).map_err(|source| KschedError::BadProfile {
+                    path: path.to_owned(),
+                    source,
+                })?;
                 p.dur_threshold_ns().map(Duration::from_nanos)
             }
             None => None,
         };
         Ok(OnlineTuning { policy, base })
     }
+}
+
+/// Why a job's gate could not be made; the job's reason says so with every cause (a full
+/// disk says "No space left on device").
+#[derive(Debug, thiserror::Error)]
+pub enum KschedError {
+    #[error("command.kernel_policy: {0}")]
+    Policy(String),
+    #[error("kernel profile {path}")]
+    ReadProfile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("kernel profile {path}")]
+    BadProfile {
+        path: PathBuf,
+        #[source]
+        source: mmk_kernel_sched::profile::ProfileError,
+    },
+    #[error("kernel scheduler: cannot create {path}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("kernel scheduler")]
+    Gate(#[source] mmk_kernel_sched::gate::GateError),
 }
 
 #[derive(Debug, Clone)]
@@ -168,12 +204,14 @@ impl KernelSched {
         sm_count: u32,
         profile: Option<&Path>,
         online: Option<OnlineTuning>,
-    ) -> Result<Option<JobKsched>, String> {
+    ) -> Result<Option<JobKsched>, KschedError> {
         let Some(interposer) = &self.interposer else {
             return Ok(None);
         };
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+        std::fs::create_dir_all(&self.dir).map_err(|source| KschedError::Dir {
+            path: self.dir.clone(),
+            source,
+        })?;
         let path = self.gate_path(key);
         let tuning = {
             let mut tuned = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
@@ -192,16 +230,7 @@ impl KernelSched {
             config.device_wait = true;
             config.device_wait_grain_us = u32::try_from(grain.as_micros()).unwrap_or(u32::MAX);
         }
-        Gate::create(&path, &config).map_err(|e| {
-            // The cause too: a full disk says "No space left on device".
-            let mut text = format!("kernel scheduler: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                text.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            text
-        })?;
+        Gate::create(&path, &config).map_err(KschedError::Gate)?;
         Ok(Some(JobKsched {
             interposer: interposer.clone(),
             gate: path,
@@ -379,12 +408,16 @@ mod tests {
         let gate = Gate::open(&job.gate).unwrap();
         assert_eq!(gate.config().policy, PolicyKind::Mmk);
 
-        let err = OnlineTuning::from_spec(None, Some(&dir.path().join("none.json"))).unwrap_err();
+        let err = crate::error::chain(
+            &OnlineTuning::from_spec(None, Some(&dir.path().join("none.json"))).unwrap_err(),
+        );
         assert!(err.contains("none.json"), "{err}");
-        let err = OnlineTuning::from_spec(None, Some(Path::new("/dev/zero"))).unwrap_err();
+        let err = crate::error::chain(
+            &OnlineTuning::from_spec(None, Some(Path::new("/dev/zero"))).unwrap_err(),
+        );
         assert!(err.contains("not a regular file"), "{err}");
         std::fs::write(&profile, "{}").unwrap();
-        let err = OnlineTuning::from_spec(None, Some(&profile)).unwrap_err();
+        let err = crate::error::chain(&OnlineTuning::from_spec(None, Some(&profile)).unwrap_err());
         assert!(
             err.contains("serve.kprofile.json") && err.contains("kernel profile"),
             "{err}"

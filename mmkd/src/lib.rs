@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod backend;
 pub mod config;
+pub mod error;
 pub mod grpc;
 pub mod job;
 pub mod joblog;

@@ -14,6 +14,19 @@ pub const FAKE_MPS_ARG: &str = "fake-mps-control";
 /// How long after an MPS fault a failing job's exit is said to follow it.
 const TROUBLE_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Why a partition's MPS control daemon is not there for a job.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("the MPS control daemon of {partition} cannot start")]
+    Start {
+        partition: String,
+        #[source]
+        source: mmk_mps_control::MpsError,
+    },
+    #[error("the MPS supervisor failed")]
+    Task(#[source] tokio::task::JoinError),
+}
+
 /// The node's MPS daemons, or none when MPS is off.
 #[derive(Debug, Clone, Default)]
 pub struct Mps {
@@ -45,17 +58,20 @@ impl Mps {
 
     /// Starts the partition's daemon unless it runs; returns its pipe directory, which
     /// the job gets as `CUDA_MPS_PIPE_DIRECTORY` (`None` when MPS is off).
-    pub async fn ensure(&self, p: Partition) -> Result<Option<PathBuf>, String> {
+    pub async fn ensure(&self, p: Partition) -> Result<Option<PathBuf>, PartitionError> {
         let Some(sup) = self.sup.clone() else {
             return Ok(None);
         };
         tokio::task::spawn_blocking(move || {
             sup.ensure(&p)
                 .map(|_| Some(sup.dirs(&p.key).pipe))
-                .map_err(|e| format!("the MPS control daemon of {} cannot start: {e}", p.label))
+                .map_err(|source| PartitionError::Start {
+                    partition: p.label.clone(),
+                    source,
+                })
         })
         .await
-        .map_err(|e| format!("mps: {e}"))?
+        .map_err(PartitionError::Task)?
     }
 
     /// Quits a partition's daemon (its MIG instance is about to be destroyed).

@@ -14,7 +14,7 @@ use mmk_mps_control::procs;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::job::{Assignment, Owner};
-use crate::joblog::{self, JobDir};
+use crate::joblog::{self, JobDir, JobDirError};
 
 /// How a job's run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,7 +181,7 @@ impl Runner {
     /// Starts a job; returns the pid of a command job. Must be called from a runtime
     /// worker thread: a child dies with the thread that spawned it (PR_SET_PDEATHSIG), so
     /// that a crashed mmkd leaves no job behind.
-    pub fn start(&self, l: &Launch) -> Result<Option<u32>, String> {
+    pub fn start(&self, l: &Launch) -> Result<Option<u32>, StartError> {
         let (done_tx, done_rx) = watch::channel(false);
         let (stopper, pid, run) = match &l.task {
             Task::Workload(w) => {
@@ -205,9 +205,7 @@ impl Runner {
             }
             Task::Command(c) => {
                 let (mut child, drained) = self.spawn(l, c)?;
-                let pid = child
-                    .id()
-                    .ok_or("the process exited before it could be watched")?;
+                let pid = child.id().ok_or(StartError::Vanished)?;
                 let grace = self.grace;
                 let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
                     Box::pin(async move {
@@ -235,7 +233,7 @@ impl Runner {
                 (Stopper::Process(pid as i32), Some(pid), fut)
             }
             Task::Attached(_) => {
-                return Err("an attached allocation's process is started by its caller".into());
+                return Err(StartError::Attached);
             }
         };
         self.running
@@ -278,30 +276,21 @@ impl Runner {
         &self,
         l: &Launch,
         c: &CommandSpec,
-    ) -> Result<(tokio::process::Child, Drained), String> {
-        let dir = JobDir::prepare(&self.jobs_dir, l.job, l.owner).map_err(|e| {
-            use std::error::Error;
-            match e.source() {
-                Some(s) => format!("{e}: {s}"),
-                None => e.to_string(),
-            }
-        })?;
-        let dir = Arc::new(dir);
-        let (out_r, out_w) = joblog::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
-        let (err_r, err_w) = joblog::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+    ) -> Result<(tokio::process::Child, Drained), StartError> {
+        let program = c.args.first().ok_or(StartError::NoProgram)?;
+        let dir = Arc::new(JobDir::prepare(&self.jobs_dir, l.job, l.owner)?);
+        let (out_r, out_w) = joblog::pipe().map_err(StartError::Pipe)?;
+        let (err_r, err_w) = joblog::pipe().map_err(StartError::Pipe)?;
+        // The logs are open and their copiers run before the process starts: once it
+        // runs, nothing can fail and leave it untracked. Should the start fail, dropping
+        // `cmd` closes the write ends and the copiers end.
         // Each stream's live file and its previous part share the job's cap.
         let cap = (self.log_max / 4).max(1);
-        let copier = |name: &'static str, r| {
-            joblog::copy(Arc::clone(&dir), name, cap, r).map_err(|e| {
-                use std::error::Error;
-                match e.source() {
-                    Some(s) => format!("{e}: {s}"),
-                    None => e.to_string(),
-                }
-            })
-        };
+        let drained = Drained(vec![
+            joblog::copy(Arc::clone(&dir), "stdout.log", cap, out_r)?,
+            joblog::copy(Arc::clone(&dir), "stderr.log", cap, err_r)?,
+        ]);
         let switch_to = l.owner.filter(|_| running_as_root());
-        let program = c.args.first().ok_or("the command names no program")?;
         let work = dir.work_dir();
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&c.args[1..])
@@ -328,16 +317,13 @@ impl Runner {
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {program:?}: {e}"))?;
+        let child = cmd.spawn().map_err(|source| StartError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
         // The write ends went to the child with `cmd`; dropping it closes mmkd's copies,
         // so the copiers see the end of the output once the job's processes are gone.
         drop(cmd);
-        let drained = Drained(vec![
-            copier("stdout.log", out_r)?,
-            copier("stderr.log", err_r)?,
-        ]);
         Ok((child, drained))
     }
 
@@ -416,6 +402,27 @@ impl Runner {
             s.await;
         }
     }
+}
+
+/// Why a job's run could not start; its reason says so (with every cause).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the command names no program")]
+    NoProgram,
+    #[error("cannot prepare the job's directory")]
+    JobDir(#[from] JobDirError),
+    #[error("cannot make a pipe for the job's output")]
+    Pipe(#[source] std::io::Error),
+    #[error("cannot start {program:?}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the process exited before it could be watched")]
+    Vanished,
+    #[error("an attached allocation's process is started by its caller")]
+    Attached,
 }
 
 /// Whether mmkd runs as root: then a job runs as the user who submitted it.
@@ -683,8 +690,9 @@ mod tests {
         let err = r
             .start(&launch(2, cmd(&["/no/such/program"])))
             .expect_err("must fail");
+        let err = crate::error::chain(&err);
         assert!(
-            err.contains("/no/such/program") && err.contains("No such file"),
+            err.starts_with("cannot start \"/no/such/program\": No such file"),
             "{err}"
         );
         assert!(!r.is_running(2));

@@ -1053,17 +1053,21 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
         s.rows = Some(rows);
     }
     match fmt {
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&s).unwrap_or_else(|e| e.to_string())
         ),
         Format::Table => {
-            println!(
+            outln!(
                 "{} runs measured, {} failed, {} kept from before, in {:.0} s: {}",
-                s.measured, s.failed, s.kept, s.seconds, s.out
+                s.measured,
+                s.failed,
+                s.kept,
+                s.seconds,
+                s.out
             );
             if let (Some(d), Some(r)) = (&s.dataset, s.rows) {
-                println!("{r} dataset rows: {d}");
+                outln!("{r} dataset rows: {d}");
             }
         }
     }

@@ -401,8 +401,7 @@ impl Node {
                     .remove(&mps::partition_key(&slot, instance));
                 tokio::task::spawn_blocking(move || backend.destroy_instance(slot.gpu, instance))
                     .await
-                    .map_err(|e| ServiceError::Internal(e.to_string()))?
-                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+                    .map_err(|e| ServiceError::Internal(e.to_string()))??;
                 store
                     .finish_destroy(step_id, &gpu_uuid, slot.start, now_ms())
                     .await?;
@@ -421,8 +420,7 @@ impl Node {
                     backend.create_instance(slot.gpu, profile, slot.start)
                 })
                 .await
-                .map_err(|e| ServiceError::Internal(e.to_string()))?
-                .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+                .map_err(|e| ServiceError::Internal(e.to_string()))??;
                 info!(
                     gpu = slot.gpu,
                     instance = inst.id,
@@ -471,7 +469,7 @@ impl Node {
         let mps_pipe = match self.inner.mps.ensure(mps::partition(gpus, &a)).await {
             Ok(pipe) => pipe,
             Err(why) => {
-                self.not_started(job, why);
+                self.not_started(job, crate::error::chain(&why));
                 return Ok(());
             }
         };
@@ -488,14 +486,15 @@ impl Node {
         let prepared = tokio::task::spawn_blocking(move || {
             let profile = profile.map(std::path::PathBuf::from);
             let tuning = if online {
-                Some(ksched::OnlineTuning::from_spec(
-                    policy.as_deref(),
-                    profile.as_deref(),
-                )?)
+                Some(
+                    ksched::OnlineTuning::from_spec(policy.as_deref(), profile.as_deref())
+                        .map_err(|e| crate::error::chain(&e))?,
+                )
             } else {
                 None
             };
             k.prepare(&key, sms, profile.as_deref(), tuning)
+                .map_err(|e| crate::error::chain(&e))
         })
         .await
         .unwrap_or_else(|e| Err(format!("kernel scheduler: {e}")));
@@ -533,7 +532,7 @@ impl Node {
         }
         match self.inner.runner.start(&launch) {
             Ok(pid) => self.started(job, &a, pid, "running").await?,
-            Err(why) => self.not_started(job, why),
+            Err(why) => self.not_started(job, crate::error::chain(&why)),
         }
         Ok(())
     }

@@ -315,7 +315,10 @@ impl Node {
             .map_err(|e| ServiceError::Internal(format!("gpu inventory task failed: {e}")))?
             .map_err(|e| {
                 warn!(error = %e, "cannot read the gpus");
-                ServiceError::Unavailable(format!("cannot read the gpus: {e}"))
+                ServiceError::Unavailable(format!(
+                    "cannot read the gpus: {}",
+                    crate::error::chain(&e)
+                ))
             })
     }
 }
