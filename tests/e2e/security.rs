@@ -446,10 +446,13 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
     let dir = pki_dir.path();
     let (pki, issuer) = Pki::ca(dir, "node-ca");
     let (server_crt, server_key) = Pki::leaf(dir, &issuer, "mmkd", &["localhost", "127.0.0.1"]);
-    let whoami = text(&Command::new("id").arg("-un").output().expect("id").stdout)
-        .trim()
-        .to_owned();
+    // A node user who is not root (root's identity is not granted over TCP).
+    let Some((alice, _, _)) = users() else {
+        return;
+    };
+    let whoami = alice.name.to_owned();
     let (me_crt, me_key) = Pki::leaf(dir, &issuer, &whoami, &[]);
+    let (root_crt, root_key) = Pki::leaf(dir, &issuer, "root", &[]);
     let (stranger_crt, stranger_key) = Pki::leaf(dir, &issuer, "no-such-user-here", &[]);
     let other = tempfile::tempdir().expect("tempdir");
     let (_, other_issuer) = Pki::ca(other.path(), "other-ca");
@@ -513,11 +516,16 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
     let out = over_tcp(&me_crt, &me_key);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
     assert_eq!(
-        v["owner_uid"], uid,
+        v["owner_uid"], alice.uid,
         "the certificate's user owns the job: {v}"
+    );
+    let out = over_tcp(&root_crt, &root_key);
+    assert_eq!(out.status.code(), Some(2), "a certificate that names root");
+    assert!(
+        text(&out.stderr).contains("does not grant over TCP"),
+        "{}",
+        text(&out.stderr)
     );
 
     let out = over_tcp(&forged_crt, &forged_key);
