@@ -1,7 +1,7 @@
 //! Reading a file a user names, whatever it is: a regular file, a device (`/dev/zero`), a
-//! pipe or FIFO, or standard input (`-`). At most the cap plus one byte is read, and a pipe
-//! or FIFO that sends nothing for a while is given up on, so that no input makes mmkctl
-//! grow without bound or hang.
+//! pipe or FIFO, or standard input (`-`). At most the cap plus one byte is read, and a named
+//! FIFO that no writer opens is given up on, so that no input makes mmkctl grow without
+//! bound or hang for ever.
 
 use std::fs::File;
 use std::io::Read;
@@ -15,7 +15,8 @@ use rustix::fs::{FileType, Mode, OFlags};
 /// The most mmkctl reads of a trace, a dataset, a plan or a profile: 256 MiB.
 pub const MAX_DATA_BYTES: usize = 256 * 1024 * 1024;
 
-/// How long a pipe or FIFO may stay silent before mmkctl gives up on it.
+/// How long mmkctl waits for a writer to open a named FIFO before it gives up on it. A pipe
+/// whose writer is there is waited for as long as it takes.
 pub const QUIET_LIMIT: Duration = Duration::from_secs(10);
 
 /// Why a file could not be read.
@@ -29,12 +30,12 @@ pub enum InputError {
     },
     #[error("it is larger than {cap} bytes, the most mmkctl reads of it")]
     TooLarge { path: String, cap: usize },
-    #[error("nothing arrived within {}s; mmkctl gave up on it", .quiet.as_secs())]
+    #[error("no writer opened it within {}s; mmkctl gave up on it", .quiet.as_secs())]
     Quiet { path: String, quiet: Duration },
 }
 
 /// Reads at most `cap` bytes of `path` (`-`: standard input); more is an error, and so is
-/// a pipe or FIFO silent for [`QUIET_LIMIT`].
+/// a named FIFO that no writer opens within [`QUIET_LIMIT`].
 pub fn read_capped(path: &Path, cap: usize) -> Result<Vec<u8>, InputError> {
     read_capped_within(path, cap, QUIET_LIMIT)
 }
@@ -68,51 +69,108 @@ pub fn read_capped_within(path: &Path, cap: usize, quiet: Duration) -> Result<Ve
         .map_err(|e| io(e.into()))?;
         File::from(fd)
     };
+    read_open(file, shown, cap, quiet)
+}
+
+/// [`read_capped_within`] of a file already open (standard input's file is shared).
+fn read_open(
+    file: File,
+    shown: String,
+    cap: usize,
+    quiet: Duration,
+) -> Result<Vec<u8>, InputError> {
+    let io = |source: std::io::Error| InputError::Io {
+        path: shown.clone(),
+        source,
+    };
     let st = rustix::fs::fstat(&file).map_err(|e| io(e.into()))?;
     let kind = FileType::from_raw_mode(st.st_mode);
     if kind == FileType::RegularFile && st.st_size > 0 && st.st_size as u64 > cap as u64 {
         return Err(InputError::TooLarge { path: shown, cap });
     }
     let waits = matches!(kind, FileType::Fifo | FileType::Socket);
-    if waits {
-        // A pipe on standard input blocks; read it without blocking so that silence can
-        // be timed.
-        let flags = rustix::fs::fcntl_getfl(&file).map_err(|e| io(e.into()))?;
-        rustix::fs::fcntl_setfl(&file, flags | OFlags::NONBLOCK).map_err(|e| io(e.into()))?;
+    if !waits {
+        return read_to_cap(file, cap, quiet, false).map_err(|e| e.named(shown));
     }
+    // A pipe on standard input blocks; it is read without blocking so that a FIFO without
+    // a writer can be timed. Its flags are put back after: the open file may be shared
+    // with the shell or another process.
+    let flags = rustix::fs::fcntl_getfl(&file).map_err(|e| io(e.into()))?;
+    rustix::fs::fcntl_setfl(&file, flags | OFlags::NONBLOCK).map_err(|e| io(e.into()))?;
+    let restore = file.try_clone();
+    let read = read_to_cap(file, cap, quiet, true);
+    if let Ok(f) = restore {
+        let _ = rustix::fs::fcntl_setfl(&f, flags);
+    }
+    read.map_err(|e| e.named(shown))
+}
+
+/// Reads `file` to its end, or fails past `cap` bytes. A pipe (`waits`) with a writer is
+/// waited for as long as it takes (the user may end mmkctl); a named FIFO that no writer
+/// has opened is waited for up to `quiet`.
+fn read_to_cap(
+    mut file: File,
+    cap: usize,
+    quiet: Duration,
+    waits: bool,
+) -> Result<Vec<u8>, InputError> {
+    let io = |source: std::io::Error| InputError::Io {
+        path: String::new(),
+        source,
+    };
+    let started = Instant::now();
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
-    let mut file = file;
-    let mut last = Instant::now();
     loop {
-        match file.read(&mut buf) {
+        let wait = match file.read(&mut buf) {
             Ok(0) if !(waits && out.is_empty() && !had_writer(&file)) => break,
-            Ok(0) => {}
+            Ok(0) => {
+                // A named FIFO that no writer has opened yet.
+                let left = quiet.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    return Err(InputError::Quiet {
+                        path: String::new(),
+                        quiet,
+                    });
+                }
+                Timespec::try_from(left.min(Duration::from_millis(100))).ok()
+            }
             Ok(n) => {
                 out.extend_from_slice(&buf[..n]);
                 if out.len() > cap {
-                    return Err(InputError::TooLarge { path: shown, cap });
+                    return Err(InputError::TooLarge {
+                        path: String::new(),
+                        cap,
+                    });
                 }
-                last = Instant::now();
                 continue;
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            // A writer that has not written yet: wait until it writes or closes.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
             Err(e) => return Err(io(e)),
-        }
-        // Nothing to read now: wait for the writer, up to the silence limit.
-        let left = quiet.saturating_sub(last.elapsed());
-        if left.is_zero() {
-            return Err(InputError::Quiet { path: shown, quiet });
-        }
+        };
         let mut fds = [PollFd::new(&file, PollFlags::IN)];
-        let t = Timespec::try_from(left.min(Duration::from_millis(100))).ok();
-        match rustix::event::poll(&mut fds, t.as_ref()) {
+        match rustix::event::poll(&mut fds, wait.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(io(e.into())),
         }
     }
     Ok(out)
+}
+
+impl InputError {
+    /// The error for the file the user named.
+    fn named(self, shown: String) -> InputError {
+        match self {
+            InputError::Io { source, .. } => InputError::Io {
+                path: shown,
+                source,
+            },
+            InputError::TooLarge { cap, .. } => InputError::TooLarge { path: shown, cap },
+            InputError::Quiet { quiet, .. } => InputError::Quiet { path: shown, quiet },
+        }
+    }
 }
 
 /// Whether a FIFO has had a writer: a FIFO opened before any writer reads as empty, which
@@ -175,6 +233,24 @@ mod tests {
         let err = read_capped_within(&p, 1000, Duration::from_millis(300)).expect_err("silent");
         assert!(matches!(err, InputError::Quiet { .. }), "{err}");
         assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_slow_writer_is_waited_for_and_the_pipes_flags_are_put_back() {
+        let (r, w) = rustix::pipe::pipe().expect("pipe");
+        let flags = rustix::fs::fcntl_getfl(&r).expect("flags");
+        // As standard input: another descriptor of the same open pipe.
+        let shared = File::from(rustix::io::dup(&r).expect("dup"));
+        let writer = std::thread::spawn(move || {
+            // Silent for longer than the reader's limit for a FIFO without a writer.
+            std::thread::sleep(Duration::from_millis(600));
+            let mut w = File::from(w);
+            std::io::Write::write_all(&mut w, b"late\n").expect("write");
+        });
+        let got = read_open(shared, "-".into(), 1000, Duration::from_millis(200)).expect("read");
+        writer.join().expect("writer");
+        assert_eq!(got, b"late\n");
+        assert_eq!(rustix::fs::fcntl_getfl(&r).expect("flags"), flags);
     }
 
     #[test]
