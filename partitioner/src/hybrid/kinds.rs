@@ -1,0 +1,80 @@
+//! Kinds of job, and the kinds refused within a pass: the next job of a refused kind
+//! would be refused too (the second of the planner's two shortcuts).
+
+use mmk_core::fasthash::FastMap;
+
+use crate::plan::JobDemand;
+
+use super::memo::job_words;
+
+/// Each job's kind, as a small number: jobs of one kind have the same [`job_words`] and
+/// memory, which is all a waiting job's placement depends on besides the partitions, so
+/// they get the same answer from the same partitions.
+#[derive(Debug)]
+pub(super) struct Kinds {
+    of: Vec<usize>,
+    count: usize,
+}
+
+impl Kinds {
+    pub(super) fn new(jobs: &[JobDemand]) -> Kinds {
+        let mut ids: FastMap<Vec<u64>, usize> = FastMap::default();
+        let of = (0..jobs.len())
+            .map(|j| {
+                let mut key = Vec::with_capacity(6);
+                job_words(jobs, j, 0, &mut key);
+                key.push(jobs[j].memory_mib);
+                let next = ids.len();
+                *ids.entry(key).or_insert(next)
+            })
+            .collect();
+        Kinds {
+            of,
+            count: ids.len(),
+        }
+    }
+
+    /// Nothing refused yet; `enabled: false` never skips a job.
+    pub(super) fn none_refused(&self, enabled: bool) -> Refused<'_> {
+        Refused {
+            kinds: self,
+            slo: vec![None; self.count],
+            enabled,
+        }
+    }
+}
+
+/// The kinds of job refused since the last placement of a pass, each with whether an SLO
+/// refused it: the next job of such a kind would be refused too.
+pub(super) struct Refused<'k> {
+    kinds: &'k Kinds,
+    slo: Vec<Option<bool>>,
+    enabled: bool,
+}
+
+impl Refused<'_> {
+    /// Whether job `j`'s kind was refused; if so, `j` gets the same SLO mark.
+    pub(super) fn skip(&self, j: usize, slo_blocked: &mut [bool]) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        match self.slo[self.kinds.of[j]] {
+            Some(slo) => {
+                slo_blocked[j] |= slo;
+                #[cfg(test)]
+                super::tests::SKIPPED.set(super::tests::SKIPPED.get() + 1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(super) fn refuse(&mut self, j: usize, slo: bool) {
+        self.slo[self.kinds.of[j]] = Some(slo);
+    }
+
+    /// A job was placed: the partitions changed, so any kind may fit again.
+    pub(super) fn placed(&mut self) {
+        self.slo.fill(None);
+    }
+}

@@ -1,0 +1,100 @@
+//! The memo: what the model said of partition states asked before, keyed by what the
+//! answers depend on (the first of the planner's two shortcuts).
+
+use mmk_core::JobClass;
+use mmk_core::fasthash::FastMap;
+
+use crate::model::PartitionShape;
+use crate::plan::JobDemand;
+
+use super::Hybrid;
+use super::mps_config::Config;
+use super::partition::Member;
+use super::rebalance::{Shares, movable};
+
+/// Answers for partition states asked before, keyed by [`state_key`]. A planning pass asks
+/// the same ones for every candidate layout, GPU and round, and for every waiting job of
+/// the same kind; the next pass asks most of them again. The model is fixed for a
+/// planner's life and deterministic, so a remembered answer is the answer. Each map starts
+/// over when it holds [`MEMO_MAX`] entries.
+#[derive(Debug, Default)]
+pub(super) struct Memo {
+    pub(super) config: FastMap<Vec<u64>, Config>,
+    pub(super) stp: FastMap<Vec<u64>, f64>,
+    /// `None`: no rebalance fits.
+    pub(super) rebalance: FastMap<Vec<u64>, Option<Shares>>,
+}
+
+const MEMO_MAX: usize = 1 << 15;
+
+/// One of the memo's maps.
+type Pick<V> = fn(&mut Memo) -> &mut FastMap<Vec<u64>, V>;
+
+/// What the planner's answers about a partition depend on: its shape, then per member
+/// (the newcomer, if any, last with share 0) the job's profile, class, SLO, share and
+/// whether it may move. Job identities do not count: two jobs of the same kind get the
+/// same answer.
+pub(super) fn state_key(
+    jobs: &[JobDemand],
+    shape: &PartitionShape,
+    members: &[Member],
+    new: Option<usize>,
+) -> Vec<u64> {
+    let mut key = Vec::with_capacity(2 + 5 * (members.len() + 1));
+    key.push(u64::from(shape.sm_count) << 32 | u64::from(shape.gpu_sm_count));
+    key.push(u64::from(shape.memory_slices) << 8 | u64::from(shape.gpu_memory_slices));
+    for m in members {
+        job_words(jobs, m.job, m.share, &mut key);
+    }
+    if let Some(j) = new {
+        // A tag no job's words begin with (the bits of a NaN SM demand), so a state with
+        // a newcomer never meets one of a member more without.
+        key.push(u64::MAX);
+        job_words(jobs, j, 0, &mut key);
+    }
+    key
+}
+
+/// A job's part of a [`state_key`].
+pub(super) fn job_words(jobs: &[JobDemand], j: usize, share: u8, key: &mut Vec<u64>) {
+    let d = &jobs[j];
+    key.push(d.profile.sm_demand.to_bits());
+    key.push(d.profile.bw_demand.to_bits());
+    key.push(d.profile.solo_latency_ms.map_or(u64::MAX, f64::to_bits));
+    key.push(d.slo_ms.unwrap_or(u64::MAX));
+    key.push(
+        u64::from(d.class == JobClass::Online)
+            | u64::from(d.profile.class == JobClass::Online) << 1
+            | u64::from(movable(jobs, &Member { job: j, share })) << 2
+            | u64::from(share) << 8,
+    );
+}
+
+impl Hybrid {
+    pub(super) fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {
+        self.memo.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The answer `pick`'s map remembers for `key`, or `compute`'s, remembered.
+    pub(super) fn recall<V: Clone>(
+        &self,
+        pick: Pick<V>,
+        key: Vec<u64>,
+        compute: impl FnOnce() -> V,
+    ) -> V {
+        if !self.shortcuts {
+            return compute();
+        }
+        if let Some(hit) = pick(&mut self.memo()).get(&key) {
+            return hit.clone();
+        }
+        let answer = compute();
+        let mut memo = self.memo();
+        let map = pick(&mut memo);
+        if map.len() >= MEMO_MAX {
+            map.clear();
+        }
+        map.insert(key, answer.clone());
+        answer
+    }
+}

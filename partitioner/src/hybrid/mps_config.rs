@@ -1,0 +1,93 @@
+//! MPSConfig (module docs): the share a new job gets in a partition, and whether joining
+//! adds enough throughput (`min_colocation_gain`); steps 2 and 3 ask both.
+
+use crate::plan::JobDemand;
+
+use super::memo::state_key;
+use super::partition::{Member, Part};
+use super::{Hybrid, SHARE_STEP};
+
+/// `mps_config`'s answer: the newcomer's share, the partition's STP, the newcomer's own
+/// performance.
+pub(super) type Config = Result<(u8, f64, f64), Refusal>;
+
+/// Why a partition refused a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    Room,
+    Slo,
+}
+
+impl Hybrid {
+    /// MPSConfig: the share of a new job `new` joining `part` (module docs), the
+    /// partition's predicted STP with it, and the newcomer's own predicted performance.
+    pub(super) fn mps_config(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
+        let key = state_key(jobs, &part.shape, &part.members, Some(new));
+        self.recall(
+            |m| &mut m.config,
+            key,
+            || self.compute_mps_config(jobs, part, new),
+        )
+    }
+
+    fn compute_mps_config(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
+        if !self.options.share_partitions {
+            if !part.members.is_empty() {
+                return Err(Refusal::Room);
+            }
+            let members = [Member {
+                job: new,
+                share: 100,
+            }];
+            let perf = self.perf(jobs, &part.shape, &members);
+            return if Self::slos_met(jobs, &members, &perf) {
+                Ok((100, perf.iter().sum(), perf[0]))
+            } else {
+                Err(Refusal::Slo)
+            };
+        }
+        let left = part.share_left();
+        if left < SHARE_STEP {
+            return Err(Refusal::Room);
+        }
+        let mut members = part.members.clone();
+        members.push(Member {
+            job: new,
+            share: SHARE_STEP,
+        });
+        let me = members.len() - 1;
+        let mut perf = self.perf(jobs, &part.shape, &members);
+        // Raise an online job until its SLO holds.
+        while !jobs[new].slo_met(perf[me]) {
+            if members[me].share + SHARE_STEP > left {
+                return Err(Refusal::Slo);
+            }
+            members[me].share += SHARE_STEP;
+            perf = self.perf(jobs, &part.shape, &members);
+        }
+        if !Self::slos_met(jobs, &members, &perf) {
+            // The newcomer breaks a running job's SLO.
+            return Err(Refusal::Slo);
+        }
+        let mut stp: f64 = perf.iter().sum();
+        while members[me].share + SHARE_STEP <= left {
+            members[me].share += SHARE_STEP;
+            let raised = self.perf(jobs, &part.shape, &members);
+            let gain = raised.iter().sum::<f64>() - stp;
+            if gain <= 1e-9 || !Self::slos_met(jobs, &members, &raised) {
+                members[me].share -= SHARE_STEP;
+                break;
+            }
+            stp += gain;
+            perf = raised;
+        }
+        Ok((members[me].share, stp, perf[me]))
+    }
+
+    /// Whether a newcomer joining `part` adds enough: `gain`, the partition's STP change,
+    /// is at least `min_colocation_gain` of `own`, the newcomer's predicted performance
+    /// there. A partition without jobs always takes it.
+    pub(super) fn adds_enough(&self, part: &Part, own: f64, gain: f64) -> bool {
+        part.members.is_empty() || gain >= self.options.min_colocation_gain * own - 1e-12
+    }
+}

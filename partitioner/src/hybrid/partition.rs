@@ -1,0 +1,224 @@
+//! Partitions during the search: what a pass has decided so far, each GPU's partitions
+//! and the jobs in them, and what the model predicts of a partition.
+
+use std::collections::BTreeSet;
+
+use crate::catalog::GpuModel;
+use crate::layout::{GpuState, Placement};
+use crate::model::{CoRunner, PartitionShape};
+use crate::plan::{JobDemand, NodeState, Slot};
+
+use super::Hybrid;
+use super::kinds::Kinds;
+use super::memo::state_key;
+
+/// What a pass has decided so far.
+#[derive(Debug)]
+pub(super) struct Progress {
+    pub(super) plans: Vec<GpuPlan>,
+    /// Jobs not placed yet (indices into the jobs).
+    pub(super) waiting: Vec<usize>,
+    /// Jobs refused somewhere only for their SLO.
+    pub(super) slo_blocked: Vec<bool>,
+    /// Placed jobs the plan restarts with another share.
+    pub(super) moved: BTreeSet<usize>,
+    pub(super) kinds: Kinds,
+}
+
+/// A job in a partition.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Member {
+    pub(super) job: usize,
+    pub(super) share: u8,
+}
+
+/// A partition during the search.
+#[derive(Debug, Clone)]
+pub(super) struct Part {
+    pub(super) slot: Slot,
+    pub(super) shape: PartitionShape,
+    pub(super) memory_mib: u64,
+    /// The instance exists now (its driver ID); `None`: it would be created.
+    pub(super) existing: Option<u32>,
+    pub(super) members: Vec<Member>,
+}
+
+impl Part {
+    pub(super) fn free_mib(&self, jobs: &[JobDemand]) -> u64 {
+        let used: u64 = self.members.iter().map(|m| jobs[m.job].memory_mib).sum();
+        self.memory_mib.saturating_sub(used)
+    }
+
+    pub(super) fn share_left(&self) -> u8 {
+        let used: u32 = self.members.iter().map(|m| u32::from(m.share)).sum();
+        100u32.saturating_sub(used) as u8
+    }
+
+    pub(super) fn placement(&self, model: &GpuModel) -> Placement {
+        let size = self
+            .slot
+            .profile_id
+            .and_then(|id| model.profile(id))
+            .map_or(model.memory_slices, |p| p.memory_slices);
+        Placement {
+            start: self.slot.start,
+            size,
+        }
+    }
+}
+
+/// The partitions of one GPU during the search.
+#[derive(Debug, Clone)]
+pub(super) struct GpuPlan {
+    pub(super) parts: Vec<Part>,
+    /// Instances the plan destroys (slot, driver ID).
+    pub(super) destroyed: Vec<(Slot, u32)>,
+}
+
+pub(super) fn shape_of(gpu: &GpuState, profile_id: Option<u32>) -> (PartitionShape, u64) {
+    let m = &gpu.model;
+    match profile_id.and_then(|id| m.profile(id)) {
+        Some(p) => (
+            PartitionShape {
+                sm_count: p.sm_count,
+                gpu_sm_count: m.sm_count,
+                memory_slices: p.memory_slices,
+                gpu_memory_slices: m.memory_slices,
+            },
+            p.memory_mib,
+        ),
+        None => (
+            PartitionShape {
+                sm_count: m.sm_count,
+                gpu_sm_count: m.sm_count,
+                memory_slices: m.memory_slices,
+                gpu_memory_slices: m.memory_slices,
+            },
+            m.memory_mib,
+        ),
+    }
+}
+
+/// A `+me` profile computes like the plain profile of the same slices.
+pub(super) fn twin(model: &GpuModel, profile_id: u32) -> u32 {
+    match model.profile(profile_id) {
+        Some(p) if p.media_extensions => model
+            .profiles
+            .iter()
+            .find(|q| {
+                !q.media_extensions
+                    && q.compute_slices == p.compute_slices
+                    && q.memory_slices == p.memory_slices
+            })
+            .map_or(profile_id, |q| q.id),
+        _ => profile_id,
+    }
+}
+
+impl Hybrid {
+    /// Predicted performance of each member of a partition.
+    pub(super) fn perf(
+        &self,
+        jobs: &[JobDemand],
+        shape: &PartitionShape,
+        members: &[Member],
+    ) -> Vec<f64> {
+        members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let co: Vec<CoRunner> = if self.options.contention_aware {
+                    members
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(_, o)| CoRunner {
+                            profile: jobs[o.job].profile,
+                            mps_share: o.share,
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                self.model
+                    .estimate(&jobs[m.job].profile, shape, m.share, &co)
+            })
+            .collect()
+    }
+
+    /// Whether every online member meets its SLO.
+    pub(super) fn slos_met(jobs: &[JobDemand], members: &[Member], perf: &[f64]) -> bool {
+        members
+            .iter()
+            .zip(perf)
+            .all(|(m, p)| jobs[m.job].slo_met(*p))
+    }
+
+    pub(super) fn part_stp(&self, jobs: &[JobDemand], part: &Part) -> f64 {
+        if part.members.is_empty() {
+            return 0.0;
+        }
+        let key = state_key(jobs, &part.shape, &part.members, None);
+        self.recall(
+            |m| &mut m.stp,
+            key,
+            || self.perf(jobs, &part.shape, &part.members).iter().sum(),
+        )
+    }
+
+    /// The GPUs' partitions as they are, with the placed jobs in them.
+    pub(super) fn current(&self, node: &NodeState, jobs: &[JobDemand]) -> Vec<GpuPlan> {
+        node.gpus
+            .iter()
+            .map(|g| {
+                let mut parts: Vec<Part> = if g.mig_enabled {
+                    g.instances
+                        .iter()
+                        .map(|i| {
+                            let (shape, memory_mib) = shape_of(g, Some(i.profile_id));
+                            Part {
+                                slot: Slot {
+                                    gpu: g.index,
+                                    start: i.placement.start,
+                                    profile_id: Some(i.profile_id),
+                                },
+                                shape,
+                                memory_mib,
+                                existing: Some(i.id),
+                                members: Vec::new(),
+                            }
+                        })
+                        .collect()
+                } else {
+                    let (shape, memory_mib) = shape_of(g, None);
+                    vec![Part {
+                        slot: Slot {
+                            gpu: g.index,
+                            start: 0,
+                            profile_id: None,
+                        },
+                        shape,
+                        memory_mib,
+                        existing: Some(0),
+                        members: Vec::new(),
+                    }]
+                };
+                parts.sort_by_key(|p| p.slot);
+                for (i, j) in jobs.iter().enumerate() {
+                    if let Some(slot) = j.placed.filter(|s| s.gpu == g.index)
+                        && let Some(p) = parts.iter_mut().find(|p| p.slot == slot)
+                    {
+                        p.members.push(Member {
+                            job: i,
+                            share: j.mps_share,
+                        });
+                    }
+                }
+                GpuPlan {
+                    parts,
+                    destroyed: Vec::new(),
+                }
+            })
+            .collect()
+    }
+}

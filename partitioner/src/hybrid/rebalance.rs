@@ -1,0 +1,184 @@
+//! Moves: the shares of a partition's checkpointable offline jobs chosen again, to make
+//! room for a newcomer (step 2) or to grow into room left (step 4), and what moves cost.
+
+use std::collections::BTreeSet;
+
+use crate::plan::JobDemand;
+
+use super::memo::state_key;
+use super::partition::{Member, Part, Progress};
+use super::{Hybrid, SHARE_STEP};
+
+/// A rebalance: the members' shares (the newcomer's last), their STP, the newcomer's own
+/// performance.
+pub(super) type Shares = (Vec<u8>, f64, f64);
+
+impl Hybrid {
+    /// MPSConfig over a newcomer and the partition's movable jobs together: the shares of
+    /// the jobs that cannot move stay, the rest is shared out again (module docs). With
+    /// no newcomer (`None`, step 4) the movable jobs' shares only grow, from what they are,
+    /// into the room the partition has.
+    /// Returns the members (the newcomer last), their STP, the newcomer's own predicted
+    /// performance (0 without one), and the movable jobs whose share changed.
+    pub(super) fn rebalance(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        new: Option<usize>,
+    ) -> Option<(Vec<Member>, f64, f64, Vec<usize>)> {
+        self.options.move_cost?;
+        if !self.options.share_partitions {
+            return None;
+        }
+        let key = state_key(jobs, &part.shape, &part.members, new);
+        let (shares, stp, own) = self.recall(
+            |m| &mut m.rebalance,
+            key,
+            || self.compute_rebalance(jobs, part, new),
+        )?;
+        let members: Vec<Member> = part
+            .members
+            .iter()
+            .map(|m| m.job)
+            .chain(new)
+            .zip(shares)
+            .map(|(job, share)| Member { job, share })
+            .collect();
+        let moves = part
+            .members
+            .iter()
+            .zip(&members)
+            .filter(|(b, a)| movable(jobs, b) && b.share != a.share)
+            .map(|(b, _)| b.job)
+            .collect();
+        Some((members, stp, own, moves))
+    }
+
+    /// [`Hybrid::rebalance`]'s search: the members' new shares in order (the newcomer's
+    /// last), their STP and the newcomer's own predicted performance.
+    fn compute_rebalance(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        new: Option<usize>,
+    ) -> Option<Shares> {
+        let movable = |m: &Member| movable(jobs, m);
+        let before: Vec<Member> = part.members.clone();
+        let n_movable = before.iter().filter(|m| movable(m)).count();
+        if n_movable == 0 {
+            return None;
+        }
+        let fixed: u32 = before
+            .iter()
+            .filter(|m| !movable(m))
+            .map(|m| u32::from(m.share))
+            .sum();
+        let room = 100u32.saturating_sub(fixed);
+        let n_adjustable = n_movable as u32 + u32::from(new.is_some());
+        if room < u32::from(SHARE_STEP) * n_adjustable {
+            return None;
+        }
+        // With a newcomer the movable jobs start over from the least share; without one
+        // they keep theirs and can only grow.
+        let mut members: Vec<Member> = before
+            .iter()
+            .map(|m| Member {
+                job: m.job,
+                share: if movable(m) && new.is_some() {
+                    SHARE_STEP
+                } else {
+                    m.share
+                },
+            })
+            .collect();
+        let me = new.map(|job| {
+            members.push(Member {
+                job,
+                share: SHARE_STEP,
+            });
+            members.len() - 1
+        });
+        let adjustable: Vec<usize> = (0..members.len())
+            .filter(|&i| Some(i) == me || movable(&members[i]))
+            .collect();
+        let used =
+            |ms: &[Member]| -> u32 { adjustable.iter().map(|&i| u32::from(ms[i].share)).sum() };
+        let mut perf = self.perf(jobs, &part.shape, &members);
+        if let (Some(new), Some(me)) = (new, me) {
+            while !jobs[new].slo_met(perf[me]) {
+                if used(&members) + u32::from(SHARE_STEP) > room {
+                    return None;
+                }
+                members[me].share += SHARE_STEP;
+                perf = self.perf(jobs, &part.shape, &members);
+            }
+        }
+        if !Self::slos_met(jobs, &members, &perf) {
+            return None;
+        }
+        let mut stp: f64 = perf.iter().sum();
+        while used(&members) + u32::from(SHARE_STEP) <= room {
+            let mut best: Option<(f64, usize, Vec<f64>)> = None;
+            for &i in &adjustable {
+                members[i].share += SHARE_STEP;
+                let p = self.perf(jobs, &part.shape, &members);
+                let gain = p.iter().sum::<f64>() - stp;
+                if Self::slos_met(jobs, &members, &p)
+                    && best.as_ref().is_none_or(|(g, ..)| gain > g + 1e-12)
+                {
+                    best = Some((gain, i, p));
+                }
+                members[i].share -= SHARE_STEP;
+            }
+            match best {
+                Some((gain, i, p)) if gain > 1e-9 => {
+                    members[i].share += SHARE_STEP;
+                    stp += gain;
+                    perf = p;
+                }
+                _ => break,
+            }
+        }
+        let own = me.map_or(0.0, |me| perf[me]);
+        Some((members.iter().map(|m| m.share).collect(), stp, own))
+    }
+
+    /// What restarting `moves` costs in predicted STP: `move_cost` for each job not already
+    /// moved in this plan.
+    pub(super) fn moves_cost(&self, moves: &[usize], moved: &BTreeSet<usize>) -> f64 {
+        let new = moves.iter().filter(|m| !moved.contains(m)).count();
+        self.options.move_cost.unwrap_or(0.0) * new as f64
+    }
+
+    /// Step 4 (Algorithm 1, line 6: "when jobs arrive or complete, we update the MPS
+    /// settings for offline jobs"): in every partition whose shares leave room (a job
+    /// left, or MPSConfig left some), the checkpointable offline jobs' shares are chosen
+    /// again, and they restart with them when the partition's predicted STP grows by more
+    /// than the moves cost. Without this a job keeps the small share it got next to
+    /// co-runners for its whole life, also after they leave.
+    pub(super) fn regrow(&self, jobs: &[JobDemand], p: &mut Progress) {
+        if self.options.move_cost.is_none() {
+            return;
+        }
+        for gp in &mut p.plans {
+            for part in &mut gp.parts {
+                if part.share_left() < SHARE_STEP || !part.members.iter().any(|m| movable(jobs, m))
+                {
+                    continue;
+                }
+                let Some((members, stp, _, moves)) = self.rebalance(jobs, part, None) else {
+                    continue;
+                };
+                if stp - self.moves_cost(&moves, &p.moved) - self.part_stp(jobs, part) > 1e-9 {
+                    part.members = members;
+                    p.moved.extend(moves);
+                }
+            }
+        }
+    }
+}
+
+/// A placed job that may be restarted with another share.
+pub(super) fn movable(jobs: &[JobDemand], m: &Member) -> bool {
+    jobs[m.job].movable && jobs[m.job].placed.is_some()
+}

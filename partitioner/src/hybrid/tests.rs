@@ -1,0 +1,608 @@
+//! The hybrid planner's tests.
+
+use mmk_core::JobClass;
+
+use super::partition::shape_of;
+use super::*;
+use crate::catalog;
+use crate::layout::{Instance, Placement};
+use crate::model::{AnalyticModel, CoRunner, JobProfile, PartitionShape};
+use crate::plan::Slot;
+
+thread_local! {
+    /// Jobs this thread's planners skipped as of a refused kind (each test runs on a
+    /// thread of its own).
+    pub(super) static SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn gpu(key: &str, index: u32) -> GpuState {
+    GpuState {
+        index,
+        uuid: format!("GPU-{index}"),
+        model: catalog::model(key).expect("model"),
+        mig_enabled: true,
+        layout_fixed: false,
+        instances: vec![],
+    }
+}
+
+fn job(id: u64, class: JobClass, gib: u64, sm: f64, bw: f64) -> JobDemand {
+    JobDemand {
+        profile: JobProfile {
+            class,
+            sm_demand: sm,
+            bw_demand: bw,
+            solo_latency_ms: None,
+        },
+        ..JobDemand::waiting(id, class, gib * 1024)
+    }
+}
+
+fn mmk() -> Hybrid {
+    Hybrid::mmk(Arc::new(AnalyticModel::default()))
+}
+
+fn names(node: &NodeState, plan: &Plan) -> Vec<String> {
+    let mut v: Vec<String> = plan
+        .placements
+        .iter()
+        .map(|p| {
+            let g = &node.gpus[p.slot.gpu as usize];
+            p.slot
+                .profile_id
+                .and_then(|id| g.model.profile(id))
+                .map_or("whole".into(), |q| q.name.clone())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn an_empty_gpu_is_partitioned_for_its_jobs() {
+    let node = NodeState {
+        gpus: vec![gpu("a100-80gb", 0)],
+    };
+    let jobs = [
+        job(1, JobClass::Offline, 30, 0.8, 0.5),
+        job(2, JobClass::Offline, 10, 0.3, 0.3),
+    ];
+    let plan = mmk().plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    assert_eq!(plan.placements.len(), 2);
+    assert!(plan.stp.is_some_and(|s| s > 1.0), "{:?}", plan.stp);
+    // Each placed job's prediction, summing to the STP.
+    let ids: Vec<u64> = plan.perf.iter().map(|(j, _)| *j).collect();
+    assert_eq!(ids, [1, 2]);
+    assert!(plan.perf.iter().all(|(_, p)| *p > 0.0 && *p <= 1.0));
+    let sum: f64 = plan.perf.iter().map(|(_, p)| p).sum();
+    assert!((sum - plan.stp.unwrap_or(0.0)).abs() < 1e-9);
+    assert!(plan.steps.iter().all(|s| matches!(s, Step::Create { .. })));
+    let shares: u32 = plan.placements.iter().map(|p| u32::from(p.mps_share)).sum();
+    assert!(shares <= 200);
+}
+
+#[test]
+fn mps_first_uses_room_in_the_current_layout() {
+    let node = NodeState {
+        gpus: vec![whole_instance_gpu(0, 1)],
+    };
+    let whole = Slot {
+        gpu: 0,
+        start: 0,
+        profile_id: Some(0),
+    };
+    let mut running = job(1, JobClass::Offline, 20, 0.4, 0.3);
+    running.placed = Some(whole);
+    running.mps_share = 50;
+    let plan = mmk().plan(&node, &[running, job(2, JobClass::Offline, 10, 0.3, 0.2)]);
+    assert!(
+        plan.steps.is_empty(),
+        "no reconfiguration: {:?}",
+        plan.steps
+    );
+    let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+    assert_eq!(new.slot, whole);
+    assert!(
+        new.mps_share <= 50,
+        "within what the running job leaves: {}",
+        new.mps_share
+    );
+}
+
+#[test]
+fn busy_instances_are_never_touched() {
+    let mut g = gpu("a100-80gb", 0);
+    g.instances.push(Instance {
+        id: 4,
+        profile_id: 14,
+        placement: Placement { start: 2, size: 2 },
+        uuid: "MIG-4".into(),
+    });
+    let node = NodeState { gpus: vec![g] };
+    let slot = Slot {
+        gpu: 0,
+        start: 2,
+        profile_id: Some(14),
+    };
+    let mut online = job(1, JobClass::Online, 15, 0.2, 0.2);
+    online.placed = Some(slot);
+    online.mps_share = 100;
+    let plan = mmk().plan(&node, &[online, job(2, JobClass::Offline, 60, 0.9, 0.5)]);
+    // 60 GiB needs a 7g, which would take the online job's slices: it waits.
+    assert!(
+        plan.steps
+            .iter()
+            .all(|s| !matches!(s, Step::Destroy { instance: 4, .. }))
+    );
+    assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
+    assert!(
+        plan.queued[0].reason.contains("waiting for 60GiB"),
+        "{}",
+        plan.queued[0].reason
+    );
+}
+
+#[test]
+fn online_slos_are_kept_or_the_job_waits() {
+    let node = NodeState {
+        gpus: vec![gpu("h100-80gb", 0)],
+    };
+    let mut serving = job(1, JobClass::Online, 8, 0.5, 0.3);
+    serving.profile.solo_latency_ms = Some(10.0);
+    serving.slo_ms = Some(12);
+    let plan = mmk().plan(&node, &[serving.clone()]);
+    let p = plan.placements.first().expect("placed");
+    let g = &node.gpus[0];
+    let (shape, _) = shape_of(g, p.slot.profile_id);
+    let perf = AnalyticModel::default().estimate(&serving.profile, &shape, p.mps_share, &[]);
+    assert!(10.0 / perf <= 12.0, "predicted latency {} ms", 10.0 / perf);
+
+    // An SLO no partition can meet: the job waits and says why.
+    serving.slo_ms = Some(9);
+    let plan = mmk().plan(&node, &[serving]);
+    assert_eq!(plan.queued.len(), 1);
+    assert!(
+        plan.queued[0].reason.contains("SLO of 9ms"),
+        "{}",
+        plan.queued[0].reason
+    );
+}
+
+#[test]
+fn miso_gives_each_job_its_own_partition() {
+    let node = NodeState {
+        gpus: vec![gpu("a100-80gb", 0)],
+    };
+    let jobs: Vec<JobDemand> = (1..=4)
+        .map(|i| job(i, JobClass::Offline, 5, 0.2, 0.2))
+        .collect();
+    let plan = Hybrid::miso(Arc::new(AnalyticModel::default())).plan(&node, &jobs);
+    let mut slots: Vec<Slot> = plan.placements.iter().map(|p| p.slot).collect();
+    slots.dedup();
+    assert_eq!(
+        slots.len(),
+        plan.placements.len(),
+        "no two jobs share: {:?}",
+        plan.placements
+    );
+    assert!(plan.placements.iter().all(|p| p.mps_share == 100));
+}
+
+/// The MMK paper's observation 1: with ResNet152-, ResNet50- and VGG16-like jobs,
+/// [4g.40gb, 3g.40gb] beats [3g.40gb, 2g.20gb, 2g.20gb]. A model that says so (small
+/// jobs share well, the big job needs 4 compute slices) leads the planner there.
+#[test]
+fn observation_1_the_planner_follows_the_model_to_4g_3g() {
+    #[derive(Debug)]
+    struct Fig1;
+    impl PerfModel for Fig1 {
+        fn estimate(
+            &self,
+            job: &JobProfile,
+            p: &PartitionShape,
+            share: u8,
+            co: &[CoRunner],
+        ) -> f64 {
+            let compute = f64::from(p.sm_count) / f64::from(p.gpu_sm_count);
+            let got = compute * f64::from(share) / 100.0;
+            let speed = (got / job.sm_demand).min(1.0);
+            // Sharing costs little for the small jobs, much for the big one.
+            let penalty = if job.sm_demand > 0.5 { 0.3 } else { 0.02 };
+            speed * (1.0 - penalty * co.len() as f64).max(0.1)
+        }
+    }
+    let node = NodeState {
+        gpus: vec![gpu("a100-80gb", 0)],
+    };
+    let jobs = [
+        job(1, JobClass::Offline, 30, 0.55, 0.4), // ResNet152-like
+        // The small ones each need 16 of the A100's 108 SMs: two share a 3g (42)
+        // at 60 / 40 at full speed, so a 4g and a 3g beat two 2g and a 3g by the
+        // model, whatever the reconfiguration cost.
+        job(2, JobClass::Offline, 15, 0.15, 0.3), // ResNet50-like
+        job(3, JobClass::Offline, 15, 0.15, 0.3), // VGG16-like
+    ];
+    let planner = Hybrid::mmk(Arc::new(Fig1));
+    let plan = planner.plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    let mut made: Vec<String> = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Create { slot } => slot.profile_id,
+            Step::Destroy { .. } => None,
+        })
+        .filter_map(|id| node.gpus[0].model.profile(id).map(|p| p.name.clone()))
+        .collect();
+    made.sort();
+    assert_eq!(
+        made,
+        ["3g.40gb", "4g.40gb"],
+        "placements {:?}",
+        names(&node, &plan)
+    );
+    let big = plan.placements.iter().find(|p| p.job == 1).expect("placed");
+    assert_eq!(
+        big.slot.profile_id,
+        Some(5),
+        "the ResNet152-like job gets the 4g"
+    );
+}
+
+#[test]
+fn several_gpus_share_the_work() {
+    let node = NodeState {
+        gpus: (0..4).map(|i| gpu("h100-80gb", i)).collect(),
+    };
+    let jobs: Vec<JobDemand> = (1..=8)
+        .map(|i| job(i, JobClass::Offline, 35, 0.9, 0.5))
+        .collect();
+    let plan = mmk().plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    let mut gpus: Vec<u32> = plan.placements.iter().map(|p| p.slot.gpu).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    assert_eq!(gpus, [0, 1, 2, 3]);
+}
+
+#[test]
+fn a_checkpointable_job_makes_room_by_moving() {
+    let (node, whole) = whole_instance_node();
+    let mut trainer = job(1, JobClass::Offline, 30, 0.85, 0.45);
+    trainer.placed = Some(whole);
+    trainer.mps_share = 100;
+    let mut serving = job(2, JobClass::Online, 4, 0.25, 0.35);
+    serving.profile.solo_latency_ms = Some(3.0);
+    serving.slo_ms = Some(50);
+
+    // The trainer cannot move: the partition has no share left and the 7g covers
+    // every slice, so the newcomer waits.
+    let plan = mmk().plan(&node, &[trainer.clone(), serving.clone()]);
+    assert!(plan.moves.is_empty());
+    assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
+
+    // It declared checkpointing: it restarts with a smaller share, and both run.
+    trainer.movable = true;
+    let plan = mmk().plan(&node, &[trainer, serving]);
+    assert_eq!(plan.moves, [1]);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    let t = plan
+        .placements
+        .iter()
+        .find(|p| p.job == 1)
+        .expect("trainer");
+    let s = plan
+        .placements
+        .iter()
+        .find(|p| p.job == 2)
+        .expect("serving");
+    assert_eq!((t.slot, s.slot), (whole, whole));
+    assert!(t.mps_share < 100 && u32::from(t.mps_share) + u32::from(s.mps_share) <= 100);
+    assert!(plan.steps.is_empty(), "a move needs no MIG change here");
+}
+
+#[test]
+fn a_checkpointable_job_left_with_room_restarts_with_a_larger_share() {
+    let (node, whole) = whole_instance_node();
+    // A trainer that got 30 % next to a co-runner that has since finished.
+    let mut trainer = job(1, JobClass::Offline, 30, 0.85, 0.45);
+    trainer.placed = Some(whole);
+    trainer.mps_share = 30;
+    let share_of = |plan: &Plan, id: u64| {
+        plan.placements
+            .iter()
+            .find(|p| p.job == id)
+            .map(|p| (p.slot, p.mps_share))
+    };
+
+    // It cannot restart: it keeps its share.
+    let plan = mmk().plan(&node, std::slice::from_ref(&trainer));
+    assert!(plan.moves.is_empty());
+    assert_eq!(share_of(&plan, 1), Some((whole, 30)));
+
+    // It can: it restarts with the partition's room.
+    trainer.movable = true;
+    let plan = mmk().plan(&node, std::slice::from_ref(&trainer));
+    assert_eq!(plan.moves, [1]);
+    assert_eq!(share_of(&plan, 1), Some((whole, 100)));
+    assert!(plan.steps.is_empty());
+
+    // Next to an online job that cannot move, it takes only what is left.
+    let mut serving = job(2, JobClass::Online, 4, 0.25, 0.35);
+    serving.profile.solo_latency_ms = Some(3.0);
+    serving.slo_ms = Some(50);
+    serving.placed = Some(whole);
+    serving.mps_share = 40;
+    let plan = mmk().plan(&node, &[trainer.clone(), serving.clone()]);
+    assert_eq!(plan.moves, [1]);
+    assert_eq!(share_of(&plan, 1), Some((whole, 60)));
+    assert_eq!(share_of(&plan, 2), Some((whole, 40)));
+
+    // Planning again after the move moves nothing: the shares are where they grow to.
+    let (node2, jobs2) = crate::plan::apply(&node, &[trainer.clone(), serving.clone()], &plan);
+    assert!(mmk().plan(&node2, &jobs2).moves.is_empty());
+
+    // A trainer that would gain nothing from the room left stays where it is, and
+    // one never shrinks: alone at 90 %, the analytic model's trainer (85 % of the
+    // SMs) runs at full speed already.
+    let mut alone = trainer.clone();
+    alone.mps_share = 90;
+    let plan = mmk().plan(&node, std::slice::from_ref(&alone));
+    assert!(plan.moves.is_empty(), "{:?}", plan.moves);
+    assert_eq!(share_of(&plan, 1), Some((whole, 90)));
+
+    // MIGER never restarts a running job.
+    trainer.mps_share = 30;
+    let miger = Hybrid::miger(Arc::new(AnalyticModel::default()));
+    let plan = miger.plan(&node, &[trainer, serving]);
+    assert!(plan.moves.is_empty());
+    assert_eq!(share_of(&plan, 1), Some((whole, 30)));
+}
+
+/// Speed grows as the square root of the job's fraction of the GPU's SMs (small
+/// instances are efficient), and every co-runner multiplies it by `corunner`.
+#[derive(Debug)]
+struct Concave {
+    corunner: f64,
+}
+
+impl PerfModel for Concave {
+    fn estimate(
+        &self,
+        _job: &JobProfile,
+        part: &PartitionShape,
+        share: u8,
+        co: &[CoRunner],
+    ) -> f64 {
+        let frac =
+            f64::from(share) / 100.0 * f64::from(part.sm_count) / f64::from(part.gpu_sm_count);
+        frac.sqrt() * self.corunner.powi(co.len() as i32)
+    }
+}
+
+/// An A100-80GB with one 7g instance (driver ID `id`) covering it.
+fn whole_instance_gpu(index: u32, id: u32) -> GpuState {
+    let mut g = gpu("a100-80gb", index);
+    g.instances.push(Instance {
+        id,
+        profile_id: 0,
+        placement: Placement { start: 0, size: 8 },
+        uuid: format!("MIG-{id}"),
+    });
+    g
+}
+
+fn whole_instance_node() -> (NodeState, Slot) {
+    let g = whole_instance_gpu(0, 1);
+    let slot = Slot {
+        gpu: 0,
+        start: 0,
+        profile_id: Some(0),
+    };
+    (NodeState { gpus: vec![g] }, slot)
+}
+
+#[test]
+fn mps_first_shares_a_partition_only_when_that_adds_throughput() {
+    let (node, whole) = whole_instance_node();
+    let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
+    running.placed = Some(whole);
+    running.mps_share = 50;
+    let jobs = [running, job(2, JobClass::Offline, 10, 0.5, 0.3)];
+
+    // Co-runners cost each other 40 %: the newcomer would mostly take what the running
+    // job loses, so it waits (the 7g covers every slice: nothing to carve).
+    let zero_sum = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 }));
+    let plan = zero_sum.plan(&node, &jobs);
+    assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
+
+    // Without interference the idle half of the partition is pure gain: it joins.
+    let free = Hybrid::mmk(Arc::new(Concave { corunner: 1.0 }));
+    let plan = free.plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+    assert_eq!(new.slot, whole);
+    assert!(new.mps_share <= 50, "{}", new.mps_share);
+
+    // The plain greedy (MIGER's option) takes any gain.
+    let greedy = Hybrid::new(
+        "greedy",
+        Arc::new(Concave { corunner: 0.6 }),
+        HybridOptions {
+            min_colocation_gain: 0.0,
+            ..zero_sum.options
+        },
+    );
+    assert!(greedy.plan(&node, &jobs).queued.is_empty());
+}
+
+#[test]
+fn an_empty_instance_is_reshaped_for_the_jobs_waiting() {
+    // An empty 7g and three waiting jobs, on a model where small instances are
+    // efficient: the 7g goes and smaller instances take all three, rather than
+    // MPS-first handing the whole GPU to the first job.
+    let (node, whole) = whole_instance_node();
+    let jobs: Vec<JobDemand> = (1..=3)
+        .map(|id| job(id, JobClass::Offline, 10, 0.5, 0.3))
+        .collect();
+    let plan = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 })).plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    assert!(
+        plan.steps
+            .iter()
+            .any(|s| matches!(s, Step::Destroy { slot, .. } if *slot == whole)),
+        "{:?}",
+        plan.steps
+    );
+    let slots: BTreeSet<Slot> = plan.placements.iter().map(|p| p.slot).collect();
+    assert_eq!(slots.len(), 3, "one instance each: {:?}", plan.placements);
+
+    // One waiting job still takes the empty 7g as it is.
+    let plan = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 })).plan(&node, &jobs[..1]);
+    assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+    assert_eq!(plan.placements[0].slot, whole);
+}
+
+#[test]
+fn an_idle_room_elsewhere_beats_sharing_a_busy_one() {
+    // GPU 0's 7g runs a job at half its share; GPU 1 has room no job uses (no free
+    // slices on either GPU): an empty 7g, a GPU with MIG off, or an empty 7g on a GPU
+    // whose layout is fixed. Sharing GPU 0 would add throughput (co-runners cost
+    // nothing here), but the newcomer does better alone on GPU 1, at 100 %, with no
+    // reconfiguration.
+    let mut mig_off = gpu("a100-80gb", 1);
+    mig_off.mig_enabled = false;
+    let mut fixed = whole_instance_gpu(1, 2);
+    fixed.layout_fixed = true;
+    for (idle, profile_id) in [
+        (whole_instance_gpu(1, 2), Some(0)),
+        (mig_off, None),
+        (fixed, Some(0)),
+    ] {
+        let (mut node, busy) = whole_instance_node();
+        node.gpus.push(idle);
+        let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
+        running.placed = Some(busy);
+        running.mps_share = 50;
+        let jobs = [running, job(2, JobClass::Offline, 10, 0.9, 0.3)];
+        let plan = Hybrid::mmk(Arc::new(Concave { corunner: 1.0 })).plan(&node, &jobs);
+        assert!(plan.steps.is_empty(), "{:?}", plan.steps);
+        let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+        assert_eq!(
+            (new.slot, new.mps_share),
+            (
+                Slot {
+                    gpu: 1,
+                    start: 0,
+                    profile_id
+                },
+                100
+            ),
+            "{profile_id:?}"
+        );
+    }
+}
+
+/// The memo and the skipping of refused kinds only save work: a planner that has
+/// answered many passes before plans exactly as a new one, and as one without either
+/// shortcut, over jobs of repeated kinds (same profile, different SLOs, memory,
+/// movability) arriving and finishing at random.
+#[test]
+fn remembered_answers_are_the_answers() {
+    use crate::plan::apply;
+    let kinds = [
+        (JobClass::Online, 10, 0.3, 0.2, Some((4.0, 12)), false),
+        (JobClass::Online, 10, 0.3, 0.2, Some((4.0, 6)), false),
+        (JobClass::Online, 10, 0.3, 0.2, None, false),
+        (JobClass::Offline, 20, 0.6, 0.5, None, true),
+        (JobClass::Offline, 20, 0.6, 0.5, None, false),
+        (JobClass::Offline, 70, 0.6, 0.5, None, true),
+        (JobClass::Offline, 40, 0.9, 0.3, None, true),
+        (JobClass::Offline, 5, 0.2, 0.8, None, false),
+    ];
+    for make in [Hybrid::mmk, Hybrid::miger, Hybrid::miso] {
+        let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
+        let warm = make(Arc::clone(&model));
+        SKIPPED.set(0);
+        let mut rng = mmk_core::rng::Rng::new(7);
+        let mut node = NodeState {
+            gpus: vec![gpu("a100-80gb", 0), gpu("a100-80gb", 1)],
+        };
+        let mut jobs: Vec<JobDemand> = Vec::new();
+        let mut next = 1;
+        for step in 0..60 {
+            for _ in 0..rng.below(4) {
+                let (class, gib, sm, bw, lat, movable) = kinds[rng.below(kinds.len())];
+                let mut j = job(next, class, gib, sm, bw);
+                if let Some((solo, slo)) = lat {
+                    j.profile.solo_latency_ms = Some(solo);
+                    j.slo_ms = Some(slo);
+                }
+                j.movable = movable;
+                jobs.push(j);
+                next += 1;
+            }
+            let plan = warm.plan(&node, &jobs);
+            let fresh = make(Arc::clone(&model)).plan(&node, &jobs);
+            assert_eq!(plan, fresh, "{} at step {step}", warm.name());
+            let reference = make(Arc::clone(&model)).forgetful().plan(&node, &jobs);
+            assert_eq!(
+                plan,
+                reference,
+                "{} at step {step}, no shortcuts",
+                warm.name()
+            );
+            (node, jobs) = apply(&node, &jobs, &plan);
+            // Some placed jobs finish.
+            jobs.retain(|j| j.placed.is_none() || rng.below(3) > 0);
+        }
+        assert!(
+            warm.memo().config.len() > 10,
+            "{}: the memo was used",
+            warm.name()
+        );
+        assert!(
+            SKIPPED.get() > 0,
+            "{}: refused kinds were skipped",
+            warm.name()
+        );
+    }
+}
+
+#[test]
+fn a_job_whose_partition_vanished_is_not_lost() {
+    let node = NodeState {
+        gpus: vec![gpu("a100-80gb", 0)],
+    };
+    let mut gone = job(1, JobClass::Offline, 10, 0.5, 0.3);
+    gone.placed = Some(Slot {
+        gpu: 0,
+        start: 4,
+        profile_id: Some(9),
+    });
+    gone.mps_share = 60;
+    let plan = mmk().plan(&node, &[gone]);
+    assert_eq!(plan.placements.len(), 1);
+    assert_eq!(plan.placements[0].mps_share, 60);
+}
+
+#[test]
+fn the_candidate_layouts_are_maximal() {
+    let m = catalog::model("a100-80gb").expect("model");
+    let layouts = maximal_layouts(&m);
+    assert!(!layouts.is_empty());
+    assert!(layouts.iter().any(|l| l == &vec![(0, 0)]), "the 7g alone");
+    for l in &layouts {
+        assert!(
+            l.iter()
+                .all(|(id, _)| !m.profile(*id).is_some_and(|p| p.media_extensions))
+        );
+        let slices: u8 = l
+            .iter()
+            .filter_map(|(id, _)| m.profile(*id))
+            .map(|p| p.memory_slices)
+            .sum();
+        assert!(slices >= 7, "{l:?} leaves room");
+    }
+}
