@@ -51,6 +51,10 @@ pub struct JobSpec {
     pub restart_policy: RestartPolicy,
     /// How many times mmk restarts the job under its restart policy.
     pub max_restarts: u32,
+    /// The job wants its partition to itself: the planner assumes it fills it and places
+    /// no other job beside it (docs/planner.md, "What the planner knows of a job").
+    #[serde(default)]
+    pub exclusive: bool,
 }
 
 /// What the job runs.
@@ -530,6 +534,7 @@ pub(crate) mod tests {
             checkpoint: false,
             restart_policy: RestartPolicy::Never,
             max_restarts: 0,
+            exclusive: false,
         }
     }
 

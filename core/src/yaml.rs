@@ -66,6 +66,7 @@ struct RawSpec {
     workload: Option<Spanned<RawWorkload>>,
     #[serde(default)]
     checkpoint: Option<Spanned<bool>>,
+    exclusive: Option<Spanned<bool>>,
     #[serde(default)]
     restart_policy: Option<Spanned<String>>,
     #[serde(default)]
@@ -217,6 +218,10 @@ fn convert(
         lines.note("checkpoint", c);
         c.value
     });
+    let exclusive = raw.exclusive.as_ref().is_some_and(|c| {
+        lines.note("exclusive", c);
+        c.value
+    });
     let restart_policy = match &raw.restart_policy {
         Some(r) => {
             lines.note("restart_policy", r);
@@ -261,6 +266,7 @@ fn convert(
         checkpoint,
         restart_policy,
         max_restarts,
+        exclusive,
     })
 }
 

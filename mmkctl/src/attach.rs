@@ -49,6 +49,9 @@ pub struct AllocSpecArgs {
     /// The Table III workload it resembles (docs/job-spec.md), for the planner.
     #[arg(long, value_name = "WORKLOAD")]
     pub profile: Option<String>,
+    /// The partition to itself: no other job is placed beside it.
+    #[arg(long)]
+    pub exclusive: bool,
     /// Online: the latency objective per request, in ms.
     #[arg(long, value_name = "MS")]
     pub slo: Option<u64>,
@@ -126,6 +129,7 @@ impl AllocSpecArgs {
             checkpoint: false,
             restart_policy: RestartPolicy::Never,
             max_restarts: 0,
+            exclusive: self.exclusive,
         };
         spec.validate()
             .map_err(|e| Failure::usage(format!("--{}: {}", flag_of(&e.field), e.message)))?;
@@ -813,6 +817,7 @@ mod tests {
             memory: "lots".into(),
             name: None,
             profile: None,
+            exclusive: false,
             slo: None,
             priority: 0,
             kernel_policy: None,

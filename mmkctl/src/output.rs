@@ -22,6 +22,8 @@ pub struct JobOut {
     pub reason: String,
     pub gpu_memory_mib: u64,
     pub priority: i32,
+    /// The job has its partition to itself.
+    pub exclusive: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo_ms: Option<u64>,
     pub task: TaskOut,
@@ -105,6 +107,7 @@ pub fn job_out(j: &v1::Job) -> JobOut {
         reason: j.reason.clone(),
         gpu_memory_mib: spec.gpu_memory_mib,
         priority: spec.priority,
+        exclusive: spec.exclusive,
         slo_ms: (spec.slo_ms != 0).then_some(spec.slo_ms),
         task: match spec.task {
             Some(v1::job_spec::Task::Command(c)) => TaskOut::Command {

@@ -29,6 +29,28 @@ pub enum BackendChoice {
     Sim,
 }
 
+/// The planner's performance model (`--model`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelChoice {
+    /// The forest built into mmkd (`mmk_predictor::shipped`): the default.
+    Builtin,
+    /// The analytic model (docs/planner.md).
+    Analytic,
+    /// A model file (`mmkctl predictor train`); `./analytic` names a file of that name.
+    File(PathBuf),
+}
+
+impl From<Option<PathBuf>> for ModelChoice {
+    fn from(p: Option<PathBuf>) -> ModelChoice {
+        match p {
+            None => ModelChoice::Builtin,
+            Some(p) if p.as_os_str() == "builtin" => ModelChoice::Builtin,
+            Some(p) if p.as_os_str() == "analytic" => ModelChoice::Analytic,
+            Some(p) => ModelChoice::File(p),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MpsChoice {
@@ -98,9 +120,10 @@ pub struct Args {
     /// How often MPS daemons and servers are checked [default: 1s].
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub mps_check_interval: Option<Duration>,
-    /// A predictor model file (`mmkctl predictor train`) for the planner; without one it
-    /// uses the analytic model (docs/predictor.md).
-    #[arg(long, value_name = "FILE")]
+    /// The planner's performance model: `builtin` (the forest trained on the repo's H200
+    /// dataset, built into mmkd), `analytic`, or a model file (`mmkctl predictor train`)
+    /// [default: builtin] (docs/predictor.md).
+    #[arg(long, value_name = "builtin|analytic|FILE")]
     pub model: Option<PathBuf>,
     /// The kernel scheduler's policy in every partition: mmk, passthrough or off
     /// [default: mmk] (docs/kernel-sched.md).
@@ -290,7 +313,7 @@ pub struct Config {
     pub mps: MpsChoice,
     pub mps_control: PathBuf,
     pub mps_check_interval: Duration,
-    pub model: Option<PathBuf>,
+    pub model: ModelChoice,
     /// The kernel scheduler's policy; `None` when it is off.
     pub kernel_policy: Option<mmk_kernel_sched::PolicyKind>,
     /// `mmk`'s offline depth cap per partition; 0: none.
@@ -585,7 +608,7 @@ impl Config {
                 .or(file.mps_control)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_CONTROL)),
             mps_check_interval,
-            model: args.model.or(file.model),
+            model: ModelChoice::from(args.model.or(file.model)),
             kernel_policy,
             kernel_offline_depth: args
                 .kernel_offline_depth

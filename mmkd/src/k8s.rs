@@ -187,6 +187,7 @@ impl Plugin {
             checkpoint: false,
             restart_policy: RestartPolicy::Never,
             max_restarts: 0,
+            exclusive: false,
         };
         let a = self
             .node

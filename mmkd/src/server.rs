@@ -23,7 +23,7 @@ use tracing::{info, warn};
 use crate::backend::GpuBackend;
 use crate::backend::nvml::NvmlBackend;
 use crate::backend::sim::SimBackend;
-use crate::config::{BackendChoice, Config, MpsChoice};
+use crate::config::{BackendChoice, Config, ModelChoice, MpsChoice};
 use crate::grpc::{AllocationApi, JobApi, NodeApi, PartitionApi};
 use crate::ksched::{self, KernelSched};
 use crate::mps::{FAKE_MPS_ARG, Mps};
@@ -236,19 +236,32 @@ async fn choose_backend(config: &Config) -> anyhow::Result<Arc<dyn GpuBackend>> 
 /// The planner's performance model: the predictor's model file when one is given (a bad
 /// file stops mmkd with the reason), else the analytic model.
 async fn load_model(config: &Config) -> anyhow::Result<Arc<dyn PerfModel>> {
-    let Some(path) = config.model.clone() else {
-        info!("performance model: analytic (no --model)");
-        return Ok(Arc::new(AnalyticModel::default()));
-    };
     let started = std::time::Instant::now();
-    let shown = path.display().to_string();
-    let p = tokio::task::spawn_blocking(move || Predictor::load(&path))
-        .await?
-        .with_context(|| format!("--model {shown}"))?;
+    let (p, shown) = match &config.model {
+        ModelChoice::Analytic => {
+            info!("performance model: analytic (--model analytic)");
+            return Ok(Arc::new(AnalyticModel::default()));
+        }
+        ModelChoice::Builtin => {
+            let p = tokio::task::spawn_blocking(mmk_predictor::shipped::load)
+                .await?
+                .context("the built-in model")?;
+            (p, mmk_predictor::shipped::NAME.to_owned())
+        }
+        ModelChoice::File(path) => {
+            let shown = path.display().to_string();
+            let path = path.clone();
+            let p = tokio::task::spawn_blocking(move || Predictor::load(&path))
+                .await?
+                .with_context(|| format!("--model {shown}"))?;
+            (p, shown)
+        }
+    };
     info!(
         model = %shown,
         forest = %p.params,
         trained_rows = p.rows,
+        cv_error_pct = p.cv_error_pct().map(|e| (e * 100.0).round() / 100.0),
         load_ms = started.elapsed().as_millis() as u64,
         "performance model: random forest"
     );

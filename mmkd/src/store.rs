@@ -903,6 +903,7 @@ mod tests {
             checkpoint: false,
             restart_policy: RestartPolicy::Never,
             max_restarts: 0,
+            exclusive: false,
         }
     }
 

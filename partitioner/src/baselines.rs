@@ -59,8 +59,8 @@ fn whole_gpu(g: &GpuState, busy: bool) -> Option<(Slot, Vec<Step>, u64)> {
 
 fn plan_whole_gpu(node: &NodeState, jobs: &[JobDemand], one_per_gpu: bool) -> Plan {
     let mut plan = Plan::default();
-    // (slot, memory left, jobs) per GPU.
-    let mut gpus: Vec<Option<(Slot, u64, usize)>> = Vec::new();
+    // (slot, memory left, jobs, a job there wants it to itself) per GPU.
+    let mut gpus: Vec<Option<(Slot, u64, usize, bool)>> = Vec::new();
     for g in &node.gpus {
         let on_gpu: Vec<&JobDemand> = jobs
             .iter()
@@ -80,10 +80,16 @@ fn plan_whole_gpu(node: &NodeState, jobs: &[JobDemand], one_per_gpu: bool) -> Pl
                 let used: u64 = on_gpu.iter().map(|j| j.memory_mib).sum();
                 if on_gpu.is_empty() && !steps.is_empty() {
                     // Kept below only if a job lands on this GPU.
-                    gpus.push(Some((slot, mem, 0)));
+                    gpus.push(Some((slot, mem, 0, false)));
                     plan.steps.extend(steps);
                 } else {
-                    gpus.push(Some((slot, mem.saturating_sub(used), on_gpu.len())));
+                    let exclusive = on_gpu.iter().any(|j| j.exclusive);
+                    gpus.push(Some((
+                        slot,
+                        mem.saturating_sub(used),
+                        on_gpu.len(),
+                        exclusive,
+                    )));
                 }
             }
             None => gpus.push(None),
@@ -96,18 +102,16 @@ fn plan_whole_gpu(node: &NodeState, jobs: &[JobDemand], one_per_gpu: bool) -> Pl
         let target = if blocked {
             None
         } else {
-            gpus.iter_mut().flatten().find(|(_, left, n)| {
-                if one_per_gpu {
-                    *n == 0 && *left >= j.memory_mib
-                } else {
-                    *left >= j.memory_mib
-                }
+            gpus.iter_mut().flatten().find(|(_, left, n, exclusive)| {
+                let alone = one_per_gpu || j.exclusive;
+                *left >= j.memory_mib && if alone { *n == 0 } else { !*exclusive }
             })
         };
         match target {
-            Some((slot, left, n)) => {
+            Some((slot, left, n, exclusive)) => {
                 *left -= j.memory_mib;
                 *n += 1;
+                *exclusive |= j.exclusive;
                 plan.placements.push(JobPlacement {
                     job: j.id,
                     slot: *slot,

@@ -37,9 +37,25 @@ impl JobProfile {
         }
     }
 
-    /// A job nobody profiled: assume it fills the GPU and is half memory-bound, the
-    /// pessimistic reading (it gets a partition of its own when it can).
-    pub fn unknown(class: JobClass) -> JobProfile {
+    /// The prior for a job nobody profiled: the median demands of the shipped dataset's
+    /// workloads of its class ([`PRIOR_ONLINE`], [`PRIOR_OFFLINE`]). It shares a partition
+    /// like any other job.
+    pub fn prior(class: JobClass) -> JobProfile {
+        let (sm_demand, bw_demand) = match class {
+            JobClass::Online => PRIOR_ONLINE,
+            JobClass::Offline => PRIOR_OFFLINE,
+        };
+        JobProfile {
+            class,
+            sm_demand,
+            bw_demand,
+            solo_latency_ms: None,
+        }
+    }
+
+    /// A job that asked for its partition to itself (`exclusive`): it keeps every SM busy
+    /// and half the memory bandwidth, the pessimistic reading.
+    pub fn exclusive(class: JobClass) -> JobProfile {
         JobProfile {
             class,
             sm_demand: 1.0,
@@ -48,6 +64,14 @@ impl JobProfile {
         }
     }
 }
+
+/// The prior of an online job nobody profiled: (SM demand, bandwidth demand), the medians
+/// over the 14 online workloads (model and batch) of data/gpu/h200-2026-11-21 measured
+/// alone on the whole GPU. The predictor's tests compute them again from the dataset.
+pub const PRIOR_ONLINE: (f64, f64) = (0.877, 0.352);
+
+/// The prior of an offline job nobody profiled: the same over the 14 offline workloads.
+pub const PRIOR_OFFLINE: (f64, f64) = (0.773, 0.190);
 
 /// The shape of a partition as the model sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -46,6 +46,9 @@ pub struct JobDemand {
     /// The job can be stopped and restarted elsewhere or with another share (an offline
     /// job that declared `checkpoint: true`, DESIGN.md item 8).
     pub movable: bool,
+    /// The job has its partition to itself (`exclusive: true`): no other job joins it,
+    /// and it joins no partition that runs jobs.
+    pub exclusive: bool,
 }
 
 impl JobDemand {
@@ -59,7 +62,7 @@ impl JobDemand {
         }
     }
 
-    /// A waiting job with an unknown profile: the least a planner needs.
+    /// A waiting job nobody profiled (the prior): the least a planner needs.
     pub fn waiting(id: u64, class: JobClass, memory_mib: u64) -> JobDemand {
         JobDemand {
             id,
@@ -69,8 +72,9 @@ impl JobDemand {
             placed: None,
             mps_share: 100,
             slo_ms: None,
-            profile: JobProfile::unknown(class),
+            profile: JobProfile::prior(class),
             movable: false,
+            exclusive: false,
         }
     }
 }
@@ -136,6 +140,8 @@ struct SlotUse {
     memory_mib: u64,
     used_mib: u64,
     jobs: usize,
+    /// A job there has it to itself.
+    exclusive: bool,
     /// The driver's instance ID when the instance exists now.
     instance: Option<u32>,
 }
@@ -154,6 +160,7 @@ impl Planner for FirstFit {
             if let Some(u) = slots.get_mut(&slot) {
                 u.used_mib += job.memory_mib;
                 u.jobs += 1;
+                u.exclusive |= job.exclusive;
             }
             plan.placements.push(JobPlacement {
                 job: job.id,
@@ -169,7 +176,11 @@ impl Planner for FirstFit {
         for job in waiting {
             let fits = slots
                 .iter()
-                .find(|(_, u)| u.memory_mib - u.used_mib.min(u.memory_mib) >= job.memory_mib)
+                .find(|(_, u)| {
+                    u.memory_mib - u.used_mib.min(u.memory_mib) >= job.memory_mib
+                        && !u.exclusive
+                        && (!job.exclusive || u.jobs == 0)
+                })
                 .map(|(s, _)| *s);
             let slot = fits.or_else(|| carve(node, &mut slots, &mut plan.steps, job.memory_mib));
             match slot {
@@ -177,6 +188,7 @@ impl Planner for FirstFit {
                     if let Some(u) = slots.get_mut(&slot) {
                         u.used_mib += job.memory_mib;
                         u.jobs += 1;
+                        u.exclusive |= job.exclusive;
                     }
                     plan.placements.push(JobPlacement {
                         job: job.id,
@@ -221,6 +233,7 @@ fn current_slots(node: &NodeState) -> BTreeMap<Slot, SlotUse> {
                     memory_mib: gpu.model.memory_mib,
                     used_mib: 0,
                     jobs: 0,
+                    exclusive: false,
                     instance: None,
                 },
             );
@@ -241,6 +254,7 @@ fn current_slots(node: &NodeState) -> BTreeMap<Slot, SlotUse> {
                     memory_mib,
                     used_mib: 0,
                     jobs: 0,
+                    exclusive: false,
                     instance: Some(inst.id),
                 },
             );
@@ -375,6 +389,7 @@ fn carve(
             memory_mib: memory,
             used_mib: 0,
             jobs: 0,
+            exclusive: false,
             instance: None,
         },
     );

@@ -3,7 +3,10 @@
 //! - placed jobs stay where they are, with their share, unless the plan moves them, and
 //!   only checkpointable offline jobs move;
 //! - every job fits its partition's memory;
-//! - MPS shares within a partition sum to at most 100 (planners that set limits);
+//! - MPS shares within a partition sum to at most 100 (planners that set limits; MMK may
+//!   go over only in a partition with at most one online job, for a job that would wait
+//!   otherwise, as plain MPS would take it);
+//! - a job that asked for its partition to itself (`exclusive`) is alone in it;
 //! - every layout the steps produce is valid for its GPU model;
 //! - no instance that hosts a job is destroyed (so no slice hosting an online job changes);
 //! - the plan is the same for the same input.
@@ -112,6 +115,8 @@ fn arb_case() -> impl Strategy<Value = Case> {
                 // Every other offline job declared checkpointing; online jobs have an SLO
                 // of two to six times their solo latency.
                 j.movable = class == JobClass::Offline && n % 2 == 0;
+                // One waiting job in seven wants its partition to itself.
+                j.exclusive = n % 7 == 3 && where_ == 0;
                 if online {
                     j.profile.solo_latency_ms = Some(5.0);
                     j.slo_ms = Some(10 + 5 * (n as u64 % 5));
@@ -201,18 +206,37 @@ proptest! {
             }
 
             // Memory and shares per partition.
-            let mut per_slot: BTreeMap<Slot, (u64, u32)> = BTreeMap::new();
+            // (memory, online shares, offline shares, jobs, an exclusive job among them)
+            let mut per_slot: BTreeMap<Slot, (u64, u32, u32, u32, bool)> = BTreeMap::new();
             for pl in &plan.placements {
                 let j = case.jobs.iter().find(|j| j.id == pl.job).expect("known job");
-                let e = per_slot.entry(pl.slot).or_insert((0, 0));
+                let e = per_slot.entry(pl.slot).or_insert((0, 0, 0, 0, false));
                 e.0 += j.memory_mib;
-                e.1 += u32::from(pl.mps_share);
+                match j.class {
+                    JobClass::Online => e.1 += u32::from(pl.mps_share),
+                    JobClass::Offline => e.2 += u32::from(pl.mps_share),
+                }
+                e.3 += 1;
+                e.4 |= j.exclusive;
                 prop_assert!((10..=100).contains(&pl.mps_share), "{}: share {}", name, pl.mps_share);
             }
-            for (slot, (mem, shares)) in &per_slot {
+            for (slot, (mem, online, offline, n, exclusive)) in &per_slot {
                 prop_assert!(*mem <= memory_of(&case.node, *slot), "{}: {:?} holds {} MiB", name, slot, mem);
-                if LIMITING.contains(&name) {
-                    prop_assert!(*shares <= 100, "{}: {:?} shares {}", name, slot, shares);
+                if name == "mmk" {
+                    // MMK oversubscribes only a partition without online jobs, for a job
+                    // that would wait otherwise; an online newcomer may be that job.
+                    let online_jobs = plan
+                        .placements
+                        .iter()
+                        .filter(|p| p.slot == *slot)
+                        .filter(|p| case.jobs.iter().any(|j| j.id == p.job && j.class == JobClass::Online))
+                        .count();
+                    prop_assert!(online + offline <= 100 || online_jobs <= 1, "{}: {:?} shares {} + {} with {} online jobs", name, slot, online, offline, online_jobs);
+                } else if LIMITING.contains(&name) {
+                    prop_assert!(online + offline <= 100, "{}: {:?} shares {}", name, slot, online + offline);
+                }
+                {
+                    prop_assert!(!exclusive || *n == 1, "{}: {:?} holds an exclusive job and {} others", name, slot, n - 1);
                 }
             }
 

@@ -293,6 +293,22 @@ impl Predictor {
         Some(v)
     }
 
+    /// The cross-validated relative error of the chosen parameters, in percent (the
+    /// search runs with fewer trees than the final forest; the rest of the parameters
+    /// match).
+    pub fn cv_error_pct(&self) -> Option<f64> {
+        let p = self.params;
+        self.cv
+            .iter()
+            .filter(|c| {
+                c.params.max_depth == p.max_depth
+                    && c.params.min_samples_leaf == p.min_samples_leaf
+                    && c.params.features_per_split == p.features_per_split
+            })
+            .map(|c| c.mre_pct)
+            .reduce(f64::min)
+    }
+
     /// Each feature's importance (mean impurity decrease, normalized to sum to 1), most
     /// important first.
     pub fn importances(&self) -> Result<Vec<(&'static str, f64)>, ModelError> {

@@ -22,6 +22,7 @@ pub mod features;
 pub mod forest;
 pub mod groundtruth;
 pub mod measured;
+pub mod shipped;
 pub mod truth;
 
 pub use dataset::{Dataset, DatasetError, Row};

@@ -555,7 +555,7 @@ mod tests {
         let both = t.estimate(&by("svc-b32"), &WHOLE, 100, &[co("train-b32", 100)]);
         assert!((both - 0.4).abs() < 1e-9, "{both}");
         // An unknown job gets the analytic model.
-        let unknown = JobProfile::unknown(JobClass::Offline);
+        let unknown = JobProfile::exclusive(JobClass::Offline);
         assert_eq!(
             t.estimate(&unknown, &WHOLE, 100, &[]),
             AnalyticModel::default().estimate(&unknown, &WHOLE, 100, &[])

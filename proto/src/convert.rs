@@ -74,6 +74,7 @@ pub fn spec_to_proto(s: &JobSpec) -> v1::JobSpec {
             }),
         }),
         checkpoint: s.checkpoint,
+        exclusive: s.exclusive,
         restart_policy: match s.restart_policy {
             RestartPolicy::Never => v1::RestartPolicy::Never,
             RestartPolicy::OnFailure => v1::RestartPolicy::OnFailure,
@@ -133,6 +134,7 @@ pub fn spec_from_proto(s: v1::JobSpec) -> Result<JobSpec, FieldError> {
         checkpoint: s.checkpoint,
         restart_policy,
         max_restarts: s.max_restarts,
+        exclusive: s.exclusive,
     };
     spec.validate()?;
     Ok(spec)
@@ -168,6 +170,7 @@ mod tests {
             checkpoint: false,
             restart_policy: RestartPolicy::OnFailure,
             max_restarts: 2,
+            exclusive: false,
         }
     }
 

@@ -217,9 +217,21 @@ fn spec() -> impl Strategy<Value = v1::JobSpec> {
         any::<bool>(),
         number(0i32..=2),
         number(0u32..=100),
+        any::<bool>(),
     )
         .prop_map(
-            |(name, class, gpu_memory_mib, slo_ms, priority, task, checkpoint, restart, max)| {
+            |(
+                name,
+                class,
+                gpu_memory_mib,
+                slo_ms,
+                priority,
+                task,
+                checkpoint,
+                restart,
+                max,
+                exclusive,
+            )| {
                 v1::JobSpec {
                     name,
                     class,
@@ -230,6 +242,7 @@ fn spec() -> impl Strategy<Value = v1::JobSpec> {
                     checkpoint,
                     restart_policy: restart,
                     max_restarts: max,
+                    exclusive,
                 }
             },
         )

@@ -384,8 +384,8 @@ mod tests {
             memory_slices: 8,
             gpu_memory_slices: 8,
         };
-        let online = JobProfile::unknown(JobClass::Online);
-        let offline = JobProfile::unknown(JobClass::Offline);
+        let online = JobProfile::exclusive(JobClass::Online);
+        let offline = JobProfile::exclusive(JobClass::Offline);
         let co = |p: JobProfile| CoRunner {
             profile: p,
             mps_share: 50,

@@ -127,7 +127,7 @@ async fn oversized_and_missing_files_are_refused() {
     let out = d.ctl(&["submit", "--offline", &fifo.display().to_string()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("nothing arrived within 10s"),
+        text(&out.stderr).contains("no writer opened it within 10s"),
         "{}",
         text(&out.stderr)
     );

@@ -536,7 +536,10 @@ async fn partitions_plan_is_a_dry_run() {
 
 #[tokio::test]
 async fn mmk_moves_a_checkpointable_job_to_make_room() {
-    let d = Daemon::start_with("a100-80gb:1", &["--planner", "mmk"]);
+    // The move mechanism, on the analytic model, under which the move pays for itself
+    // (on the default forest the service joins beside the trainer as under plain MPS,
+    // which `online_work_never_waits_behind_offline_work` checks).
+    let d = Daemon::start_with("a100-80gb:1", &["--planner", "mmk", "--model", "analytic"]);
     let mut c = d.clients().await;
     let trainer = d.submit(
         "--offline",
@@ -544,14 +547,14 @@ async fn mmk_moves_a_checkpointable_job_to_make_room() {
     );
     let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
     let before = t.assignment.expect("placed").mps_share;
-    assert_eq!(
-        before, 100,
-        "alone, the trainer (an unknown profile) takes the whole share"
+    assert!(
+        before >= 80,
+        "alone, the trainer (the prior) takes what adds throughput: {before}"
     );
 
     let serving = d.submit(
         "--online",
-        "name: serving\ngpu_memory: 4GiB\nslo: 50ms\nworkload:\n  name: resnet18-inference\n  duration: 10h\n",
+        "name: serving\ngpu_memory: 4GiB\nslo: 5ms\nworkload:\n  name: resnet18-inference\n  duration: 10h\n",
     );
     let s = wait_state(&mut c, serving, v1::JobState::Running).await;
     let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
@@ -585,9 +588,9 @@ async fn mmk_moves_a_checkpointable_job_to_make_room() {
         }
         tokio::task::yield_now().await;
     };
-    assert_eq!(log, format!("start 0 100\nstart 1 {}\n", ta.mps_share));
+    assert_eq!(log, format!("start 0 {before}\nstart 1 {}\n", ta.mps_share));
 
-    // When the service leaves, the trainer restarts once more with the whole share.
+    // When the service leaves, the trainer restarts once more with its share alone.
     let out = d.ctl(&["jobs", "cancel", &serving.to_string()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let log = wait_for("the trainer's third start", || {
@@ -596,12 +599,15 @@ async fn mmk_moves_a_checkpointable_job_to_make_room() {
     });
     assert_eq!(
         log,
-        format!("start 0 100\nstart 1 {}\nstart 1 100\n", ta.mps_share)
+        format!(
+            "start 0 {before}\nstart 1 {}\nstart 1 {before}\n",
+            ta.mps_share
+        )
     );
     let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
     assert_eq!(
         (t.restarts, t.assignment.map(|a| a.mps_share)),
-        (2, Some(100))
+        (2, Some(before))
     );
 }
 

@@ -14,5 +14,6 @@ mod predictor;
 mod python;
 mod restart;
 mod security;
+mod sharing;
 mod simulate;
 mod slurm;

@@ -606,8 +606,15 @@ pub(super) fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
         placed: None,
         mps_share: 100,
         slo_ms: spec.slo_ms,
-        profile: profile.unwrap_or_else(|| JobProfile::unknown(spec.class)),
+        profile: profile.unwrap_or_else(|| {
+            if spec.exclusive {
+                JobProfile::exclusive(spec.class)
+            } else {
+                JobProfile::prior(spec.class)
+            }
+        }),
         movable: spec.checkpoint && spec.class == JobClass::Offline,
+        exclusive: spec.exclusive,
     }
 }
 

@@ -164,7 +164,7 @@ impl Hybrid {
                     if part.free_mib(jobs) < jobs[j].memory_mib {
                         continue;
                     }
-                    match self.mps_config(jobs, part, j) {
+                    match self.mps_config(jobs, part, j, false) {
                         Ok((share, stp, own)) => {
                             let before = match (part.members.is_empty(), part_stp[k]) {
                                 (true, _) => 0.0,

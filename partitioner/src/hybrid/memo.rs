@@ -66,6 +66,7 @@ pub(super) fn job_words(jobs: &[JobDemand], j: usize, share: u8, key: &mut Vec<u
         u64::from(d.class == JobClass::Online)
             | u64::from(d.profile.class == JobClass::Online) << 1
             | u64::from(movable(jobs, &Member { job: j, share })) << 2
+            | u64::from(d.exclusive) << 3
             | u64::from(share) << 8,
     );
 }

@@ -17,8 +17,9 @@
 //!    - sharing must add throughput: a job joins running jobs only when the partition's
 //!      STP grows by at least `min_colocation_gain` (MMK: half) of the newcomer's own
 //!      predicted performance. When co-runners mostly slow each other down, the newcomer
-//!      waits for a partition of its own instead. The layout search (step 3) applies the
-//!      same rule when it packs a job next to others;
+//!      takes a partition of its own (step 3) where there is one, and joins them only as a
+//!      last resort (step 5). The layout search applies the same rule when it packs a job
+//!      next to others;
 //!    - an instance without jobs is left to the layout search, which may keep it, reshape
 //!      it or share it among several waiting jobs; MPS-first takes it only for a job that
 //!      search left waiting.
@@ -34,7 +35,15 @@
 //!    checkpointable offline jobs' shares grow into it, 10 % at a time to the job whose
 //!    raise adds the most STP (the others' stay), and they move when the partition's STP
 //!    grows by more than `move_cost` per moved job.
-//! 5. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
+//! 5. **No job waits while memory is free beside running jobs** (`share_before_waiting`,
+//!    MMK only; DESIGN.md, "Job profiles"): a job that steps 2 to 4 left waiting joins the
+//!    partition where its memory fits and it adds the most STP, whatever the gain; where
+//!    the shares are spent and no online job runs, it joins as plain MPS would take it
+//!    (shares are caps, not reservations): an online job with 100 %, so that it runs at
+//!    least as fast as under plain MPS while the kernel gate gives its kernels precedence,
+//!    an offline one with the share MPSConfig picks. A partition with an online job is not
+//!    oversubscribed. A job with `exclusive` neither joins nor is joined.
+//! 6. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
 //!
 //! `MPSConfig` (lines 24-35) here: each new job starts at 10 %; online jobs with an SLO
 //! are raised until their predicted latency meets it; then the remaining share goes 10 % at
@@ -71,6 +80,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+use mmk_core::JobClass;
 use mmk_core::units::format_mib;
 
 use crate::layout::GpuState;
@@ -83,7 +93,7 @@ use kinds::Kinds;
 use layout_search::Layout;
 pub use layout_search::maximal_layouts;
 use memo::Memo;
-use partition::{GpuPlan, Progress};
+use partition::{GpuPlan, Part, Progress};
 
 /// What distinguishes MMK from the baselines that share its search.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -105,6 +115,11 @@ pub struct HybridOptions {
     /// throughput, not only move it from the jobs already there to the newcomer. 0: any
     /// gain that is not a loss.
     pub min_colocation_gain: f64,
+    /// Step 5 of the module docs: a job that every other step left waiting joins a
+    /// partition where its memory fits and every SLO there holds, even if sharing adds
+    /// less than `min_colocation_gain`, and even where the shares are spent if no online
+    /// job runs there (`mps_config.rs`).
+    pub share_before_waiting: bool,
 }
 
 /// MPS shares are chosen in steps of this many percent (DESIGN item 6).
@@ -165,6 +180,7 @@ impl Hybrid {
                 mps_first: true,
                 move_cost: Some(0.1),
                 min_colocation_gain: 0.5,
+                share_before_waiting: true,
             },
         )
     }
@@ -181,6 +197,7 @@ impl Hybrid {
                 mps_first: false,
                 move_cost: None,
                 min_colocation_gain: 0.0,
+                share_before_waiting: false,
             },
         )
     }
@@ -197,6 +214,7 @@ impl Hybrid {
                 mps_first: false,
                 move_cost: None,
                 min_colocation_gain: 0.0,
+                share_before_waiting: false,
             },
         )
     }
@@ -258,7 +276,7 @@ impl Planner for Hybrid {
         };
 
         if self.options.mps_first {
-            self.mps_first(node, jobs, &mut p, true);
+            self.mps_first(node, jobs, &mut p, true, false);
         }
         while !p.waiting.is_empty() {
             let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
@@ -301,7 +319,11 @@ impl Planner for Hybrid {
         // A job deferred to the layout search that found nothing better still takes the
         // place MPS-first had for it.
         if self.options.mps_first && !p.waiting.is_empty() {
-            self.mps_first(node, jobs, &mut p, false);
+            self.mps_first(node, jobs, &mut p, false, false);
+        }
+        // No job waits while memory beside running jobs would hold it.
+        if self.options.share_before_waiting && !p.waiting.is_empty() {
+            self.mps_first(node, jobs, &mut p, false, true);
         }
         self.regrow(jobs, &mut p);
         let Progress {
@@ -386,6 +408,11 @@ impl Planner for Hybrid {
                     "waiting: no partition can meet its SLO of {}ms now",
                     job.slo_ms.unwrap_or(0)
                 )
+            } else if let Some(why) = in_the_way(jobs, &plans, j) {
+                format!(
+                    "waiting for {} of GPU memory: {why}",
+                    format_mib(job.memory_mib)
+                )
             } else {
                 format!(
                     "waiting for {} of GPU memory and an SM share: no partition has room, and no layout that keeps the busy partitions holds it",
@@ -400,4 +427,75 @@ impl Planner for Hybrid {
         out.stp = Some(stp);
         out
     }
+}
+
+/// The jobs that keep waiting job `j` out, named, where a partition's memory would hold it:
+/// a job that has its partition to itself, or the online jobs beside which the shares are
+/// spent; for an online job that no partition's memory holds, the offline jobs that hold
+/// the memory. `None` when no job is in its way.
+fn in_the_way(jobs: &[JobDemand], plans: &[GpuPlan], j: usize) -> Option<String> {
+    let ids = |it: &mut dyn Iterator<Item = usize>| {
+        let v: Vec<String> = it.map(|i| jobs[i].id.to_string()).collect();
+        v.join(", ")
+    };
+    let fits: Vec<&Part> = plans
+        .iter()
+        .flat_map(|gp| &gp.parts)
+        .filter(|p| !p.members.is_empty() && p.free_mib(jobs) >= jobs[j].memory_mib)
+        .collect();
+    if jobs[j].exclusive && !fits.is_empty() {
+        let mut all = fits.iter().flat_map(|p| p.members.iter().map(|m| m.job));
+        return Some(format!(
+            "it asks for a partition of its own, and the partitions with room run jobs {}",
+            ids(&mut all)
+        ));
+    }
+    let mut owners = fits
+        .iter()
+        .flat_map(|p| {
+            p.members
+                .iter()
+                .filter(|m| jobs[m.job].exclusive)
+                .map(|m| m.job)
+        })
+        .peekable();
+    if owners.peek().is_some() {
+        return Some(format!(
+            "the partitions with room are held by jobs that asked for them alone: {}",
+            ids(&mut owners)
+        ));
+    }
+    let mut online = fits
+        .iter()
+        .filter(|p| p.share_left() < SHARE_STEP)
+        .flat_map(|p| {
+            p.members
+                .iter()
+                .filter(|m| jobs[m.job].class == JobClass::Online)
+                .map(|m| m.job)
+        })
+        .peekable();
+    if online.peek().is_some() {
+        return Some(format!(
+            "the MPS shares of the partitions with room are spent, and online jobs run there \
+             ({}), whose shares are not oversubscribed",
+            ids(&mut online)
+        ));
+    }
+    if fits.is_empty() && jobs[j].class == JobClass::Online {
+        let mut offline = plans
+            .iter()
+            .flat_map(|gp| &gp.parts)
+            .flat_map(|p| p.members.iter())
+            .filter(|m| jobs[m.job].class == JobClass::Offline)
+            .map(|m| m.job)
+            .peekable();
+        if offline.peek().is_some() {
+            return Some(format!(
+                "no partition has that much free; offline jobs hold the memory: {}",
+                ids(&mut offline)
+            ));
+        }
+    }
+    None
 }

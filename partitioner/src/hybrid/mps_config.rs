@@ -1,6 +1,8 @@
 //! MPSConfig (module docs): the share a new job gets in a partition, and whether joining
 //! adds enough throughput (`min_colocation_gain`); steps 2 and 3 ask both.
 
+use mmk_core::JobClass;
+
 use crate::plan::JobDemand;
 
 use super::memo::state_key;
@@ -21,16 +23,37 @@ pub(super) enum Refusal {
 impl Hybrid {
     /// MPSConfig: the share of a new job `new` joining `part` (module docs), the
     /// partition's predicted STP with it, and the newcomer's own predicted performance.
-    pub(super) fn mps_config(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
-        let key = state_key(jobs, &part.shape, &part.members, Some(new));
+    /// `oversubscribe`: the newcomer would wait otherwise (`share_before_waiting`).
+    pub(super) fn mps_config(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        new: usize,
+        oversubscribe: bool,
+    ) -> Config {
+        let mut key = state_key(jobs, &part.shape, &part.members, Some(new));
+        key.push(u64::from(oversubscribe));
         self.recall(
             |m| &mut m.config,
             key,
-            || self.compute_mps_config(jobs, part, new),
+            || self.compute_mps_config(jobs, part, new, oversubscribe),
         )
     }
 
-    fn compute_mps_config(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
+    /// With `oversubscribe`, a newcomer that finds the partition's shares spent still
+    /// joins where no online job runs, as plain MPS would take it (MPS thread percentages
+    /// are caps on each client, not reservations): an online newcomer with 100 %, which
+    /// leaves it at least as fast as under plain MPS and lets the kernel gate give its
+    /// kernels precedence; an offline one with the share MPSConfig picks in 10-100 %. A
+    /// partition with an online job is never oversubscribed: its SLO was planned on the
+    /// shares there.
+    fn compute_mps_config(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        new: usize,
+        oversubscribe: bool,
+    ) -> Config {
         if !self.options.share_partitions {
             if !part.members.is_empty() {
                 return Err(Refusal::Room);
@@ -46,14 +69,28 @@ impl Hybrid {
                 Err(Refusal::Slo)
             };
         }
-        let left = part.share_left();
-        if left < SHARE_STEP {
+        if part.closed_to(jobs, new) {
             return Err(Refusal::Room);
+        }
+        let mut left = part.share_left();
+        let mut start = SHARE_STEP;
+        if left < SHARE_STEP {
+            let online_there = part
+                .members
+                .iter()
+                .any(|m| jobs[m.job].class == JobClass::Online);
+            if !oversubscribe || online_there {
+                return Err(Refusal::Room);
+            }
+            left = 100;
+            if jobs[new].class == JobClass::Online {
+                start = 100;
+            }
         }
         let mut members = part.members.clone();
         members.push(Member {
             job: new,
-            share: SHARE_STEP,
+            share: start,
         });
         let me = members.len() - 1;
         let mut perf = self.perf(jobs, &part.shape, &members);

@@ -14,13 +14,17 @@ type Choice = (f64, usize, usize, Vec<Member>, Vec<usize>);
 impl Hybrid {
     /// Step 2: each waiting job into the existing partition where it adds the most STP,
     /// re-choosing the shares of the partition's checkpointable offline jobs when that
-    /// pays for their restart (Algorithm 1, line 9; DESIGN item 8).
+    /// pays for their restart (Algorithm 1, line 9; DESIGN item 8). `last_resort`: the
+    /// pass for the jobs every other step left waiting (`share_before_waiting`), where
+    /// joining need not add `min_colocation_gain` and may oversubscribe a partition
+    /// without online jobs (`compute_mps_config`).
     pub(super) fn mps_first(
         &self,
         node: &NodeState,
         jobs: &[JobDemand],
         p: &mut Progress,
         defer: bool,
+        last_resort: bool,
     ) {
         let Progress {
             plans,
@@ -63,9 +67,9 @@ impl Hybrid {
                             best = Some((gain, gi, pi, members, moves));
                         }
                     };
-                    match self.mps_config(jobs, part, j) {
+                    match self.mps_config(jobs, part, j, last_resort) {
                         Ok((share, stp, own)) => {
-                            if self.adds_enough(part, own, stp - now) {
+                            if last_resort || self.adds_enough(part, own, stp - now) {
                                 let mut members = part.members.clone();
                                 members.push(Member { job: j, share });
                                 consider(stp - now, members, Vec::new());
@@ -77,7 +81,7 @@ impl Hybrid {
                     if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, Some(j)) {
                         // A move must pay for its restart.
                         let gain = stp - self.moves_cost(&moves, moved) - now;
-                        if gain > 0.0 && self.adds_enough(part, own, gain) {
+                        if gain > 0.0 && (last_resort || self.adds_enough(part, own, gain)) {
                             consider(gain, members, moves);
                         }
                     }

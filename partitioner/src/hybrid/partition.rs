@@ -49,6 +49,12 @@ impl Part {
         self.memory_mib.saturating_sub(used)
     }
 
+    /// Whether a job has the partition to itself (`exclusive`), or the newcomer wants to.
+    pub(super) fn closed_to(&self, jobs: &[JobDemand], new: usize) -> bool {
+        !self.members.is_empty()
+            && (jobs[new].exclusive || self.members.iter().any(|m| jobs[m.job].exclusive))
+    }
+
     pub(super) fn share_left(&self) -> u8 {
         let used: u32 = self.members.iter().map(|m| u32::from(m.share)).sum();
         100u32.saturating_sub(used) as u8

@@ -65,7 +65,7 @@ impl Hybrid {
         let movable = |m: &Member| movable(jobs, m);
         let before: Vec<Member> = part.members.clone();
         let n_movable = before.iter().filter(|m| movable(m)).count();
-        if n_movable == 0 {
+        if n_movable == 0 || new.is_some_and(|j| part.closed_to(jobs, j)) {
             return None;
         }
         let fixed: u32 = before

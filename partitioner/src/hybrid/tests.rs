@@ -276,9 +276,27 @@ fn a_checkpointable_job_makes_room_by_moving() {
     serving.profile.solo_latency_ms = Some(3.0);
     serving.slo_ms = Some(50);
 
-    // The trainer cannot move: the partition has no share left and the 7g covers
-    // every slice, so the newcomer waits.
+    // The trainer cannot move and the partition has no share left, but no online job
+    // runs there: rather than wait, the service joins as under plain MPS (100 %), and
+    // the kernel gate gives its kernels precedence.
     let plan = mmk().plan(&node, &[trainer.clone(), serving.clone()]);
+    assert!(plan.moves.is_empty() && plan.queued.is_empty(), "{plan:?}");
+    let s = plan
+        .placements
+        .iter()
+        .find(|p| p.job == 2)
+        .expect("serving");
+    assert_eq!((s.slot, s.mps_share), (whole, 100));
+    // With sharing before waiting off (the 7g covers every slice), it waits.
+    let strict = Hybrid::new(
+        "strict",
+        Arc::new(AnalyticModel::default()),
+        HybridOptions {
+            share_before_waiting: false,
+            ..mmk().options
+        },
+    );
+    let plan = strict.plan(&node, &[trainer.clone(), serving.clone()]);
     assert!(plan.moves.is_empty());
     assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
 
@@ -404,7 +422,7 @@ fn whole_instance_node() -> (NodeState, Slot) {
 }
 
 #[test]
-fn mps_first_shares_a_partition_only_when_that_adds_throughput() {
+fn mps_first_shares_a_partition_when_that_adds_throughput_or_the_job_would_wait() {
     let (node, whole) = whole_instance_node();
     let mut running = job(1, JobClass::Offline, 20, 0.5, 0.3);
     running.placed = Some(whole);
@@ -412,9 +430,27 @@ fn mps_first_shares_a_partition_only_when_that_adds_throughput() {
     let jobs = [running, job(2, JobClass::Offline, 10, 0.5, 0.3)];
 
     // Co-runners cost each other 40 %: the newcomer would mostly take what the running
-    // job loses, so it waits (the 7g covers every slice: nothing to carve).
+    // job loses. Where it has a place of its own (a second GPU), it goes there.
     let zero_sum = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 }));
+    let two = NodeState {
+        gpus: vec![node.gpus[0].clone(), gpu("a100-80gb", 1)],
+    };
+    let plan = zero_sum.plan(&two, &jobs);
+    let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+    assert_eq!(new.slot.gpu, 1, "{plan:?}");
+    // Where it has none (the 7g covers every slice), it shares rather than wait...
     let plan = zero_sum.plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    // ... unless sharing before waiting is off: then it waits.
+    let strict = Hybrid::new(
+        "strict",
+        Arc::new(Concave { corunner: 0.6 }),
+        HybridOptions {
+            share_before_waiting: false,
+            ..zero_sum.options
+        },
+    );
+    let plan = strict.plan(&node, &jobs);
     assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
 
     // Without interference the idle half of the partition is pure gain: it joins.
@@ -605,4 +641,97 @@ fn the_candidate_layouts_are_maximal() {
             .sum();
         assert!(slices >= 7, "{l:?} leaves room");
     }
+}
+
+#[test]
+fn an_exclusive_job_has_its_partition_to_itself() {
+    let (node, whole) = whole_instance_node();
+    let mut alone = job(1, JobClass::Offline, 10, 0.5, 0.3);
+    alone.exclusive = true;
+    alone.placed = Some(whole);
+    alone.mps_share = 100;
+    let other = job(2, JobClass::Offline, 10, 0.5, 0.3);
+    let plan = mmk().plan(&node, &[alone, other]);
+    assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
+    // Nor does an exclusive newcomer join a busy partition...
+    let mut busy = job(1, JobClass::Offline, 10, 0.5, 0.3);
+    busy.placed = Some(whole);
+    busy.mps_share = 50;
+    let mut wants = job(2, JobClass::Offline, 10, 0.5, 0.3);
+    wants.exclusive = true;
+    let plan = mmk().plan(&node, &[busy.clone(), wants.clone()]);
+    assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
+    // ... which it would join without the flag.
+    wants.exclusive = false;
+    assert!(mmk().plan(&node, &[busy, wants]).queued.is_empty());
+}
+
+#[test]
+fn jobs_nobody_profiled_share_an_a100_while_memory_lasts() {
+    // Three 10 GiB jobs with the prior, arriving one after another: none waits while
+    // memory is free.
+    let planner = mmk();
+    let mut node = NodeState {
+        gpus: vec![gpu("a100-80gb", 0)],
+    };
+    let mut jobs: Vec<JobDemand> = Vec::new();
+    for id in 1..=3 {
+        jobs.push(JobDemand::waiting(id, JobClass::Offline, 10 * 1024));
+        let plan = planner.plan(&node, &jobs);
+        assert!(plan.queued.is_empty(), "job {id}: {:?}", plan.queued);
+        (node, jobs) = crate::plan::apply(&node, &jobs, &plan);
+    }
+}
+
+#[test]
+fn a_waiting_job_is_told_which_jobs_are_in_its_way() {
+    let (node, whole) = whole_instance_node();
+    let placed = |id, class, gib, share| {
+        let mut j = job(id, class, gib, 0.5, 0.3);
+        j.placed = Some(whole);
+        j.mps_share = share;
+        j
+    };
+    let reason = |plan: &Plan, id: u64| {
+        plan.queued
+            .iter()
+            .find(|q| q.job == id)
+            .map(|q| q.reason.clone())
+            .unwrap_or_else(|| panic!("{plan:?}"))
+    };
+    // Memory: an online job that no partition holds hears which offline jobs hold it.
+    let jobs = [
+        placed(1, JobClass::Offline, 40, 50),
+        placed(2, JobClass::Offline, 35, 50),
+        job(3, JobClass::Online, 10, 0.3, 0.3),
+    ];
+    let plan = mmk().plan(&node, &jobs);
+    assert_eq!(
+        reason(&plan, 3),
+        "waiting for 10GiB of GPU memory: no partition has that much free; offline jobs hold \
+         the memory: 1, 2"
+    );
+    // Shares: spent beside an online job, which is never oversubscribed.
+    let jobs = [
+        placed(1, JobClass::Online, 10, 100),
+        job(2, JobClass::Offline, 10, 0.3, 0.3),
+    ];
+    let plan = mmk().plan(&node, &jobs);
+    assert!(
+        reason(&plan, 2)
+            .ends_with("online jobs run there (1), whose shares are not oversubscribed"),
+        "{}",
+        reason(&plan, 2)
+    );
+    // A partition of its own.
+    let mut alone = job(2, JobClass::Offline, 10, 0.3, 0.3);
+    alone.exclusive = true;
+    let plan = mmk().plan(&node, &[placed(1, JobClass::Offline, 10, 50), alone]);
+    assert!(
+        reason(&plan, 2).ends_with(
+            "it asks for a partition of its own, and the partitions with room run jobs 1"
+        ),
+        "{}",
+        reason(&plan, 2)
+    );
 }

@@ -1,0 +1,118 @@
+//! Sharing by default: jobs nobody profiled, on mmkd's default planner (MMK) and default
+//! model (the built-in forest), share a GPU whenever memory fits, and online work never
+//! waits behind offline work.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mmk_proto::v1;
+
+use crate::harness::{Daemon, text, wait_for, wait_state};
+
+/// mmkd with its own defaults for the planner and the model (the harness picks first fit
+/// unless a test names a planner).
+fn daemon() -> Daemon {
+    Daemon::start_with("a100-80gb:1", &["--planner", "mmk"])
+}
+
+/// `mmkctl run ARGS -- sleep 120` in the background, as a user would start it.
+fn run(d: &Daemon, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .arg("run")
+        .args(args)
+        .args(["--", "sleep", "120"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mmkctl runs")
+}
+
+fn stop(children: Vec<Child>) {
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// A job as `mmkctl jobs get --output json` shows it; `None` while it does not exist.
+fn job(d: &Daemon, id: u64) -> Option<serde_json::Value> {
+    let out = d.ctl(&["--output", "json", "jobs", "get", &id.to_string()]);
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+#[tokio::test]
+async fn the_default_model_is_the_built_in_forest() {
+    let model = |d: &Daemon| {
+        d.startup
+            .iter()
+            .find(|l| l.contains("performance model"))
+            .cloned()
+            .unwrap_or_else(|| panic!("{:?}", d.startup))
+    };
+    let line = model(&daemon());
+    assert!(
+        line.contains("random forest") && line.contains("h200-2026-11-21 (built in)"),
+        "{line}"
+    );
+    let d = Daemon::start_with("a100-80gb:1", &["--planner", "mmk", "--model", "analytic"]);
+    assert!(model(&d).contains("analytic"), "{}", model(&d));
+}
+
+#[tokio::test]
+async fn allocations_nobody_profiled_share_an_a100_while_memory_lasts() {
+    let d = daemon();
+    let mut c = d.clients().await;
+    let mut runs = Vec::new();
+    for id in 1..=3u64 {
+        runs.push(run(&d, &["--offline", "--memory", "10G"]));
+        let job = wait_state(&mut c, id, v1::JobState::Running).await;
+        assert!(job.assignment.is_some(), "job {id}: {}", job.reason);
+    }
+    // Three 10 GiB jobs on one GPU: all running at once.
+    for id in 1..=3u64 {
+        let j = job(&d, id).expect("the job");
+        assert_eq!(j["state"], "RUNNING", "{j}");
+    }
+    // One that asks for its partition to itself waits for one (the three hold the GPU).
+    runs.push(run(&d, &["--offline", "--memory", "10G", "--exclusive"]));
+    let four = wait_for("job 4 to wait for a partition of its own", || {
+        job(&d, 4).filter(|j| {
+            j["state"] == "QUEUED"
+                && j["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("waiting"))
+        })
+    });
+    assert_eq!(four["exclusive"], true, "{four}");
+    stop(runs);
+}
+
+#[tokio::test]
+async fn online_work_never_waits_behind_offline_work() {
+    let d = daemon();
+    let mut c = d.clients().await;
+    let train = run(&d, &["--offline", "--memory", "30G"]);
+    let t = wait_state(&mut c, 1, v1::JobState::Running).await;
+    let asked = Instant::now();
+    let serve = run(&d, &["--online", "--memory", "10G"]);
+    let s = wait_state(&mut c, 2, v1::JobState::Running).await;
+    let waited = asked.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "the online job started {waited:?} after it asked"
+    );
+    let (ta, sa) = (
+        t.assignment.expect("trainer"),
+        s.assignment.expect("service"),
+    );
+    assert_eq!(ta.gpu_index, sa.gpu_index);
+    // Beside offline work whose shares are spent, an online job runs as under plain MPS.
+    if (ta.start_slice, &ta.profile) == (sa.start_slice, &sa.profile) && ta.mps_share == 100 {
+        assert_eq!(sa.mps_share, 100, "{sa:?}");
+    }
+    let shown = d.ctl(&["jobs"]);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    stop(vec![train, serve]);
+}
