@@ -39,10 +39,15 @@
 //!    MMK only; DESIGN.md, "Job profiles"): a job that steps 2 to 4 left waiting joins the
 //!    partition where its memory fits and it adds the most STP, whatever the gain; where
 //!    the shares are spent and no online job runs, it joins as plain MPS would take it
-//!    (shares are caps, not reservations): an online job with 100 %, so that it runs at
-//!    least as fast as under plain MPS while the kernel gate gives its kernels precedence,
-//!    an offline one with the share MPSConfig picks. A partition with an online job is not
-//!    oversubscribed. A job with `exclusive` neither joins nor is joined.
+//!    (shares are caps, not reservations) with the share MPSConfig picks. A partition with
+//!    an online job is not oversubscribed. A job with `exclusive` neither joins nor is
+//!    joined.
+//!
+//! **Online work first** (`online_first`, MMK only): where online and offline jobs share a
+//! partition, each class has 100 % of shares of its own (DESIGN item 5 holds per class),
+//! and an online job joining offline ones takes all the online budget left, so that it
+//! runs at least as fast as under plain MPS while the kernel gate holds offline kernels
+//! behind its own. An online job never waits behind offline work for shares.
 //! 6. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
 //!
 //! `MPSConfig` (lines 24-35) here: each new job starts at 10 %; online jobs with an SLO
@@ -120,6 +125,11 @@ pub struct HybridOptions {
     /// less than `min_colocation_gain`, and even where the shares are spent if no online
     /// job runs there (`mps_config.rs`).
     pub share_before_waiting: bool,
+    /// Where online and offline jobs meet in a partition, each class has 100 % of shares of
+    /// its own, and an online newcomer takes all its class leaves (`mps_config.rs`): it
+    /// runs at least as fast as under plain MPS, and the kernel gate gives its kernels
+    /// precedence.
+    pub online_first: bool,
 }
 
 /// MPS shares are chosen in steps of this many percent (DESIGN item 6).
@@ -181,6 +191,7 @@ impl Hybrid {
                 move_cost: Some(0.1),
                 min_colocation_gain: 0.5,
                 share_before_waiting: true,
+                online_first: true,
             },
         )
     }
@@ -198,6 +209,7 @@ impl Hybrid {
                 move_cost: None,
                 min_colocation_gain: 0.0,
                 share_before_waiting: false,
+                online_first: false,
             },
         )
     }
@@ -215,6 +227,7 @@ impl Hybrid {
                 move_cost: None,
                 min_colocation_gain: 0.0,
                 share_before_waiting: false,
+                online_first: false,
             },
         )
     }

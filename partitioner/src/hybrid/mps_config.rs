@@ -40,12 +40,12 @@ impl Hybrid {
         )
     }
 
-    /// With `oversubscribe`, a newcomer that finds the partition's shares spent still
-    /// joins where no online job runs, as plain MPS would take it (MPS thread percentages
-    /// are caps on each client, not reservations): an online newcomer with 100 %, which
-    /// leaves it at least as fast as under plain MPS and lets the kernel gate give its
-    /// kernels precedence; an offline one with the share MPSConfig picks in 10-100 %. A
-    /// partition with an online job is never oversubscribed: its SLO was planned on the
+    /// With `online_first`, a newcomer in a partition that runs jobs of the other class
+    /// has 100 % of its own class (an online newcomer takes all of it that is left). With
+    /// `oversubscribe`, a newcomer that finds the partition's shares spent still joins
+    /// where no online job runs, as plain MPS would take it (MPS thread percentages are
+    /// caps on each client, not reservations), with the share MPSConfig picks in 10-100 %.
+    /// A partition with an online job is never oversubscribed: its SLO was planned on the
     /// shares there.
     fn compute_mps_config(
         &self,
@@ -72,18 +72,42 @@ impl Hybrid {
         if part.closed_to(jobs, new) {
             return Err(Refusal::Room);
         }
+        let online = jobs[new].class == JobClass::Online;
+        let used = |class: JobClass| -> u32 {
+            part.members
+                .iter()
+                .filter(|m| jobs[m.job].class == class)
+                .map(|m| u32::from(m.share))
+                .sum()
+        };
+        let online_there = part
+            .members
+            .iter()
+            .any(|m| jobs[m.job].class == JobClass::Online);
+        let other_there = part
+            .members
+            .iter()
+            .any(|m| jobs[m.job].class != jobs[new].class);
         let mut left = part.share_left();
         let mut start = SHARE_STEP;
-        if left < SHARE_STEP {
-            let online_there = part
-                .members
-                .iter()
-                .any(|m| jobs[m.job].class == JobClass::Online);
+        if self.options.online_first && other_there {
+            // Where online and offline jobs meet, each class has 100 % of its own, and the
+            // kernel gate holds offline kernels while online ones run. An online newcomer
+            // takes all its class leaves, as under plain MPS.
+            let own = used(jobs[new].class);
+            left = 100u32.saturating_sub(own) as u8;
+            if left < SHARE_STEP {
+                return Err(Refusal::Room);
+            }
+            if online {
+                start = left;
+            }
+        } else if left < SHARE_STEP {
             if !oversubscribe || online_there {
                 return Err(Refusal::Room);
             }
             left = 100;
-            if jobs[new].class == JobClass::Online {
+            if online {
                 start = 100;
             }
         }

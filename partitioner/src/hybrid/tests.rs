@@ -276,9 +276,8 @@ fn a_checkpointable_job_makes_room_by_moving() {
     serving.profile.solo_latency_ms = Some(3.0);
     serving.slo_ms = Some(50);
 
-    // The trainer cannot move and the partition has no share left, but no online job
-    // runs there: rather than wait, the service joins as under plain MPS (100 %), and
-    // the kernel gate gives its kernels precedence.
+    // Online work first: the service runs beside the trainer at once, with the whole
+    // online budget (as under plain MPS), and nothing moves.
     let plan = mmk().plan(&node, &[trainer.clone(), serving.clone()]);
     assert!(plan.moves.is_empty() && plan.queued.is_empty(), "{plan:?}");
     let s = plan
@@ -287,7 +286,14 @@ fn a_checkpointable_job_makes_room_by_moving() {
         .find(|p| p.job == 2)
         .expect("serving");
     assert_eq!((s.slot, s.mps_share), (whole, 100));
-    // With sharing before waiting off (the 7g covers every slice), it waits.
+
+    // Another offline job shares the trainer's budget, which is spent; the trainer cannot
+    // move and the 7g covers every slice. Rather than wait while memory is free, the
+    // newcomer joins as plain MPS would take it (no online job runs there)...
+    let other = job(2, JobClass::Offline, 4, 0.25, 0.35);
+    let plan = mmk().plan(&node, &[trainer.clone(), other.clone()]);
+    assert!(plan.moves.is_empty() && plan.queued.is_empty(), "{plan:?}");
+    // ... or, with sharing before waiting off, it waits.
     let strict = Hybrid::new(
         "strict",
         Arc::new(AnalyticModel::default()),
@@ -296,13 +302,14 @@ fn a_checkpointable_job_makes_room_by_moving() {
             ..mmk().options
         },
     );
-    let plan = strict.plan(&node, &[trainer.clone(), serving.clone()]);
+    let plan = strict.plan(&node, &[trainer.clone(), other.clone()]);
     assert!(plan.moves.is_empty());
     assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [2]);
 
-    // It declared checkpointing: it restarts with a smaller share, and both run.
+    // The trainer declared checkpointing: it restarts with a smaller share, and both run
+    // within the partition's 100 %.
     trainer.movable = true;
-    let plan = mmk().plan(&node, &[trainer, serving]);
+    let plan = strict.plan(&node, &[trainer, other]);
     assert_eq!(plan.moves, [1]);
     assert!(plan.queued.is_empty(), "{:?}", plan.queued);
     let t = plan
@@ -310,13 +317,13 @@ fn a_checkpointable_job_makes_room_by_moving() {
         .iter()
         .find(|p| p.job == 1)
         .expect("trainer");
-    let s = plan
+    let o = plan
         .placements
         .iter()
         .find(|p| p.job == 2)
-        .expect("serving");
-    assert_eq!((t.slot, s.slot), (whole, whole));
-    assert!(t.mps_share < 100 && u32::from(t.mps_share) + u32::from(s.mps_share) <= 100);
+        .expect("the other");
+    assert_eq!((t.slot, o.slot), (whole, whole));
+    assert!(t.mps_share < 100 && u32::from(t.mps_share) + u32::from(o.mps_share) <= 100);
     assert!(plan.steps.is_empty(), "a move needs no MIG change here");
 }
 
@@ -711,9 +718,11 @@ fn a_waiting_job_is_told_which_jobs_are_in_its_way() {
         "waiting for 10GiB of GPU memory: no partition has that much free; offline jobs hold \
          the memory: 1, 2"
     );
-    // Shares: spent beside an online job, which is never oversubscribed.
+    // Shares: the offline budget is spent beside an online job, whose partition is never
+    // oversubscribed.
     let jobs = [
         placed(1, JobClass::Online, 10, 100),
+        placed(3, JobClass::Offline, 10, 100),
         job(2, JobClass::Offline, 10, 0.3, 0.3),
     ];
     let plan = mmk().plan(&node, &jobs);

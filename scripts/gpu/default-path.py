@@ -1,0 +1,205 @@
+"""The default path of a real user, measured: a training and an inference service started
+with `mmkctl run` and no profile against `mmkd --backend nvml` with every other setting at
+its default (planner MMK, the built-in forest, real MPS, the kernel scheduler next to
+mmkd), beside the same two jobs under plain MPS and each alone, in one call.
+
+The jobs are scripts/gpu/colocate.py's: BERT-base training (offline) and the ResNet-50
+service at batch 4 with Poisson arrivals (online). The training starts first; once it is
+warm the service asks, and the time until its process runs is recorded.
+
+  ideal        the service alone, started directly (no mmkd, no MPS)
+  train-alone  the training alone, started directly
+  mps          plain MPS: mmkd --planner first-fit --kernel-policy off (both jobs at 100 %)
+  default      mmkd --backend nvml, nothing else
+
+Usage, on the GPU machine from the repo root:
+  python3 scripts/gpu/default-path.py BIN_DIR OUT_DIR [--seconds S] [--interval-ms MS]
+BIN_DIR holds mmkd, mmkctl and libmmk_interposer.so (release builds). Writes
+OUT/default-path.json and OUT/mmkd-*.log; no GPU setting is changed.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+APP = os.path.join(HERE, "colocate.py")
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def pct(v, p):
+    s = sorted(v)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+class Mmkd:
+    def __init__(self, bin_dir, work, flags, env, out_log):
+        self.sock = f"{work}/mmkd.sock"
+        self.ctl_bin = f"{bin_dir}/mmkctl"
+        self.env = env
+        self.log_path = out_log
+        self.log = open(out_log, "w")
+        cmd = [f"{bin_dir}/mmkd", "--backend", "nvml", "--data-dir", f"{work}/data",
+               "--socket", self.sock] + flags
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        end = time.time() + 60
+        while subprocess.run([self.ctl_bin, "--socket", self.sock, "gpus"],
+                             capture_output=True).returncode != 0:
+            if self.proc.poll() is not None or time.time() > end:
+                self.stop()
+                raise RuntimeError(f"mmkd did not come up: {open(out_log).read()[-2000:]}")
+            time.sleep(0.2)
+
+    def ctl(self, *args):
+        r = subprocess.run([self.ctl_bin, "--socket", self.sock, "--output", "json", *args],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"mmkctl {' '.join(args)}: {r.stderr.strip()}")
+        return json.loads(r.stdout)
+
+    def run(self, cls, memory, name, args):
+        """`mmkctl run` in the background, as a user starts a job."""
+        err = open(f"{os.path.dirname(self.log_path)}/{name}.err", "w")
+        return subprocess.Popen([self.ctl_bin, "--socket", self.sock, "run", f"--{cls}",
+                                 "--memory", memory, "--name", name, "--", *args],
+                                env=self.env, stdout=subprocess.DEVNULL, stderr=err)
+
+    def job(self, name):
+        for j in self.ctl("jobs"):
+            if j["name"] == name:
+                return j
+        return None
+
+    def wait_running(self, name, timeout):
+        end = time.time() + timeout
+        while time.time() < end:
+            j = self.job(name)
+            if j and j["state"] == "RUNNING":
+                return j
+            if j and j["state"] in ("FAILED", "CANCELLED", "SUCCEEDED"):
+                raise RuntimeError(f"{name} {j['state']}: {j['reason']}")
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} not RUNNING within {timeout} s: {self.job(name)}")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def wait_file_line(path, needle, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            if needle in open(path).read():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"no {needle!r} in {path} within {timeout} s")
+
+
+def serve_result(path):
+    s = json.load(open(path))
+    lat = [x * 1e3 for x in s["latencies_s"]]
+    return s, {"requests": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
+               "mean_ms": statistics.fmean(lat)}
+
+
+def steps_per_s(path, t0, t1):
+    ends = json.load(open(path))["step_ends_s"]
+    return sum(1 for e in ends if t0 <= e <= t1) / (t1 - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bin")
+    ap.add_argument("out")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--interval-ms", type=float, default=12.0)
+    ap.add_argument("--configs", default="ideal,train-alone,mps,default")
+    a = ap.parse_args()
+    bin_dir, out = os.path.abspath(a.bin), os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="mmk-default-path-")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MMK_", "CUDA_MPS_"))} | {"PYTHONUNBUFFERED": "1"}
+    serve = [sys.executable, APP, "serve", "--batch", "4", "--interval-ms", str(a.interval_ms)]
+    res = {"setup": vars(a), "configs": {}, "gpu": subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        capture_output=True, text=True).stdout.strip(), "date": time.strftime("%Y-%m-%d")}
+    try:
+        for c in a.configs.split(","):
+            d = f"{work}/{c}"
+            os.makedirs(d)
+            so, to = f"{d}/serve.json", f"{d}/train.json"
+            r = {}
+            t = time.time()
+            if c == "ideal":
+                subprocess.run(serve + ["--seconds", str(a.seconds), "--out", so], env=env,
+                               check=True, capture_output=True)
+                _, r = serve_result(so)
+            elif c == "train-alone":
+                p = subprocess.Popen([sys.executable, APP, "train", "--seconds", "600", "--out", to],
+                                     env=env, stderr=open(f"{d}/train.err", "w"))
+                wait_file_line(f"{d}/train.err", "train: warm", 180)
+                t0 = time.time()
+                time.sleep(a.seconds)
+                t1 = time.time()
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=60)
+                r["train_steps_per_s"] = steps_per_s(to, t0, t1)
+            else:
+                flags = ["--planner", "first-fit", "--kernel-policy", "off"] if c == "mps" else []
+                m = Mmkd(bin_dir, d, flags, env, f"{out}/mmkd-{c}.log")
+                procs = []
+                try:
+                    procs.append(m.run("offline", "24G", "train",
+                                       [sys.executable, APP, "train", "--seconds", "600", "--out", to]))
+                    m.wait_running("train", 120)
+                    # mmkctl run's command writes to mmkctl's stderr.
+                    wait_file_line(f"{out}/train.err", "train: warm", 240)
+                    asked = time.time()
+                    procs.append(m.run("online", "16G", "serve",
+                                       serve + ["--seconds", str(a.seconds), "--out", so]))
+                    sj = m.wait_running("serve", 120)
+                    r["online_start_s"] = round(time.time() - asked, 3)
+                    tj = m.job("train")
+                    r["assignment"] = {"online": sj["assignment"], "offline": tj["assignment"]}
+                    procs[1].wait(timeout=a.seconds + 300)
+                    procs[0].send_signal(signal.SIGTERM)
+                    procs[0].wait(timeout=120)
+                    r["reasons"] = {n: (m.job(n) or {}).get("reason") for n in ("train", "serve")}
+                finally:
+                    for p in procs:
+                        if p.poll() is None:
+                            p.kill()
+                    m.stop()
+                s, r2 = serve_result(so)
+                r.update(r2)
+                r["train_steps_per_s"] = steps_per_s(to, s["t0"], s["t1"])
+                r["planner_log"] = [l.strip() for l in open(f"{out}/mmkd-{c}.log")
+                                    if "performance model" in l or "planner" in l][:3]
+            r["wall_s"] = round(time.time() - t, 1)
+            res["configs"][c] = r
+            log(c, json.dumps(r))
+            json.dump(res, open(f"{out}/default-path.json", "w"), indent=1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
