@@ -101,10 +101,18 @@ fn main() {
     );
 
     match model.try_clone() {
-        Ok(copy) => admission(Arc::new(copy), "random forest"),
+        Ok(copy) => admission(Arc::new(copy), "random forest", false),
         Err(e) => eprintln!("cannot copy the model: {e}"),
     }
-    admission(Arc::new(AnalyticModel::default()), "analytic");
+    admission(Arc::new(AnalyticModel::default()), "analytic", false);
+    match mmk_predictor::shipped::load() {
+        Ok(m) => {
+            let m: Arc<dyn PerfModel> = Arc::new(m);
+            admission(Arc::clone(&m), "built-in (mmkd's default)", false);
+            admission(m, "built-in (mmkd's default), every job with the prior", true);
+        }
+        Err(e) => eprintln!("the built-in model: {e}"),
+    }
 
     let t = Instant::now();
     match eval::compare(&data, model.params, 1) {
@@ -125,11 +133,17 @@ fn main() {
 }
 
 /// The MMK planner's latency at one admission on 8 H100s with 49 jobs placed (one by one)
-/// and a 50th arriving, with `model` as its performance model.
-fn admission(model: Arc<dyn PerfModel>, label: &str) {
+/// and a 50th arriving, with `model` as its performance model; `prior`: the jobs carry the
+/// prior (nobody profiled them) instead of their Table III profiles.
+fn admission(model: Arc<dyn PerfModel>, label: &str, prior: bool) {
     let p = planner("mmk", model).expect("the mmk planner");
     let node = mix::empty_node("h100-80gb", 8).expect("h100-80gb is in the catalog");
-    let all = mix::table_iii_mix(50);
+    let mut all = mix::table_iii_mix(50);
+    if prior {
+        for j in &mut all {
+            j.profile = JobProfile::prior(j.class);
+        }
+    }
     let (mut nd, mut js) = (node, Vec::new());
     for j in &all[..49] {
         js.push(j.clone());

@@ -11,6 +11,10 @@ warm the service asks, and the time until its process runs is recorded.
   train-alone  the training alone, started directly
   mps          plain MPS: mmkd --planner first-fit --kernel-policy off (both jobs at 100 %)
   default      mmkd --backend nvml, nothing else
+  default-ksoff  the same with --kernel-policy off: MMK's shares without the kernel gate
+  default-tuned  the same with the gate settings of the best measured co-location
+               (--kernel-device-wait, --kernel-offline-depth 8, --kernel-base 1500us,
+               --kernel-gemm-slice 8000, the gates in /dev/shm)
 
 Usage, on the GPU machine from the repo root:
   python3 scripts/gpu/default-path.py BIN_DIR OUT_DIR [--seconds S] [--interval-ms MS]
@@ -131,6 +135,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--interval-ms", type=float, default=12.0)
     ap.add_argument("--configs", default="ideal,train-alone,mps,default")
+    ap.add_argument("--rounds", type=int, default=1, help="each configuration this many times, "
+                    "in rotated order (results named CONFIG@ROUND after the first round)")
     a = ap.parse_args()
     bin_dir, out = os.path.abspath(a.bin), os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
@@ -142,8 +148,14 @@ def main():
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
         capture_output=True, text=True).stdout.strip(), "date": time.strftime("%Y-%m-%d")}
     try:
-        for c in a.configs.split(","):
-            d = f"{work}/{c}"
+        listed = a.configs.split(",")
+        runs = []
+        for rnd in range(1, a.rounds + 1):
+            for i in range(len(listed)):
+                c = listed[(i + rnd - 1) % len(listed)]
+                runs.append((c, c if rnd == 1 else f"{c}@{rnd}"))
+        for c, name in runs:
+            d = f"{work}/{name}"
             os.makedirs(d)
             so, to = f"{d}/serve.json", f"{d}/train.json"
             r = {}
@@ -156,15 +168,25 @@ def main():
                 p = subprocess.Popen([sys.executable, APP, "train", "--seconds", "600", "--out", to],
                                      env=env, stderr=open(f"{d}/train.err", "w"))
                 wait_file_line(f"{d}/train.err", "train: warm", 180)
-                t0 = time.time()
+                # colocate.py's step times are time.monotonic(), one clock for every process.
+                t0 = time.monotonic()
                 time.sleep(a.seconds)
-                t1 = time.time()
+                t1 = time.monotonic()
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=60)
                 r["train_steps_per_s"] = steps_per_s(to, t0, t1)
             else:
-                flags = ["--planner", "first-fit", "--kernel-policy", "off"] if c == "mps" else []
-                m = Mmkd(bin_dir, d, flags, env, f"{out}/mmkd-{c}.log")
+                flags = {
+                    "mps": ["--planner", "first-fit", "--kernel-policy", "off"],
+                    "default": [],
+                    "default-ksoff": ["--kernel-policy", "off"],
+                    "default-tuned": ["--kernel-device-wait", "--kernel-offline-depth", "8",
+                                      "--kernel-base", "1500us", "--kernel-gemm-slice", "8000",
+                                      "--kernel-gate-dir", tempfile.mkdtemp(dir="/dev/shm")],
+                }.get(c)
+                if flags is None:
+                    raise SystemExit(f"{c}: not a configuration")
+                m = Mmkd(bin_dir, d, flags, env, f"{out}/mmkd-{name}.log")
                 procs = []
                 try:
                     procs.append(m.run("offline", "24G", "train",
@@ -191,11 +213,11 @@ def main():
                 s, r2 = serve_result(so)
                 r.update(r2)
                 r["train_steps_per_s"] = steps_per_s(to, s["t0"], s["t1"])
-                r["planner_log"] = [l.strip() for l in open(f"{out}/mmkd-{c}.log")
+                r["planner_log"] = [l.strip() for l in open(f"{out}/mmkd-{name}.log")
                                     if "performance model" in l or "planner" in l][:3]
             r["wall_s"] = round(time.time() - t, 1)
-            res["configs"][c] = r
-            log(c, json.dumps(r))
+            res["configs"][name] = r
+            log(name, json.dumps(r))
             json.dump(res, open(f"{out}/default-path.json", "w"), indent=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
