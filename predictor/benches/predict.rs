@@ -109,7 +109,11 @@ fn main() {
         Ok(m) => {
             let m: Arc<dyn PerfModel> = Arc::new(m);
             admission(Arc::clone(&m), "built-in (mmkd's default)", false);
-            admission(m, "built-in (mmkd's default), every job with the prior", true);
+            admission(
+                m,
+                "built-in (mmkd's default), every job with the prior",
+                true,
+            );
         }
         Err(e) => eprintln!("the built-in model: {e}"),
     }
