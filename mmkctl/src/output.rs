@@ -40,6 +40,8 @@ pub struct JobOut {
     pub owner_gid: Option<u32>,
     /// Who cancelled the job or released its allocation, when someone did.
     pub ended_by_uid: Option<u32>,
+    /// What the planner assumes of the job: `named WORKLOAD`, `prior` or `exclusive`.
+    pub planner_profile: String,
     /// True for another user's job: only its id, name, class, memory, state, times,
     /// partition and owner are shown.
     pub redacted: bool,
@@ -145,6 +147,7 @@ pub fn job_out(j: &v1::Job) -> JobOut {
         owner_uid: j.owner_uid,
         owner_gid: j.owner_gid,
         ended_by_uid: j.ended_by_uid,
+        planner_profile: j.planner_profile.clone(),
         redacted: j.redacted,
     }
 }
@@ -241,6 +244,9 @@ pub fn job_detail(fmt: Format, j: &v1::Job) {
     row("priority:", &o.priority.to_string());
     if let Some(slo) = o.slo_ms {
         row("slo:", &format!("{slo}ms"));
+    }
+    if !o.planner_profile.is_empty() {
+        row("planned as:", &o.planner_profile);
     }
     match &o.task {
         TaskOut::Command {

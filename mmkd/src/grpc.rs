@@ -91,6 +91,7 @@ pub fn job_view(node: &Node, j: &JobRecord, caller: &Caller) -> v1::Job {
     job.log_dir.clear();
     job.exit_code = None;
     job.ended_by_uid = None;
+    job.planner_profile.clear();
     job.redacted = true;
     job
 }
@@ -133,6 +134,7 @@ pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
         owner_gid: j.owner.map(|o| o.gid),
         redacted: false,
         ended_by_uid: j.ended_by,
+        planner_profile: crate::node::planner_profile(&j.spec),
     }
 }
 

@@ -86,6 +86,14 @@ async fn allocations_nobody_profiled_share_an_a100_while_memory_lasts() {
         })
     });
     assert_eq!(four["exclusive"], true, "{four}");
+    assert_eq!(four["planner_profile"], "exclusive", "{four}");
+    assert_eq!(job(&d, 1).expect("job 1")["planner_profile"], "prior");
+    let shown = d.ctl(&["jobs", "get", "1"]);
+    assert!(
+        text(&shown.stdout).contains("planned as:   prior"),
+        "{}",
+        text(&shown.stdout)
+    );
     stop(runs);
 }
 

@@ -35,6 +35,7 @@ mod recovery;
 mod service;
 
 pub use attached::{AllocationView, Capacity, Fit, GpuCapacity, Mount, Verdict};
+pub use reconciler::planner_profile;
 pub use service::MAX_REQUEST_ID;
 
 use crate::backend::GpuBackend;

@@ -588,16 +588,29 @@ pub(super) fn demand(j: &JobRecord) -> JobDemand {
     d
 }
 
-/// A job that waits, as the planner sees it.
-pub(super) fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
-    let workload = match &spec.task {
+/// The Table III workload a job names for the planner, if any.
+fn named_workload(spec: &JobSpec) -> Option<&'static mmk_core::workload::Workload> {
+    let name = match &spec.task {
         Task::Workload(w) => Some(w.name.as_str()),
         Task::Command(c) => c.profile.as_deref(),
         Task::Attached(a) => a.profile.as_deref(),
     };
-    let profile = workload
-        .and_then(mmk_core::workload::find)
-        .map(|wl| JobProfile::of_workload(wl, spec.class));
+    name.and_then(mmk_core::workload::find)
+}
+
+/// What the planner assumes of a job's demand, as the API shows it: `named WORKLOAD`,
+/// `exclusive` or `prior` (see [`waiting_demand`]).
+pub fn planner_profile(spec: &JobSpec) -> String {
+    match named_workload(spec) {
+        Some(w) => format!("named {}", w.name),
+        None if spec.exclusive => "exclusive".into(),
+        None => "prior".into(),
+    }
+}
+
+/// A job that waits, as the planner sees it.
+pub(super) fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
+    let profile = named_workload(spec).map(|wl| JobProfile::of_workload(wl, spec.class));
     JobDemand {
         id,
         class: spec.class,
