@@ -197,34 +197,68 @@ impl JobDir {
 /// Creates a pipe for one of the job's streams: the read end for [`copy`], the write end
 /// for the job (close-on-exec until it is given to the child as fd 1 or 2).
 pub fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    pipe_pair()
+}
+
+fn pipe_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
-/// The copier of one stream: reads the job's pipe until every writer closed it and keeps
-/// `name` under `cap` bytes (the live file's share). Runs on a thread of its own; the
-/// receiver resolves once everything the job wrote is in the file.
-pub fn copy(
-    dir: Arc<JobDir>,
-    name: &'static str,
-    cap: u64,
-    pipe: OwnedFd,
-) -> Result<tokio::sync::oneshot::Receiver<()>> {
+/// A running copier: `done` resolves once everything the job wrote is in the file;
+/// dropping `stop` ends the copier early (a process that left the job's group and keeps
+/// its output open must not keep a thread and the log file for ever).
+#[derive(Debug)]
+pub struct Copier {
+    pub done: tokio::sync::oneshot::Receiver<()>,
+    pub stop: OwnedFd,
+}
+
+/// The copier of one stream: reads the job's pipe until every writer closed it, or until
+/// it is stopped, and keeps `name` under `cap` bytes (the live file's share). Runs on a
+/// thread of its own.
+pub fn copy(dir: Arc<JobDir>, name: &'static str, cap: u64, pipe: OwnedFd) -> Result<Copier> {
     let mut log = Log::open(dir, name, cap)?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let (stop_r, stop_w) = pipe_pair().map_err(|source| JobDirError::Io {
+        what: "make the stop pipe of the log copier for",
+        path: PathBuf::from(name),
+        source,
+    })?;
     let mut pipe = File::from(pipe);
     std::thread::Builder::new()
         .name(format!("mmk-log-{name}"))
         .spawn(move || {
+            use rustix::event::{PollFd, PollFlags};
             let mut buf = vec![0u8; 64 * 1024];
             loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => log.write(&buf[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                let mut fds = [
+                    PollFd::new(&pipe, PollFlags::IN),
+                    PollFd::new(&stop_r, PollFlags::IN),
+                ];
+                match rustix::event::poll(&mut fds, None) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
                     Err(e) => {
-                        tracing::warn!(log = %log.path().display(), error = %e, "cannot read a job's output");
+                        tracing::warn!(log = %log.path().display(), error = %e, "cannot wait for a job's output");
                         break;
                     }
+                }
+                let (data, stopped) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
+                if data {
+                    match pipe.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => log.write(&buf[..n]),
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            tracing::warn!(log = %log.path().display(), error = %e, "cannot read a job's output");
+                            break;
+                        }
+                    }
+                }
+                if stopped && !data {
+                    log.write(
+                        b"[mmk: the job ended; a process outside its group still holds its output, which is not kept]\n",
+                    );
+                    break;
                 }
             }
             log.finish();
@@ -235,7 +269,10 @@ pub fn copy(
             path: PathBuf::from(name),
             source,
         })?;
-    Ok(done_rx)
+    Ok(Copier {
+        done: done_rx,
+        stop: stop_w,
+    })
 }
 
 /// One log file under its cap.

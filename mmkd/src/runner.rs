@@ -85,8 +85,9 @@ pub struct Launch {
 #[derive(Debug)]
 enum Stopper {
     Workload(Option<oneshot::Sender<()>>),
-    /// Process group ID (the child leads its own group).
-    Process(i32),
+    /// Process group ID (the child leads its own group), and whether the group is gone:
+    /// once it is, its ID may name another group, which a stop must not signal.
+    Process(i32, Arc<std::sync::atomic::AtomicBool>),
 }
 
 #[derive(Debug)]
@@ -99,24 +100,36 @@ struct Running {
 
 /// The end of a job's output: one receiver per log copier.
 #[derive(Debug)]
-struct Drained(Vec<oneshot::Receiver<()>>);
+struct Drained(Vec<joblog::Copier>);
 
 /// How long a job's end waits for its output to reach the logs: a process that left the
 /// job's process group can keep a pipe open for ever.
 const DRAIN_WAIT: Duration = Duration::from_secs(5);
 
 impl Drained {
+    /// Waits up to `limit` for the copiers to see the end of the output; then stops them
+    /// (each notes in its log that later output is not kept) and waits for that.
     async fn wait(self, limit: Duration) {
+        // A receiver is polled no more once it resolved (tokio's panics if it is).
+        let (mut done, stops): (Vec<_>, Vec<_>) =
+            self.0.into_iter().map(|c| (Some(c.done), c.stop)).unzip();
         let all = async {
-            for rx in self.0 {
-                let _ = rx.await;
+            for slot in &mut done {
+                if let Some(rx) = slot {
+                    let _ = rx.await;
+                    *slot = None;
+                }
             }
         };
         if tokio::time::timeout(limit, all).await.is_err() {
             tracing::warn!(
                 after = ?limit,
-                "a job's output is still open after it ended (a process outside its group?); its end is reported now"
+                "a job's output is still open after it ended (a process outside its group?); its logs are closed and its end reported now"
             );
+            drop(stops);
+            for rx in done.into_iter().flatten() {
+                let _ = tokio::time::timeout(Duration::from_secs(1), rx).await;
+            }
         }
     }
 }
@@ -207,12 +220,15 @@ impl Runner {
                 let (mut child, drained) = self.spawn(l, c)?;
                 let pid = child.id().ok_or(StartError::Vanished)?;
                 let grace = self.grace;
+                let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let group_gone = Arc::clone(&gone);
                 let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
                     Box::pin(async move {
                         let status = child.wait().await;
                         // The job is over when its main process is; what it left in its
                         // process group gets SIGTERM, the grace period, then SIGKILL.
                         end_group(pid as i32, grace).await;
+                        group_gone.store(true, std::sync::atomic::Ordering::Release);
                         // Everything the job wrote is in its logs before its end is told.
                         drained.wait(DRAIN_WAIT).await;
                         match status {
@@ -230,7 +246,7 @@ impl Runner {
                             }
                         }
                     });
-                (Stopper::Process(pid as i32), Some(pid), fut)
+                (Stopper::Process(pid as i32, gone), Some(pid), fut)
             }
             Task::Attached(_) => {
                 return Err(StartError::Attached);
@@ -349,13 +365,13 @@ impl Runner {
                         let _ = tx.send(());
                     }
                 }
-                Stopper::Process(pgid) => {
-                    signal_group(*pgid, libc::SIGTERM);
+                Stopper::Process(pgid, gone) => {
+                    signal_live_group(*pgid, gone, libc::SIGTERM);
                 }
             }
             (
                 r.done.clone(),
-                matches!(r.stopper, Stopper::Process(_)).then_some(()),
+                matches!(r.stopper, Stopper::Process(..)).then_some(()),
             )
         };
         let (mut done, is_process) = done;
@@ -367,7 +383,7 @@ impl Runner {
         }
         if is_process.is_some() {
             if let Some(Running {
-                stopper: Stopper::Process(pgid),
+                stopper: Stopper::Process(pgid, gone),
                 ..
             }) = self
                 .running
@@ -379,7 +395,7 @@ impl Runner {
                     job,
                     "job ignored SIGTERM for the grace period; sending SIGKILL"
                 );
-                signal_group(*pgid, libc::SIGKILL);
+                signal_live_group(*pgid, gone, libc::SIGKILL);
             }
             return tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d))
                 .await
@@ -429,6 +445,13 @@ pub enum StartError {
 pub fn running_as_root() -> bool {
     // SAFETY: geteuid(2) has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Signals a job's process group unless the job's end found it gone.
+fn signal_live_group(pgid: i32, gone: &std::sync::atomic::AtomicBool, sig: i32) {
+    if !gone.load(std::sync::atomic::Ordering::Acquire) {
+        signal_group(pgid, sig);
+    }
 }
 
 fn signal_group(pgid: i32, sig: i32) -> bool {
@@ -681,6 +704,34 @@ mod tests {
         );
         let err = std::fs::read_to_string(dir.path().join("1/stderr.log")).expect("stderr");
         assert_eq!(err, "oops\n");
+    }
+
+    #[tokio::test]
+    async fn output_held_open_outside_the_group_is_cut_off_after_the_end() {
+        // The job leaves a process in a session of its own that keeps stdout open and
+        // writes on: the job's end is reported after the drain wait, and the copier stops
+        // with a note, so that no thread writes the log file after the run.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (r, mut rx) = runner(dir.path());
+        let script = "setsid sh -c 'while true; do echo tick; sleep 0.2; done' & echo started";
+        r.start(&launch(8, cmd(&["/bin/sh", "-c", script])))
+            .expect("started");
+        let exit = tokio::time::timeout(DRAIN_WAIT + Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the end is reported after the drain wait")
+            .expect("exit");
+        assert_eq!(exit.outcome, Outcome::Exited(0));
+        let log = dir.path().join("8/stdout.log");
+        let out = std::fs::read_to_string(&log).expect("stdout");
+        assert!(out.starts_with("started\n"), "{out}");
+        assert!(out.ends_with("its output, which is not kept]\n"), "{out}");
+        // Nothing is written after that.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(std::fs::read_to_string(&log).expect("stdout"), out);
+        // The left-over process now writes into a closed pipe and ends.
+        let _ = std::process::Command::new("pkill")
+            .args(["-f", "while true; do echo tick"])
+            .status();
     }
 
     #[tokio::test]
