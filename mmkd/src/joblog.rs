@@ -287,6 +287,8 @@ struct Log {
     /// Output lost to write errors (a full disk) since the last note.
     lost: u64,
     lost_why: Option<String>,
+    /// A warning about this log went to mmkd's log already.
+    warned: bool,
 }
 
 impl Log {
@@ -301,6 +303,7 @@ impl Log {
             size,
             lost: 0,
             lost_why: None,
+            warned: false,
         })
     }
 
@@ -347,7 +350,8 @@ impl Log {
             }
             Err(e) => {
                 let size = f.metadata().map_or(self.size, |m| m.len());
-                if self.lost_why.is_none() {
+                if self.lost_why.is_none() && !self.warned {
+                    self.warned = true;
                     tracing::warn!(log = %self.path().display(), error = %e, "cannot write a job's log; its output is dropped until the write succeeds");
                 }
                 self.lost_why = Some(e.to_string());
@@ -360,37 +364,52 @@ impl Log {
 
     fn rotate(&mut self) {
         self.file = None;
-        let dropped = match self.dir.rotate(self.name) {
-            Ok(d) => d,
+        let rotated = self.dir.rotate(self.name);
+        let f = match self.dir.open_log(self.name) {
+            Ok(f) => f,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot rotate a job's log");
-                0
+                // Output is dropped (and counted) until a later rotation reopens the log.
+                self.warn_once("cannot reopen a job's log after rotating it", &e);
+                return;
             }
         };
-        match self.dir.open_log(self.name) {
-            Ok(f) => {
-                self.file = Some(f);
-                self.size = self
-                    .file
-                    .as_ref()
-                    .and_then(|f| f.metadata().ok())
-                    .map_or(0, |m| m.len());
-                let note = if dropped > 0 {
-                    format!(
-                        "[mmk: the log reached its cap; the previous part is {n}.1 and {dropped} older bytes were dropped]\n",
-                        n = self.name
-                    )
-                } else {
-                    format!(
-                        "[mmk: the log reached its cap; the previous part is {}.1]\n",
-                        self.name
-                    )
-                };
-                self.put(note.as_bytes());
-            }
+        let note = match rotated {
+            Ok(0) => format!(
+                "[mmk: the log reached its cap; the previous part is {}.1]\n",
+                self.name
+            ),
+            Ok(dropped) => format!(
+                "[mmk: the log reached its cap; the previous part is {n}.1 and {dropped} older bytes were dropped]\n",
+                n = self.name
+            ),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot reopen a job's log after rotating it");
+                // Without the rename the live file stays full: it starts over, so that the
+                // cap holds.
+                self.warn_once("cannot rotate a job's log; it starts over", &e);
+                if let Err(e) = f.set_len(0) {
+                    self.warn_once(
+                        "cannot empty a job's log at its cap; its output is dropped",
+                        &e,
+                    );
+                    return;
+                }
+                format!(
+                    "[mmk: the log reached its cap and could not be rotated ({}); its earlier output was dropped]\n",
+                    crate::error::chain(&e)
+                )
             }
+        };
+        self.size = f.metadata().map_or(0, |m| m.len());
+        self.file = Some(f);
+        self.put(note.as_bytes());
+    }
+
+    /// Warns of a log's trouble once in its life: a log that fails at every write must not
+    /// flood mmkd's log.
+    fn warn_once(&mut self, what: &str, e: &dyn std::error::Error) {
+        if !self.warned {
+            self.warned = true;
+            tracing::warn!(log = %self.path().display(), error = %crate::error::chain(e), "{what}");
         }
     }
 
@@ -466,6 +485,32 @@ mod tests {
         assert!(matches!(err, JobDirError::NotDir { .. }), "{err}");
         assert_eq!(mode(&elsewhere) & 0o777, mode(&elsewhere) & 0o777);
         assert!(!elsewhere.join("work").exists());
+    }
+
+    #[test]
+    fn a_log_that_cannot_rotate_starts_over_and_keeps_its_cap() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = Arc::new(JobDir::prepare(&tmp.path().join("jobs"), 3, None).expect("prepared"));
+        // A directory where the previous part would go: the rename fails.
+        std::fs::create_dir_all(d.path().join("stdout.log.1/x")).expect("mkdir");
+        let mut log = Log::open(Arc::clone(&d), "stdout.log", 1000).expect("log");
+        for i in 0..500 {
+            log.write(format!("line {i:04} of output, padded to some length\n").as_bytes());
+        }
+        log.finish();
+        let live = d.path().join("stdout.log");
+        let size = std::fs::metadata(&live).expect("live").size();
+        assert!(size <= 1000 + 300, "{size}");
+        let text = std::fs::read_to_string(&live).expect("read");
+        assert!(
+            text.starts_with("[mmk: the log reached its cap and could not be rotated ("),
+            "{text}"
+        );
+        assert!(
+            text.contains("line 0499"),
+            "the newest output is kept: {text}"
+        );
+        assert_eq!(text.matches("[mmk:").count(), 1, "{text}");
     }
 
     #[test]
