@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use mmk_core::spec::AttachedSpec;
-use mmk_core::{JobClass, JobSpec, JobState, RestartPolicy, Task};
+use mmk_core::{
+    FieldError, JobClass, JobSpec, JobState, RestartPolicy, ServiceError, ServiceResult, Task,
+};
 use mmk_proto::k8s::deviceplugin::v1beta1 as dp;
 use mmk_proto::k8s::podresources::v1 as pr;
 use mmk_proto::unix_channel;
@@ -145,9 +147,9 @@ impl Plugin {
     async fn allocate_container(
         &self,
         ids: &[String],
-    ) -> Result<dp::ContainerAllocateResponse, Status> {
+    ) -> ServiceResult<dp::ContainerAllocateResponse> {
         if ids.is_empty() {
-            return Err(Status::invalid_argument("devices_ids: empty"));
+            return Err(FieldError::new("devices_ids", "empty").into());
         }
         let prefix = format!("{}-", self.class.as_str());
         if let Some(bad) = ids.iter().find(|id| {
@@ -155,10 +157,11 @@ impl Plugin {
                 .and_then(|n| n.parse::<u32>().ok())
                 .is_none_or(|n| n >= DEVICES)
         }) {
-            return Err(Status::invalid_argument(format!(
-                "devices_ids: {bad:?} is not a device of {}",
-                resource(self.class)
-            )));
+            return Err(FieldError::new(
+                "devices_ids",
+                format!("{bad:?} is not a device of {}", resource(self.class)),
+            )
+            .into());
         }
         // The kubelet hands out devices it considers free: an allocation still holding
         // one belongs to a container that ended before the check saw it.
@@ -189,11 +192,7 @@ impl Plugin {
             max_restarts: 0,
             exclusive: false,
         };
-        let a = self
-            .node
-            .allocate(spec, None, None, PLACE_WAIT)
-            .await
-            .map_err(crate::grpc::status)?;
+        let a = self.node.allocate(spec, None, None, PLACE_WAIT).await?;
         let id = a.job.id;
         if a.job.state != JobState::Running {
             let why = a.job.reason.clone();
@@ -206,7 +205,7 @@ impl Plugin {
                     None,
                 )
                 .await;
-            return Err(Status::resource_exhausted(format!(
+            return Err(ServiceError::ResourceExhausted(format!(
                 "mmk cannot place {units} {} unit(s) of {} now: {why}",
                 self.class,
                 mmk_core::units::format_mib(self.cfg.unit_mib)
@@ -355,7 +354,11 @@ impl dp::device_plugin_server::DevicePlugin for Plugin {
     ) -> Result<Response<dp::AllocateResponse>, Status> {
         let mut container_responses = Vec::new();
         for c in req.into_inner().container_requests {
-            container_responses.push(self.allocate_container(&c.devices_ids).await?);
+            container_responses.push(
+                self.allocate_container(&c.devices_ids)
+                    .await
+                    .map_err(crate::grpc::status)?,
+            );
         }
         Ok(Response::new(dp::AllocateResponse {
             container_responses,
