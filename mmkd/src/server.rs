@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use mmk_mps_control::{MpsControl, Program, Supervisor};
@@ -127,6 +128,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let tcp_router = match (&tcp, &config.tls) {
         (Some(_), Some(files)) => Some(router(
             tonic::transport::Server::builder()
+                .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+                .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+                .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
                 .tls_config(tls_config(files)?)
                 .context("TLS")?,
         )),
@@ -200,7 +204,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 }
 
 /// How long open requests get to finish at shutdown.
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+const DRAIN: Duration = Duration::from_secs(10);
 
 async fn choose_backend(config: &Config) -> anyhow::Result<Arc<dyn GpuBackend>> {
     let nvml = match config.backend {
@@ -407,8 +411,18 @@ fn tls_config(
             read(&files.cert, "TLS certificate")?,
             read(&files.key, "TLS key")?,
         ))
-        .client_ca_root(Certificate::from_pem(read(&files.client_ca, "client CA")?)))
+        .client_ca_root(Certificate::from_pem(read(&files.client_ca, "client CA")?))
+        .timeout(TLS_HANDSHAKE_TIMEOUT))
 }
+
+/// A TCP client that has not finished the TLS handshake by then is dropped.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A TCP client that answers no HTTP/2 ping for this long after one is sent (every
+/// `KEEPALIVE_INTERVAL`) is dropped, and so are its calls.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Calls one TCP connection may have open at once.
+const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
 /// Refuses a directory owned by someone else than mmkd's user or root.
 fn check_owner(dir: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {

@@ -494,6 +494,20 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
         .expect("mmkd logs its tcp address");
     let port = addr.rsplit(':').next().expect("port").to_owned();
     let endpoint = format!("https://localhost:{port}");
+    // A client that connects and never starts the handshake is dropped after 10 s.
+    let silent = std::thread::spawn({
+        let addr = format!("127.0.0.1:{port}");
+        move || {
+            use std::io::Read;
+            let mut c = std::net::TcpStream::connect(addr).expect("connect");
+            c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .expect("timeout");
+            let t = std::time::Instant::now();
+            let mut buf = [0u8; 16];
+            let end = c.read(&mut buf);
+            (t.elapsed(), end.map_err(|e| e.kind()))
+        }
+    });
     let job = d.job_file(
         "cmd.yaml",
         "name: cmd\nclass: offline\ngpu_memory: 1GiB\ncommand:\n  workdir: /\n  args: [true]\n",
@@ -558,6 +572,11 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
             .is_err(),
     };
     assert!(refused, "a client without a certificate was served");
+    let (after, end) = silent.join().expect("the silent client");
+    assert!(
+        after < std::time::Duration::from_secs(20) && matches!(end, Ok(0) | Err(_)),
+        "a silent TCP client kept its connection {after:?} ({end:?})"
+    );
 }
 
 #[tokio::test]
