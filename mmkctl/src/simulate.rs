@@ -1,21 +1,20 @@
 //! `mmkctl simulate`: replay a job trace through mmk's planners and the baselines, with no
 //! GPU and no mmkd (docs/simulate.md).
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
 use mmk_core::workload;
-use mmk_partitioner::{AnalyticModel, JobProfile, PLANNERS, PerfModel, planner};
-use mmk_predictor::truth::MeasuredTruth;
-use mmk_predictor::{Predictor, TrainOptions, groundtruth};
-use mmk_simulator::report::{self, change_pct};
-use mmk_simulator::{
-    KernelEffect, RunResult, SimConfig, Summary, Trace, TraceSpec, WithKernelSched, simulate, trace,
+use mmk_partitioner::{AnalyticModel, PLANNERS, PerfModel};
+use mmk_predictor::Predictor;
+use mmk_simulator::experiment::{
+    self, ExperimentError, KERNEL_SCHED_POLICY, Progress, Report, Setup, Spread, SweepReport,
+    SweepRun, World, measured_kernel_effect, measured_truth, relative, sweep_rows,
 };
-use serde::Serialize;
+use mmk_simulator::report;
+use mmk_simulator::{KernelEffect, RunResult, SimConfig, Summary, Trace, TraceSpec, trace};
 
 use crate::cli::{Failure, Format};
 use crate::client::source_chain;
@@ -79,97 +78,6 @@ pub struct SimulateArgs {
     /// Also write the generated trace (CSV), to replay it later with --trace.
     #[arg(long, value_name = "FILE")]
     pub save_trace: Option<PathBuf>,
-}
-
-#[derive(Debug, Serialize)]
-struct PolicyReport {
-    #[serde(flatten)]
-    summary: Summary,
-    jct_vs_default_pct: Option<f64>,
-    jct_vs_miger_pct: Option<f64>,
-    makespan_vs_miger_pct: Option<f64>,
-    stp_vs_miger_pct: Option<f64>,
-    seconds: f64,
-}
-
-/// Lowest, mean and highest of one figure over a sweep's seeds.
-#[derive(Debug, Serialize)]
-struct Spread {
-    mean: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Spread {
-    fn of(v: &[f64]) -> Option<Spread> {
-        if v.is_empty() {
-            return None;
-        }
-        Some(Spread {
-            mean: v.iter().sum::<f64>() / v.len() as f64,
-            min: v.iter().copied().fold(f64::INFINITY, f64::min),
-            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        })
-    }
-}
-
-/// One policy at one arrival interval, over the seeds.
-#[derive(Debug, Serialize)]
-struct SweepRow {
-    interval_s: f64,
-    policy: String,
-    runs: usize,
-    avg_jct_s: Spread,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    jct_vs_miger_pct: Option<Spread>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    makespan_vs_miger_pct: Option<Spread>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stp_vs_miger_pct: Option<Spread>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    slo_miss_pct: Option<Spread>,
-    /// The share of the jobs' run time beside a job of the other class, in percent.
-    mixed_pct: Spread,
-}
-
-#[derive(Debug, Serialize)]
-struct SweepRun {
-    interval_s: f64,
-    seed: u64,
-    policies: Vec<PolicyReport>,
-}
-
-/// What every report says of the setup it ran on.
-#[derive(Debug, Serialize)]
-struct Setup {
-    gpus: u32,
-    gpu_model: String,
-    model: String,
-    ground_truth: &'static str,
-    /// Workloads the measured ground truth does not have (they get the analytic model).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    unmeasured: Vec<&'static str>,
-    /// What the kernel scheduler does under MMK; none with `--kernel-sched off`.
-    kernel_sched: Option<KernelEffect>,
-}
-
-#[derive(Debug, Serialize)]
-struct SweepReport {
-    jobs_per_run: usize,
-    #[serde(flatten)]
-    setup: Setup,
-    seeds: Vec<u64>,
-    intervals_s: Vec<f64>,
-    rows: Vec<SweepRow>,
-    runs: Vec<SweepRun>,
-}
-
-#[derive(Debug, Serialize)]
-struct Report {
-    jobs: usize,
-    #[serde(flatten)]
-    setup: Setup,
-    policies: Vec<PolicyReport>,
 }
 
 pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
@@ -260,7 +168,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     }
     let mut cfg = SimConfig::new(&a.gpu_model, gpus);
     let truth: Arc<dyn PerfModel> = if a.truth == "measured" {
-        let (truth, profiles) = measured_truth().map_err(Failure::usage)?;
+        let (truth, profiles) = measured_truth().map_err(usage)?;
         cfg.profiles = profiles;
         Arc::new(truth)
     } else {
@@ -268,7 +176,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     };
     let kernel_sched = match a.kernel_sched.as_str() {
         "off" => None,
-        "measured" => Some(measured_kernel_effect().map_err(Failure::usage)?),
+        "measured" => Some(measured_kernel_effect().map_err(usage)?),
         path => {
             let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES).map_err(|e| {
                 Failure::usage(format!(
@@ -281,17 +189,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             )
         }
     };
-    let jobs: Vec<(String, JobProfile)> = workload::WORKLOADS
-        .iter()
-        .map(|w| {
-            let p = cfg
-                .profiles
-                .get(w.name)
-                .copied()
-                .unwrap_or_else(|| JobProfile::of_workload(w, w.class()));
-            (w.name.to_owned(), p)
-        })
-        .collect();
+    let jobs = experiment::planners_jobs(&cfg.profiles);
     let file_model: Option<Arc<dyn PerfModel>> = match a.model.as_str() {
         "analytic" | "forest" => None,
         path => Some(Arc::new(
@@ -313,10 +211,8 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             "training the planners' forest on 1400 rows generated from the {} ground truth{what} (seed 99)...",
             a.truth
         );
-        let rows = groundtruth::generate_with(truth.as_ref(), &jobs, 1400, 99);
         Ok(Arc::new(
-            Predictor::train(&rows, &TrainOptions::standard(99))
-                .map_err(|e| Failure::usage(source_chain(&e)))?,
+            experiment::train_forest(truth.as_ref(), &jobs).map_err(usage)?,
         ))
     };
     let plain = World {
@@ -326,10 +222,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     // MMK's jobs run under its kernel scheduler, and its predictor learns from them.
     let scheduled = match &kernel_sched {
         Some(effect) if a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY) => {
-            let truth: Arc<dyn PerfModel> = Arc::new(WithKernelSched {
-                truth: truth.clone(),
-                effect: effect.clone(),
-            });
+            let truth = experiment::with_kernel_sched(truth.clone(), effect.clone());
             Some(World {
                 model: model_of(&truth, " with the kernel scheduler")?,
                 truth,
@@ -409,18 +302,8 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The policy that runs mmk's kernel scheduler; the baselines run without one.
-const KERNEL_SCHED_POLICY: &str = "mmk";
-
-/// How fast jobs run, and the planners' model of it.
-struct World {
-    model: Arc<dyn PerfModel>,
-    truth: Arc<dyn PerfModel>,
-}
-
-/// Simulates `t` under each policy, with a progress bar on a terminal; each run's result
-/// and wall time. The policy that runs the kernel scheduler runs in `scheduled` when
-/// given, the others in `plain`.
+/// Runs the policies (experiment::run_policies) with a progress bar on a terminal and a
+/// line per policy.
 fn run_policies(
     t: &Trace,
     cfg: &SimConfig,
@@ -429,100 +312,48 @@ fn run_policies(
     scheduled: Option<&World>,
     label: &str,
 ) -> Result<Vec<(RunResult, f64)>, Failure> {
-    let mut runs = Vec::new();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    for name in policies {
-        let world = match scheduled {
-            Some(w) if name == KERNEL_SCHED_POLICY => w,
-            _ => plain,
-        };
-        let p = planner(name, world.model.clone())
-            .ok_or_else(|| Failure::usage(format!("unknown policy {name}")))?;
-        let started = std::time::Instant::now();
-        let mut last = 0;
-        let mut progress = |done: usize, total: usize| {
-            let pct = done * 100 / total.max(1);
-            if tty && pct != last {
-                last = pct;
-                let bar = "#".repeat(pct / 4);
-                eprint!("\r{label}{name:<10} [{bar:<25}] {done}/{total} jobs");
-                let _ = std::io::stderr().flush();
+    let mut last = 0;
+    experiment::run_policies(
+        t,
+        cfg,
+        policies,
+        plain,
+        scheduled,
+        label,
+        &mut |p| match p {
+            Progress::Step {
+                policy,
+                done,
+                total,
+            } => {
+                let pct = done * 100 / total.max(1);
+                if tty && pct != last {
+                    last = pct;
+                    let bar = "#".repeat(pct / 4);
+                    eprint!("\r{label}{policy:<10} [{bar:<25}] {done}/{total} jobs");
+                    let _ = std::io::stderr().flush();
+                }
             }
-        };
-        let r = simulate(t, cfg, p.as_ref(), world.truth.as_ref(), &mut progress)
-            .map_err(|e| Failure::usage(format!("{label}{name}: {e}")))?;
-        let secs = started.elapsed().as_secs_f64();
-        if tty {
-            eprint!("\r{:<90}\r", "");
-        }
-        eprintln!(
-            "{label}{name}: simulated {} jobs in {secs:.2} s",
-            r.jobs.len()
-        );
-        runs.push((r, secs));
-    }
-    Ok(runs)
+            Progress::Done {
+                policy,
+                jobs,
+                seconds,
+            } => {
+                last = 0;
+                if tty {
+                    eprint!("\r{:<90}\r", "");
+                }
+                eprintln!("{label}{policy}: simulated {jobs} jobs in {seconds:.2} s");
+            }
+        },
+    )
+    .map_err(usage)
 }
 
-/// Each policy's summary with its figures relative to Default and to MIGER (when they
-/// ran).
-fn relative(sums: Vec<(Summary, f64)>) -> Vec<PolicyReport> {
-    let base = |policy: &str| {
-        sums.iter()
-            .find(|(s, _)| s.policy == policy)
-            .map(|(s, _)| s.clone())
-    };
-    let (default, miger) = (base("default"), base("miger"));
-    sums.into_iter()
-        .map(|(s, seconds)| PolicyReport {
-            jct_vs_default_pct: default
-                .as_ref()
-                .map(|d| change_pct(s.avg_jct_s, d.avg_jct_s)),
-            jct_vs_miger_pct: miger.as_ref().map(|m| change_pct(s.avg_jct_s, m.avg_jct_s)),
-            makespan_vs_miger_pct: miger
-                .as_ref()
-                .map(|m| change_pct(s.makespan_s, m.makespan_s)),
-            stp_vs_miger_pct: miger.as_ref().map(|m| change_pct(s.stp, m.stp)),
-            summary: s,
-            seconds,
-        })
-        .collect()
-}
-
-/// Per interval and policy, the spread over the seeds.
-fn sweep_rows(intervals: &[f64], policies: &[String], runs: &[SweepRun]) -> Vec<SweepRow> {
-    let mut rows = Vec::new();
-    for &interval in intervals {
-        for policy in policies {
-            let reports: Vec<&PolicyReport> = runs
-                .iter()
-                .filter(|r| r.interval_s == interval)
-                .flat_map(|r| r.policies.iter().filter(|p| &p.summary.policy == policy))
-                .collect();
-            let of = |f: &dyn Fn(&PolicyReport) -> Option<f64>| {
-                let v: Vec<f64> = reports.iter().filter_map(|p| f(p)).collect();
-                Spread::of(&v)
-            };
-            let (Some(avg_jct_s), Some(mixed_pct)) = (
-                of(&|p| Some(p.summary.avg_jct_s)),
-                of(&|p| Some(p.summary.mixed_pct)),
-            ) else {
-                continue;
-            };
-            rows.push(SweepRow {
-                interval_s: interval,
-                policy: policy.clone(),
-                runs: reports.len(),
-                avg_jct_s,
-                jct_vs_miger_pct: of(&|p| p.jct_vs_miger_pct),
-                makespan_vs_miger_pct: of(&|p| p.makespan_vs_miger_pct),
-                stp_vs_miger_pct: of(&|p| p.stp_vs_miger_pct),
-                slo_miss_pct: of(&|p| p.summary.slo_miss_pct),
-                mixed_pct,
-            });
-        }
-    }
-    rows
+/// An experiment's error as mmkctl reports it, with its causes.
+fn usage(e: ExperimentError) -> Failure {
+    Failure::usage(source_chain(&e))
 }
 
 fn print_sweep(r: &SweepReport) {
@@ -576,48 +407,6 @@ fn print_sweep(r: &SweepReport) {
             share(Some(&row.mixed_pct))
         );
     }
-}
-
-/// The measurements shipped in data/gpu/h200-2026-11-21 as the ground truth, and each
-/// workload of the table as the planners see it there: the measured job of the same
-/// model and phase at the batch nearest the workload's default batch.
-fn measured_truth() -> Result<(MeasuredTruth, HashMap<&'static str, JobProfile>), String> {
-    const ALONE: &str = include_str!("../../data/gpu/h200-2026-11-21/raw-alone.jsonl");
-    const PAIRS: &str = include_str!("../../data/gpu/h200-2026-11-21/raw-pairs.jsonl");
-    let truth = MeasuredTruth::from_texts([ALONE, PAIRS])
-        .map_err(|e| format!("the shipped H200 measurements: {e}"))?;
-    let mut profiles = HashMap::new();
-    for w in workload::WORKLOADS {
-        let stem = w.name.replace("-inference", "-inf");
-        let batch = w.default_batch();
-        if let Some(j) = truth
-            .jobs()
-            .iter()
-            .filter(|j| j.workload == stem)
-            .min_by_key(|j| j.batch.abs_diff(batch))
-        {
-            profiles.insert(w.name, j.profile);
-        }
-    }
-    Ok((truth, profiles))
-}
-
-/// The kernel scheduler's effect in the co-location rounds measured on the H200
-/// (docs/kernel-sched.md), shipped in data/kernel-sched/h200-2026-11-21: the
-/// graph-replaying ResNet-50 service beside BERT training on plain MPS, `mmk` with a
-/// 1,500 us base and the offline depth cap of 8, in every call that ran that configuration.
-fn measured_kernel_effect() -> Result<KernelEffect, String> {
-    macro_rules! rounds {
-        ($($run:literal),*) => {
-            [$((
-                concat!("h200-", $run),
-                include_str!(concat!("../../data/kernel-sched/h200-2026-11-21/", $run, ".rounds.json")),
-            )),*]
-        };
-    }
-    let files = rounds!("depth-2", "depth-3", "depth-4", "ab-1", "ab-2", "slice-2");
-    KernelEffect::from_rounds(&files, "ksfull-mmk-cprio-base1500-depth8")
-        .map_err(|e| format!("the shipped H200 rounds: {e}"))
 }
 
 fn kernel_line(s: &Setup) -> String {

@@ -11,6 +11,7 @@
 //! - [`report`]: JCT, makespan, system throughput, the relative-JCT CDF (SVG).
 
 pub mod engine;
+pub mod experiment;
 pub mod kernel;
 pub mod report;
 pub mod trace;
