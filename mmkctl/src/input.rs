@@ -69,15 +69,19 @@ pub fn read_capped_within(path: &Path, cap: usize, quiet: Duration) -> Result<Ve
         .map_err(|e| io(e.into()))?;
         File::from(fd)
     };
-    read_open(file, shown, cap, quiet)
+    read_open(file, shown, cap, quiet, path == Path::new("-"))
 }
 
-/// [`read_capped_within`] of a file already open (standard input's file is shared).
+/// [`read_capped_within`] of a file already open. `shared`: standard input, whose open
+/// file the shell and other processes share: it is read as it is, blocking, and its
+/// flags are left alone (a pipe or FIFO there always had a writer; the user can end
+/// mmkctl while it waits).
 fn read_open(
     file: File,
     shown: String,
     cap: usize,
     quiet: Duration,
+    shared: bool,
 ) -> Result<Vec<u8>, InputError> {
     let io = |source: std::io::Error| InputError::Io {
         path: shown.clone(),
@@ -88,21 +92,10 @@ fn read_open(
     if kind == FileType::RegularFile && st.st_size > 0 && st.st_size as u64 > cap as u64 {
         return Err(InputError::TooLarge { path: shown, cap });
     }
-    let waits = matches!(kind, FileType::Fifo | FileType::Socket);
-    if !waits {
-        return read_to_cap(file, cap, quiet, false).map_err(|e| e.named(shown));
-    }
-    // A pipe on standard input blocks; it is read without blocking so that a FIFO without
-    // a writer can be timed. Its flags are put back after: the open file may be shared
-    // with the shell or another process.
-    let flags = rustix::fs::fcntl_getfl(&file).map_err(|e| io(e.into()))?;
-    rustix::fs::fcntl_setfl(&file, flags | OFlags::NONBLOCK).map_err(|e| io(e.into()))?;
-    let restore = file.try_clone();
-    let read = read_to_cap(file, cap, quiet, true);
-    if let Ok(f) = restore {
-        let _ = rustix::fs::fcntl_setfl(&f, flags);
-    }
-    read.map_err(|e| e.named(shown))
+    // A named FIFO or socket was opened without blocking (above), so that one without a
+    // writer can be timed.
+    let waits = matches!(kind, FileType::Fifo | FileType::Socket) && !shared;
+    read_to_cap(file, cap, quiet, waits).map_err(|e| e.named(shown))
 }
 
 /// Reads `file` to its end, or fails past `cap` bytes. A pipe (`waits`) with a writer is
@@ -236,7 +229,7 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_writer_is_waited_for_and_the_pipes_flags_are_put_back() {
+    fn a_slow_writer_on_standard_input_is_waited_for_and_its_flags_left_alone() {
         let (r, w) = rustix::pipe::pipe().expect("pipe");
         let flags = rustix::fs::fcntl_getfl(&r).expect("flags");
         // As standard input: another descriptor of the same open pipe.
@@ -247,7 +240,8 @@ mod tests {
             let mut w = File::from(w);
             std::io::Write::write_all(&mut w, b"late\n").expect("write");
         });
-        let got = read_open(shared, "-".into(), 1000, Duration::from_millis(200)).expect("read");
+        let got =
+            read_open(shared, "-".into(), 1000, Duration::from_millis(200), true).expect("read");
         writer.join().expect("writer");
         assert_eq!(got, b"late\n");
         assert_eq!(rustix::fs::fcntl_getfl(&r).expect("flags"), flags);

@@ -103,17 +103,18 @@ impl Access {
         // A certificate is only as careful as the CA that signed it: root's identity (and
         // mmkd's own) would let a remote caller run processes as root, so TCP never grants
         // it unless the operator named that user with --scheduler-user.
-        let uid = user.uid();
+        let (uid, gid) = (user.uid(), user.primary_group_id());
         let me = rustix::process::geteuid().as_raw();
-        if (uid == 0 || uid == me) && !self.scheduler_uids.contains(&uid) {
+        // Group root counts too: a command job runs with the user's primary group.
+        if (uid == 0 || gid == 0 || uid == me) && !self.scheduler_uids.contains(&uid) {
             return Err(denied(format!(
-                "the client certificate names {:?}, root's or mmkd's own identity, which mmkd \
-                 does not grant over TCP; a remote operator uses a user named with \
-                 --scheduler-user",
+                "the client certificate names {:?}, whose identity (root's, group root's or \
+                 mmkd's own) mmkd does not grant over TCP; a remote operator uses a user named \
+                 with --scheduler-user",
                 mmk_core::spec::short(name, 64)
             )));
         }
-        Ok(self.caller(uid, user.primary_group_id()))
+        Ok(self.caller(uid, gid))
     }
 
     fn role(&self, uid: u32, gid: u32) -> Role {

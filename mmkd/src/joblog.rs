@@ -254,7 +254,9 @@ pub fn copy(dir: Arc<JobDir>, name: &'static str, cap: u64, pipe: OwnedFd) -> Re
                         }
                     }
                 }
-                if stopped && !data {
+                // Stopped: at most the one read above, then the end, however much a
+                // process outside the job's group still writes.
+                if stopped {
                     log.write(
                         b"[mmk: the job ended; a process outside its group still holds its output, which is not kept]\n",
                     );

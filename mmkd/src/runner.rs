@@ -715,7 +715,8 @@ mod tests {
         let (r, mut rx) = runner(dir.path());
         // The main process waits until the other is in its own session (it makes `mark`
         // after setsid), or the end of the group would take it too.
-        let script = "setsid sh -c 'touch mark; while true; do echo tick; sleep 0.2; done' & \
+        // It writes without a pause, so that the copier always has data waiting.
+        let script = "setsid sh -c 'touch mark; while true; do echo tick; done' & \
                       while [ ! -e mark ]; do sleep 0.05; done; echo started";
         r.start(&launch(8, cmd(&["/bin/sh", "-c", script])))
             .expect("started");

@@ -441,9 +441,10 @@ impl Store {
         ))
     }
 
-    /// Updates why a queued job waits (no event: the state did not change).
+    /// Updates why a queued job waits (no event: the state did not change); a job that is no
+    /// longer queued (a cancel came in since the pass read it) keeps its reason.
     pub async fn set_reason(&self, id: u64, reason: &str, now: i64) -> Result<()> {
-        sqlx::query("UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ? AND reason <> ?")
+        sqlx::query("UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ? AND reason <> ? AND state = 'QUEUED'")
             .bind(reason)
             .bind(now)
             .bind(i64::try_from(id).unwrap_or(-1))
@@ -460,7 +461,7 @@ impl Store {
         }
         let mut tx = self.write().await?;
         for (id, reason) in reasons {
-            sqlx::query("UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ? AND reason <> ?")
+            sqlx::query("UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ? AND reason <> ? AND state = 'QUEUED'")
                 .bind(reason)
                 .bind(now)
                 .bind(i64::try_from(*id).unwrap_or(-1))
@@ -922,6 +923,32 @@ mod tests {
             .await
             .expect("reopen");
         assert_eq!(s.list_jobs(&[], None).await.expect("list").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_wait_reason_does_not_overwrite_a_job_that_left_the_queue() {
+        let (_dir, s) = store().await;
+        let (a, _) = s.insert_job(&spec("a"), None, 10).await.expect("insert");
+        let (b, _) = s.insert_job(&spec("b"), None, 10).await.expect("insert");
+        // A cancel comes in between a pass's read and its write of the reasons.
+        s.transition(
+            a.id,
+            JobState::Cancelled,
+            "cancelled: no",
+            Change::default(),
+            11,
+        )
+        .await
+        .expect("cancel");
+        s.set_reasons(&[(a.id, "waiting".into()), (b.id, "waiting".into())], 12)
+            .await
+            .expect("reasons");
+        s.set_reason(a.id, "waiting again", 13)
+            .await
+            .expect("reason");
+        let get = |id| s.get_job(id);
+        assert_eq!(get(a.id).await.expect("a").reason, "cancelled: no");
+        assert_eq!(get(b.id).await.expect("b").reason, "waiting");
     }
 
     #[tokio::test]

@@ -198,3 +198,58 @@ async fn state(c: &mut mmkctl::client::Clients, id: u64) -> v1::JobState {
         .into_inner();
     v1::JobState::try_from(job.state).expect("state")
 }
+
+#[tokio::test]
+async fn a_cancelled_job_that_exits_cleanly_on_sigterm_is_cancelled() {
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    let id = c
+        .jobs
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(v1::JobSpec {
+                name: "graceful".into(),
+                class: v1::JobClass::Offline as i32,
+                gpu_memory_mib: 1024,
+                task: Some(v1::job_spec::Task::Command(v1::CommandTask {
+                    args: [
+                        "sh",
+                        "-c",
+                        "trap 'exit 0' TERM; while true; do sleep 0.1; done",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job
+        .expect("job")
+        .id;
+    tokio::time::timeout(PATIENCE, async {
+        while state(&mut c, id).await != v1::JobState::Running {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("running");
+    let job = c
+        .jobs
+        .cancel_job(v1::CancelJobRequest {
+            id,
+            reason: "done with it".into(),
+        })
+        .await
+        .expect("cancel")
+        .into_inner();
+    assert_eq!(
+        v1::JobState::try_from(job.state),
+        Ok(v1::JobState::Cancelled),
+        "{}",
+        job.reason
+    );
+}

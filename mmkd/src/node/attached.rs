@@ -434,7 +434,11 @@ impl Node {
         let to = if job.state == JobState::Queued {
             JobState::Cancelled
         } else {
-            self.release(&job);
+            // Only a RUNNING allocation took its instance (`started`); a STARTING one is
+            // still being made ready.
+            if job.state == JobState::Running {
+                self.release(&job);
+            }
             state
         };
         let change = Change {

@@ -74,13 +74,23 @@ struct Inner {
     emit: tokio::sync::Mutex<()>,
     kick: Notify,
     /// Jobs being cancelled, with the reason to record when they stop and who cancelled.
-    cancelling: Mutex<HashMap<u64, (String, Option<u32>)>>,
+    cancelling: Mutex<HashMap<u64, Cancel>>,
     /// Exits whose recording failed (the store refused), tried again before each pass.
     pending_exits: Mutex<Vec<Exit>>,
     /// The pause before a failed pass runs again; doubles up to RETRY_MAX, reset on success.
     retry_delay: Mutex<Duration>,
     /// Active attached allocations: their watched process, lease and environment.
     attached: Mutex<HashMap<u64, attached::Held>>,
+}
+
+/// A cancel under way: the reason to record, who cancelled, and whether mmk stopped the
+/// job's run (then CANCELLED wins over whatever the run exits with; a run that had ended
+/// before the cancel decides itself whether it SUCCEEDED).
+#[derive(Debug, Clone)]
+struct Cancel {
+    reason: String,
+    by: Option<u32>,
+    stopped: bool,
 }
 
 /// Pause before a failed scheduling pass runs again, doubling up to RETRY_MAX.
@@ -168,7 +178,7 @@ impl Node {
     }
 
     /// The jobs being cancelled.
-    fn cancelling(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (String, Option<u32>)>> {
+    fn cancelling(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Cancel>> {
         self.inner
             .cancelling
             .lock()

@@ -132,16 +132,17 @@ impl Node {
         let cancelled = self.cancelling().get(&exit.job).cloned();
         let change = Change {
             exit_code: exit.outcome.exit_code(),
-            ended_by: cancelled.as_ref().and_then(|(_, by)| *by),
+            ended_by: cancelled.as_ref().and_then(|c| c.by),
             ..Change::default()
         };
-        let result = if let Some((reason, _)) = cancelled {
-            self.transition(job.id, JobState::Cancelled, &reason, change)
+        let result = if let Some(c) = cancelled
+            .as_ref()
+            .filter(|c| c.stopped || !exit.outcome.success())
+        {
+            self.transition(job.id, JobState::Cancelled, &c.reason, change)
                 .await
-        } else if let Outcome::NotStarted(why) = &exit.outcome {
-            // Starting again would fail the same way: no restart.
-            self.transition(job.id, JobState::Failed, why, change).await
         } else if exit.outcome.success() {
+            // Also a job whose run had succeeded before its cancel came.
             self.transition(
                 job.id,
                 JobState::Succeeded,
@@ -149,6 +150,9 @@ impl Node {
                 change,
             )
             .await
+        } else if let Outcome::NotStarted(why) = &exit.outcome {
+            // Starting again would fail the same way: no restart.
+            self.transition(job.id, JobState::Failed, why, change).await
         } else if job.spec.restart_policy == RestartPolicy::OnFailure
             && job.failure_restarts() < job.spec.max_restarts
         {
@@ -291,8 +295,9 @@ impl Node {
                 continue;
             }
             let _state = self.inner.state.lock().await;
-            if self.cancelling().contains_key(id) {
-                // Cancelled while it stopped: its exit records that.
+            if let Some(c) = self.cancelling().get_mut(id) {
+                // Cancelled while it stopped: its exit records that (mmk stopped the run).
+                c.stopped = true;
                 continue;
             }
             self.release(job);
@@ -526,8 +531,16 @@ impl Node {
             }
             return self.attach(job, &launch).await;
         }
-        if self.cancelling().contains_key(&job.id) {
-            self.not_started(job, "cancelled before it started".into());
+        let cancelled = self.cancelling().get(&job.id).cloned();
+        if let Some(c) = cancelled {
+            // Recorded now, so that the cancel hears of it at once.
+            let change = Change {
+                ended_by: c.by,
+                ..Change::default()
+            };
+            self.transition(job.id, JobState::Cancelled, &c.reason, change)
+                .await?;
+            self.cancelling().remove(&job.id);
             return Ok(());
         }
         match self.inner.runner.start(&launch) {

@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use tracing::{info, instrument, warn};
 
 use super::reconciler::{demand, waiting_demand};
-use super::{JobEvent, Node};
+use super::{Cancel, JobEvent, Node};
 use crate::job::{Change, JobRecord, Owner};
 use crate::ksched;
 use crate::runner;
@@ -220,14 +220,20 @@ impl Node {
                         ServiceError::FailedPrecondition(format!("job {id} has already ended"))
                     });
             }
+            // Recorded for every active job, under the lock that the reconciler's writes
+            // take: STARTING, the launch reads it before it starts the run and records the
+            // job CANCELLED instead; RUNNING, the run is stopped, and a run that already
+            // ended (its exit on the way, or a move's stop) is not started again. Its exit
+            // records CANCELLED, unless the job succeeded first.
             let running = self.inner.runner.is_running(id);
-            // STARTING: the reconciler reads this entry (under the same lock) before it
-            // starts the run, and records the job CANCELLED instead. RUNNING: stop it;
-            // a run that already ended has its exit on the way, which decides the state
-            // (a job that succeeded stays SUCCEEDED).
-            if running || job.state == JobState::Starting {
-                self.cancelling().insert(id, (reason, by));
-            }
+            self.cancelling().insert(
+                id,
+                Cancel {
+                    reason,
+                    by,
+                    stopped: running,
+                },
+            );
             running
         };
         if stopping {
