@@ -185,7 +185,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             })?;
             Some(
                 KernelEffect::from_ksim(path, &text)
-                    .map_err(|e| Failure::usage(format!("--kernel-sched: {e}")))?,
+                    .map_err(|e| Failure::usage(format!("--kernel-sched: {}", source_chain(&e))))?,
             )
         }
     };

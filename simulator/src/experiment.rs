@@ -21,8 +21,8 @@ use crate::{RunResult, SimConfig, SimError, Trace, simulate};
 pub enum ExperimentError {
     #[error("the shipped H200 measurements: {0}")]
     Measurements(String),
-    #[error("the shipped H200 rounds: {0}")]
-    Rounds(String),
+    #[error("the shipped H200 rounds")]
+    Rounds(#[source] crate::kernel::KernelEffectError),
     #[error("training the planners' forest")]
     Train(#[source] ModelError),
     #[error("unknown policy {0}")]

@@ -51,6 +51,21 @@ fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// Why a measured or simulated effect of the kernel scheduler cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelEffectError {
+    #[error("{name}: not {what}")]
+    Parse {
+        name: String,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The file is well formed but does not give an effect; the message says why.
+    #[error("{0}")]
+    Invalid(String),
+}
+
 impl KernelEffect {
     /// The effect of `config` (a configuration name of the rounds, such as
     /// `ksfull-mmk-cprio-base1500-depth8`) in each `(name, rounds.json text)` that ran it.
@@ -58,13 +73,20 @@ impl KernelEffect {
     /// each over the rounds' means and relative to the job alone (`ideal`), and the
     /// training's steps a second under `config` over plain MPS's; then the mean over the
     /// files. A round named `NAME@2` is a second round of `NAME`.
-    pub fn from_rounds(files: &[(&str, &str)], config: &str) -> Result<KernelEffect, String> {
+    pub fn from_rounds(
+        files: &[(&str, &str)],
+        config: &str,
+    ) -> Result<KernelEffect, KernelEffectError> {
         let mut kept = Vec::new();
         let mut offline = Vec::new();
         let mut used = Vec::new();
         for (name, text) in files {
-            let rounds: Rounds = serde_json::from_str(text)
-                .map_err(|e| format!("{name}: not a rounds.json: {e}"))?;
+            let rounds: Rounds =
+                serde_json::from_str(text).map_err(|source| KernelEffectError::Parse {
+                    name: (*name).to_owned(),
+                    what: "a rounds.json",
+                    source,
+                })?;
             let of = |which: &str| -> Vec<&Round> {
                 rounds
                     .configs
@@ -82,15 +104,17 @@ impl KernelEffect {
                           which: &str,
                           field: &str,
                           get: fn(&Round) -> Option<f64>|
-             -> Result<f64, String> {
+             -> Result<f64, KernelEffectError> {
                 let v: Vec<f64> = rs.iter().filter_map(|r| get(r)).collect();
                 if v.len() != rs.len() || v.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
-                    return Err(format!(
+                    return Err(KernelEffectError::Invalid(format!(
                         "{name}: a round of {which} has no {field} above zero"
-                    ));
+                    )));
                 }
                 mean(&v).ok_or_else(|| {
-                    format!("{name}: {config} needs rounds of ideal and mps beside it")
+                    KernelEffectError::Invalid(format!(
+                        "{name}: {config} needs rounds of ideal and mps beside it"
+                    ))
                 })
             };
             let latency = |rs: &[&Round], which: &str| figure(rs, which, "mean_ms", |r| r.mean_ms);
@@ -103,10 +127,10 @@ impl KernelEffect {
             let scheduled = latency(&under, config)?;
             let excess = shared / alone - 1.0;
             if excess <= 0.01 {
-                return Err(format!(
+                return Err(KernelEffectError::Invalid(format!(
                     "{name}: plain MPS did not slow the online job down (x{:.3}): nothing to take a part of",
                     shared / alone
-                ));
+                )));
             }
             let (trained, trained_shared) = (steps(&under, config)?, steps(&mps, "mps")?);
             kept.push(((scheduled / alone - 1.0) / excess).clamp(0.0, 1.0));
@@ -114,7 +138,10 @@ impl KernelEffect {
             used.push(*name);
         }
         let (Some(online_excess_kept), Some(offline_kept)) = (mean(&kept), mean(&offline)) else {
-            return Err(format!("no rounds of {config} in {} file(s)", files.len()));
+            return Err(KernelEffectError::Invalid(format!(
+                "no rounds of {config} in {} file(s)",
+                files.len()
+            )));
         };
         KernelEffect {
             online_excess_kept,
@@ -129,7 +156,7 @@ impl KernelEffect {
     /// relative to alone (`mean_vs_alone`), each offline job's throughput relative to
     /// passthrough (`vs_passthrough`), averaged over the jobs. Where passthrough slows the
     /// online jobs by under 1 %, the model sees nothing to remove and the part kept is 1.
-    pub fn from_ksim(name: &str, text: &str) -> Result<KernelEffect, String> {
+    pub fn from_ksim(name: &str, text: &str) -> Result<KernelEffect, KernelEffectError> {
         #[derive(Deserialize)]
         struct Online {
             /// null where the job finished no request.
@@ -149,13 +176,16 @@ impl KernelEffect {
         struct Report {
             policies: Vec<Row>,
         }
-        let r: Report = serde_json::from_str(text)
-            .map_err(|e| format!("{name}: not an `mmkctl ksim --output json` report: {e}"))?;
+        let r: Report = serde_json::from_str(text).map_err(|source| KernelEffectError::Parse {
+            name: name.to_owned(),
+            what: "an `mmkctl ksim --output json` report",
+            source,
+        })?;
         let row = |p: &str| {
             r.policies
                 .iter()
                 .find(|row| row.policy == p)
-                .ok_or_else(|| format!("{name}: no {p} policy in the report (run ksim with --policies passthrough,mmk)"))
+                .ok_or_else(|| KernelEffectError::Invalid(format!("{name}: no {p} policy in the report (run ksim with --policies passthrough,mmk)")))
         };
         let (plain, mmk) = (row("passthrough")?, row("mmk")?);
         let online = |row: &Row| {
@@ -167,9 +197,9 @@ impl KernelEffect {
             )
         };
         let (Some(plain_online), Some(mmk_online)) = (online(plain), online(mmk)) else {
-            return Err(format!(
+            return Err(KernelEffectError::Invalid(format!(
                 "{name}: the report has no online job with a mean latency (mean_vs_alone)"
-            ));
+            )));
         };
         let Some(offline_kept) = mean(
             &mmk.offline
@@ -178,9 +208,9 @@ impl KernelEffect {
                 .filter(|v| v.is_finite())
                 .collect::<Vec<_>>(),
         ) else {
-            return Err(format!(
+            return Err(KernelEffectError::Invalid(format!(
                 "{name}: the report has no offline job relative to passthrough"
-            ));
+            )));
         };
         let excess = plain_online - 1.0;
         let online_excess_kept = if excess > 0.01 {
@@ -196,19 +226,19 @@ impl KernelEffect {
         .checked()
     }
 
-    fn checked(self) -> Result<KernelEffect, String> {
+    fn checked(self) -> Result<KernelEffect, KernelEffectError> {
         if !(0.0..=1.0).contains(&self.online_excess_kept) {
-            return Err(format!(
+            return Err(KernelEffectError::Invalid(format!(
                 "{}: the online part kept is {}, not in [0, 1]",
                 self.source, self.online_excess_kept
-            ));
+            )));
         }
         if !(self.offline_kept > 0.0 && self.offline_kept <= 1.0) {
             // (NaN fails this too)
-            return Err(format!(
+            return Err(KernelEffectError::Invalid(format!(
                 "{}: the offline speed kept is {}, not in (0, 1]",
                 self.source, self.offline_kept
-            ));
+            )));
         }
         Ok(self)
     }
@@ -292,24 +322,38 @@ mod tests {
 
     #[test]
     fn bad_rounds_are_named() {
-        let e = KernelEffect::from_rounds(&[("x", "{")], "ks").unwrap_err();
+        let e = KernelEffect::from_rounds(&[("x", "{")], "ks")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("x: not a rounds.json"), "{e}");
-        let e = KernelEffect::from_rounds(&[("x", r#"{"configs": {}}"#)], "ks").unwrap_err();
+        let e = KernelEffect::from_rounds(&[("x", r#"{"configs": {}}"#)], "ks")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "no rounds of ks in 1 file(s)");
         let no_mps = r#"{"configs": {"ideal": {"mean_ms": 1}, "ks": {"mean_ms": 1.1, "train_steps_per_s": 3}}}"#;
-        let e = KernelEffect::from_rounds(&[("x", no_mps)], "ks").unwrap_err();
+        let e = KernelEffect::from_rounds(&[("x", no_mps)], "ks")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "x: ks needs rounds of ideal and mps beside it");
         let flat = rounds(1.0, (1.0, 40.0), (1.0, 30.0));
-        let e = KernelEffect::from_rounds(&[("x", &flat)], "ks").unwrap_err();
+        let e = KernelEffect::from_rounds(&[("x", &flat)], "ks")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("did not slow the online job down"), "{e}");
         let no_steps = r#"{"configs": {"ideal": {"mean_ms": 1}, "mps": {"mean_ms": 2, "train_steps_per_s": 3}, "ks": {"mean_ms": 1.1}}}"#;
-        let e = KernelEffect::from_rounds(&[("x", no_steps)], "ks").unwrap_err();
+        let e = KernelEffect::from_rounds(&[("x", no_steps)], "ks")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "x: a round of ks has no train_steps_per_s above zero");
         let zero_mps = rounds(1.0, (2.0, 0.0), (1.1, 30.0));
-        let e = KernelEffect::from_rounds(&[("x", &zero_mps)], "ks").unwrap_err();
+        let e = KernelEffect::from_rounds(&[("x", &zero_mps)], "ks")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "x: a round of mps has no train_steps_per_s above zero");
         let zero_alone = rounds(0.0, (2.0, 40.0), (1.1, 30.0));
-        let e = KernelEffect::from_rounds(&[("x", &zero_alone)], "ks").unwrap_err();
+        let e = KernelEffect::from_rounds(&[("x", &zero_alone)], "ks")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "x: a round of ideal has no mean_ms above zero");
         // A round of training alone has no latency; it does not matter unless it is used.
         let with_train_alone = r#"{"configs": {"train-alone": {"train_steps_per_s": 40},
@@ -339,9 +383,13 @@ mod tests {
         let e = KernelEffect::from_ksim("k.json", &ksim(1.0, 1.0, 0.9)).unwrap();
         assert_eq!(e.online_excess_kept, 1.0);
         let only_mmk = r#"{"policies": [{"policy": "mmk", "online": [], "offline": []}]}"#;
-        let e = KernelEffect::from_ksim("k.json", only_mmk).unwrap_err();
+        let e = KernelEffect::from_ksim("k.json", only_mmk)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("k.json: no passthrough policy"), "{e}");
-        let e = KernelEffect::from_ksim("k.json", "[]").unwrap_err();
+        let e = KernelEffect::from_ksim("k.json", "[]")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("k.json: not an `mmkctl ksim --output json` report"),
             "{e}"
