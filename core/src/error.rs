@@ -41,3 +41,20 @@ impl From<FieldError> for ServiceError {
 }
 
 pub type ServiceResult<T> = Result<T, ServiceError>;
+
+/// An error and its causes on one line (`cannot start "x": No such file or directory`), for
+/// a job's reason, a log line or a CLI message; a cause whose text the line already ends
+/// with is not repeated.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}

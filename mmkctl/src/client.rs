@@ -96,13 +96,4 @@ fn tls_config(files: &TlsFiles) -> Result<tonic::transport::ClientTlsConfig, Fai
 }
 
 /// An error with its causes, `a: b: c`.
-pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+pub(crate) use mmk_core::error::chain as source_chain;

@@ -3,28 +3,11 @@
 //! as sources; this is the one place where they become the service's errors, and
 //! proto/src/status.rs the one place where those become gRPC codes.
 
-use std::error::Error;
-
 use mmk_core::ServiceError;
 
 use crate::backend::BackendError;
 
-/// An error and its causes on one line ("cannot start ...: No such file or directory"),
-/// for a job's reason and the log.
-pub fn chain(e: &dyn Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        // Some errors repeat their source's text in their own.
-        if !text.ends_with(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
-    text
-}
+pub use mmk_core::error::chain;
 
 /// What a GPU backend's refusal means to a caller: a busy instance or a GPU whose MIG mode
 /// forbids the step is the node's state (FAILED_PRECONDITION), a GPU or instance that is

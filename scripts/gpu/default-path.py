@@ -31,8 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import import_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 APP = os.path.join(HERE, "colocate.py")
 
 
@@ -40,35 +42,11 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def pct(v, p):
-    s = sorted(v)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+pct = import_module("ksched-colocate").pct
 
 
-class Mmkd:
-    def __init__(self, bin_dir, work, flags, env, out_log):
-        self.sock = f"{work}/mmkd.sock"
-        self.ctl_bin = f"{bin_dir}/mmkctl"
-        self.env = env
-        self.log_path = out_log
-        self.log = open(out_log, "w")
-        cmd = [f"{bin_dir}/mmkd", "--backend", "nvml", "--data-dir", f"{work}/data",
-               "--socket", self.sock] + flags
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        end = time.time() + 60
-        while subprocess.run([self.ctl_bin, "--socket", self.sock, "gpus"],
-                             capture_output=True).returncode != 0:
-            if self.proc.poll() is not None or time.time() > end:
-                self.stop()
-                raise RuntimeError(f"mmkd did not come up: {open(out_log).read()[-2000:]}")
-            time.sleep(0.2)
-
-    def ctl(self, *args):
-        r = subprocess.run([self.ctl_bin, "--socket", self.sock, "--output", "json", *args],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"mmkctl {' '.join(args)}: {r.stderr.strip()}")
-        return json.loads(r.stdout)
+class Mmkd(import_module("ksched-mmkd").Mmkd):
+    """ksched-mmkd.py's mmkd on the real GPU, with what `mmkctl run` needs."""
 
     def run(self, cls, memory, name, args):
         """`mmkctl run` in the background, as a user starts a job."""
@@ -93,15 +71,6 @@ class Mmkd:
                 raise RuntimeError(f"{name} {j['state']}: {j['reason']}")
             time.sleep(0.05)
         raise RuntimeError(f"{name} not RUNNING within {timeout} s: {self.job(name)}")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
 
 
 def wait_file_line(path, needle, timeout):

@@ -63,20 +63,21 @@ def job_file(path, name, cls, memory, args, env, kernel_profile):
 class Mmkd:
     """One mmkd on the real GPU, in a data directory of its own."""
 
-    def __init__(self, bin_dir, work, flags, env):
+    def __init__(self, bin_dir, work, flags, env, log_path=None):
         self.sock = f"{work}/mmkd.sock"
         self.ctl_bin = f"{bin_dir}/mmkctl"
-        self.log = open(f"{work}/mmkd.log", "w")
+        self.env = env
+        self.log_path = log_path or f"{work}/mmkd.log"
+        self.log = open(self.log_path, "w")
         cmd = [f"{bin_dir}/mmkd", "--backend", "nvml", "--data-dir", f"{work}/data", "--socket",
-               self.sock, "--planner", "first-fit", "--interposer",
-               f"{bin_dir}/libmmk_interposer.so"] + flags
+               self.sock] + flags
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         end = time.time() + 60
         while subprocess.run([self.ctl_bin, "--socket", self.sock, "gpus"],
                              capture_output=True).returncode != 0:
             if self.proc.poll() is not None or time.time() > end:
                 self.stop()
-                raise RuntimeError(f"mmkd did not come up: {open(f'{work}/mmkd.log').read()[-2000:]}")
+                raise RuntimeError(f"mmkd did not come up: {open(self.log_path).read()[-2000:]}")
             time.sleep(0.2)
 
     def ctl(self, *args):
@@ -219,6 +220,7 @@ def run_one(a, c, name, bin_dir, out, work, gate_dir, env, serve, profiles):
             flags += ["--kernel-policy", "mmk", "--kernel-device-wait", "--kernel-gate-dir",
                       gate_dir, "--kernel-gemm-slice", str(a.gemm_slice), "--kernel-base",
                       f"{m.group(2)}us"]
+        flags += ["--planner", "first-fit", "--interposer", f"{bin_dir}/libmmk_interposer.so"]
         mmkd = Mmkd(bin_dir, d, flags, env)
         try:
             kernel = c != "mps"

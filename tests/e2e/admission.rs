@@ -7,7 +7,7 @@ use std::time::Duration;
 use mmk_proto::v1;
 use tokio_stream::StreamExt;
 
-use crate::harness::{Daemon, PATIENCE};
+use crate::harness::{Daemon, PATIENCE, wait_state};
 
 fn workload(name: &str) -> v1::JobSpec {
     v1::JobSpec {
@@ -124,24 +124,17 @@ async fn a_submit_whose_caller_went_away_is_announced_and_planned() {
     });
 }
 
-#[tokio::test]
-async fn a_cancel_whose_caller_went_away_still_ends_the_job() {
-    // The job ignores SIGTERM, so the stop takes the whole grace period; the caller gives up
-    // long before.
-    // (The harness's grace period is 2 s.)
-    let d = Daemon::start("a100-80gb:1");
-    let mut c = d.clients().await;
+/// Submits a command job running `script` under `sh -c` and waits until it runs.
+async fn running_script(c: &mut mmkctl::client::Clients, name: &str, script: &str) -> u64 {
     let id = c
         .jobs
         .submit_job(v1::SubmitJobRequest {
             spec: Some(v1::JobSpec {
-                name: "stubborn".into(),
+                name: name.into(),
                 class: v1::JobClass::Offline as i32,
                 gpu_memory_mib: 1024,
                 task: Some(v1::job_spec::Task::Command(v1::CommandTask {
-                    args: ["sh", "-c", "trap '' TERM; sleep 600"]
-                        .map(String::from)
-                        .to_vec(),
+                    args: ["sh", "-c", script].map(String::from).to_vec(),
                     ..Default::default()
                 })),
                 ..Default::default()
@@ -154,13 +147,17 @@ async fn a_cancel_whose_caller_went_away_still_ends_the_job() {
         .job
         .expect("job")
         .id;
-    tokio::time::timeout(PATIENCE, async {
-        while state(&mut c, id).await != v1::JobState::Running {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("running");
+    wait_state(c, id, v1::JobState::Running).await;
+    id
+}
+
+#[tokio::test]
+async fn a_cancel_whose_caller_went_away_still_ends_the_job() {
+    // The job ignores SIGTERM, so the stop takes the whole grace period (the harness's is
+    // 2 s); the caller gives up long before.
+    let d = Daemon::start("a100-80gb:1");
+    let mut c = d.clients().await;
+    let id = running_script(&mut c, "stubborn", "trap '' TERM; sleep 600").await;
     let mut quitter = d.clients().await;
     let call = quitter.jobs.cancel_job(v1::CancelJobRequest {
         id,
@@ -173,70 +170,20 @@ async fn a_cancel_whose_caller_went_away_still_ends_the_job() {
         "the stop takes the grace period"
     );
     drop(quitter);
-    tokio::time::timeout(PATIENCE, async {
-        while state(&mut c, id).await != v1::JobState::Cancelled {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the job ends CANCELLED although its canceller left");
-    let job = c
-        .jobs
-        .get_job(v1::GetJobRequest { id })
-        .await
-        .expect("get")
-        .into_inner();
+    let job = wait_state(&mut c, id, v1::JobState::Cancelled).await;
     assert_eq!(job.reason, "cancelled: changed my mind");
-}
-
-async fn state(c: &mut mmkctl::client::Clients, id: u64) -> v1::JobState {
-    let job = c
-        .jobs
-        .get_job(v1::GetJobRequest { id })
-        .await
-        .expect("get")
-        .into_inner();
-    v1::JobState::try_from(job.state).expect("state")
 }
 
 #[tokio::test]
 async fn a_cancelled_job_that_exits_cleanly_on_sigterm_is_cancelled() {
     let d = Daemon::start("a100-80gb:1");
     let mut c = d.clients().await;
-    let id = c
-        .jobs
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(v1::JobSpec {
-                name: "graceful".into(),
-                class: v1::JobClass::Offline as i32,
-                gpu_memory_mib: 1024,
-                task: Some(v1::job_spec::Task::Command(v1::CommandTask {
-                    args: [
-                        "sh",
-                        "-c",
-                        "trap 'exit 0' TERM; while true; do sleep 0.1; done",
-                    ]
-                    .map(String::from)
-                    .to_vec(),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job
-        .expect("job")
-        .id;
-    tokio::time::timeout(PATIENCE, async {
-        while state(&mut c, id).await != v1::JobState::Running {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("running");
+    let id = running_script(
+        &mut c,
+        "graceful",
+        "trap 'exit 0' TERM; while true; do sleep 0.1; done",
+    )
+    .await;
     let job = c
         .jobs
         .cancel_job(v1::CancelJobRequest {

@@ -115,11 +115,13 @@ async fn online_work_never_waits_behind_offline_work() {
         t.assignment.expect("trainer"),
         s.assignment.expect("service"),
     );
-    assert_eq!(ta.gpu_index, sa.gpu_index);
-    // Beside offline work whose shares are spent, an online job runs as under plain MPS.
-    if (ta.start_slice, &ta.profile) == (sa.start_slice, &sa.profile) && ta.mps_share == 100 {
-        assert_eq!(sa.mps_share, 100, "{sa:?}");
-    }
+    // Beside the offline job (the only partition), with the whole online share, as under
+    // plain MPS.
+    assert_eq!(
+        (ta.gpu_index, ta.start_slice, &ta.profile),
+        (sa.gpu_index, sa.start_slice, &sa.profile)
+    );
+    assert_eq!(sa.mps_share, 100, "{sa:?}");
     let shown = d.ctl(&["jobs"]);
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     stop(vec![train, serve]);
