@@ -55,6 +55,11 @@ pub struct JobSpec {
     /// no other job beside it (docs/planner.md, "What the planner knows of a job").
     #[serde(default)]
     pub exclusive: bool,
+    /// The name under which mmkd keeps what it learns of the job's GPU use (its learned
+    /// profile), shared by every job of the same owner that gives the same key; none: the
+    /// owner, the job's name and its command (docs/planner.md, "Learned profiles").
+    #[serde(default)]
+    pub profile_key: Option<String>,
 }
 
 /// What the job runs.
@@ -228,6 +233,9 @@ impl JobSpec {
     /// Checks every field; the first problem found is returned.
     pub fn validate(&self) -> Result<(), FieldError> {
         validate_name(&self.name)?;
+        if let Some(key) = &self.profile_key {
+            validate_profile_key(key)?;
+        }
         if self.gpu_memory_mib == 0 {
             return Err(FieldError::new("gpu_memory", "must be greater than zero"));
         }
@@ -350,6 +358,47 @@ fn check_profile(field: &str, p: &str) -> Result<(), FieldError> {
             workload::names().join(", ")
         ),
     ))
+}
+
+/// A short, stable digest of a command's arguments (16 hex digits of their SHA-256, the
+/// arguments separated by NUL): part of a job's learned-profile signature.
+pub fn command_digest(args: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for a in args {
+        h.update(a.as_bytes());
+        h.update([0u8]);
+    }
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The longest `profile_key`.
+pub const MAX_PROFILE_KEY_LEN: usize = 128;
+
+/// A profile key: like a name, with '/' and ':' allowed too (`team/model:v2`).
+pub fn validate_profile_key(key: &str) -> Result<(), FieldError> {
+    if key.is_empty() {
+        return Err(FieldError::new("profile_key", "must not be empty"));
+    }
+    if key.len() > MAX_PROFILE_KEY_LEN {
+        return Err(FieldError::new(
+            "profile_key",
+            format!("is {} characters; at most {MAX_PROFILE_KEY_LEN}", key.len()),
+        ));
+    }
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':');
+    if !key.starts_with(|c: char| c.is_ascii_alphanumeric()) || !key.chars().all(ok_char) {
+        return Err(FieldError::new(
+            "profile_key",
+            format!(
+                "{key:?} may hold only letters, digits, '-', '_', '.', '/' and ':', and starts with a letter or digit"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn validate_name(name: &str) -> Result<(), FieldError> {
@@ -535,6 +584,7 @@ pub(crate) mod tests {
             restart_policy: RestartPolicy::Never,
             max_restarts: 0,
             exclusive: false,
+            profile_key: None,
         }
     }
 

@@ -68,6 +68,8 @@ struct RawSpec {
     checkpoint: Option<Spanned<bool>>,
     exclusive: Option<Spanned<bool>>,
     #[serde(default)]
+    profile_key: Option<Spanned<String>>,
+    #[serde(default)]
     restart_policy: Option<Spanned<String>>,
     #[serde(default)]
     max_restarts: Option<Spanned<i64>>,
@@ -222,6 +224,15 @@ fn convert(
         lines.note("exclusive", c);
         c.value
     });
+    let profile_key = match raw.profile_key {
+        Some(k) => {
+            lines.note("profile_key", &k);
+            crate::spec::validate_profile_key(&k.value)
+                .map_err(|e| at("profile_key", &k, e.message))?;
+            Some(k.value)
+        }
+        None => None,
+    };
     let restart_policy = match &raw.restart_policy {
         Some(r) => {
             lines.note("restart_policy", r);
@@ -267,6 +278,7 @@ fn convert(
         restart_policy,
         max_restarts,
         exclusive,
+        profile_key,
     })
 }
 

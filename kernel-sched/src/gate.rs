@@ -10,7 +10,8 @@
 //!                     (launches, held, held ns, forced), device wait on or off, the device
 //!                     word and when it last closed
 //! slots  (64 x 128)   one per job process: pid (0 = free), class, MPS share,
-//!                     kernels, SMs, compute- and memory-bound kernels and expected
+//!                     kernels, SMs (filled and asked for), compute- and memory-bound
+//!                     kernels and expected
 //!                     run time in flight, the end of the gap an idle online process
 //!                     expects, launch / held / forced counters
 //! ```
@@ -92,7 +93,9 @@ struct Slot {
     inflight_sm: AtomicU32,
     inflight_compute: AtomicU32,
     inflight_memory: AtomicU32,
-    _reserved: AtomicU32,
+    /// SMs the kernels in flight ask for, not capped at the partition (see
+    /// [`Charge::ask`]); what mmkd learns a job's demand from.
+    inflight_ask: AtomicU32,
     launches: AtomicU64,
     held: AtomicU64,
     held_ns: AtomicU64,
@@ -208,6 +211,7 @@ pub struct SlotStats {
     pub share_milli: u32,
     pub inflight: u32,
     pub inflight_sm: u32,
+    pub inflight_ask: u32,
     pub launches: u64,
     pub held: u64,
     pub held_ns: u64,
@@ -237,7 +241,11 @@ pub struct WaitOutcome {
 /// What one launch puts in flight, to take back when it completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Charge {
+    /// SMs of the partition the kernel fills (its ask, at most the partition's).
     pub sm: u32,
+    /// SMs the kernel asks for: its blocks over the blocks an SM holds, whatever the
+    /// partition has (at most 65,535). 0: not known.
+    pub ask: u32,
     /// Expected run time from the job's profile (0 when unknown).
     pub expected_ns: u64,
     pub intensity: Intensity,
@@ -622,6 +630,9 @@ impl Gate {
             Intensity::Unknown => {}
         }
         s.inflight_sm.fetch_add(charge.sm, Ordering::AcqRel);
+        if charge.ask > 0 {
+            s.inflight_ask.fetch_add(charge.ask, Ordering::AcqRel);
+        }
         s.inflight.fetch_add(1, Ordering::AcqRel);
         // After the slot's count, so that a recount never finds the word above the slots
         // for a launch still on its way. Without the device wait nothing reads the word.
@@ -644,6 +655,9 @@ impl Gate {
                 .saturating_sub(by)
         };
         sub(&s.inflight_sm, charge.sm);
+        if charge.ask > 0 {
+            sub(&s.inflight_ask, charge.ask);
+        }
         match charge.intensity {
             Intensity::Compute => {
                 sub(&s.inflight_compute, 1);
@@ -1032,7 +1046,12 @@ impl Gate {
 }
 
 fn clear_counters(s: &Slot) {
-    for counter in [&s.inflight_sm, &s.inflight_compute, &s.inflight_memory] {
+    for counter in [
+        &s.inflight_sm,
+        &s.inflight_ask,
+        &s.inflight_compute,
+        &s.inflight_memory,
+    ] {
         counter.store(0, Ordering::Relaxed);
     }
     s.inflight_expected_ns.store(0, Ordering::Relaxed);
@@ -1047,6 +1066,7 @@ fn stats_of(s: &Slot) -> Option<SlotStats> {
         share_milli: s.share_milli.load(Ordering::Relaxed),
         inflight: s.inflight.load(Ordering::Relaxed),
         inflight_sm: s.inflight_sm.load(Ordering::Relaxed),
+        inflight_ask: s.inflight_ask.load(Ordering::Relaxed),
         launches: s.launches.load(Ordering::Relaxed),
         held: s.held.load(Ordering::Relaxed),
         held_ns: s.held_ns.load(Ordering::Relaxed),
@@ -1203,6 +1223,7 @@ mod tests {
         let off = g.join(std::process::id(), Class::Offline, 0.5).unwrap();
         let conv = Charge {
             sm: 100,
+            ask: 150,
             expected_ns: 80_000,
             intensity: Intensity::Compute,
             gap_after_ns: Some(300_000),
@@ -1222,8 +1243,15 @@ mod tests {
         );
         assert_eq!(state.offline_expected_ns, 160_000);
         assert_eq!(state.online_gap_until_ns, None, "online is busy");
+        let offline = g.slot(off).expect("the offline slot");
+        assert_eq!(
+            (offline.inflight_sm, offline.inflight_ask),
+            (200, 300),
+            "what the kernels fill and what they ask for"
+        );
         g.end(off, &norm, 5);
         assert_eq!(g.in_flight().offline_expected_ns, 80_000);
+        assert_eq!(g.slot(off).expect("slot").inflight_ask, 150);
         g.end(on, &conv, 1_000_000);
         let state = g.in_flight();
         assert_eq!(state.online_compute, 0);

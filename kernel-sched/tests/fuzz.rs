@@ -46,6 +46,7 @@ fn gate_seeds(dir: &Path) -> Vec<Vec<u8>> {
     let offline = gate.join(1, Class::Offline, 0.4).expect("slot");
     let charge = Charge {
         sm: 40,
+        ask: 80,
         expected_ns: 50_000,
         intensity: Intensity::Compute,
         gap_after_ns: Some(10_000),
@@ -102,6 +103,7 @@ fn use_gate(gate: &Gate) {
     if let Some(slot) = gate.join(std::process::id(), Class::Online, 0.5) {
         let charge = Charge {
             sm: 10,
+            ask: 10,
             expected_ns: 1_000,
             intensity: Intensity::Memory,
             gap_after_ns: None,

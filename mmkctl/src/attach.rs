@@ -52,6 +52,10 @@ pub struct AllocSpecArgs {
     /// The partition to itself: no other job is placed beside it.
     #[arg(long)]
     pub exclusive: bool,
+    /// What mmkd keeps the job's learned profile under (yours): runs that give the same
+    /// key share one [default for `run`: the name and a digest of the command].
+    #[arg(long, value_name = "KEY")]
+    pub profile_key: Option<String>,
     /// Online: the latency objective per request, in ms.
     #[arg(long, value_name = "MS")]
     pub slo: Option<u64>,
@@ -107,7 +111,12 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl AllocSpecArgs {
-    fn spec(&self, default_name: &str, attached: AttachedSpec) -> Result<JobSpec, Failure> {
+    fn spec(
+        &self,
+        default_name: &str,
+        default_key: Option<String>,
+        attached: AttachedSpec,
+    ) -> Result<JobSpec, Failure> {
         let class = if self.online {
             JobClass::Online
         } else {
@@ -130,6 +139,7 @@ impl AllocSpecArgs {
             restart_policy: RestartPolicy::Never,
             max_restarts: 0,
             exclusive: self.exclusive,
+            profile_key: self.profile_key.clone().or(default_key),
         };
         spec.validate()
             .map_err(|e| Failure::usage(format!("--{}: {}", flag_of(&e.field), e.message)))?;
@@ -190,8 +200,13 @@ fn job_id(a: &v1::Allocation) -> u64 {
 pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
     let program = args.command[0].clone();
     let lease_ms = u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX);
+    // The same command run again is the same job to the planner: its learned profile is
+    // kept under its name and a digest of the command, unless --profile-key says otherwise.
+    let name = args.spec.name.clone().unwrap_or_else(|| job_name(&program));
+    let key = format!("{name}:{}", mmk_core::spec::command_digest(&args.command));
     let spec = args.spec.spec(
         &program,
+        Some(key),
         AttachedSpec {
             lease_ms: Some(lease_ms),
             ..AttachedSpec::default()
@@ -446,6 +461,7 @@ pub async fn allocate(target: &Target, fmt: Format, args: AllocateArgs) -> Resul
         .map_or_else(|| "alloc".to_owned(), |p| format!("pid{p}"));
     let spec = args.spec.spec(
         &default_name,
+        None,
         AttachedSpec {
             pid: args.pid,
             lease_ms,
@@ -818,12 +834,13 @@ mod tests {
             name: None,
             profile: None,
             exclusive: false,
+            profile_key: None,
             slo: None,
             priority: 0,
             kernel_policy: None,
         };
         let e = args
-            .spec("x", AttachedSpec::default())
+            .spec("x", None, AttachedSpec::default())
             .expect_err("bad memory");
         assert!(e.message.starts_with("--memory:"), "{}", e.message);
         let args = AllocSpecArgs {
@@ -834,6 +851,7 @@ mod tests {
         let e = args
             .spec(
                 "x",
+                None,
                 AttachedSpec {
                     lease_ms: Some(5000),
                     ..AttachedSpec::default()

@@ -62,6 +62,9 @@ pub enum Command {
     },
     /// List the node's GPUs, their MIG profiles and free capacity.
     Gpus,
+    /// What mmkd learned of your jobs' GPU use, by job signature (an operator sees every
+    /// user's); the planner uses a profile once it says USED yes.
+    Profiles,
     /// Replay a job trace through the planners and the baselines (no mmkd needed).
     Simulate(crate::simulate::SimulateArgs),
     /// Run a command job alone under the interposer and write its kernel profile, for the
@@ -328,6 +331,16 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
                 .await?
                 .into_inner();
             output::partitions(fmt, &resp);
+            Ok(())
+        }
+        Command::Profiles => {
+            let mut c = connect(&target).await?;
+            let resp = c
+                .node
+                .list_profiles(v1::ListProfilesRequest {})
+                .await?
+                .into_inner();
+            output::profiles(fmt, &resp);
             Ok(())
         }
         Command::Gpus => {

@@ -777,3 +777,92 @@ pub fn plan(fmt: Format, files: &[std::path::PathBuf], r: &v1::PlanJobsResponse)
     }
     outln!("(a dry run: nothing changed)");
 }
+
+/// A learned profile, as `mmkctl profiles --output json` prints it (docs/mmkctl.md).
+#[derive(Debug, Serialize)]
+pub struct LearnedOut {
+    pub signature: String,
+    pub owner_uid: Option<u32>,
+    pub name: String,
+    pub class: String,
+    pub samples: u64,
+    pub seconds: f64,
+    pub runs: u64,
+    pub sm_mean: f64,
+    pub sm_p95: f64,
+    pub busy: f64,
+    pub kernel_us: Option<f64>,
+    pub launch_interval_us: Option<f64>,
+    pub launches: u64,
+    /// The planner uses it.
+    pub confident: bool,
+    pub updated_at: Option<String>,
+}
+
+pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
+    let out: Vec<LearnedOut> = r
+        .profiles
+        .iter()
+        .map(|p| LearnedOut {
+            signature: p.signature.clone(),
+            owner_uid: p.owner_uid,
+            name: p.name.clone(),
+            class: class_name(p.class),
+            samples: p.samples,
+            seconds: p.seconds,
+            runs: p.runs,
+            sm_mean: p.sm_mean,
+            sm_p95: p.sm_p95,
+            busy: p.busy,
+            kernel_us: (p.kernel_us > 0.0).then_some(p.kernel_us),
+            launch_interval_us: (p.launch_interval_us > 0.0).then_some(p.launch_interval_us),
+            launches: p.launches,
+            confident: p.confident,
+            updated_at: time(p.updated_at.as_ref()),
+        })
+        .collect();
+    if fmt == Format::Json {
+        print_json(&out);
+        return;
+    }
+    if out.is_empty() {
+        outln!(
+            "no learned profiles yet: they appear once a job has run under the kernel scheduler"
+        );
+        return;
+    }
+    outln!(
+        "{:<16} {:<7} {:>4} {:>8} {:>6} {:>6} {:>5} {:>9} {:>9} {:<4} SIGNATURE",
+        "NAME",
+        "CLASS",
+        "RUNS",
+        "SAMPLES",
+        "SM",
+        "SM-P95",
+        "BUSY",
+        "KERNEL",
+        "LAUNCH/",
+        "USED"
+    );
+    let us = |v: Option<f64>| match v {
+        Some(v) if v >= 1000.0 => format!("{:.1}ms", v / 1000.0),
+        Some(v) => format!("{v:.0}us"),
+        None => "-".into(),
+    };
+    for p in &out {
+        outln!(
+            "{:<16} {:<7} {:>4} {:>8} {:>5.1}% {:>5.1}% {:>4.0}% {:>9} {:>9} {:<4} {}",
+            clip(&p.name, 16),
+            p.class,
+            p.runs,
+            p.samples,
+            p.sm_mean * 100.0,
+            p.sm_p95 * 100.0,
+            p.busy * 100.0,
+            us(p.kernel_us),
+            us(p.launch_interval_us),
+            if p.confident { "yes" } else { "no" },
+            p.signature
+        );
+    }
+}

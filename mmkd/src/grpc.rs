@@ -134,7 +134,7 @@ pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
         owner_gid: j.owner.map(|o| o.gid),
         redacted: false,
         ended_by_uid: j.ended_by,
-        planner_profile: crate::node::planner_profile(&j.spec),
+        planner_profile: node.planner_profile(j),
     }
 }
 
@@ -603,6 +603,7 @@ impl PartitionService for PartitionApi {
 #[derive(Debug, Clone)]
 pub struct NodeApi {
     pub node: Node,
+    pub access: Arc<Access>,
 }
 
 #[tonic::async_trait]
@@ -623,6 +624,44 @@ impl NodeService for NodeApi {
             planner: self.node.planner_name().into(),
             gpus: gpus.iter().map(|g| gpu_to_proto(g, &jobs)).collect(),
         }))
+    }
+
+    async fn list_profiles(
+        &self,
+        req: Request<v1::ListProfilesRequest>,
+    ) -> Result<Response<v1::ListProfilesResponse>, Status> {
+        let caller = caller(&self.access, &req)?;
+        let profiles = self
+            .node
+            .learned()
+            .all()
+            .iter()
+            .filter(|p| caller.may_act_on(p.owner_uid.map(|uid| crate::job::Owner { uid, gid: 0 })))
+            .map(profile_to_proto)
+            .collect();
+        Ok(Response::new(v1::ListProfilesResponse { profiles }))
+    }
+}
+
+fn profile_to_proto(p: &crate::learn::Learned) -> v1::LearnedProfile {
+    let o = &p.observed;
+    v1::LearnedProfile {
+        signature: p.signature.clone(),
+        owner_uid: p.owner_uid,
+        name: p.name.clone(),
+        class: mmk_proto::class_to_proto(p.class) as i32,
+        samples: o.samples,
+        seconds: o.seconds,
+        runs: o.runs,
+        sm_mean: o.sm_mean(),
+        sm_p95: o.sm_p95(),
+        busy: o.busy_frac(),
+        kernel_us: o.kernel_us().unwrap_or(0.0),
+        launch_interval_us: o.launch_interval_us().unwrap_or(0.0),
+        launches: o.launches,
+        confident: o.confident(),
+        created_at: Some(mmk_proto::timestamp(p.created_at)),
+        updated_at: Some(mmk_proto::timestamp(p.updated_at)),
     }
 }
 

@@ -191,6 +191,7 @@ impl Plugin {
             restart_policy: RestartPolicy::Never,
             max_restarts: 0,
             exclusive: false,
+            profile_key: None,
         };
         let a = self.node.allocate(spec, None, None, PLACE_WAIT).await?;
         let id = a.job.id;

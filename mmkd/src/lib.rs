@@ -12,6 +12,7 @@ pub mod job;
 pub mod joblog;
 pub mod k8s;
 pub mod ksched;
+pub mod learn;
 pub mod mps;
 pub mod node;
 pub mod runner;

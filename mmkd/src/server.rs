@@ -123,7 +123,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .add_service(PartitionServiceServer::new(PartitionApi {
                 node: node.clone(),
             }))
-            .add_service(NodeServiceServer::new(NodeApi { node: node.clone() }))
+            .add_service(NodeServiceServer::new(NodeApi {
+                node: node.clone(),
+                access: Arc::clone(&access),
+            }))
     };
     let tcp_router = match (&tcp, &config.tls) {
         (Some(_), Some(files)) => Some(router(

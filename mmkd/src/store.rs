@@ -18,6 +18,7 @@ use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 use thiserror::Error;
 
 use crate::job::{Assignment, Change, EventRecord, InstanceRecord, JobRecord, Owner, StepRecord};
+use crate::learn::{Learned, Observed};
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -624,6 +625,74 @@ impl Store {
         let mut conn = self.pool.acquire().await?;
         delete_instance(&mut conn, gpu_uuid, start).await
     }
+
+    /// Stores a learned profile as it is now (replacing the row of its signature).
+    pub async fn put_profile(&self, p: &Learned) -> Result<()> {
+        let observed = serde_json::to_string(&p.observed).map_err(|e| StoreError::Corrupt {
+            id: 0,
+            what: format!("learned profile {}: {e}", p.signature),
+        })?;
+        sqlx::query(
+            "INSERT INTO learned_profiles \
+             (signature, owner_uid, name, class, observed, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (signature) DO UPDATE SET owner_uid = excluded.owner_uid, \
+             name = excluded.name, class = excluded.class, observed = excluded.observed, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(&p.signature)
+        .bind(p.owner_uid.map(i64::from))
+        .bind(&p.name)
+        .bind(p.class.as_str())
+        .bind(observed)
+        .bind(p.created_at)
+        .bind(p.updated_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every learned profile; a row that cannot be read comes back as its signature and
+    /// what is wrong with it, and the others are still read.
+    pub async fn profiles(&self) -> Result<Vec<std::result::Result<Learned, (String, String)>>> {
+        let rows = sqlx::query(
+            "SELECT signature, owner_uid, name, class, observed, created_at, updated_at \
+             FROM learned_profiles ORDER BY signature",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(profile_from_row).collect())
+    }
+}
+
+fn profile_from_row(row: &SqliteRow) -> std::result::Result<Learned, (String, String)> {
+    let signature: String = row
+        .try_get("signature")
+        .unwrap_or_else(|_| "(unreadable signature)".into());
+    let read = || -> std::result::Result<Learned, String> {
+        let text = |c: &str| row.try_get::<String, _>(c).map_err(|e| format!("{c}: {e}"));
+        let int = |c: &str| row.try_get::<i64, _>(c).map_err(|e| format!("{c}: {e}"));
+        let owner_uid = row
+            .try_get::<Option<i64>, _>("owner_uid")
+            .map_err(|e| format!("owner_uid: {e}"))?
+            .map(|u| u32::try_from(u).map_err(|_| format!("owner_uid: {u} is not a uid")))
+            .transpose()?;
+        let class = text("class")?;
+        let class = JobClass::from_str(&class).map_err(|e| format!("class: {e}"))?;
+        let observed: Observed =
+            serde_json::from_str(&text("observed")?).map_err(|e| format!("observed: {e}"))?;
+        observed.check().map_err(|e| format!("observed: {e}"))?;
+        Ok(Learned {
+            signature: signature.clone(),
+            owner_uid,
+            name: text("name")?,
+            class,
+            observed,
+            created_at: int("created_at")?,
+            updated_at: int("updated_at")?,
+        })
+    };
+    read().map_err(|why| (signature.clone(), why))
 }
 
 /// How the store connects to its file (which [`prepare_file`] made).
@@ -905,6 +974,7 @@ mod tests {
             restart_policy: RestartPolicy::Never,
             max_restarts: 0,
             exclusive: false,
+            profile_key: None,
         }
     }
 
@@ -1303,5 +1373,44 @@ mod tests {
             acked,
             "every acknowledged job is kept, and only those"
         );
+    }
+
+    #[tokio::test]
+    async fn learned_profiles_are_kept_and_a_bad_row_is_named_not_fatal() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("mmk.db");
+        let store = Store::open(&path).await.expect("open");
+        let mut observed = Observed::default();
+        observed.sample(40, true);
+        observed.sample(0, false);
+        observed.seconds = 0.004;
+        let p = Learned {
+            signature: "1000/name/train/cmd/00ff".into(),
+            owner_uid: Some(1000),
+            name: "train".into(),
+            class: JobClass::Offline,
+            observed,
+            created_at: 5,
+            updated_at: 7,
+        };
+        store.put_profile(&p).await.expect("put");
+        let mut later = p.clone();
+        later.observed.sample(40, true);
+        later.updated_at = 9;
+        store.put_profile(&later).await.expect("replace");
+        sqlx::query(
+            "INSERT INTO learned_profiles VALUES ('1000/key/bad', 1000, 'bad', 'offline', '{\"version\":1}', 1, 1)",
+        )
+        .execute(&store.pool)
+        .await
+        .expect("a corrupt row");
+        store.close().await;
+        let store = Store::open(&path).await.expect("reopen");
+        let rows = store.profiles().await.expect("profiles");
+        assert_eq!(rows.len(), 2);
+        let (bad, why) = rows[0].clone().expect_err("the corrupt row");
+        assert_eq!(bad, "1000/key/bad");
+        assert!(why.starts_with("observed:"), "{why}");
+        assert_eq!(rows[1], Ok(later), "the newer write replaced the first");
     }
 }

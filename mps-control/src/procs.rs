@@ -18,9 +18,33 @@ impl Environ {
         })
     }
 
+    /// The value of `key`, when the environment sets it.
+    pub fn value(&self, key: &str) -> Option<&[u8]> {
+        self.entries().find_map(|kv| {
+            (kv.len() > key.len() && kv.starts_with(key.as_bytes()) && kv[key.len()] == b'=')
+                .then(|| &kv[key.len() + 1..])
+        })
+    }
+
     fn entries(&self) -> impl Iterator<Item = &[u8]> {
         self.0.split(|b| *b == 0)
     }
+}
+
+/// The most of a process's environment mmk reads.
+const MAX_ENVIRON_BYTES: u64 = 1 << 20;
+
+/// The environment process `pid` started with (at most the first MiB of it); `None` when
+/// it cannot be read (gone, or another user's unless we are root).
+pub fn environ(pid: i32) -> Option<Environ> {
+    use std::io::Read as _;
+    let mut env = Vec::new();
+    std::fs::File::open(format!("/proc/{pid}/environ"))
+        .ok()?
+        .take(MAX_ENVIRON_BYTES)
+        .read_to_end(&mut env)
+        .ok()?;
+    Some(Environ(env))
 }
 
 /// The pids of processes whose environment satisfies `pred`. Processes whose environment
@@ -79,6 +103,8 @@ mod tests {
         assert!(!e.has("CUDA_MPS_PIPE_DIRECTORY=/x"));
         assert!(e.has_key("PATH"));
         assert!(!e.has_key("PAT"));
+        assert_eq!(e.value("A"), Some(&b"1"[..]));
+        assert_eq!(e.value("PAT"), None);
     }
 
     #[test]

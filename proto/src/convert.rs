@@ -75,6 +75,7 @@ pub fn spec_to_proto(s: &JobSpec) -> v1::JobSpec {
         }),
         checkpoint: s.checkpoint,
         exclusive: s.exclusive,
+        profile_key: s.profile_key.clone().unwrap_or_default(),
         restart_policy: match s.restart_policy {
             RestartPolicy::Never => v1::RestartPolicy::Never,
             RestartPolicy::OnFailure => v1::RestartPolicy::OnFailure,
@@ -135,6 +136,7 @@ pub fn spec_from_proto(s: v1::JobSpec) -> Result<JobSpec, FieldError> {
         restart_policy,
         max_restarts: s.max_restarts,
         exclusive: s.exclusive,
+        profile_key: (!s.profile_key.is_empty()).then_some(s.profile_key),
     };
     spec.validate()?;
     Ok(spec)
@@ -171,6 +173,7 @@ mod tests {
             restart_policy: RestartPolicy::OnFailure,
             max_restarts: 2,
             exclusive: false,
+            profile_key: Some("team/resnet:v1".into()),
         }
     }
 

@@ -218,6 +218,10 @@ fn spec() -> impl Strategy<Value = v1::JobSpec> {
         number(0i32..=2),
         number(0u32..=100),
         any::<bool>(),
+        prop_oneof![
+            Just(String::new()),
+            field("[a-zA-Z0-9][a-zA-Z0-9:/._-]{0,140}")
+        ],
     )
         .prop_map(
             |(
@@ -231,6 +235,7 @@ fn spec() -> impl Strategy<Value = v1::JobSpec> {
                 restart,
                 max,
                 exclusive,
+                profile_key,
             )| {
                 v1::JobSpec {
                     name,
@@ -243,6 +248,7 @@ fn spec() -> impl Strategy<Value = v1::JobSpec> {
                     restart_policy: restart,
                     max_restarts: max,
                     exclusive,
+                    profile_key,
                 }
             },
         )

@@ -47,6 +47,11 @@ impl Daemon {
         Daemon::launch(dir, sim_gpus, &[], &[])
     }
 
+    /// A restart with extra flags.
+    pub fn start_in_with(dir: tempfile::TempDir, sim_gpus: &str, extra: &[&str]) -> Daemon {
+        Daemon::launch(dir, sim_gpus, extra, &[])
+    }
+
     fn launch(
         dir: tempfile::TempDir,
         sim_gpus: &str,

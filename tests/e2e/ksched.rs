@@ -10,7 +10,7 @@ use mmk_proto::v1;
 use crate::harness::{Daemon, mmkctl_in, text, wait_state};
 
 /// The interposer, the fake driver and its test program, built once for the test binary.
-fn built() -> PathBuf {
+pub(crate) fn built() -> PathBuf {
     artifacts::build_for_tests(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("ksched"))
         .expect("the interposer builds")
 }
@@ -109,7 +109,7 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
 }
 
 /// The fake driver as `libcuda.so.1` and `libcudart.so.13` in `dir/lib`.
-fn fake_driver_in(bin: &Path, dir: &Path) -> PathBuf {
+pub(crate) fn fake_driver_in(bin: &Path, dir: &Path) -> PathBuf {
     let lib = dir.join("lib");
     std::fs::create_dir_all(&lib).expect("lib dir");
     std::fs::copy(bin.join(FAKE_CUDA), lib.join("libcuda.so.1")).expect("copy");

@@ -9,6 +9,7 @@ mod cluster;
 mod jobs;
 mod k8s;
 mod ksched;
+mod learn;
 mod mps;
 mod predictor;
 mod python;

@@ -143,8 +143,21 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
         ),
         _ => Expect::default(),
     };
+    // What the kernel asks for, whatever the partition has: mmkd learns the job's demand
+    // from it.
+    let ask = if api.is_graph() {
+        sm_count
+    } else {
+        u32::try_from(
+            blocks
+                .div_ceil(u64::from(info.blocks_per_sm.max(1)))
+                .min(65_535),
+        )
+        .unwrap_or(65_535)
+    };
     let charge = Charge {
         sm,
+        ask,
         expected_ns: expect.duration_ns.unwrap_or(0),
         intensity: expect.intensity,
         gap_after_ns: expect.gap_after_ns,

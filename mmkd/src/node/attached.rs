@@ -520,7 +520,7 @@ impl Node {
             first_free: id,
         } = self.planning_state().await?;
         let mut with = demands.clone();
-        with.push(waiting_demand(id, spec));
+        with.push(waiting_demand(id, spec, None));
         let before = self.plan(node.clone(), demands).await?;
         let after = self.plan(node.clone(), with).await?;
         let placement = after.placements.iter().find(|p| p.job == id).copied();

@@ -27,7 +27,7 @@ use mmk_core::{JobState, ServiceResult, now_ms};
 use mmk_partitioner::Planner;
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 mod attached;
 mod reconciler;
@@ -40,6 +40,8 @@ pub use service::MAX_REQUEST_ID;
 
 use crate::backend::GpuBackend;
 use crate::job::{Change, JobRecord};
+use crate::learn::sampler::Sampler;
+use crate::learn::{Learned, Profiles, Seen};
 use crate::mps::Mps;
 use crate::runner::{Exit, Runner};
 use crate::store::{Store, StoreError};
@@ -81,6 +83,10 @@ struct Inner {
     retry_delay: Mutex<Duration>,
     /// Active attached allocations: their watched process, lease and environment.
     attached: Mutex<HashMap<u64, attached::Held>>,
+    /// Learned profiles by job signature ([`crate::learn`]).
+    learned: Profiles,
+    /// Samples running jobs' gate slots into their learned profiles.
+    sampler: Sampler,
 }
 
 /// A cancel under way: the reason to record, who cancelled, and whether mmk stopped the
@@ -110,6 +116,8 @@ impl Node {
         shutdown: Arc<Notify>,
     ) -> Result<(Node, JoinHandle<()>), StoreError> {
         let (events, _) = broadcast::channel(1024);
+        let learned = Profiles::new(load_profiles(&store).await?);
+        let (sampler, reports, sampling) = Sampler::start();
         let node = Node {
             inner: Arc::new(Inner {
                 store,
@@ -125,11 +133,25 @@ impl Node {
                 pending_exits: Mutex::default(),
                 retry_delay: Mutex::new(RETRY_FIRST),
                 attached: Mutex::default(),
+                learned,
+                sampler,
             }),
         };
         node.recover().await?;
         let looping = node.clone();
-        let handle = tokio::spawn(async move { looping.run(exits, shutdown).await });
+        let keeping = node.clone();
+        let finishing = node.clone();
+        let handle = tokio::spawn(async move {
+            let (stopped, stop) = tokio::sync::oneshot::channel();
+            let learning = tokio::spawn(keeping.keep_profiles(reports, stop));
+            looping.run(exits, shutdown).await;
+            // What the sampler saw of the jobs still running is kept before mmkd ends.
+            finishing.inner.sampler.stop();
+            let _ = tokio::task::spawn_blocking(move || sampling.join()).await;
+            finishing.inner.sampler.unwatch_all();
+            let _ = stopped.send(());
+            let _ = learning.await;
+        });
         node.inner.kick.notify_one();
         Ok((node, handle))
     }
@@ -148,6 +170,54 @@ impl Node {
 
     pub fn mps(&self) -> &Mps {
         &self.inner.mps
+    }
+
+    /// The node's learned profiles.
+    pub fn learned(&self) -> &Profiles {
+        &self.inner.learned
+    }
+
+    /// What the planner assumes of job `j`: "learned (...)", "named W", "exclusive" or
+    /// "prior".
+    pub fn planner_profile(&self, j: &JobRecord) -> String {
+        match self.inner.learned.for_job(j.owner, &j.spec) {
+            Some(l) => l.describe(now_ms()),
+            None => reconciler::planner_profile(&j.spec),
+        }
+    }
+
+    /// Adds what the sampler reports to the profiles and stores them; once `stop` fires,
+    /// what is left in the channel is kept and the task ends.
+    async fn keep_profiles(
+        self,
+        mut reports: mpsc::UnboundedReceiver<Seen>,
+        mut stop: tokio::sync::oneshot::Receiver<()>,
+    ) {
+        loop {
+            tokio::select! {
+                biased;
+                Some(seen) = reports.recv() => self.keep(seen).await,
+                _ = &mut stop => break,
+            }
+        }
+        while let Ok(seen) = reports.try_recv() {
+            self.keep(seen).await;
+        }
+    }
+
+    async fn keep(&self, seen: Seen) {
+        {
+            let learned = self.inner.learned.add(&seen, now_ms());
+            tracing::debug!(
+                job = seen.job,
+                signature = %learned.signature,
+                samples = learned.observed.samples,
+                "learned profile updated"
+            );
+            if let Err(e) = self.inner.store.put_profile(&learned).await {
+                warn!(signature = %learned.signature, error = %crate::error::chain(&e), "cannot store a learned profile");
+            }
+        }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<JobEvent> {
@@ -172,6 +242,10 @@ impl Node {
             .store
             .transition(id, to, reason, change, now_ms())
             .await?;
+        if !matches!(to, JobState::Starting | JobState::Running) {
+            // Its run is over: what was seen of it goes into its profile.
+            self.inner.sampler.unwatch(id);
+        }
         info!(job = id, state = %to, reason, "job state changed");
         self.emit(ev.seq, ev.at, job.clone());
         Ok(job)
@@ -195,4 +269,22 @@ impl Node {
                 .set_in_use(a.slot.gpu, a.instance_id, false);
         }
     }
+}
+
+/// The stored learned profiles; a row that cannot be read is left out with a warning that
+/// names it (it is replaced when that job runs again).
+async fn load_profiles(store: &Store) -> Result<Vec<Learned>, StoreError> {
+    let mut good = Vec::new();
+    for row in store.profiles().await? {
+        match row {
+            Ok(p) => good.push(p),
+            Err((signature, why)) => {
+                warn!(%signature, %why, "learned profile unreadable; ignored");
+            }
+        }
+    }
+    if !good.is_empty() {
+        info!(profiles = good.len(), "learned profiles loaded");
+    }
+    Ok(good)
 }

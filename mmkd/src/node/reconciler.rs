@@ -18,6 +18,8 @@ use tracing::{info, instrument, warn};
 use super::{Node, RETRY_FIRST, RETRY_MAX};
 use crate::job::{Assignment, Change, InstanceRecord, JobRecord, StepRecord};
 use crate::ksched;
+use crate::learn::sampler::Watch;
+use crate::learn::{self, Learned, Profiles};
 use crate::mps;
 use crate::runner::{Exit, Launch, Outcome};
 use crate::store::StoreError;
@@ -250,7 +252,10 @@ impl Node {
             return Ok(());
         }
         let gpus = self.gpus().await?;
-        let demands: Vec<JobDemand> = jobs.iter().map(demand).collect();
+        let demands: Vec<JobDemand> = jobs
+            .iter()
+            .map(|j| demand(j, &self.inner.learned))
+            .collect();
         let node = NodeState { gpus };
         let plan = self.plan(node.clone(), demands).await?;
 
@@ -529,6 +534,7 @@ impl Node {
             if self.get(job.id).await?.state != JobState::Starting {
                 return Ok(()); // ended meanwhile (its end released what it held)
             }
+            self.learn(job, &a, gpus, &launch);
             return self.attach(job, &launch).await;
         }
         let cancelled = self.cancelling().get(&job.id).cloned();
@@ -544,10 +550,45 @@ impl Node {
             return Ok(());
         }
         match self.inner.runner.start(&launch) {
-            Ok(pid) => self.started(job, &a, pid, "running").await?,
+            Ok(pid) => {
+                self.learn(job, &a, gpus, &launch);
+                self.started(job, &a, pid, "running").await?;
+            }
             Err(why) => self.not_started(job, crate::error::chain(&why)),
         }
         Ok(())
+    }
+
+    /// Sample the job's gate slots into its learned profile while this run lasts (the
+    /// transition that ends the run stops it). Nothing to sample without a gate.
+    fn learn(&self, job: &JobRecord, a: &Assignment, gpus: &[GpuState], launch: &Launch) {
+        let (Some(k), Some(signature)) = (&launch.ksched, learn::signature(job.owner, &job.spec))
+        else {
+            return;
+        };
+        let gpu_sms = gpus
+            .iter()
+            .find(|g| g.index == a.slot.gpu)
+            .map_or(0, |g| g.model.sm_count);
+        // The user the job's processes run as: the caller's own for an allocation; a
+        // managed job's owner when mmkd is root (it switches to them), else mmkd's.
+        let uid = match (&job.spec.task, job.owner) {
+            (Task::Attached(_), Some(o)) => o.uid,
+            (_, Some(o)) if crate::runner::running_as_root() => o.uid,
+            _ => rustix::process::geteuid().as_raw(),
+        };
+        self.inner.sampler.watch(
+            job.id,
+            Watch {
+                signature,
+                owner_uid: job.owner.map(|o| o.uid),
+                name: job.spec.name.clone(),
+                class: job.spec.class,
+                gate: k.gate.clone(),
+                gpu_sms,
+                uid,
+            },
+        );
     }
 
     /// A placed job's run has begun: its instance is in use and it is RUNNING.
@@ -590,10 +631,10 @@ impl Node {
 }
 
 /// A job as the planner sees it: its place and share when it runs, its SLO, and the
-/// profile of its workload (an unknown profile for command jobs until they are profiled).
-pub(super) fn demand(j: &JobRecord) -> JobDemand {
+/// profile it is planned on (see [`waiting_demand`]).
+pub(super) fn demand(j: &JobRecord, learned: &Profiles) -> JobDemand {
     let active = j.state.is_active();
-    let mut d = waiting_demand(j.id, &j.spec);
+    let mut d = waiting_demand(j.id, &j.spec, learned.for_job(j.owner, &j.spec).as_ref());
     if let Some(a) = j.assignment.as_ref().filter(|_| active) {
         d.placed = Some(a.slot);
         d.mps_share = a.mps_share;
@@ -611,8 +652,8 @@ fn named_workload(spec: &JobSpec) -> Option<&'static mmk_core::workload::Workloa
     name.and_then(mmk_core::workload::find)
 }
 
-/// What the planner assumes of a job's demand, as the API shows it: `named WORKLOAD`,
-/// `exclusive` or `prior` (see [`waiting_demand`]).
+/// What the planner assumes of a job without a confident learned profile: `named W` (a
+/// Table III workload its spec names), `exclusive` or `prior` (see [`waiting_demand`]).
 pub fn planner_profile(spec: &JobSpec) -> String {
     match named_workload(spec) {
         Some(w) => format!("named {}", w.name),
@@ -621,9 +662,13 @@ pub fn planner_profile(spec: &JobSpec) -> String {
     }
 }
 
-/// A job that waits, as the planner sees it.
-pub(super) fn waiting_demand(id: u64, spec: &JobSpec) -> JobDemand {
-    let profile = named_workload(spec).map(|wl| JobProfile::of_workload(wl, spec.class));
+/// A job that waits, as the planner sees it: planned on its learned profile once that is
+/// confident, else on the workload its spec names, else on its class's prior; an
+/// exclusive job fills its partition.
+pub(super) fn waiting_demand(id: u64, spec: &JobSpec, learned: Option<&Learned>) -> JobDemand {
+    let profile = learned
+        .map(|l| l.job_profile(spec.class))
+        .or_else(|| named_workload(spec).map(|wl| JobProfile::of_workload(wl, spec.class)));
     JobDemand {
         id,
         class: spec.class,

@@ -270,7 +270,12 @@ impl Node {
         let ids: Vec<u64> = (0..specs.len() as u64)
             .map(|i| now.first_free + i)
             .collect();
-        demands.extend(specs.iter().zip(&ids).map(|(s, id)| waiting_demand(*id, s)));
+        demands.extend(
+            specs
+                .iter()
+                .zip(&ids)
+                .map(|(s, id)| waiting_demand(*id, s, None)),
+        );
         let plan = self.plan(now.node.clone(), demands).await?;
         Ok((now.node.gpus, plan, ids))
     }
@@ -287,7 +292,10 @@ impl Node {
         let node = NodeState {
             gpus: self.gpus().await?,
         };
-        let demands = jobs.iter().map(demand).collect();
+        let demands = jobs
+            .iter()
+            .map(|j| demand(j, &self.inner.learned))
+            .collect();
         let first_free = jobs.iter().map(|j| j.id).max().unwrap_or(0) + 1_000_000;
         Ok(PlanningState {
             jobs,

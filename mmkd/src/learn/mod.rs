@@ -1,0 +1,501 @@
+//! Learned profiles: what a job's kernels ask of the GPU, measured while it runs and kept
+//! under the job's signature, so that the next run of the same job is planned on what it
+//! did rather than on the prior.
+//!
+//! - [`sampler`] reads each running job's slots in its partition's gate (the interposer
+//!   keeps them: kernels and SMs in flight, launches, completions) every 1 to 3 ms, at
+//!   jittered times so that the samples weigh time evenly, and sends what it saw to the
+//!   store every [`sampler::FLUSH`] and when the job's run ends. Sampling reads shared
+//!   memory only: the launch path does not change.
+//! - This module holds what is kept ([`Observed`]), the signature a job is kept under
+//!   ([`signature`]), the node's cache of stored profiles ([`Profiles`]) and what the
+//!   planner makes of a profile ([`Learned::job_profile`]).
+//!
+//! A job's signature is its owner's uid with its `profile_key` when it gives one, else with
+//! its name and a digest of its command (docs/planner.md, "Learned profiles"). Jobs of
+//! one owner that give the same key share a profile; no job adds to another owner's.
+
+pub mod sampler;
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use mmk_core::JobClass;
+use mmk_core::spec::{JobSpec, Task, command_digest};
+use mmk_partitioner::JobProfile;
+use serde::{Deserialize, Serialize};
+
+use crate::job::Owner;
+
+/// SM demand is kept as a histogram of whole percent of the GPU's SMs, 0 to 100.
+pub const HIST_BINS: usize = 101;
+/// A profile with fewer samples than this, or less time, is shown but not planned on.
+pub const MIN_SAMPLES: u64 = 1500;
+pub const MIN_SECONDS: f64 = 3.0;
+/// Past this many samples (about an hour of running), older samples weigh less: a
+/// profile follows a job that changes.
+pub const MAX_SAMPLES: u64 = 1_500_000;
+/// The layout version of [`Observed`] as stored.
+pub const VERSION: u32 = 1;
+
+/// What was seen of a job over its runs. Counts add up over runs; derived figures come
+/// from them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observed {
+    pub version: u32,
+    /// Times the job's slots were read while it had at least one process in the gate.
+    pub samples: u64,
+    /// Samples at which the job had kernels in flight.
+    pub busy_samples: u64,
+    /// Samples by SM demand: bin `i` counts samples at which the job's kernels in flight
+    /// asked for `i` % of the GPU's SMs (each kernel its blocks over its blocks per SM,
+    /// whatever its partition has; all of them at most the whole GPU).
+    pub hist: Vec<u64>,
+    /// Wall time over which the samples were taken, in seconds.
+    pub seconds: f64,
+    pub launches: u64,
+    pub completed: u64,
+    /// Runs that added to it.
+    pub runs: u64,
+}
+
+impl Default for Observed {
+    fn default() -> Observed {
+        Observed {
+            version: VERSION,
+            samples: 0,
+            busy_samples: 0,
+            hist: vec![0; HIST_BINS],
+            seconds: 0.0,
+            launches: 0,
+            completed: 0,
+            runs: 0,
+        }
+    }
+}
+
+/// Why a stored profile cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ObservedError {
+    #[error("layout version {0}, this build knows {VERSION}")]
+    Version(u32),
+    #[error("{0} histogram bins, expected {HIST_BINS}")]
+    Bins(usize),
+    #[error("the histogram holds {hist} samples, the count says {samples}")]
+    Count { hist: u64, samples: u64 },
+    #[error("{busy} busy samples of {samples}")]
+    Busy { busy: u64, samples: u64 },
+    #[error("seconds is {0}")]
+    Seconds(f64),
+}
+
+impl Observed {
+    /// Checks what came from the store (or anywhere else) before it is used.
+    pub fn check(&self) -> Result<(), ObservedError> {
+        if self.version != VERSION {
+            return Err(ObservedError::Version(self.version));
+        }
+        if self.hist.len() != HIST_BINS {
+            return Err(ObservedError::Bins(self.hist.len()));
+        }
+        let hist = self.hist.iter().fold(0u64, |a, b| a.saturating_add(*b));
+        if hist != self.samples {
+            return Err(ObservedError::Count {
+                hist,
+                samples: self.samples,
+            });
+        }
+        if self.busy_samples > self.samples {
+            return Err(ObservedError::Busy {
+                busy: self.busy_samples,
+                samples: self.samples,
+            });
+        }
+        if !self.seconds.is_finite() || self.seconds < 0.0 {
+            return Err(ObservedError::Seconds(self.seconds));
+        }
+        Ok(())
+    }
+
+    /// One sample: `demand_pct` of the GPU's SMs asked for, kernels in flight or not.
+    pub fn sample(&mut self, demand_pct: usize, busy: bool) {
+        self.samples += 1;
+        self.busy_samples += u64::from(busy);
+        self.hist[demand_pct.min(HIST_BINS - 1)] += 1;
+    }
+
+    /// Adds `other` (a later part of the same job's life) to this.
+    pub fn merge(&mut self, other: &Observed) {
+        self.samples = self.samples.saturating_add(other.samples);
+        self.busy_samples = self.busy_samples.saturating_add(other.busy_samples);
+        for (a, b) in self.hist.iter_mut().zip(&other.hist) {
+            *a = a.saturating_add(*b);
+        }
+        self.seconds += other.seconds;
+        self.launches = self.launches.saturating_add(other.launches);
+        self.completed = self.completed.saturating_add(other.completed);
+        self.runs = self.runs.saturating_add(other.runs);
+        if self.samples > MAX_SAMPLES {
+            self.scale(MAX_SAMPLES as f64 / self.samples as f64);
+        }
+    }
+
+    /// Every count times `f` (< 1), the histogram kept consistent with the sample count.
+    fn scale(&mut self, f: f64) {
+        let s = |v: u64| (v as f64 * f).round() as u64;
+        for h in &mut self.hist {
+            *h = s(*h);
+        }
+        self.samples = self.hist.iter().sum();
+        self.busy_samples = s(self.busy_samples).min(self.samples);
+        self.seconds *= f;
+        self.launches = s(self.launches);
+        self.completed = s(self.completed);
+    }
+
+    /// Time-weighted mean SM demand, as a fraction of the GPU.
+    pub fn sm_mean(&self) -> f64 {
+        if self.samples == 0 {
+            return 0.0;
+        }
+        let sum: f64 = self
+            .hist
+            .iter()
+            .enumerate()
+            .map(|(i, n)| i as f64 * *n as f64)
+            .sum();
+        sum / self.samples as f64 / 100.0
+    }
+
+    /// The SM demand that 95 % of the time is at or below, as a fraction of the GPU.
+    pub fn sm_p95(&self) -> f64 {
+        let want = (self.samples as f64 * 0.95).ceil() as u64;
+        let mut seen = 0;
+        for (i, n) in self.hist.iter().enumerate() {
+            seen += n;
+            if seen >= want && seen > 0 {
+                return i as f64 / 100.0;
+            }
+        }
+        0.0
+    }
+
+    /// The fraction of time the job had kernels in flight.
+    pub fn busy_frac(&self) -> f64 {
+        if self.samples == 0 {
+            0.0
+        } else {
+            self.busy_samples as f64 / self.samples as f64
+        }
+    }
+
+    /// Mean time a kernel was in flight alone on its stream: busy time over completions
+    /// (a job whose streams run side by side has shorter kernels than this says).
+    pub fn kernel_us(&self) -> Option<f64> {
+        (self.completed > 0).then(|| self.busy_frac() * self.seconds * 1e6 / self.completed as f64)
+    }
+
+    /// Mean time between two launches.
+    pub fn launch_interval_us(&self) -> Option<f64> {
+        (self.launches > 0).then(|| self.seconds * 1e6 / self.launches as f64)
+    }
+
+    /// Enough has been seen to plan on it.
+    pub fn confident(&self) -> bool {
+        self.samples >= MIN_SAMPLES && self.seconds >= MIN_SECONDS
+    }
+}
+
+/// The signature a job's profile is kept under; `None` for a job that runs no process
+/// (a simulated workload). See the module docs.
+pub fn signature(owner: Option<Owner>, spec: &JobSpec) -> Option<String> {
+    let uid = owner.map_or_else(|| "-".to_owned(), |o| o.uid.to_string());
+    if let Some(key) = &spec.profile_key {
+        return Some(format!("{uid}/key/{key}"));
+    }
+    match &spec.task {
+        Task::Command(c) => Some(format!(
+            "{uid}/name/{}/cmd/{}",
+            spec.name,
+            command_digest(&c.args)
+        )),
+        Task::Attached(_) => Some(format!("{uid}/name/{}", spec.name)),
+        Task::Workload(_) => None,
+    }
+}
+
+/// A stored profile with what it was made of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learned {
+    pub signature: String,
+    pub owner_uid: Option<u32>,
+    /// The name of the job that last added to it.
+    pub name: String,
+    pub class: JobClass,
+    pub observed: Observed,
+    /// Unix ms.
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl Learned {
+    /// What the planner assumes of a job with this profile: its measured SM demand, and a
+    /// bandwidth demand scaled from the class's prior by the same ratio (mmk does not
+    /// measure bandwidth yet).
+    pub fn job_profile(&self, class: JobClass) -> JobProfile {
+        let prior = JobProfile::prior(class);
+        let sm = self.observed.sm_mean().clamp(0.01, 1.0);
+        JobProfile {
+            class,
+            sm_demand: sm,
+            bw_demand: (prior.bw_demand * sm / prior.sm_demand).clamp(0.01, 1.0),
+            solo_latency_ms: None,
+        }
+    }
+
+    /// "learned (age 3m 20s, 4,210 samples)", for `mmkctl jobs get`.
+    pub fn describe(&self, now_ms: i64) -> String {
+        let age = std::time::Duration::from_secs(
+            u64::try_from((now_ms - self.updated_at) / 1000).unwrap_or(0),
+        );
+        format!(
+            "learned (age {}, {} samples)",
+            humantime::format_duration(age),
+            self.observed.samples
+        )
+    }
+}
+
+/// The node's learned profiles, by signature: loaded from the store at start, updated as
+/// the sampler reports.
+#[derive(Debug, Clone, Default)]
+pub struct Profiles {
+    by_signature: Arc<RwLock<HashMap<String, Learned>>>,
+}
+
+impl Profiles {
+    pub fn new(profiles: impl IntoIterator<Item = Learned>) -> Profiles {
+        Profiles {
+            by_signature: Arc::new(RwLock::new(
+                profiles
+                    .into_iter()
+                    .map(|p| (p.signature.clone(), p))
+                    .collect(),
+            )),
+        }
+    }
+
+    pub fn get(&self, signature: &str) -> Option<Learned> {
+        self.by_signature
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(signature)
+            .cloned()
+    }
+
+    /// The profile a job is planned on: its learned one, once confident.
+    pub fn for_job(&self, owner: Option<Owner>, spec: &JobSpec) -> Option<Learned> {
+        if spec.exclusive {
+            return None;
+        }
+        let learned = self.get(&signature(owner, spec)?)?;
+        learned.observed.confident().then_some(learned)
+    }
+
+    /// Adds what the sampler saw of a job; returns the profile as it is now.
+    pub fn add(&self, seen: &Seen, now_ms: i64) -> Learned {
+        let mut map = self
+            .by_signature
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let entry = map
+            .entry(seen.signature.clone())
+            .or_insert_with(|| Learned {
+                signature: seen.signature.clone(),
+                owner_uid: seen.owner_uid,
+                name: seen.name.clone(),
+                class: seen.class,
+                observed: Observed::default(),
+                created_at: now_ms,
+                updated_at: now_ms,
+            });
+        entry.observed.merge(&seen.observed);
+        entry.name.clone_from(&seen.name);
+        entry.class = seen.class;
+        entry.updated_at = now_ms;
+        entry.clone()
+    }
+
+    /// Every profile, by signature.
+    pub fn all(&self) -> Vec<Learned> {
+        let mut all: Vec<Learned> = self
+            .by_signature
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| a.signature.cmp(&b.signature));
+        all
+    }
+}
+
+/// What the sampler saw of one job since its last report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub job: u64,
+    pub signature: String,
+    pub owner_uid: Option<u32>,
+    pub name: String,
+    pub class: JobClass,
+    pub observed: Observed,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mmk_core::spec::{AttachedSpec, CommandSpec, RestartPolicy};
+
+    fn spec(task: Task) -> JobSpec {
+        JobSpec {
+            name: "train".into(),
+            class: JobClass::Offline,
+            gpu_memory_mib: 1024,
+            slo_ms: None,
+            priority: 0,
+            task,
+            checkpoint: false,
+            restart_policy: RestartPolicy::Never,
+            max_restarts: 0,
+            exclusive: false,
+            profile_key: None,
+        }
+    }
+
+    fn command(args: &[&str]) -> Task {
+        Task::Command(CommandSpec {
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            ..CommandSpec::default()
+        })
+    }
+
+    #[test]
+    fn a_job_is_kept_under_its_owner_name_and_command_or_its_key() {
+        let me = Some(Owner {
+            uid: 1000,
+            gid: 1000,
+        });
+        let other = Some(Owner {
+            uid: 1001,
+            gid: 1000,
+        });
+        let a = spec(command(&["python3", "train.py", "--epochs", "3"]));
+        let b = spec(command(&["python3", "train.py", "--epochs", "5"]));
+        assert_ne!(signature(me, &a), signature(me, &b), "another command");
+        assert_ne!(signature(me, &a), signature(other, &a), "another owner");
+        assert_eq!(signature(me, &a), signature(me, &a.clone()));
+        let sig = signature(me, &a).expect("a command job has one");
+        assert!(sig.starts_with("1000/name/train/cmd/"), "{sig}");
+        let mut keyed = b.clone();
+        keyed.profile_key = Some("team/gpt:v2".into());
+        let mut keyed_too = a.clone();
+        keyed_too.profile_key = Some("team/gpt:v2".into());
+        assert_eq!(
+            signature(me, &keyed).as_deref(),
+            Some("1000/key/team/gpt:v2")
+        );
+        assert_eq!(signature(me, &keyed), signature(me, &keyed_too));
+        assert_ne!(signature(me, &keyed), signature(other, &keyed));
+        let attached = spec(Task::Attached(AttachedSpec::default()));
+        assert_eq!(signature(me, &attached).as_deref(), Some("1000/name/train"));
+    }
+
+    /// A job busy half the time, asking for 50 % of the GPU when busy.
+    fn half_busy(samples: u64) -> Observed {
+        let mut o = Observed::default();
+        for i in 0..samples {
+            let busy = i % 2 == 0;
+            o.sample(if busy { 50 } else { 0 }, busy);
+        }
+        o.seconds = samples as f64 * 0.002;
+        o.launches = samples / 2;
+        o.completed = samples / 2;
+        o.runs = 1;
+        o
+    }
+
+    #[test]
+    fn the_derived_figures_follow_the_samples() {
+        let o = half_busy(2000);
+        assert_eq!(o.check(), Ok(()));
+        assert!((o.sm_mean() - 0.25).abs() < 1e-9);
+        assert_eq!(o.sm_p95(), 0.5);
+        assert!((o.busy_frac() - 0.5).abs() < 1e-9);
+        // 4 s, half of it busy, 1000 kernels: 2 ms each, one launch every 4 ms.
+        assert!((o.kernel_us().expect("kernels") - 2000.0).abs() < 1e-6);
+        assert!((o.launch_interval_us().expect("launches") - 4000.0).abs() < 1e-6);
+        assert!(o.confident());
+        assert!(!half_busy(100).confident());
+    }
+
+    #[test]
+    fn merging_keeps_the_ratios_and_forgets_slowly() {
+        let mut o = half_busy(2000);
+        o.merge(&half_busy(2000));
+        assert_eq!(o.samples, 4000);
+        assert_eq!(o.runs, 2);
+        assert!((o.sm_mean() - 0.25).abs() < 1e-9);
+        let mut big = half_busy(2000);
+        big.scale(1000.0);
+        big.merge(&half_busy(2000));
+        assert!(big.samples <= MAX_SAMPLES, "{}", big.samples);
+        assert_eq!(big.check(), Ok(()));
+        assert!((big.sm_mean() - 0.25).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_bad_stored_profile_says_what_is_wrong() {
+        let mut o = half_busy(10);
+        o.hist.pop();
+        assert_eq!(o.check(), Err(ObservedError::Bins(100)));
+        let mut o = half_busy(10);
+        o.samples = 11;
+        assert!(matches!(o.check(), Err(ObservedError::Count { .. })));
+        let mut o = half_busy(10);
+        o.seconds = f64::NAN;
+        assert!(matches!(o.check(), Err(ObservedError::Seconds(_))));
+        let mut o = half_busy(10);
+        o.version = 9;
+        assert_eq!(o.check(), Err(ObservedError::Version(9)));
+    }
+
+    #[test]
+    fn the_planner_uses_a_confident_profile_only() {
+        let me = Some(Owner {
+            uid: 1000,
+            gid: 1000,
+        });
+        let s = spec(command(&["python3", "train.py"]));
+        let profiles = Profiles::default();
+        let seen = |samples| Seen {
+            job: 1,
+            signature: signature(me, &s).expect("signature"),
+            owner_uid: Some(1000),
+            name: "train".into(),
+            class: JobClass::Offline,
+            observed: half_busy(samples),
+        };
+        profiles.add(&seen(100), 0);
+        assert_eq!(profiles.for_job(me, &s), None, "100 samples are too few");
+        let learned = profiles.add(&seen(2000), 1000);
+        assert_eq!(learned.observed.samples, 2100);
+        let used = profiles.for_job(me, &s).expect("confident now");
+        let p = used.job_profile(JobClass::Offline);
+        assert!((p.sm_demand - used.observed.sm_mean()).abs() < 1e-12);
+        assert!(p.bw_demand < JobProfile::prior(JobClass::Offline).bw_demand);
+        let mut exclusive = s.clone();
+        exclusive.exclusive = true;
+        assert_eq!(profiles.for_job(me, &exclusive), None, "exclusive stays so");
+        assert_eq!(used.describe(61_000), "learned (age 1m, 2100 samples)");
+    }
+}

@@ -1,0 +1,395 @@
+//! The sampler: one thread that reads the gate slots of every watched job at jittered
+//! times and reports what it saw (see the module docs of [`crate::learn`]).
+//!
+//! A slot belongs to a job when its process's environment holds the job's `MMK_JOB_ID`
+//! and the process runs as the user the job's processes run as; a slot of any other
+//! process is not counted. The gate is shared with the job processes, which may write
+//! anything in it: every value read is bounded before it is used (demand at most the
+//! GPU's SMs, counters only forward).
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mmk_core::JobClass;
+use mmk_kernel_sched::Gate;
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use super::{HIST_BINS, Observed, Seen};
+
+/// What a watched job has seen is reported at least this often.
+pub const FLUSH: Duration = Duration::from_secs(10);
+/// Samples are this far apart on average (uniformly 1 to 3 ms).
+const MEAN_PERIOD_US: u64 = 2000;
+/// A gap between two samples longer than this (the thread was not scheduled) counts as
+/// this much time.
+const MAX_STEP: Duration = Duration::from_millis(50);
+
+/// What to sample for a running job.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    pub signature: String,
+    pub owner_uid: Option<u32>,
+    pub name: String,
+    pub class: JobClass,
+    /// Its partition's gate.
+    pub gate: PathBuf,
+    pub gpu_sms: u32,
+    /// The uid its processes run as.
+    pub uid: u32,
+}
+
+#[derive(Debug)]
+struct Watched {
+    watch: Watch,
+    observed: Observed,
+    /// Last counters seen per process (launches, completed).
+    counters: HashMap<u32, (u64, u64)>,
+    last_sample: Option<Instant>,
+    last_flush: Instant,
+    /// The job's first report of this run counts the run.
+    counted_run: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    jobs: Mutex<HashMap<u64, Watched>>,
+    wake: Condvar,
+    stop: AtomicBool,
+}
+
+/// The sampler thread and how to tell it which jobs run.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    shared: Arc<Shared>,
+    reports: mpsc::UnboundedSender<Seen>,
+    identify: Identify,
+}
+
+/// Who a process is: the job id its environment names and the uid it runs as.
+pub type Identify = fn(pid: u32) -> Option<(u64, u32)>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Sampler {
+    /// Starts the thread; what it sees comes out of the receiver.
+    pub fn start() -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
+        Sampler::start_with(identify)
+    }
+
+    fn start_with(identify: Identify) -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sampler = Sampler {
+            shared: Arc::default(),
+            reports: tx,
+            identify,
+        };
+        let running = sampler.clone();
+        let handle = std::thread::Builder::new()
+            .name("mmk-sampler".into())
+            .spawn(move || running.run())
+            .expect("a thread can be started at mmkd's start");
+        (sampler, rx, handle)
+    }
+
+    /// Sample job `job` from now on (its run has started).
+    pub fn watch(&self, job: u64, watch: Watch) {
+        let now = Instant::now();
+        lock(&self.shared.jobs).insert(
+            job,
+            Watched {
+                watch,
+                observed: Observed::default(),
+                counters: HashMap::new(),
+                last_sample: None,
+                last_flush: now,
+                counted_run: false,
+            },
+        );
+        self.shared.wake.notify_one();
+    }
+
+    /// Stop sampling job `job` (its run has ended) and report what is left.
+    pub fn unwatch(&self, job: u64) {
+        let gone = lock(&self.shared.jobs).remove(&job);
+        if let Some(mut w) = gone {
+            self.report(job, &mut w);
+        }
+    }
+
+    /// Report and forget every watched job (mmkd is stopping).
+    pub fn unwatch_all(&self) {
+        let all: Vec<(u64, Watched)> = lock(&self.shared.jobs).drain().collect();
+        for (job, mut w) in all {
+            self.report(job, &mut w);
+        }
+    }
+
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify_one();
+    }
+
+    fn report(&self, job: u64, w: &mut Watched) {
+        if w.observed.samples == 0 {
+            return;
+        }
+        let mut observed = std::mem::take(&mut w.observed);
+        if !w.counted_run {
+            observed.runs = 1;
+            w.counted_run = true;
+        }
+        w.last_flush = Instant::now();
+        // The receiver goes away only at shutdown.
+        let _ = self.reports.send(Seen {
+            job,
+            signature: w.watch.signature.clone(),
+            owner_uid: w.watch.owner_uid,
+            name: w.watch.name.clone(),
+            class: w.watch.class,
+            observed,
+        });
+    }
+
+    fn run(self) {
+        let mut gates: HashMap<PathBuf, Gate> = HashMap::new();
+        let mut owners: HashMap<u32, Option<u64>> = HashMap::new();
+        let mut rng = Jitter::new();
+        loop {
+            {
+                let mut jobs = lock(&self.shared.jobs);
+                while jobs.is_empty() && !self.shared.stop.load(Ordering::Acquire) {
+                    gates.clear();
+                    owners.clear();
+                    jobs = self
+                        .shared
+                        .wake
+                        .wait(jobs)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+            if self.shared.stop.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(rng.period_us()));
+            let mut jobs = lock(&self.shared.jobs);
+            self.sample(&mut jobs, &mut gates, &mut owners);
+            let due: Vec<u64> = jobs
+                .iter()
+                .filter(|(_, w)| w.last_flush.elapsed() >= FLUSH)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in due {
+                if let Some(w) = jobs.get_mut(&id) {
+                    self.report(id, w);
+                }
+            }
+        }
+    }
+
+    /// One sample of every watched job.
+    fn sample(
+        &self,
+        jobs: &mut HashMap<u64, Watched>,
+        gates: &mut HashMap<PathBuf, Gate>,
+        owners: &mut HashMap<u32, Option<u64>>,
+    ) {
+        let now = Instant::now();
+        gates.retain(|path, _| jobs.values().any(|w| &w.watch.gate == path));
+        let mut seen_pids = Vec::new();
+        // Per job: SMs and kernels in flight, and whether it has a process in its gate.
+        let mut state: HashMap<u64, (u64, bool, bool)> = HashMap::new();
+        let paths: Vec<PathBuf> = {
+            let mut p: Vec<PathBuf> = jobs.values().map(|w| w.watch.gate.clone()).collect();
+            p.sort();
+            p.dedup();
+            p
+        };
+        for path in paths {
+            if !gates.contains_key(&path) {
+                match Gate::open(&path) {
+                    Ok(g) => {
+                        gates.insert(path.clone(), g);
+                    }
+                    Err(e) => {
+                        debug!(gate = %path.display(), error = %e, "gate not readable yet");
+                        continue;
+                    }
+                }
+            }
+            let Some(gate) = gates.get(&path) else {
+                continue;
+            };
+            for slot in gate.slots() {
+                seen_pids.push(slot.pid);
+                let owner = *owners.entry(slot.pid).or_insert_with(|| {
+                    let (job, uid) = (self.identify)(slot.pid)?;
+                    jobs.get(&job).filter(|w| w.watch.uid == uid).map(|_| job)
+                });
+                let Some(job) = owner else { continue };
+                let Some(w) = jobs.get_mut(&job) else {
+                    continue;
+                };
+                if w.watch.gate != path {
+                    continue;
+                }
+                let e = state.entry(job).or_default();
+                // What the kernels ask for; an interposer that does not say (0 with
+                // kernels in flight) is taken at what they fill.
+                let ask = if slot.inflight_ask > 0 {
+                    slot.inflight_ask
+                } else {
+                    slot.inflight_sm
+                };
+                e.0 = e.0.saturating_add(u64::from(ask));
+                e.1 |= slot.inflight > 0;
+                e.2 = true;
+                let (launches, completed) = w.counters.entry(slot.pid).or_insert((0, 0));
+                // Counters start again when a slot is taken anew: only forward.
+                let forward = |last: &mut u64, now: u64| {
+                    let d = if now >= *last { now - *last } else { now };
+                    *last = now;
+                    d
+                };
+                w.observed.launches += forward(launches, slot.launches);
+                w.observed.completed += forward(completed, slot.completed);
+            }
+        }
+        owners.retain(|pid, _| seen_pids.contains(pid));
+        for (id, w) in jobs.iter_mut() {
+            let Some(&(sm, busy, present)) = state.get(id) else {
+                // No process of the job in its gate yet (or any more): nothing to weigh.
+                w.last_sample = None;
+                continue;
+            };
+            debug_assert!(present);
+            // What its kernels ask for (blocks over blocks per SM), not what its partition
+            // lets them have: a job measured in a small partition is not taken for a small
+            // job. Kernels queued behind each other add up, so at most the whole GPU.
+            let gpu = u64::from(w.watch.gpu_sms.max(1));
+            let pct = (sm.min(gpu) as f64 * 100.0 / gpu as f64).round();
+            w.observed.sample((pct as usize).min(HIST_BINS - 1), busy);
+            if let Some(last) = w.last_sample {
+                w.observed.seconds += now.duration_since(last).min(MAX_STEP).as_secs_f64();
+            }
+            w.last_sample = Some(now);
+        }
+    }
+}
+
+/// The job process `pid` says it belongs to (`MMK_JOB_ID` in its environment), and the
+/// uid it runs as.
+fn identify(pid: u32) -> Option<(u64, u32)> {
+    let uid = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+    let env = mmk_mps_control::procs::environ(i32::try_from(pid).ok()?)?;
+    let id = std::str::from_utf8(env.value("MMK_JOB_ID")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((id, uid))
+}
+
+/// Sample periods, uniform in 1..3 ms (xorshift; nothing here needs more).
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Jitter {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x9E37_79B9_7F4A_7C15, |d| d.as_nanos() as u64)
+            | 1;
+        Jitter(seed)
+    }
+
+    fn period_us(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        MEAN_PERIOD_US / 2 + self.0 % MEAN_PERIOD_US
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mmk_kernel_sched::{Charge, Class, GateConfig, PolicyKind};
+
+    #[test]
+    fn periods_are_one_to_three_ms() {
+        let mut j = Jitter::new();
+        let p: Vec<u64> = (0..10_000).map(|_| j.period_us()).collect();
+        assert!(p.iter().all(|v| (1000..3000).contains(v)));
+        let mean = p.iter().sum::<u64>() as f64 / p.len() as f64;
+        assert!((mean - 2000.0).abs() < 50.0, "{mean}");
+    }
+
+    const JOB: u64 = 7;
+
+    /// Every process is job 7 of this test's user, except pid 1.
+    fn job_seven(pid: u32) -> Option<(u64, u32)> {
+        (pid != 1).then(|| (JOB, rustix::process::getuid().as_raw()))
+    }
+
+    /// This process plays a job: it joins a gate and keeps 27 SMs of a 108-SM GPU in
+    /// flight half of the time; a process of another user is in the gate too.
+    #[tokio::test]
+    async fn a_jobs_slots_become_its_observed_profile() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let gate =
+            Gate::create(&path, &GateConfig::new(98, PolicyKind::Passthrough)).expect("gate");
+        let slot = gate
+            .join(std::process::id(), Class::Offline, 1.0)
+            .expect("slot");
+        // pid 1 (another user's, as far as the sampler knows) keeps 98 SMs in flight.
+        let stranger = gate.join(1, Class::Offline, 1.0).expect("slot");
+        let big = Charge {
+            sm: 98,
+            ..Charge::default()
+        };
+        gate.begin(stranger, &big);
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven);
+        sampler.watch(
+            JOB,
+            Watch {
+                signature: "x".into(),
+                owner_uid: None,
+                name: "x".into(),
+                class: JobClass::Offline,
+                gate: path,
+                gpu_sms: 108,
+                uid: rustix::process::getuid().as_raw(),
+            },
+        );
+        let charge = Charge {
+            sm: 27,
+            ..Charge::default()
+        };
+        for _ in 0..200 {
+            gate.begin(slot, &charge);
+            std::thread::sleep(Duration::from_millis(5));
+            gate.end(slot, &charge, 0);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sampler.unwatch(JOB);
+        sampler.stop();
+        handle.join().expect("sampler");
+        let seen = rx.recv().await.expect("a report");
+        assert_eq!(seen.job, JOB);
+        let o = seen.observed;
+        assert_eq!(o.runs, 1);
+        assert!((o.busy_frac() - 0.5).abs() < 0.1, "{}", o.busy_frac());
+        // 27 of 108 SMs half of the time; the stranger's 98 SMs are not the job's.
+        assert!((o.sm_mean() - 0.125).abs() < 0.025, "{}", o.sm_mean());
+        assert_eq!(o.sm_p95(), 0.25);
+        assert_eq!(o.launches, 200);
+        assert!((o.seconds - 2.0).abs() < 0.5, "{}", o.seconds);
+    }
+}
