@@ -152,15 +152,26 @@ impl RestartPolicy {
         }
     }
 
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownValue> {
         match s {
             "never" => Ok(RestartPolicy::Never),
             "on-failure" => Ok(RestartPolicy::OnFailure),
-            other => Err(format!(
-                "unknown restart policy {other:?} (expected never or on-failure)"
-            )),
+            other => Err(UnknownValue {
+                what: "restart policy",
+                value: other.to_owned(),
+                expected: "never or on-failure",
+            }),
         }
     }
+}
+
+/// A value that is not one of those a field takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?} (expected {expected})")]
+pub struct UnknownValue {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: &'static str,
 }
 
 /// A refused field: `field` is the path as written in `job.yaml` (`command.args`), and

@@ -2,6 +2,23 @@
 
 use std::time::Duration;
 
+/// A size or a duration that could not be read; the message quotes the text (escaped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("is empty; write a size like 10GiB or 512MiB")]
+    EmptySize,
+    #[error("{0:?} is not a size; write a size like 10GiB or 512MiB")]
+    NotASize(String),
+    #[error("{0:?} must be greater than zero")]
+    NotPositive(String),
+    #[error("unknown unit {unit:?} in {text:?} (use MiB, GiB or TiB)")]
+    UnknownUnit { unit: String, text: String },
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+    #[error("{text:?} is not a duration like 50ms or 10m ({why})")]
+    NotADuration { text: String, why: String },
+}
+
 const MIB_PER_GIB: f64 = 1024.0;
 const MIB_PER_TIB: f64 = 1024.0 * 1024.0;
 
@@ -10,10 +27,10 @@ const MIB_PER_TIB: f64 = 1024.0 * 1024.0;
 /// Accepts a bare number (MiB) or a number with a unit: `MiB`/`M`/`MB`, `GiB`/`G`/`GB`,
 /// `TiB`/`T`/`TB`, case-insensitive. As in NVIDIA's MIG profile names (`3g.40gb`), `GB`
 /// means GiB. Fractions are allowed (`1.5GiB`); the result is rounded up to whole MiB.
-pub fn parse_memory_mib(text: &str) -> Result<u64, String> {
+pub fn parse_memory_mib(text: &str) -> Result<u64, UnitError> {
     let t = text.trim();
     if t.is_empty() {
-        return Err("is empty; write a size like 10GiB or 512MiB".into());
+        return Err(UnitError::EmptySize);
     }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
@@ -21,23 +38,24 @@ pub fn parse_memory_mib(text: &str) -> Result<u64, String> {
     let (num, unit) = t.split_at(split);
     let value: f64 = num
         .parse()
-        .map_err(|_| format!("{text:?} is not a size; write a size like 10GiB or 512MiB"))?;
+        .map_err(|_| UnitError::NotASize(text.to_owned()))?;
     if !value.is_finite() || value <= 0.0 {
-        return Err(format!("{text:?} must be greater than zero"));
+        return Err(UnitError::NotPositive(text.to_owned()));
     }
     let factor = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "m" | "mb" | "mib" => 1.0,
         "g" | "gb" | "gib" => MIB_PER_GIB,
         "t" | "tb" | "tib" => MIB_PER_TIB,
         other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use MiB, GiB or TiB)"
-            ));
+            return Err(UnitError::UnknownUnit {
+                unit: other.to_owned(),
+                text: text.to_owned(),
+            });
         }
     };
     let mib = (value * factor).ceil();
     if mib > u64::MAX as f64 / 2.0 {
-        return Err(format!("{text:?} is too large"));
+        return Err(UnitError::TooLarge(text.to_owned()));
     }
     Ok(mib as u64)
 }
@@ -54,11 +72,13 @@ pub fn format_mib(mib: u64) -> String {
 }
 
 /// Parses a duration such as `50ms`, `30s`, `10m` or `1h 30m`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(text.trim())
-        .map_err(|e| format!("{text:?} is not a duration like 50ms or 10m ({e})"))?;
+pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
+    let d = humantime::parse_duration(text.trim()).map_err(|e| UnitError::NotADuration {
+        text: text.to_owned(),
+        why: e.to_string(),
+    })?;
     if d.is_zero() {
-        return Err(format!("{text:?} must be greater than zero"));
+        return Err(UnitError::NotPositive(text.to_owned()));
     }
     Ok(d)
 }
@@ -82,17 +102,25 @@ mod tests {
         assert!(
             parse_memory_mib("-5GiB")
                 .unwrap_err()
+                .to_string()
                 .contains("greater than zero")
         );
         assert!(
             parse_memory_mib("0")
                 .unwrap_err()
+                .to_string()
                 .contains("greater than zero")
         );
-        assert!(parse_memory_mib("ten").unwrap_err().contains("not a size"));
+        assert!(
+            parse_memory_mib("ten")
+                .unwrap_err()
+                .to_string()
+                .contains("not a size")
+        );
         assert!(
             parse_memory_mib("10PB")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown unit")
         );
         assert!(parse_memory_mib("").is_err());

@@ -200,11 +200,11 @@ fn convert(
     };
 
     let gpu_memory_mib = units::parse_memory_mib(&raw.gpu_memory.value.0)
-        .map_err(|m| at("gpu_memory", &raw.gpu_memory, m))?;
+        .map_err(|e| at("gpu_memory", &raw.gpu_memory, e.to_string()))?;
     let slo_ms = match &raw.slo {
         Some(s) => {
             lines.note("slo", s);
-            let d = units::parse_duration(&s.value.0).map_err(|m| at("slo", s, m))?;
+            let d = units::parse_duration(&s.value.0).map_err(|e| at("slo", s, e.to_string()))?;
             Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1))
         }
         None => None,
@@ -236,7 +236,7 @@ fn convert(
     let restart_policy = match &raw.restart_policy {
         Some(r) => {
             lines.note("restart_policy", r);
-            RestartPolicy::parse(&r.value).map_err(|m| at("restart_policy", r, m))?
+            RestartPolicy::parse(&r.value).map_err(|e| at("restart_policy", r, e.to_string()))?
         }
         None => RestartPolicy::Never,
     };
@@ -342,8 +342,8 @@ fn convert_workload(
     let duration_ms = match &w.duration {
         Some(d) => {
             lines.note("workload.duration", d);
-            let dur =
-                units::parse_duration(&d.value.0).map_err(|m| at("workload.duration", d, m))?;
+            let dur = units::parse_duration(&d.value.0)
+                .map_err(|e| at("workload.duration", d, e.to_string()))?;
             Some(u64::try_from(dur.as_millis()).unwrap_or(u64::MAX).max(1))
         }
         None => None,
@@ -415,6 +415,20 @@ workload:
                      command:\n  args: [python3, serve.py]\n  profile: resnet51\n");
         assert_eq!((e.field.as_str(), e.line), ("command.profile", Some(6)));
         assert!(e.message.contains("unknown workload \"resnet51\""), "{e}");
+    }
+
+    #[test]
+    fn a_profile_key_is_kept_and_a_bad_one_named() {
+        let yaml = "name: serve\nclass: online\ngpu_memory: 4GiB\nprofile_key: team/bert:v2\n\
+                    command:\n  args: [python3, serve.py]\n";
+        let spec = parse_job_yaml(yaml, None).expect("valid");
+        assert_eq!(spec.profile_key.as_deref(), Some("team/bert:v2"));
+        let e = err(
+            "name: serve\nclass: online\ngpu_memory: 4GiB\nprofile_key: 'a b'\n\
+                     command:\n  args: [python3, serve.py]\n",
+        );
+        assert_eq!((e.field.as_str(), e.line), ("profile_key", Some(4)));
+        assert!(e.message.contains("may hold only"), "{e}");
     }
 
     fn err(yaml: &str) -> FieldError {

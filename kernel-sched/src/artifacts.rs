@@ -26,11 +26,22 @@ pub fn find_next_to_exe(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Why the test artifacts could not be built.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BuildError {
+    #[error("running {cargo}: {why}")]
+    Spawn { cargo: String, why: String },
+    #[error("cargo build of the interposer failed:\n{0}")]
+    Failed(String),
+    #[error("{} is missing after the build", .0.display())]
+    Missing(PathBuf),
+}
+
 /// Build the interposer, the fake driver and its test program with the cargo that runs the
 /// tests, into `target_dir`; returns the directory that holds them. Runs cargo once per
 /// process; later calls return the first result.
-pub fn build_for_tests(target_dir: &Path) -> Result<PathBuf, String> {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+pub fn build_for_tests(target_dir: &Path) -> Result<PathBuf, BuildError> {
+    static BUILT: OnceLock<Result<PathBuf, BuildError>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -43,20 +54,19 @@ pub fn build_for_tests(target_dir: &Path) -> Result<PathBuf, String> {
                 .arg("--target-dir")
                 .arg(target_dir)
                 .output()
-                .map_err(|e| format!("running {cargo:?}: {e}"))?;
+                .map_err(|e| BuildError::Spawn {
+                    cargo: cargo.to_string_lossy().into_owned(),
+                    why: e.to_string(),
+                })?;
             if !output.status.success() {
-                return Err(format!(
-                    "cargo build of the interposer failed:\n{}",
-                    String::from_utf8_lossy(&output.stderr)
+                return Err(BuildError::Failed(
+                    String::from_utf8_lossy(&output.stderr).into_owned(),
                 ));
             }
             let dir = target_dir.join("debug");
             for name in [INTERPOSER, FAKE_CUDA, FAKE_APP] {
                 if !dir.join(name).is_file() {
-                    return Err(format!(
-                        "{} is missing after the build",
-                        dir.join(name).display()
-                    ));
+                    return Err(BuildError::Missing(dir.join(name)));
                 }
             }
             Ok(dir)

@@ -92,14 +92,36 @@ impl StreamPriority {
 }
 
 impl std::str::FromStr for StreamPriority {
-    type Err = String;
-    fn from_str(s: &str) -> Result<StreamPriority, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<StreamPriority, UnknownName> {
         match s.trim() {
             "greatest" => Ok(StreamPriority::Greatest),
             "keep" => Ok(StreamPriority::Keep),
-            other => Err(format!(
-                "unknown stream priority {other:?} (greatest or keep)"
+            other => Err(UnknownName::new(
+                "stream priority",
+                other,
+                "greatest or keep",
             )),
+        }
+    }
+}
+
+/// A name (of a policy, a class, a priority) that is not one of those known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {name:?} ({expected})")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+    /// The names that are known, as a phrase ("online or offline").
+    pub expected: String,
+}
+
+impl UnknownName {
+    pub fn new(what: &'static str, name: &str, expected: impl Into<String>) -> UnknownName {
+        UnknownName {
+            what,
+            name: name.to_owned(),
+            expected: expected.into(),
         }
     }
 }
@@ -145,7 +167,7 @@ mod tests {
         for p in [StreamPriority::Greatest, StreamPriority::Keep] {
             assert_eq!(p.as_str().parse::<StreamPriority>(), Ok(p));
         }
-        let err = "high".parse::<StreamPriority>().unwrap_err();
+        let err = "high".parse::<StreamPriority>().unwrap_err().to_string();
         assert!(
             err.contains("\"high\"") && err.contains("greatest or keep"),
             "{err}"

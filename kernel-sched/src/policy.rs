@@ -17,6 +17,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::UnknownName;
 use crate::profile::{Expect, Intensity};
 
 /// A job's class, as the job spec declares it.
@@ -52,12 +53,12 @@ impl Class {
 }
 
 impl FromStr for Class {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Class, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Class, UnknownName> {
         match s {
             "online" => Ok(Class::Online),
             "offline" => Ok(Class::Offline),
-            other => Err(format!("unknown job class {other:?} (online or offline)")),
+            other => Err(UnknownName::new("job class", other, "online or offline")),
         }
     }
 }
@@ -227,14 +228,14 @@ impl fmt::Display for PolicyKind {
 }
 
 impl FromStr for PolicyKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<PolicyKind, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<PolicyKind, UnknownName> {
         PolicyKind::ALL
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| {
                 let known: Vec<_> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
-                format!("unknown kernel policy {s:?} (one of: {})", known.join(", "))
+                UnknownName::new("kernel policy", s, format!("one of: {}", known.join(", ")))
             })
     }
 }
@@ -857,7 +858,7 @@ mod tests {
             assert_eq!(PolicyKind::from_code(kind.code()), Some(kind));
             assert_eq!(kind.build(&PolicyParams::new(US, 132)).kind(), kind);
         }
-        let err = "fifo".parse::<PolicyKind>().unwrap_err();
+        let err = "fifo".parse::<PolicyKind>().unwrap_err().to_string();
         assert!(err.contains("passthrough, mmk, orion, fikit"), "{err}");
         assert_eq!(PolicyKind::from_code(99), None);
     }

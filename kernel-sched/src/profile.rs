@@ -67,14 +67,16 @@ impl fmt::Display for Intensity {
 }
 
 impl FromStr for Intensity {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Intensity, String> {
+    type Err = crate::UnknownName;
+    fn from_str(s: &str) -> Result<Intensity, crate::UnknownName> {
         match s {
             "compute" => Ok(Intensity::Compute),
             "memory" => Ok(Intensity::Memory),
             "unknown" => Ok(Intensity::Unknown),
-            other => Err(format!(
-                "unknown intensity {other:?} (compute, memory or unknown)"
+            other => Err(crate::UnknownName::new(
+                "intensity",
+                other,
+                "compute, memory or unknown",
             )),
         }
     }

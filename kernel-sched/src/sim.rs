@@ -60,8 +60,8 @@ impl SimJob {
         records: &[TraceRecord],
         mps_fraction: f64,
         interval_ns: u64,
-    ) -> Result<SimJob, String> {
-        let profile = Profile::from_trace(name, class, records).map_err(|e| e.to_string())?;
+    ) -> Result<SimJob, crate::profile::ProfileError> {
+        let profile = Profile::from_trace(name, class, records)?;
         Ok(SimJob::with_profile(
             name,
             class,

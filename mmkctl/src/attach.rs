@@ -106,7 +106,7 @@ pub struct AllocateArgs {
     pub export: bool,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, mmk_core::units::UnitError> {
     mmk_core::units::parse_duration(s)
 }
 
@@ -823,6 +823,48 @@ mod tests {
         assert_eq!(job_name("./train job.sh"), "train-job.sh");
         assert_eq!(job_name("_x"), "j_x");
         assert!(job_name(&"a".repeat(200)).len() <= mmk_core::spec::MAX_NAME_LEN);
+    }
+
+    #[test]
+    fn a_run_is_known_by_its_name_and_command_unless_given_a_key() {
+        let args = AllocSpecArgs {
+            online: true,
+            offline: false,
+            memory: "1GiB".into(),
+            name: None,
+            profile: None,
+            exclusive: false,
+            profile_key: None,
+            slo: None,
+            priority: 0,
+            kernel_policy: None,
+        };
+        let lease = AttachedSpec {
+            lease_ms: Some(5000),
+            ..AttachedSpec::default()
+        };
+        let spec = args
+            .spec("python3", Some("python3:00ff".into()), lease.clone())
+            .expect("valid");
+        assert_eq!(spec.profile_key.as_deref(), Some("python3:00ff"));
+        let keyed = AllocSpecArgs {
+            profile_key: Some("team/bert".into()),
+            ..args
+        };
+        let spec = keyed
+            .spec("python3", Some("python3:00ff".into()), lease.clone())
+            .expect("valid");
+        assert_eq!(
+            spec.profile_key.as_deref(),
+            Some("team/bert"),
+            "the flag wins"
+        );
+        let bad = AllocSpecArgs {
+            profile_key: Some("no spaces".into()),
+            ..keyed
+        };
+        let e = bad.spec("python3", None, lease).expect_err("bad key");
+        assert!(e.message.starts_with("--profile-key:"), "{}", e.message);
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct JobOut {
     pub priority: i32,
     /// The job has its partition to itself.
     pub exclusive: bool,
+    /// What its learned profile is kept under, when the spec names it.
+    pub profile_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo_ms: Option<u64>,
     pub task: TaskOut,
@@ -40,7 +42,8 @@ pub struct JobOut {
     pub owner_gid: Option<u32>,
     /// Who cancelled the job or released its allocation, when someone did.
     pub ended_by_uid: Option<u32>,
-    /// What the planner assumes of the job: `named WORKLOAD`, `prior` or `exclusive`.
+    /// What the planner assumes of the job: `learned (...)`, `named WORKLOAD`, `prior` or
+    /// `exclusive`.
     pub planner_profile: String,
     /// True for another user's job: only its id, name, class, memory, state, times,
     /// partition and owner are shown.
@@ -110,6 +113,7 @@ pub fn job_out(j: &v1::Job) -> JobOut {
         gpu_memory_mib: spec.gpu_memory_mib,
         priority: spec.priority,
         exclusive: spec.exclusive,
+        profile_key: (!spec.profile_key.is_empty()).then(|| spec.profile_key.clone()),
         slo_ms: (spec.slo_ms != 0).then_some(spec.slo_ms),
         task: match spec.task {
             Some(v1::job_spec::Task::Command(c)) => TaskOut::Command {

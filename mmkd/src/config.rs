@@ -210,7 +210,7 @@ pub struct Args {
 /// A base over the gates' hard bound on any hold is refused: under `mmk` it would never act.
 const MAX_KERNEL_BASE: Duration = mmk_kernel_sched::DEFAULT_MAX_HOLD;
 
-fn parse_grace(s: &str) -> Result<Duration, String> {
+fn parse_grace(s: &str) -> Result<Duration, mmk_core::units::UnitError> {
     mmk_core::units::parse_duration(s)
 }
 
@@ -225,7 +225,10 @@ fn duration_setting(
         (Some(d), _) => Ok(Some(d)),
         (None, Some(text)) => parse_grace(&text)
             .map(Some)
-            .map_err(|message| ConfigError::Invalid { field, message }),
+            .map_err(|e| ConfigError::Invalid {
+                field,
+                message: e.to_string(),
+            }),
         (None, None) => Ok(None),
     }
 }
@@ -447,13 +450,12 @@ impl Config {
         let kernel_policy = match args.kernel_policy.or(file.kernel_policy).as_deref() {
             None => Some(mmk_kernel_sched::PolicyKind::Mmk),
             Some("off") => None,
-            Some(name) => Some(
-                name.parse()
-                    .map_err(|message: String| ConfigError::Invalid {
-                        field: "kernel_policy",
-                        message: format!("{message}, or off"),
-                    })?,
-            ),
+            Some(name) => Some(name.parse().map_err(|e: mmk_kernel_sched::UnknownName| {
+                ConfigError::Invalid {
+                    field: "kernel_policy",
+                    message: format!("{e}, or off"),
+                }
+            })?),
         };
         let kernel_base = duration_setting(args.kernel_base, file.kernel_base, "kernel_base")?;
         if let Some(base) = kernel_base
@@ -505,12 +507,12 @@ impl Config {
         }
         let capacity_unit_mib = match args.capacity_unit.or(file.capacity_unit) {
             None => DEFAULT_CAPACITY_UNIT_MIB,
-            Some(text) => mmk_core::units::parse_memory_mib(&text).map_err(|message| {
-                ConfigError::Invalid {
+            Some(text) => {
+                mmk_core::units::parse_memory_mib(&text).map_err(|e| ConfigError::Invalid {
                     field: "capacity_unit",
-                    message,
-                }
-            })?,
+                    message: e.to_string(),
+                })?
+            }
         };
         let check_every = duration_setting(
             args.kubelet_check_interval,
@@ -541,6 +543,7 @@ impl Config {
         let job_log_max = match args.job_log_max.or(file.job_log_max) {
             None => crate::joblog::DEFAULT_JOB_LOG_MAX,
             Some(text) => mmk_core::units::parse_memory_mib(&text)
+                .map_err(|e| e.to_string())
                 .map(|mib| mib.saturating_mul(1024 * 1024))
                 .and_then(|b| {
                     if b < crate::joblog::MIN_JOB_LOG_MAX {

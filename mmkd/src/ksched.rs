@@ -77,7 +77,7 @@ impl OnlineTuning {
 #[derive(Debug, thiserror::Error)]
 pub enum KschedError {
     #[error("command.kernel_policy: {0}")]
-    Policy(String),
+    Policy(mmk_kernel_sched::UnknownName),
     #[error("kernel profile {path}")]
     ReadProfile {
         path: PathBuf,
@@ -98,6 +98,12 @@ pub enum KschedError {
     },
     #[error("kernel scheduler")]
     Gate(#[source] mmk_kernel_sched::gate::GateError),
+    #[error("interposer {path}")]
+    Interposer {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -335,11 +341,17 @@ pub fn default_interposer() -> Option<PathBuf> {
 }
 
 /// Whether `path` looks like a loadable interposer (a readable regular file).
-pub fn check_interposer(path: &Path) -> Result<(), String> {
+pub fn check_interposer(path: &Path) -> Result<(), KschedError> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() => Ok(()),
-        Ok(_) => Err(format!("{} is not a file", path.display())),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Ok(_) => Err(KschedError::Interposer {
+            path: path.to_owned(),
+            source: std::io::Error::other("not a regular file"),
+        }),
+        Err(source) => Err(KschedError::Interposer {
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 

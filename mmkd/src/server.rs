@@ -304,7 +304,7 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
     let dir = config.kernel_gate_dir.clone();
     match &config.interposer {
         Some(path) => {
-            ksched::check_interposer(path).map_err(|e| anyhow::anyhow!("interposer: {e}"))?;
+            ksched::check_interposer(path)?;
             Ok(tuned(KernelSched::new(path.clone(), policy, dir)))
         }
         None => match ksched::default_interposer() {

@@ -21,7 +21,7 @@ pub use hybrid::{Hybrid, HybridOptions};
 pub use layout::{GpuState, Instance, LayoutError, Placement};
 pub use model::{AnalyticModel, CoRunner, JobProfile, PartitionShape, PerfModel};
 pub use plan::{
-    FirstFit, JobDemand, JobPlacement, NodeState, Plan, Planner, QueuedJob, Slot, Step,
+    FirstFit, JobDemand, JobPlacement, NodeState, Plan, Planner, Preemption, QueuedJob, Slot, Step,
 };
 
 /// The planners by name, as `mmkd --planner` and `mmkctl simulate` take them.

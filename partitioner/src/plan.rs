@@ -114,9 +114,20 @@ pub struct Plan {
     /// Placed jobs the plan restarts with another partition or share (checkpoint and
     /// restart); their new place is in `placements`.
     pub moves: Vec<u64>,
+    /// Running checkpointable offline jobs the plan stops (checkpoint) and sends back to
+    /// the queue, to make room for an online job; they are not in `placements`.
+    pub preempted: Vec<Preemption>,
     /// Predicted normalized performance of each placed job (job ID, perf), sorted by job,
     /// when the planner uses a performance model; `stp` is their sum.
     pub perf: Vec<(u64, f64)>,
+}
+
+/// A running job stopped for an online one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Preemption {
+    pub job: u64,
+    /// The online job it makes room for.
+    pub for_job: u64,
 }
 
 /// Chooses layouts and placements. Implementations are pure and deterministic.
@@ -444,6 +455,9 @@ pub fn apply(node: &NodeState, jobs: &[JobDemand], plan: &Plan) -> (NodeState, V
             if let Some(p) = plan.placements.iter().find(|p| p.job == j.id) {
                 j.placed = Some(p.slot);
                 j.mps_share = p.mps_share;
+            } else if plan.preempted.iter().any(|p| p.job == j.id) {
+                j.placed = None;
+                j.mps_share = 100;
             }
             j
         })

@@ -1,7 +1,8 @@
 //! Invariants every planner keeps, on random nodes and jobs (proptest):
-//! - a plan never loses a job: each one is placed or queued, once;
-//! - placed jobs stay where they are, with their share, unless the plan moves them, and
-//!   only checkpointable offline jobs move;
+//! - a plan never loses a job: each one is placed, queued or preempted, once;
+//! - placed jobs stay where they are, with their share, unless the plan moves or preempts
+//!   them; only checkpointable offline jobs move or are preempted, and only for an online
+//!   job the plan places;
 //! - every job fits its partition's memory;
 //! - MPS shares within a partition sum to at most 100 (MIGER, MISO); under MMK the online
 //!   jobs' shares sum to at most 100 (the offline jobs' may go over for a job that would
@@ -189,7 +190,10 @@ proptest! {
             let plan = p.plan(&case.node, &case.jobs);
 
             // Nothing lost, nothing twice.
-            let mut seen: Vec<u64> = plan.placements.iter().map(|x| x.job).chain(plan.queued.iter().map(|q| q.job)).collect();
+            let mut seen: Vec<u64> = plan.placements.iter().map(|x| x.job)
+                .chain(plan.queued.iter().map(|q| q.job))
+                .chain(plan.preempted.iter().map(|p| p.job))
+                .collect();
             seen.sort_unstable();
             let mut all: Vec<u64> = case.jobs.iter().map(|j| j.id).collect();
             all.sort_unstable();
@@ -197,7 +201,14 @@ proptest! {
 
             // Placed jobs stay, with their share, unless the plan moves them; only
             // checkpointable offline jobs move.
-            for j in case.jobs.iter().filter(|j| j.placed.is_some()) {
+            for pre in &plan.preempted {
+                let j = case.jobs.iter().find(|j| j.id == pre.job).expect("known job");
+                prop_assert!(j.placed.is_some() && j.movable && j.class == JobClass::Offline, "{} preempted job {}, which cannot be", name, j.id);
+                let by = case.jobs.iter().find(|j| j.id == pre.for_job).expect("known job");
+                prop_assert!(by.class == JobClass::Online && by.placed.is_none(), "{}: job {} preempted for job {}", name, j.id, by.id);
+                prop_assert!(plan.placements.iter().any(|p| p.job == by.id), "{}: job {} preempted for job {}, which waits", name, j.id, by.id);
+            }
+            for j in case.jobs.iter().filter(|j| j.placed.is_some() && !plan.preempted.iter().any(|p| p.job == j.id)) {
                 let p = plan.placements.iter().find(|x| x.job == j.id);
                 prop_assert!(p.is_some(), "{} dropped placed job {}", name, j.id);
                 let stays = p.is_some_and(|p| Some(p.slot) == j.placed && p.mps_share == j.mps_share);

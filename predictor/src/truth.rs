@@ -103,10 +103,21 @@ fn scaled(own: u32, total: u32) -> f64 {
     }
 }
 
+/// Why measurements do not make a ground truth.
+#[derive(Debug, thiserror::Error)]
+pub enum TruthError {
+    #[error("measurement file")]
+    Parse(#[source] crate::measured::MeasuredError),
+    #[error("no job was measured alone at 100 % (with GPM metrics) and at another share")]
+    NoJobs,
+    #[error("{0} and {1} have the same profile: the model cannot tell them apart")]
+    SameProfile(String, String),
+}
+
 impl MeasuredTruth {
     /// Builds the model from measurement records (alone and pair runs). A job needs a run
     /// alone at 100 % with GPM metrics (its profile) and at least one other share.
-    pub fn from_records(records: &[Record]) -> Result<MeasuredTruth, String> {
+    pub fn from_records(records: &[Record]) -> Result<MeasuredTruth, TruthError> {
         type Key = (String, u32);
         let key = JobRef::key;
         let mut points: HashMap<Key, Vec<(u32, f64)>> = HashMap::new();
@@ -166,17 +177,12 @@ impl MeasuredTruth {
             });
         }
         if jobs.is_empty() {
-            return Err(
-                "no job was measured alone at 100 % (with GPM metrics) and at another share".into(),
-            );
+            return Err(TruthError::NoJobs);
         }
         for (i, a) in jobs.iter().enumerate() {
             for b in &jobs[i + 1..] {
                 if a.profile == b.profile {
-                    return Err(format!(
-                        "{} and {} have the same profile: the model cannot tell them apart",
-                        a.label, b.label
-                    ));
+                    return Err(TruthError::SameProfile(a.label.clone(), b.label.clone()));
                 }
             }
         }
@@ -228,10 +234,10 @@ impl MeasuredTruth {
     /// Parses measurement files' text (JSON lines) and builds the model.
     pub fn from_texts<'a>(
         texts: impl IntoIterator<Item = &'a str>,
-    ) -> Result<MeasuredTruth, String> {
+    ) -> Result<MeasuredTruth, TruthError> {
         let mut records = Vec::new();
         for t in texts {
-            records.extend(crate::measured::parse(t).map_err(|e| e.to_string())?);
+            records.extend(crate::measured::parse(t).map_err(TruthError::Parse)?);
         }
         MeasuredTruth::from_records(&records)
     }

@@ -11,6 +11,8 @@ warm the service asks, and the time until its process runs is recorded.
   train-alone  the training alone, started directly
   mps          plain MPS: mmkd --planner first-fit --kernel-policy off (both jobs at 100 %)
   default      mmkd --backend nvml, nothing else
+  learned      the same, the pair run twice on one mmkd: the first run is planned on the
+               prior and learned, the second on the learned profiles (`mmkctl profiles`)
   default-ksoff  the same with --kernel-policy off: MMK's shares without the kernel gate
   default-tuned  the same with the gate settings of the best measured co-location
                (--kernel-device-wait, --kernel-offline-depth 8, --kernel-base 1500us,
@@ -55,11 +57,12 @@ class Mmkd(import_module("ksched-mmkd").Mmkd):
                                  "--memory", memory, "--name", name, "--", *args],
                                 env=self.env, stdout=subprocess.DEVNULL, stderr=err)
 
+    after = 0  # jobs up to this id belong to an earlier pair
+
     def job(self, name):
-        for j in self.ctl("jobs"):
-            if j["name"] == name:
-                return j
-        return None
+        """This pair's job of that name."""
+        named = [j for j in self.ctl("jobs") if j["name"] == name and j["id"] > self.after]
+        return max(named, key=lambda j: j["id"]) if named else None
 
     def wait_running(self, name, timeout):
         end = time.time() + timeout
@@ -95,6 +98,40 @@ def serve_result(path):
 def steps_per_s(path, t0, t1):
     ends = json.load(open(path))["step_ends_s"]
     return sum(1 for e in ends if t0 <= e <= t1) / (t1 - t0)
+
+
+def pair(m, d, out, serve, seconds):
+    """The training, then the service beside it once the training is warm, both through
+    `mmkctl run` on mmkd `m`; the service's latencies and the training's steps meanwhile."""
+    so, to = f"{d}/serve.json", f"{d}/train.json"
+    r, procs = {}, []
+    m.after = max([j["id"] for j in m.ctl("jobs")], default=0)
+    try:
+        procs.append(m.run("offline", "24G", "train",
+                           [sys.executable, APP, "train", "--seconds", "600", "--out", to]))
+        m.wait_running("train", 120)
+        # mmkctl run's command writes to mmkctl's stderr.
+        wait_file_line(f"{out}/train.err", "train: warm", 240)
+        asked = time.time()
+        procs.append(m.run("online", "16G", "serve", serve + ["--seconds", str(seconds), "--out", so]))
+        sj = m.wait_running("serve", 120)
+        r["online_start_s"] = round(time.time() - asked, 3)
+        tj = m.job("train")
+        r["assignment"] = {"online": sj["assignment"], "offline": tj["assignment"]}
+        r["planned_as"] = {"online": sj.get("planner_profile"),
+                           "offline": tj.get("planner_profile")}
+        procs[1].wait(timeout=seconds + 300)
+        procs[0].send_signal(signal.SIGTERM)
+        procs[0].wait(timeout=120)
+        r["reasons"] = {n: (m.job(n) or {}).get("reason") for n in ("train", "serve")}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    s, r2 = serve_result(so)
+    r.update(r2)
+    r["train_steps_per_s"] = steps_per_s(to, s["t0"], s["t1"])
+    return r
 
 
 def main():
@@ -148,6 +185,7 @@ def main():
                 flags = {
                     "mps": ["--planner", "first-fit", "--kernel-policy", "off"],
                     "default": [],
+                    "learned": [],
                     "default-ksoff": ["--kernel-policy", "off"],
                     "default-tuned": ["--kernel-device-wait", "--kernel-offline-depth", "8",
                                       "--kernel-base", "1500us", "--kernel-gemm-slice", "8000",
@@ -156,32 +194,14 @@ def main():
                 if flags is None:
                     raise SystemExit(f"{c}: not a configuration")
                 m = Mmkd(bin_dir, d, flags, env, f"{out}/mmkd-{name}.log")
-                procs = []
                 try:
-                    procs.append(m.run("offline", "24G", "train",
-                                       [sys.executable, APP, "train", "--seconds", "600", "--out", to]))
-                    m.wait_running("train", 120)
-                    # mmkctl run's command writes to mmkctl's stderr.
-                    wait_file_line(f"{out}/train.err", "train: warm", 240)
-                    asked = time.time()
-                    procs.append(m.run("online", "16G", "serve",
-                                       serve + ["--seconds", str(a.seconds), "--out", so]))
-                    sj = m.wait_running("serve", 120)
-                    r["online_start_s"] = round(time.time() - asked, 3)
-                    tj = m.job("train")
-                    r["assignment"] = {"online": sj["assignment"], "offline": tj["assignment"]}
-                    procs[1].wait(timeout=a.seconds + 300)
-                    procs[0].send_signal(signal.SIGTERM)
-                    procs[0].wait(timeout=120)
-                    r["reasons"] = {n: (m.job(n) or {}).get("reason") for n in ("train", "serve")}
+                    r = pair(m, d, out, serve, a.seconds)
+                    if c == "learned":
+                        # The same two commands again, on what mmkd learned of the first run.
+                        r = {"first": r, "profiles": m.ctl("profiles")}
+                        r["second"] = pair(m, d, out, serve, a.seconds)
                 finally:
-                    for p in procs:
-                        if p.poll() is None:
-                            p.kill()
                     m.stop()
-                s, r2 = serve_result(so)
-                r.update(r2)
-                r["train_steps_per_s"] = steps_per_s(to, s["t0"], s["t1"])
                 r["planner_log"] = [l.strip() for l in open(f"{out}/mmkd-{name}.log")
                                     if "performance model" in l or "planner" in l][:3]
             r["wall_s"] = round(time.time() - t, 1)

@@ -171,6 +171,7 @@ pub fn simulate(
     let mut now = 0.0_f64;
     let mut dirty = false;
     let mut last_queue_reason = HashMap::new();
+    let mut preempted = std::collections::HashSet::new();
     loop {
         while next < total && trace.jobs[next].arrival_s <= now + 1e-9 {
             let j = &trace.jobs[next];
@@ -205,6 +206,12 @@ pub fn simulate(
                     result.moves += 1;
                 }
             }
+            // A preempted job keeps its progress (it checkpointed) and pays the restart when
+            // it is placed again.
+            for p in &plan.preempted {
+                preempted.insert(p.job);
+                result.moves += 1;
+            }
             last_queue_reason = plan
                 .queued
                 .iter()
@@ -216,7 +223,12 @@ pub fn simulate(
                 if let (false, Some(slot)) = (was, j.placed)
                     && let Some(r) = runs.get_mut(&j.id)
                 {
-                    r.ready_at = now + delay.get(&slot.gpu).copied().unwrap_or(0.0);
+                    let restart = if preempted.remove(&j.id) {
+                        cfg.restart_s
+                    } else {
+                        0.0
+                    };
+                    r.ready_at = now + delay.get(&slot.gpu).copied().unwrap_or(0.0) + restart;
                     r.start_s.get_or_insert(r.ready_at);
                 }
             }

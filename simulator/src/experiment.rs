@@ -19,8 +19,8 @@ use crate::{RunResult, SimConfig, SimError, Trace, simulate};
 /// Why an experiment could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {
-    #[error("the shipped H200 measurements: {0}")]
-    Measurements(String),
+    #[error("the shipped H200 measurements")]
+    Measurements(#[source] mmk_predictor::truth::TruthError),
     #[error("the shipped H200 rounds")]
     Rounds(#[source] crate::kernel::KernelEffectError),
     #[error("training the planners' forest")]

@@ -126,3 +126,70 @@ async fn online_work_never_waits_behind_offline_work() {
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     stop(vec![train, serve]);
 }
+
+/// A managed offline job of `gib` that runs until stopped.
+fn offline_yaml(name: &str, gib: u32, checkpoint: bool) -> String {
+    format!(
+        "name: {name}\nclass: offline\ngpu_memory: {gib}GiB\ncheckpoint: {checkpoint}\ncommand:\n  args: [sleep, '600']\n"
+    )
+}
+
+#[tokio::test]
+async fn an_online_job_preempts_checkpointable_offline_work_or_says_who_is_in_the_way() {
+    let d = daemon();
+    let mut c = d.clients().await;
+    // 75 of the GPU's 80 GiB held by two checkpointable trainings.
+    let a = d.submit("--offline", &offline_yaml("train-a", 40, true));
+    wait_state(&mut c, a, v1::JobState::Running).await;
+    let b = d.submit("--offline", &offline_yaml("train-b", 35, true));
+    wait_state(&mut c, b, v1::JobState::Running).await;
+    let online =
+        "name: serve\nclass: online\ngpu_memory: 30GiB\ncommand:\n  args: [sleep, '600']\n";
+    let s = d.submit("--online", online);
+    let served = wait_state(&mut c, s, v1::JobState::Running).await;
+    assert!(served.assignment.is_some());
+    // One training made room: it checkpointed and went back to the queue, and its event
+    // (what `mmkctl jobs watch` shows) says for whom.
+    let preempted: Vec<serde_json::Value> = [a, b]
+        .iter()
+        .filter_map(|&id| job(&d, id))
+        .filter(|j| j["state"] == "QUEUED")
+        .collect();
+    assert_eq!(preempted.len(), 1, "{preempted:?}");
+    assert_eq!(
+        preempted[0]["restarts"], 1,
+        "a preemption counts as a restart"
+    );
+    let line = d
+        .wait_log(&format!("preempted for online job {s}"))
+        .pop()
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!("job={} state=QUEUED", preempted[0]["id"])),
+        "{line}"
+    );
+
+    // Trainings that cannot checkpoint are not stopped: the online job waits and hears
+    // which offline jobs hold the memory.
+    let d = daemon();
+    let mut c = d.clients().await;
+    let a = d.submit("--offline", &offline_yaml("train-a", 40, false));
+    wait_state(&mut c, a, v1::JobState::Running).await;
+    let b = d.submit("--offline", &offline_yaml("train-b", 35, false));
+    wait_state(&mut c, b, v1::JobState::Running).await;
+    let s = d.submit("--online", online);
+    let waiting = wait_for("the online job to say why it waits", || {
+        job(&d, s).filter(|j| {
+            j["state"] == "QUEUED"
+                && j["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("offline jobs hold"))
+        })
+    });
+    assert!(
+        waiting["reason"]
+            .as_str()
+            .is_some_and(|r| r.ends_with(&format!("offline jobs hold the memory: {a}, {b}"))),
+        "{waiting}"
+    );
+}

@@ -44,7 +44,9 @@ fn run() -> Result<(), String> {
                         config.sm_count =
                             u32::try_from(num()?).map_err(|_| "--sms: too large".to_owned())?
                     }
-                    "--policy" => config.policy = value.parse()?,
+                    "--policy" => {
+                        config.policy = value.parse().map_err(|e| format!("--policy: {e}"))?
+                    }
                     "--base-us" => config.base = Duration::from_micros(num()?),
                     "--max-hold-ms" => config.max_hold = Duration::from_millis(num()?),
                     "--offline-depth" => {

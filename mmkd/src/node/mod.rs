@@ -207,7 +207,19 @@ impl Node {
 
     async fn keep(&self, seen: Seen) {
         {
+            let was_confident = self
+                .inner
+                .learned
+                .get(&seen.signature)
+                .is_some_and(|p| p.observed.confident());
             let learned = self.inner.learned.add(&seen, now_ms());
+            if !was_confident && learned.observed.confident() {
+                // Planned on the prior until now: the next pass plans on what was learned
+                // (a running job's share changes at its next start; a checkpointable
+                // offline job may be moved).
+                info!(signature = %learned.signature, samples = learned.observed.samples, "learned profile confident");
+                self.inner.kick.notify_one();
+            }
             tracing::debug!(
                 job = seen.job,
                 signature = %learned.signature,

@@ -283,46 +283,43 @@ impl Node {
             ) else {
                 continue;
             };
-            let cancelling = self
-                .inner
-                .cancelling
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(id);
-            // A run that already ended (its exit is on the way) or that is being
-            // cancelled is not moved; the next pass sees what became of it.
-            if cancelling || !self.inner.runner.is_running(*id) {
-                continue;
-            }
             let from = job.assignment.as_ref().map_or(100, |a| a.mps_share);
-            if !self.inner.runner.stop(*id).await {
-                warn!(job = id, "a job to move did not stop; it stays where it is");
-                continue;
-            }
-            let _state = self.inner.state.lock().await;
-            if let Some(c) = self.cancelling().get_mut(id) {
-                // Cancelled while it stopped: its exit records that (mmk stopped the run).
-                c.stopped = true;
-                continue;
-            }
-            self.release(job);
             let reason = format!(
                 "moved: MPS share {from}% -> {}% (checkpoint and restart)",
                 to.mps_share
             );
-            let change = Change {
-                moved: true,
-                ..Change::default()
+            let Some(moved) = self.stop_and_requeue(job, &reason).await? else {
+                continue;
             };
-            let moved = self
-                .transition(*id, JobState::Queued, &reason, change)
-                .await?;
             by_id.insert(*id, moved);
+        }
+        // Preemptions: the offline job checkpoints on SIGTERM and stops, and waits in the
+        // queue while the online job it made room for runs. An online job whose room was
+        // not made (a job did not stop) waits for the next pass.
+        let mut no_room = Vec::new();
+        for p in &plan.preempted {
+            let Some(job) = by_id.get(&p.job).filter(|j| j.state.is_active()) else {
+                continue;
+            };
+            let reason = format!(
+                "preempted for online job {} (checkpointed; waits for room)",
+                p.for_job
+            );
+            match self.stop_and_requeue(job, &reason).await? {
+                Some(stopped) => {
+                    by_id.insert(p.job, stopped);
+                }
+                None => no_room.push(p.for_job),
+            }
         }
         for p in &plan.placements {
             let Some(job) = by_id.get(&p.job).filter(|j| j.state == JobState::Queued) else {
                 continue;
             };
+            if no_room.contains(&p.job) {
+                self.retry_later();
+                continue;
+            }
             match assignment(&gpus, p.slot, p.mps_share) {
                 Some(a) => self.launch(job, a, &gpus).await?,
                 None => {
@@ -344,6 +341,44 @@ impl Node {
             .collect();
         store.set_reasons(&changed, now_ms()).await?;
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Stops a running checkpointable job (SIGTERM: it checkpoints) and puts it back in
+    /// the queue with one more restart, counted as a move, with `reason`. `None` when it
+    /// stays: its run already ended (its exit is on the way), it is being cancelled, or it
+    /// did not stop.
+    async fn stop_and_requeue(
+        &self,
+        job: &JobRecord,
+        reason: &str,
+    ) -> ServiceResult<Option<JobRecord>> {
+        let id = job.id;
+        let cancelling = self.cancelling().contains_key(&id);
+        if cancelling || !self.inner.runner.is_running(id) {
+            return Ok(None);
+        }
+        if !self.inner.runner.stop(id).await {
+            warn!(
+                job = id,
+                "a job to stop for a move or an online job did not stop; it stays where it is"
+            );
+            return Ok(None);
+        }
+        let _state = self.inner.state.lock().await;
+        if let Some(c) = self.cancelling().get_mut(&id) {
+            // Cancelled while it stopped: its exit records that (mmk stopped the run).
+            c.stopped = true;
+            return Ok(None);
+        }
+        self.release(job);
+        let change = Change {
+            moved: true,
+            ..Change::default()
+        };
+        Ok(Some(
+            self.transition(id, JobState::Queued, reason, change)
+                .await?,
+        ))
     }
 
     /// Runs the planner off the async runtime: with thousands of jobs a plan takes long

@@ -49,6 +49,9 @@
 //! runs at least as fast as under plain MPS while the kernel gate holds offline kernels
 //! behind its own. An online job never waits behind offline work for shares.
 //! 6. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
+//! 7. **Online precedence** (`online_first`): an online job still waiting for memory takes
+//!    it from offline jobs: those placed but not started first, then checkpointable ones
+//!    that run, which the plan stops and requeues (`Plan::preempted`; `preempt.rs`).
 //!
 //! `MPSConfig` (lines 24-35) here: each new job starts at 10 %; online jobs with an SLO
 //! are raised until their predicted latency meets it; then the remaining share goes 10 % at
@@ -78,6 +81,7 @@ mod memo;
 mod mps_config;
 mod mps_first;
 mod partition;
+mod preempt;
 mod rebalance;
 #[cfg(test)]
 mod tests;
@@ -91,7 +95,8 @@ use mmk_core::units::format_mib;
 use crate::layout::GpuState;
 use crate::model::PerfModel;
 use crate::plan::{
-    JobDemand, JobPlacement, NodeState, Plan, Planner, QueuedJob, Step, largest_partition_mib,
+    JobDemand, JobPlacement, NodeState, Plan, Planner, Preemption, QueuedJob, Step,
+    largest_partition_mib,
 };
 
 use kinds::Kinds;
@@ -285,6 +290,7 @@ impl Planner for Hybrid {
             waiting,
             slo_blocked: vec![false; jobs.len()],
             moved: BTreeSet::new(),
+            preempted: Vec::new(),
             kinds: Kinds::new(jobs),
         };
 
@@ -339,11 +345,17 @@ impl Planner for Hybrid {
             self.mps_first(node, jobs, &mut p, false, true);
         }
         self.regrow(jobs, &mut p);
+        // An online job never waits for memory that checkpointable offline work holds.
+        if self.options.online_first && p.waiting.iter().any(|&j| jobs[j].class == JobClass::Online)
+        {
+            self.preempt_for_online(jobs, &mut p);
+        }
         let Progress {
             plans,
             mut waiting,
             slo_blocked,
             moved,
+            preempted,
             ..
         } = p;
 
@@ -383,8 +395,16 @@ impl Planner for Hybrid {
         });
         // A placed job whose partition the GPUs no longer show (destroyed behind mmk's back)
         // keeps its placement: the planner never drops a job; mmkd's reconciler finds out.
+        out.preempted = preempted
+            .iter()
+            .map(|&(j, by)| Preemption {
+                job: jobs[j].id,
+                for_job: jobs[by].id,
+            })
+            .collect();
         for j in jobs.iter().filter(|j| j.placed.is_some()) {
             if !out.placements.iter().any(|p| p.job == j.id)
+                && !out.preempted.iter().any(|p| p.job == j.id)
                 && let Some(slot) = j.placed
             {
                 out.placements.push(JobPlacement {

@@ -32,6 +32,7 @@ impl Hybrid {
             slo_blocked,
             moved,
             kinds,
+            ..
         } = p;
         let mut still = Vec::new();
         // Where a job could run alone: placing jobs in busy partitions does not change it.

@@ -22,6 +22,8 @@ pub(super) struct Progress {
     pub(super) slo_blocked: Vec<bool>,
     /// Placed jobs the plan restarts with another share.
     pub(super) moved: BTreeSet<usize>,
+    /// Started jobs the plan stops for an online job (step 7): (stopped, online job).
+    pub(super) preempted: Vec<(usize, usize)>,
     pub(super) kinds: Kinds,
 }
 

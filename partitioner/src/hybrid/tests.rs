@@ -744,3 +744,78 @@ fn a_waiting_job_is_told_which_jobs_are_in_its_way() {
         reason(&plan, 2)
     );
 }
+
+#[test]
+fn an_online_job_takes_memory_from_checkpointable_offline_work() {
+    let (node, whole) = whole_instance_node();
+    let placed = |id, gib, priority, movable| {
+        let mut j = job(id, JobClass::Offline, gib, 0.5, 0.3);
+        j.placed = Some(whole);
+        j.mps_share = 50;
+        j.priority = priority;
+        j.movable = movable;
+        j
+    };
+    let online = job(9, JobClass::Online, 20, 0.3, 0.3);
+    // 75 GiB of 80 held: the online job's 20 GiB fit once one offline job leaves. Of the
+    // two checkpointable ones, the one of lower priority stops, though it is the smaller.
+    let jobs = [
+        placed(1, 40, 5, true),
+        placed(2, 35, 0, true),
+        online.clone(),
+    ];
+    let plan = mmk().plan(&node, &jobs);
+    assert_eq!(
+        plan.preempted,
+        [Preemption { job: 2, for_job: 9 }],
+        "{plan:?}"
+    );
+    assert!(plan.queued.is_empty(), "{plan:?}");
+    let at = |id| plan.placements.iter().find(|p| p.job == id).copied();
+    let online_at = at(9).expect("the online job runs");
+    assert_eq!((online_at.slot, online_at.mps_share), (whole, 100));
+    assert_eq!(
+        at(1).map(|p| p.mps_share),
+        Some(50),
+        "the other stays as it was"
+    );
+    assert_eq!(at(2), None, "the preempted job is not placed");
+    // Applied, the node holds the online job and job 1; job 2 waits to be placed again.
+    let (_, after) = crate::plan::apply(&node, &jobs, &plan);
+    assert_eq!(
+        after.iter().find(|j| j.id == 2).and_then(|j| j.placed),
+        None
+    );
+
+    // Nothing that may stop: the job waits, told who holds the memory.
+    let jobs = [
+        placed(1, 40, 0, false),
+        placed(2, 35, 0, false),
+        online.clone(),
+    ];
+    let plan = mmk().plan(&node, &jobs);
+    assert!(plan.preempted.is_empty());
+    assert!(
+        plan.queued
+            .iter()
+            .any(|q| q.job == 9 && q.reason.ends_with("offline jobs hold the memory: 1, 2")),
+        "{plan:?}"
+    );
+    // Nor is offline work of higher priority stopped for it.
+    let jobs = [
+        placed(1, 40, 5, true),
+        placed(2, 35, 5, true),
+        online.clone(),
+    ];
+    assert!(mmk().plan(&node, &jobs).preempted.is_empty());
+    // MIGER and MISO never preempt.
+    let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
+    let jobs = [placed(1, 40, 0, true), placed(2, 35, 0, true), online];
+    assert!(
+        Hybrid::miger(Arc::clone(&model))
+            .plan(&node, &jobs)
+            .preempted
+            .is_empty()
+    );
+    assert!(Hybrid::miso(model).plan(&node, &jobs).preempted.is_empty());
+}
