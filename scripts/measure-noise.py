@@ -2,7 +2,7 @@
 
   python3 scripts/measure-noise.py FIRST.jsonl SECOND.jsonl
 
-Both are `mmkctl measure` outputs with alone runs; compares the iteration time of every
+Both are `mmk-lab measure` outputs with alone runs; compares the iteration time of every
 (workload, batch, share) measured in both, and the normalized performance (time alone at
 100 % / time at the share) of every share below 100 measured in both with its 100 % run.
 """

@@ -13,7 +13,7 @@
 //! - [`profile`]: per-kernel statistics of a job run alone (`mmkctl profile`), which the
 //!   `orion` and `fikit` policies look launches up in.
 //! - [`sim`]: the kernel-level simulator, which replays recorded traces of several jobs on
-//!   a simulated SM pool under each policy (`mmkctl ksim`).
+//!   a simulated SM pool under each policy (`mmk-lab ksim`).
 //! - [`slice`]: how an offline job's long GEMMs are cut into pieces the gate can hold.
 //! - [`trace`]: the kernel trace that record mode writes (one CSV line a launch).
 //! - [`sm_demand`]: how many SMs a launch needs, from its grid and the occupancy API.

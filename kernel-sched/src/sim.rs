@@ -1,6 +1,6 @@
 //! The kernel-level simulator: recorded kernel traces of two or more jobs replayed on a
 //! simulated SM pool under a launch policy, so a policy change is tested without a GPU
-//! (`mmkctl ksim`, docs/kernel-sched.md).
+//! (`mmk-lab ksim`, docs/kernel-sched.md).
 //!
 //! The model, and what it leaves out:
 //! - Each job is one CPU thread and one in-order stream. Its trace (the job alone, record

@@ -2,14 +2,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use mmk_core::spec::Task;
-use mmk_core::yaml::{MAX_JOB_FILE_BYTES, parse_job_yaml};
+use clap::{Args, Parser, Subcommand};
 use mmk_core::{JobClass, JobState, paths};
 use mmk_proto::v1;
 use mmk_proto::{class_to_proto, spec_to_proto, state_to_proto};
 use tokio_stream::StreamExt;
-use tonic::Code;
 
 use crate::client::{Target, connect};
 use crate::output;
@@ -43,11 +40,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
+pub use mmk_cli::{Failure, Format, read_spec};
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -69,13 +62,7 @@ pub enum Command {
     Simulate(crate::simulate::SimulateArgs),
     /// Run a command job alone under the interposer and write its kernel profile, for the
     /// orion and fikit kernel policies (no mmkd needed).
-    Profile(crate::profile::ProfileArgs),
-    /// Measure workloads on this GPU under MPS shares, alone and in pairs, for the
-    /// predictor's dataset (no mmkd needed; docs/measure.md).
-    Measure(crate::measure::MeasureArgs),
-    /// Replay recorded kernel traces of several jobs on a simulated GPU under each kernel
-    /// policy (no GPU, no mmkd needed).
-    Ksim(crate::ksim::KsimArgs),
+    Profile(mmk_lab::profile::ProfileArgs),
     /// Make, train, evaluate and explain performance models (no mmkd needed).
     Predictor {
         #[command(subcommand)]
@@ -191,43 +178,6 @@ fn parse_class(s: &str) -> Result<JobClass, String> {
     s.parse()
 }
 
-/// A failed command: what to print and the exit code.
-#[derive(Debug)]
-pub struct Failure {
-    pub message: String,
-    pub exit_code: u8,
-}
-
-impl Failure {
-    pub fn usage(message: impl Into<String>) -> Failure {
-        Failure {
-            message: message.into(),
-            exit_code: 2,
-        }
-    }
-
-    pub fn server(message: impl Into<String>) -> Failure {
-        Failure {
-            message: message.into(),
-            exit_code: 2,
-        }
-    }
-}
-
-impl From<tonic::Status> for Failure {
-    fn from(s: tonic::Status) -> Failure {
-        let exit_code = if s.code() == Code::NotFound { 1 } else { 2 };
-        let message = match s.code() {
-            Code::InvalidArgument | Code::NotFound | Code::FailedPrecondition => {
-                s.message().to_owned()
-            }
-            Code::Unavailable => format!("mmkd is unavailable: {}", s.message()),
-            code => format!("mmkd answered {code:?}: {}", s.message()),
-        };
-        Failure { message, exit_code }
-    }
-}
-
 /// Runs a command; returns mmkctl's exit code (`run` and `fit` have their own).
 pub async fn run(cli: Cli) -> Result<u8, Failure> {
     let target = match (&cli.endpoint, cli.socket) {
@@ -267,9 +217,7 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
         Command::Capacity { watch } => crate::attach::capacity(&target, fmt, watch).await,
         Command::Predictor { command } => crate::predictor::run(fmt, command),
         Command::Simulate(args) => crate::simulate::run(fmt, args),
-        Command::Profile(args) => crate::profile::run(fmt, args),
-        Command::Ksim(args) => crate::ksim::run(fmt, args),
-        Command::Measure(args) => crate::measure::run(fmt, args),
+        Command::Profile(args) => mmk_lab::profile::run(fmt, args),
         Command::Submit(args) => submit(&target, fmt, args).await,
         Command::Jobs(args) => match args.command {
             None => list(&target, fmt, &args.state, args.class).await,
@@ -358,43 +306,6 @@ pub(crate) fn flag_class(online: bool, offline: bool) -> Option<JobClass> {
         (_, true) => Some(JobClass::Offline),
         _ => None,
     }
-}
-
-/// Reads and checks a job file; a command job without a workdir gets mmkctl's own.
-pub(crate) fn read_spec(
-    file: &std::path::Path,
-    class: Option<JobClass>,
-) -> Result<mmk_core::JobSpec, Failure> {
-    let path = file.display().to_string();
-    // Whatever the path names (a device, a FIFO, `-` for standard input), at most the
-    // cap plus one byte is read.
-    let text = crate::input::read_capped_text(file, MAX_JOB_FILE_BYTES).map_err(|e| match e {
-        crate::input::InputError::TooLarge { .. } => Failure::usage(format!(
-            "{path}: file: is larger than {MAX_JOB_FILE_BYTES} bytes; a job file is at most \
-             {MAX_JOB_FILE_BYTES} bytes"
-        )),
-        e => Failure::usage(format!("cannot read {path}: {e}")),
-    })?;
-    let mut spec =
-        parse_job_yaml(&text, class).map_err(|e| Failure::usage(format!("{path}: {e}")))?;
-    if let Task::Command(c) = &mut spec.task
-        && c.workdir.is_none()
-    {
-        let cwd = std::env::current_dir()
-            .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?;
-        c.workdir = Some(cwd.display().to_string());
-    }
-    // A relative kernel profile is relative to the job file.
-    if let Task::Command(c) = &mut spec.task
-        && let Some(p) = &c.kernel_profile
-        && !p.starts_with('/')
-    {
-        let dir = file.parent().unwrap_or(std::path::Path::new("."));
-        let full = std::path::absolute(dir.join(p))
-            .map_err(|e| Failure::usage(format!("{path}: command.kernel_profile: {e}")))?;
-        c.kernel_profile = Some(full.display().to_string());
-    }
-    Ok(spec)
 }
 
 async fn submit(target: &Target, fmt: Format, args: SubmitArgs) -> Result<(), Failure> {
@@ -508,7 +419,7 @@ async fn logs(target: &Target, id: u64, stderr: bool, follow: bool) -> Result<()
             f.read_to_end(&mut buf)
                 .map_err(|e| Failure::server(format!("cannot read {}: {e}", path.display())))?;
             pos += buf.len() as u64;
-            crate::stdout::bytes(&buf);
+            mmk_cli::stdout::bytes(&buf);
         } else if !follow {
             return Err(Failure::server(format!(
                 "job {id} has no log yet ({} does not exist)",

@@ -6,29 +6,20 @@
 //! closed early (`mmkctl jobs | head`) ends mmkctl quietly with 141, as a shell reports a
 //! tool that SIGPIPE ended.
 
-/// `print!` for mmkctl's output: see [`stdout::write`].
-macro_rules! out {
-    ($($arg:tt)*) => { $crate::stdout::write(format_args!($($arg)*), false) };
-}
+//!
+//! What it shares with `mmk-lab` (the failure type, `--output`, standard output, capped
+//! input, job files) is the `mmk-cli` crate; `mmkctl profile` runs `mmk-lab`'s profiler.
 
-/// `println!` for mmkctl's output: see [`stdout::write`].
-macro_rules! outln {
-    () => { $crate::stdout::write(format_args!(""), true) };
-    ($($arg:tt)*) => { $crate::stdout::write(format_args!($($arg)*), true) };
-}
+#[macro_use]
+extern crate mmk_cli;
 
 mod attach;
 mod cli;
 pub mod client;
-pub mod input;
-mod ksim;
-mod measure;
 mod output;
 mod picture;
 mod predictor;
-mod profile;
 mod simulate;
-mod stdout;
 
 use std::process::ExitCode;
 

@@ -24,7 +24,7 @@ pub enum PredictorCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Turn measurements from `mmkctl measure` into a dataset (docs/measure.md).
+    /// Turn measurements from `mmk-lab measure` into a dataset (docs/measure.md).
     Import {
         /// Measurement files (JSON lines); several are read as one.
         #[arg(required = true)]
@@ -87,7 +87,7 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
             Ok(())
         }
         PredictorCommand::Import { raw, out } => {
-            let (rows, skipped) = crate::measure::convert(&raw, &out).map_err(Failure::usage)?;
+            let (rows, skipped) = mmk_lab::measure::convert(&raw, &out).map_err(Failure::usage)?;
             #[derive(Serialize)]
             struct Imported<'a> {
                 out: String,

@@ -68,7 +68,7 @@ pub struct SimulateArgs {
     /// The kernel scheduler under MMK (the other policies run without one): `measured`
     /// (its effect in the co-location rounds on the H200: the `mmk` policy with a 1.5 ms
     /// base and the offline depth cap of 8, GEMMs not cut; mmkd's defaults differ;
-    /// docs/simulate.md), `off`, or an `mmkctl ksim --output json` report to take the
+    /// docs/simulate.md), `off`, or an `mmk-lab ksim --output json` report to take the
     /// effect from the kernel-level simulator (a file named `off` or `measured`: `./off`).
     #[arg(long, default_value = "measured", value_name = "measured|off|FILE")]
     pub kernel_sched: String,
@@ -155,8 +155,9 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     // One trace to replay or generate; a sweep generates its own below.
     let t = match &a.trace {
         Some(path) => {
-            let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
-                .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+            let text =
+                mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
+                    .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
             Trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?
         }
         None if sweep => Trace { jobs: Vec::new() },
@@ -178,7 +179,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         "off" => None,
         "measured" => Some(measured_kernel_effect().map_err(usage)?),
         path => {
-            let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES).map_err(|e| {
+            let text = mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES).map_err(|e| {
                 Failure::usage(format!(
                     "--kernel-sched: {path:?} is not `measured`, `off` or a readable ksim report: {e}"
                 ))

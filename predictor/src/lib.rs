@@ -8,7 +8,7 @@
 //!   and the column of a bad value.
 //! - [`groundtruth`]: rows generated from the simulator's documented model, to train and
 //!   test on until measured data exists.
-//! - [`measured`]: measurements from a GPU (`mmkctl measure`) and how they become rows.
+//! - [`measured`]: measurements from a GPU (`mmk-lab measure`) and how they become rows.
 //! - [`truth`]: a ground-truth model read from those measurements, for the simulator.
 //! - [`forest`]: the random forest (smartcore), trained with cross-validated
 //!   hyper-parameters, saved to and loaded from a versioned model file; it implements the

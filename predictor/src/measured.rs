@@ -1,7 +1,7 @@
-//! Measurements from a GPU (`mmkctl measure`, docs/measure.md) and how they become
+//! Measurements from a GPU (`mmk-lab measure`, docs/measure.md) and how they become
 //! dataset rows.
 //!
-//! `mmkctl measure` writes one JSON object per line: a [`Header`], then one [`Run`] per
+//! `mmk-lab measure` writes one JSON object per line: a [`Header`], then one [`Run`] per
 //! measured configuration (a job alone at an MPS share, or two jobs side by side at a
 //! split of shares) or a [`Failed`] one. [`to_dataset`] turns them into the predictor's
 //! rows:
@@ -15,11 +15,11 @@
 //!   metrics alone at its own share (interpolated between the shares measured);
 //! - MIG is off on the measuring machine: every row has the whole GPU as its partition;
 //! - a job's kernel-level columns (`occupancy_frac`, `ipc`, `l2_hit_frac`,
-//!   `dram_tput_frac`) come from its [`Deep`] record (ncu, `mmkctl measure --deep`) when
+//!   `dram_tput_frac`) come from its [`Deep`] record (ncu, `mmk-lab measure --deep`) when
 //!   there is one; otherwise occupancy and DRAM throughput come from its GPM reference and
 //!   IPC and L2 hit rate are missing.
 //!
-//! [`Kernels`] records (the interposer's record mode, `mmkctl measure --kernels`) describe
+//! [`Kernels`] records (the interposer's record mode, `mmk-lab measure --kernels`) describe
 //! a job's kernels (count, busy fraction, SM demand, duration mix); rows do not use them.
 //!
 //! For an online job, normalized performance is latency alone / latency, and latency is
@@ -162,7 +162,7 @@ pub struct Failed {
 }
 
 /// A job's kernels alone at 100 %, from the interposer's record mode over one window
-/// (`mmkctl measure --kernels`). Record mode times every launch with events, so the job
+/// (`mmk-lab measure --kernels`). Record mode times every launch with events, so the job
 /// runs a little slower than in its [`Run`]s; these numbers describe its kernels, not
 /// its speed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -192,7 +192,7 @@ pub struct Kernels {
     pub time_by_duration: [f64; 4],
 }
 
-/// A job's top kernels alone at 100 %, measured by Nsight Compute (`mmkctl measure
+/// A job's top kernels alone at 100 %, measured by Nsight Compute (`mmk-lab measure
 /// --deep`). Fractions are of the peak (0..1); the job's figures are averages weighted by
 /// each kernel's run time over every kernel profiled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,4 +1,4 @@
-//! A ground-truth performance model read from GPU measurements (`mmkctl measure`), for
+//! A ground-truth performance model read from GPU measurements (`mmk-lab measure`), for
 //! the simulator: how fast a measured job runs at an MPS share next to co-runners, taken
 //! from what the GPU did rather than from a formula.
 //!

@@ -1,5 +1,5 @@
 //! Fuzzing the predictor's inputs: the dataset CSV (`mmkctl predictor train`), the
-//! measurement records (`mmkctl measure`) and the model file (`mmkd --model`, `mmkctl
+//! measurement records (`mmk-lab measure`) and the model file (`mmkd --model`, `mmkctl
 //! simulate --model`). Any bytes give a value or an error, never a panic or a hang; what is
 //! accepted is then used as its readers use it (core/tests/support/fuzz.rs says how inputs
 //! are made; `MMK_FUZZ_CASES` sets how many).
@@ -130,7 +130,7 @@ fn measured_jsonl() {
         let Ok(records) = measured::parse(&String::from_utf8_lossy(bytes)) else {
             return false;
         };
-        // What `mmkctl measure` does with them.
+        // What `mmk-lab measure` does with them.
         let _ = measured::to_dataset(&records);
         true
     });

@@ -5,7 +5,7 @@ MIG off, under: the service alone (ideal), time-slicing (no MPS), plain MPS, MPS
 shares, and MPS with shares plus the kernel scheduler under each policy (ks-), the kernel
 scheduler on plain MPS (ksfull-) or without MPS (tsks-); names and suffixes below. The kernel
 profiles come from `mmkctl profile` (each job alone, record mode); the raw traces are kept
-for `mmkctl ksim`.
+for `mmk-lab ksim`.
 
 Usage, on the GPU machine from the repo root:
   python3 scripts/gpu/ksched-colocate.py BIN_DIR OUT_DIR [--configs a,b,...] [--seconds S]

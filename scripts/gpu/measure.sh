@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU profiling dataset (issue 9, docs/measure.md), on the GPU machine, from the repo root:
 #   scripts/gpu/measure.sh BIN_DIR OUT_DIR alone|pairs|repeat|groups|kernels|deep [RESUME_FROM.jsonl]
-# BIN_DIR holds a release mmkctl (and libmmk_interposer.so for kernels). Starts one MPS
-# control daemon with private pipe and log directories, runs `mmkctl measure` on
+# BIN_DIR holds a release mmk-lab (and libmmk_interposer.so for kernels). Starts one MPS
+# control daemon with private pipe and log directories, runs `mmk-lab measure` on
 # scripts/gpu/measure-plan.yaml for that part of the plan (repeat:
 # scripts/gpu/measure-repeat.yaml, a second measurement alone; groups:
 # scripts/gpu/measure-groups.yaml, three jobs side by side, or the plan in $GROUPS_PLAN),
@@ -24,17 +24,17 @@ resume=()
 if [ -n "$from" ]; then cp "$from" "$raw"; chmod u+w "$raw"; resume=(--resume); fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,clocks.max.sm --format=csv >"$out/gpu-$part.csv"
 if [ "$part" = repeat ]; then
-  "$bin/mmkctl" measure scripts/gpu/measure-repeat.yaml -o "$raw" "${resume[@]}"
+  "$bin/mmk-lab" measure scripts/gpu/measure-repeat.yaml -o "$raw" "${resume[@]}"
 elif [ "$part" = groups ]; then
-  "$bin/mmkctl" measure "${GROUPS_PLAN:-scripts/gpu/measure-groups.yaml}" -o "$raw" "${resume[@]}"
+  "$bin/mmk-lab" measure "${GROUPS_PLAN:-scripts/gpu/measure-groups.yaml}" -o "$raw" "${resume[@]}"
 elif [ "$part" = kernels ]; then
-  "$bin/mmkctl" measure scripts/gpu/measure-plan.yaml -o "$raw" --only kernels \
+  "$bin/mmk-lab" measure scripts/gpu/measure-plan.yaml -o "$raw" --only kernels \
     --interposer "$bin/libmmk_interposer.so" "${resume[@]}"
 elif [ "$part" = deep ]; then
-  "$bin/mmkctl" measure scripts/gpu/measure-plan.yaml -o "$raw" --only deep \
+  "$bin/mmk-lab" measure scripts/gpu/measure-plan.yaml -o "$raw" --only deep \
     --ncu-launches "${NCU_LAUNCHES:-200}" "${resume[@]}"
 else
-  "$bin/mmkctl" measure scripts/gpu/measure-plan.yaml -o "$raw" --only "$part" "${resume[@]}"
+  "$bin/mmk-lab" measure scripts/gpu/measure-plan.yaml -o "$raw" --only "$part" "${resume[@]}"
 fi
 rc=$?
 exit $rc

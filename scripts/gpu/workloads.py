@@ -1,4 +1,4 @@
-"""The MMK paper's Table III workloads, as a worker that `mmkctl measure` drives.
+"""The MMK paper's Table III workloads, as a worker that `mmk-lab measure` drives.
 
   python3 scripts/gpu/workloads.py list             -> the workload names, one per line
   python3 scripts/gpu/workloads.py worker           -> the measurement worker (below)
@@ -18,7 +18,7 @@ reply per line on stdout; everything else goes to stderr.
   {"op": "measure", "workload": ..., "batch": ..., "start": T0, "end": T1}
       run iterations back to back from now until the first one that ends after T1
       (CLOCK_MONOTONIC seconds); reply {"ok": true, "iters": [[END, SECONDS], ...]} with
-      every iteration that ended inside [T0, T1]; with "profile": true (mmkctl measure
+      every iteration that ended inside [T0, T1]; with "profile": true (mmk-lab measure
       --deep, under ncu --profile-from-start off) the CUDA profiler is started at the
       first iteration that begins inside the window and stopped after the last
   {"op": "drop"}   free every model built so far; reply {"ok": true}
@@ -204,7 +204,7 @@ class Worker:
         begin = time.monotonic()
         while True:
             if profile and not profiling and begin >= t0:
-                # mmkctl measure --deep: ncu profiles from the window's first iteration.
+                # mmk-lab measure --deep: ncu profiles from the window's first iteration.
                 torch.cuda.profiler.start()
                 profiling = True
             step()

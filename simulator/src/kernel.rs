@@ -11,7 +11,7 @@
 //! The numbers come from the co-location rounds measured on the H200
 //! ([`KernelEffect::from_rounds`], the `rounds.json` files of
 //! `scripts/gpu/ksched-rounds.sh`) or from the kernel-level simulator's report
-//! ([`KernelEffect::from_ksim`], `mmkctl ksim --output json`).
+//! ([`KernelEffect::from_ksim`], `mmk-lab ksim --output json`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -152,7 +152,7 @@ impl KernelEffect {
     }
 
     /// The effect of the kernel-level simulator's `mmk` policy against `passthrough` (plain
-    /// sharing) in an `mmkctl ksim --output json` report: each online job's mean latency
+    /// sharing) in an `mmk-lab ksim --output json` report: each online job's mean latency
     /// relative to alone (`mean_vs_alone`), each offline job's throughput relative to
     /// passthrough (`vs_passthrough`), averaged over the jobs. Where passthrough slows the
     /// online jobs by under 1 %, the model sees nothing to remove and the part kept is 1.
@@ -178,7 +178,7 @@ impl KernelEffect {
         }
         let r: Report = serde_json::from_str(text).map_err(|source| KernelEffectError::Parse {
             name: name.to_owned(),
-            what: "an `mmkctl ksim --output json` report",
+            what: "an `mmk-lab ksim --output json` report",
             source,
         })?;
         let row = |p: &str| {
@@ -391,7 +391,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("k.json: not an `mmkctl ksim --output json` report"),
+            e.starts_with("k.json: not an `mmk-lab ksim --output json` report"),
             "{e}"
         );
     }

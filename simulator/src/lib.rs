@@ -7,7 +7,7 @@
 //!   run from a ground-truth model (README.md says which, and where its numbers come
 //!   from);
 //! - [`kernel`]: the kernel scheduler's effect on jobs that share a partition (MMK), from
-//!   the co-location rounds measured on the H200 or from `mmkctl ksim`;
+//!   the co-location rounds measured on the H200 or from `mmk-lab ksim`;
 //! - [`report`]: JCT, makespan, system throughput, the relative-JCT CDF (SVG).
 
 pub mod engine;

@@ -253,6 +253,15 @@ pub fn mmkctl_in(dir: &Path, args: &[&str]) -> Output {
         .expect("mmkctl runs")
 }
 
+/// Runs mmk-lab (measure, ksim) in `dir`.
+pub fn lab_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mmk-lab"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("mmk-lab runs")
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

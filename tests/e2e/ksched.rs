@@ -7,7 +7,7 @@ use mmk_kernel_sched::artifacts::{self, FAKE_APP, FAKE_CUDA, INTERPOSER};
 use mmk_kernel_sched::{Gate, PolicyKind, Profile};
 use mmk_proto::v1;
 
-use crate::harness::{Daemon, mmkctl_in, text, wait_state};
+use crate::harness::{Daemon, lab_in, mmkctl_in, text, wait_state};
 
 /// The interposer, the fake driver and its test program, built once for the test binary.
 pub(crate) fn built() -> PathBuf {
@@ -185,7 +185,7 @@ async fn profile_ksim_and_an_online_jobs_policy_work_end_to_end() {
     );
 
     // The kernel-level simulator on the two traces, every policy.
-    let out = mmkctl_in(
+    let out = lab_in(
         dir.path(),
         &[
             "--output",
@@ -257,7 +257,7 @@ async fn profile_ksim_and_an_online_jobs_policy_work_end_to_end() {
     let got = effect["online_excess_kept"].as_f64().expect("kept");
     assert!((got - kept).abs() < 1e-12, "{effect} against {kept}");
     assert_eq!(sim["policies"][1]["jobs"], 9, "{sim}");
-    let out = mmkctl_in(dir.path(), &["ksim", "--online", "nope.csv"]);
+    let out = lab_in(dir.path(), &["ksim", "--online", "nope.csv"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("nope.csv"),
@@ -354,12 +354,12 @@ fn measure_records_each_jobs_kernels_through_the_interposer_and_ncu() {
     let run = |out: &str, extra: &[&str]| {
         let mut args = vec!["--output", "json", "measure", "plan.yaml", "-o", out];
         args.extend_from_slice(extra);
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mmkctl"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mmk-lab"));
         cmd.current_dir(d)
             .args(&args)
             .env("APP", bin.join(FAKE_APP))
             .env("LD_LIBRARY_PATH", &lib);
-        cmd.output().expect("mmkctl runs")
+        cmd.output().expect("mmk-lab runs")
     };
     let interposer = bin.join(INTERPOSER).display().to_string();
     let out = run(

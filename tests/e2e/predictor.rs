@@ -4,7 +4,7 @@ use std::process::{Command, Output};
 
 use mmk_proto::v1;
 
-use crate::harness::{Daemon, mmkctl_in as mmkctl, text, wait_state};
+use crate::harness::{Daemon, lab_in, mmkctl_in as mmkctl, text, wait_state};
 
 fn json(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -198,7 +198,7 @@ fn measure_writes_runs_as_they_come_refuses_to_overwrite_and_resumes() {
         "--output",
         "json",
     ];
-    let s = json(&mmkctl(d, &args));
+    let s = json(&lab_in(d, &args));
     assert_eq!(
         (s["planned"].as_u64(), s["measured"].as_u64()),
         (Some(2), Some(2))
@@ -214,12 +214,12 @@ fn measure_writes_runs_as_they_come_refuses_to_overwrite_and_resumes() {
         "{}",
         text(&out.stderr)
     );
-    let out = mmkctl(d, &args);
+    let out = lab_in(d, &args);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("raw.jsonl exists: give --resume"));
     let mut resume = args.to_vec();
     resume.push("--resume");
-    let s = json(&mmkctl(d, &resume));
+    let s = json(&lab_in(d, &resume));
     assert_eq!(
         (s["kept"].as_u64(), s["measured"].as_u64()),
         (Some(2), Some(0))
@@ -230,11 +230,11 @@ fn measure_writes_runs_as_they_come_refuses_to_overwrite_and_resumes() {
         "worker: [sh]\nalone:\n  shares: [100]\n  jobs: [svc]\n",
     )
     .expect("plan");
-    let out = mmkctl(d, &["measure", "bad.yaml", "-o", "x.jsonl"]);
+    let out = lab_in(d, &["measure", "bad.yaml", "-o", "x.jsonl"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr).trim(),
-        "mmkctl: bad.yaml: alone.jobs[0]: \"svc\" is not NAME/BATCH (for example resnet50-inf/32)"
+        "mmk-lab: bad.yaml: alone.jobs[0]: \"svc\" is not NAME/BATCH (for example resnet50-inf/32)"
     );
     assert!(!d.join("x.jsonl").exists());
 }

@@ -1,4 +1,4 @@
-//! `mmkctl ksim`: replay recorded kernel traces of several jobs on a simulated GPU under
+//! `mmk-lab ksim`: replay recorded kernel traces of several jobs on a simulated GPU under
 //! each kernel policy (crate `mmk-kernel-sched`, module `sim`; docs/kernel-sched.md).
 
 use std::io::Write as _;
@@ -11,7 +11,7 @@ use mmk_kernel_sched::sim::{self, JobResult, SimConfig, SimJob};
 use mmk_kernel_sched::{Class, PolicyKind, PolicyParams, trace};
 use serde::Serialize;
 
-use crate::cli::{Failure, Format};
+use mmk_cli::{Failure, Format};
 
 #[derive(Debug, Args)]
 pub struct KsimArgs {
@@ -125,7 +125,7 @@ fn load(
     interval: Duration,
 ) -> Result<(SimJob, Option<u64>), Failure> {
     let bad = |e: &dyn std::fmt::Display| Failure::usage(format!("{}: {e}", path.display()));
-    let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
+    let text = mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
         .map_err(|e| bad(&e))?;
     let records = trace::parse(&text).map_err(|e| bad(&e))?;
     let name = path
@@ -211,7 +211,7 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
     let runs: Vec<(PolicyKind, Vec<JobResult>)> = policies
         .iter()
         .map(|&k| {
-            eprintln!("mmkctl ksim: {k} ...");
+            eprintln!("mmk-lab ksim: {k} ...");
             (k, sim::run(&config, &jobs, k.build(&params)))
         })
         .collect();

@@ -1,4 +1,4 @@
-//! `mmkctl measure --kernels` and `--deep`: what each job's kernels look like, measured
+//! `mmk-lab measure --kernels` and `--deep`: what each job's kernels look like, measured
 //! alone at 100 % in a worker of its own, after the speed runs.
 //!
 //! - `--kernels`: the worker runs with the interposer in record mode
@@ -227,7 +227,7 @@ fn measure_job(
             let mut records = Vec::new();
             for path in files_with_prefix(scratch.path(), "trace-")? {
                 let text =
-                    crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
+                    mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
                         .map_err(|e| format!("{}: {e}", path.display()))?;
                 records.extend(trace::parse(&text).map_err(|e| format!("trace: {e}"))?);
             }
@@ -236,7 +236,7 @@ fn measure_job(
         }
         Pass::Deep { ncu, .. } => {
             let path = scratch.path().join("ncu.csv");
-            let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES).map_err(|e| {
+            let text = mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES).map_err(|e| {
                 format!(
                     "{} wrote no report ({e}): is it installed, and may it read the GPU's counters?",
                     ncu.display()

@@ -1,6 +1,6 @@
 //! Reading a file a user names, whatever it is: a regular file, a device (`/dev/zero`), a
 //! pipe or FIFO, or standard input (`-`). At most the cap plus one byte is read, and a named
-//! FIFO that no writer opens is given up on, so that no input makes mmkctl grow without
+//! FIFO that no writer opens is given up on, so that no input makes a program grow without
 //! bound or hang for ever.
 
 use std::fs::File;
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::{FileType, Mode, OFlags};
 
-/// The most mmkctl reads of a trace, a dataset, a plan or a profile: 256 MiB.
+/// The most a program reads of a trace, a dataset, a plan or a profile: 256 MiB.
 pub const MAX_DATA_BYTES: usize = 256 * 1024 * 1024;
 
-/// How long mmkctl waits for a writer to open a named FIFO before it gives up on it. A pipe
+/// How long a program waits for a writer to open a named FIFO before it gives up on it. A pipe
 /// whose writer is there is waited for as long as it takes.
 pub const QUIET_LIMIT: Duration = Duration::from_secs(10);
 
@@ -28,9 +28,9 @@ pub enum InputError {
         #[source]
         source: std::io::Error,
     },
-    #[error("it is larger than {cap} bytes, the most mmkctl reads of it")]
+    #[error("it is larger than {cap} bytes, the most that is read of it")]
     TooLarge { path: String, cap: usize },
-    #[error("no writer opened it within {}s; mmkctl gave up on it", .quiet.as_secs())]
+    #[error("no writer opened it within {}s; it was given up on", .quiet.as_secs())]
     Quiet { path: String, quiet: Duration },
 }
 

@@ -1,7 +1,7 @@
-//! mmkctl's standard output. SIGPIPE stays ignored (as Rust leaves it: a gRPC connection
+//! A program's standard output. SIGPIPE stays ignored (as Rust leaves it: a gRPC connection
 //! that closes under a write must be an error, not the end of the process), so `println!`
 //! would panic when the reader of a pipe goes away. Every line goes through [`write`]
-//! instead, which ends mmkctl quietly then.
+//! instead, which ends the program quietly then.
 
 use std::io::Write;
 
@@ -36,7 +36,15 @@ fn settle(written: std::io::Result<()>) {
             std::process::exit(BROKEN_PIPE_EXIT)
         }
         Err(e) => {
-            eprintln!("mmkctl: cannot write the output: {e}");
+            let program = std::env::args()
+                .next()
+                .and_then(|a| {
+                    std::path::Path::new(&a)
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                })
+                .unwrap_or_else(|| "mmk".into());
+            eprintln!("{program}: cannot write the output: {e}");
             std::process::exit(2)
         }
     }

@@ -15,7 +15,7 @@ use mmk_kernel_sched::profile::{Intensity, Profile, parse_ncu_csv};
 use mmk_kernel_sched::{Class, artifacts, env, trace};
 use serde::Serialize;
 
-use crate::cli::{Failure, Format};
+use mmk_cli::{Failure, Format};
 
 #[derive(Debug, Args)]
 pub struct ProfileArgs {
@@ -43,14 +43,14 @@ pub struct ProfileArgs {
     /// Classify kernels from this ncu CSV (`ncu --csv --page raw`) instead of running ncu.
     #[arg(long, value_name = "FILE", conflicts_with = "deep")]
     pub ncu_csv: Option<PathBuf>,
-    /// The interposer [default: libmmk_interposer.so next to mmkctl].
+    /// The interposer [default: libmmk_interposer.so next to this program].
     #[arg(long, value_name = "PATH")]
     pub interposer: Option<PathBuf>,
     /// Build the profile from record-mode traces already written (MMK_KSCHED_RECORD)
     /// instead of running the job; the job file still names the job and its class.
     #[arg(long, value_name = "TRACE")]
     pub from_trace: Vec<PathBuf>,
-    /// Also write every launch recorded, as one trace (for `mmkctl ksim`).
+    /// Also write every launch recorded, as one trace (for `mmk-lab ksim`).
     #[arg(long, value_name = "FILE")]
     pub save_trace: Option<PathBuf>,
 }
@@ -83,7 +83,7 @@ struct Top<'a> {
 }
 
 pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
-    let spec = crate::cli::read_spec(&args.file, None)?;
+    let spec = mmk_cli::read_spec(&args.file, None)?;
     let Task::Command(command) = &spec.task else {
         return Err(Failure::usage(format!(
             "{}: only command jobs can be profiled (this one runs workload {:?} on the simulated node)",
@@ -135,7 +135,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
     };
     let mut records = Vec::new();
     for path in &traces {
-        let text = crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
+        let text = mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
             .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
         records.extend(
             trace::parse(&text).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?,
@@ -160,7 +160,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
     })?;
     let ncu_text = match (&args.ncu_csv, args.deep) {
         (Some(path), _) => Some(
-            crate::input::read_capped_text(path.as_ref(), crate::input::MAX_DATA_BYTES)
+            mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
                 .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?,
         ),
         (None, true) => Some(run_ncu(&args, command, class, work.path())?),
@@ -232,13 +232,13 @@ fn run_child(mut cmd: Command, limit: Option<Duration>) -> Result<ExitStatus, Fa
     }
 }
 
-/// The interposer: `given`, or the one built next to mmkctl.
+/// The interposer: `given`, or the one built next to the running program.
 pub(crate) fn interposer(given: Option<&Path>) -> Result<PathBuf, String> {
     match given {
         Some(p) => Ok(p.to_path_buf()),
         None => artifacts::find_next_to_exe(artifacts::INTERPOSER).ok_or_else(|| {
             format!(
-                "no {} next to mmkctl: build it (cargo build --workspace) or pass --interposer",
+                "no {} next to this program: build it (cargo build --workspace) or pass --interposer",
                 artifacts::INTERPOSER
             )
         }),
@@ -314,7 +314,7 @@ fn run_ncu(
         cmd.current_dir(dir);
     }
     let status = run_child(cmd, args.duration)?;
-    crate::input::read_capped_text(log.as_ref(), crate::input::MAX_DATA_BYTES).map_err(|e| {
+    mmk_cli::input::read_capped_text(log.as_ref(), mmk_cli::input::MAX_DATA_BYTES).map_err(|e| {
         Failure::usage(format!(
             "ncu ({status}) wrote no results to {}: {e}",
             log.display()

@@ -1,9 +1,9 @@
-//! `mmkctl measure PLAN.yaml -o RAW.jsonl`: measure workloads on this machine's GPU under
+//! `mmk-lab measure PLAN.yaml -o RAW.jsonl`: measure workloads on this machine's GPU under
 //! MPS shares, alone, in pairs and in groups of three or more, for the predictor's dataset
 //! and the simulator's ground truth (docs/measure.md).
 //!
 //! A worker process (the plan's `worker` command, for example scripts/gpu/workloads.py)
-//! runs the workloads; mmkctl starts one per MPS share (the share is fixed when a CUDA
+//! runs the workloads; mmk-lab starts one per MPS share (the share is fixed when a CUDA
 //! context starts), tells it what to build and when to measure over a line protocol, and
 //! samples the GPU's GPM metrics over each window through NVML. Each run is appended to
 //! the output as soon as it is measured, so a cut-off sweep keeps what it did and
@@ -31,7 +31,7 @@ use mmk_predictor::measured::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::cli::{Failure, Format};
+use mmk_cli::{Failure, Format};
 
 #[derive(Debug, Args)]
 pub struct MeasureArgs {
@@ -63,7 +63,7 @@ pub struct MeasureArgs {
     /// IPC, L2 hit rate, DRAM throughput); these fill the rows' kernel-level columns.
     #[arg(long)]
     pub deep: bool,
-    /// The interposer for --kernels (default: the one next to mmkctl).
+    /// The interposer for --kernels (default: the one next to mmk-lab).
     #[arg(long, value_name = "PATH")]
     pub interposer: Option<PathBuf>,
     /// The ncu program for --deep.
@@ -327,7 +327,7 @@ fn first_line(s: &str) -> String {
 // ---------------------------------------------------------------------------------------
 // The GPU's side: GPM metrics over a window, and a process's memory.
 
-/// What mmkctl reads from the GPU while workers run.
+/// What mmk-lab reads from the GPU while workers run.
 pub trait Monitor {
     fn gpu(&self) -> Option<GpuInfo>;
     /// Waits until `end_ns` (CLOCK_MONOTONIC) and returns the GPM metrics between
@@ -345,6 +345,7 @@ fn sleep_until(ns: u64) {
 }
 
 /// No GPU metrics (`--no-gpm`, or NVML could not start): windows only wait.
+#[derive(Debug)]
 pub struct NoMonitor {
     pub reason: String,
 }
@@ -366,6 +367,14 @@ impl Monitor for NoMonitor {
 pub struct NvmlMonitor {
     nvml: nvml_wrapper::Nvml,
     index: u32,
+}
+
+impl std::fmt::Debug for NvmlMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlMonitor")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
 }
 
 impl NvmlMonitor {
@@ -705,7 +714,7 @@ pub fn sweep(
                         Ok(info) => info,
                         Err(e) => {
                             // No answer to keep in step with: start it again.
-                            eprintln!("mmkctl: warning: the worker did not say what it is: {e}");
+                            eprintln!("mmk-lab: warning: the worker did not say what it is: {e}");
                             workers[0] = Worker::spawn(plan, g.shares[0], &log)?;
                             BTreeMap::new()
                         }
@@ -878,7 +887,7 @@ struct Done {
 }
 
 fn done_runs(path: &Path) -> Result<Done, String> {
-    let text = crate::input::read_capped_text(path, crate::input::MAX_DATA_BYTES)
+    let text = mmk_cli::input::read_capped_text(path, mmk_cli::input::MAX_DATA_BYTES)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let recs = measured::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut done = Done::default();
@@ -904,7 +913,7 @@ fn done_runs(path: &Path) -> Result<Done, String> {
 pub fn convert(inputs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>), String> {
     let mut recs = Vec::new();
     for p in inputs {
-        let text = crate::input::read_capped_text(p.as_ref(), crate::input::MAX_DATA_BYTES)
+        let text = mmk_cli::input::read_capped_text(p.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
             .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
         recs.extend(measured::parse(&text).map_err(|e| format!("{}: {e}", p.display()))?);
     }
@@ -925,7 +934,7 @@ pub fn convert(inputs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>), S
 
 pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
     let started = Instant::now();
-    let text = crate::input::read_capped_text(args.plan.as_ref(), crate::input::MAX_DATA_BYTES)
+    let text = mmk_cli::input::read_capped_text(args.plan.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
         .map_err(|e| Failure::usage(format!("cannot read {}: {e}", args.plan.display())))?;
     let dir = args
         .plan
@@ -984,7 +993,7 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
         && !Path::new("/tmp/nvidia-mps").exists()
     {
         eprintln!(
-            "mmkctl: warning: no MPS control daemon found (CUDA_MPS_PIPE_DIRECTORY is unset and /tmp/nvidia-mps is missing): shares below 100 % have no effect without one"
+            "mmk-lab: warning: no MPS control daemon found (CUDA_MPS_PIPE_DIRECTORY is unset and /tmp/nvidia-mps is missing): shares below 100 % have no effect without one"
         );
     }
     let monitor: Box<dyn Monitor> = if args.no_gpm {
@@ -995,7 +1004,7 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
         match NvmlMonitor::new(args.gpu) {
             Ok(m) => Box::new(m),
             Err(e) => {
-                eprintln!("mmkctl: warning: no GPM metrics ({e}); the runs give no dataset rows");
+                eprintln!("mmk-lab: warning: no GPM metrics ({e}); the runs give no dataset rows");
                 Box::new(NoMonitor { reason: e })
             }
         }
