@@ -13,7 +13,8 @@
 //!                     kernels, SMs (filled and asked for), compute- and memory-bound
 //!                     kernels and expected
 //!                     run time in flight, the end of the gap an idle online process
-//!                     expects, launch / held / forced counters
+//!                     expects, launch / held / forced counters, the time it had
+//!                     kernels in flight
 //! ```
 //!
 //! - The online path is lock-free and touches its own slot (and, with the device wait on,
@@ -107,6 +108,11 @@ struct Slot {
     /// Set by an online process whose last kernel completed: when its profile expects the
     /// next one (`CLOCK_MONOTONIC` ns); 0 when it expects nothing.
     gap_until_ns: AtomicU64,
+    /// When the process last went from no kernel in flight to one (`CLOCK_MONOTONIC` ns).
+    busy_since_ns: AtomicU64,
+    /// Time it had kernels in flight, summed over its busy periods that ended: the GPU
+    /// time attributed to it (ns).
+    busy_ns: AtomicU64,
 }
 
 #[repr(C)]
@@ -218,6 +224,9 @@ pub struct SlotStats {
     pub forced: u64,
     pub completed: u64,
     pub max_held_ns: u64,
+    /// GPU time attributed to the process: time it had kernels in flight, over its busy
+    /// periods that ended (ns).
+    pub busy_ns: u64,
 }
 
 /// A gate's counters over all the processes that used it.
@@ -530,6 +539,7 @@ impl Gate {
         self.fold_into_totals(slot);
         slot.completed.store(0, Ordering::Relaxed);
         slot.max_held_ns.store(0, Ordering::Relaxed);
+        slot.busy_ns.store(0, Ordering::Relaxed);
         let share = (mps_fraction.clamp(0.0, 1.0) * 1000.0).round() as u32;
         slot.share_milli.store(share, Ordering::Relaxed);
         slot.class.store(class.code(), Ordering::Release);
@@ -633,7 +643,11 @@ impl Gate {
         if charge.ask > 0 {
             s.inflight_ask.fetch_add(charge.ask, Ordering::AcqRel);
         }
-        s.inflight.fetch_add(1, Ordering::AcqRel);
+        if s.inflight.fetch_add(1, Ordering::AcqRel) == 0 {
+            // A busy period starts; its end (in `end`, after this kernel's launch returned)
+            // adds it to `busy_ns`.
+            s.busy_since_ns.store(monotonic_ns(), Ordering::Release);
+        }
         // After the slot's count, so that a recount never finds the word above the slots
         // for a launch still on its way. Without the device wait nothing reads the word.
         if s.class.load(Ordering::Acquire) == Class::Online.code() && self.device_wait() {
@@ -686,6 +700,12 @@ impl Gate {
             .unwrap_or(0);
         if online && before > 0 && self.device_wait() {
             self.device_online_end(1);
+        }
+        if before == 1 {
+            let since = s.busy_since_ns.load(Ordering::Acquire);
+            if since > 0 && now_ns > since {
+                s.busy_ns.fetch_add(now_ns - since, Ordering::Relaxed);
+            }
         }
         if before <= 1 && online {
             let until = charge.gap_after_ns.map_or(0, |g| now_ns.saturating_add(g));
@@ -1056,6 +1076,7 @@ fn clear_counters(s: &Slot) {
     }
     s.inflight_expected_ns.store(0, Ordering::Relaxed);
     s.gap_until_ns.store(0, Ordering::Relaxed);
+    s.busy_since_ns.store(0, Ordering::Relaxed);
 }
 
 fn stats_of(s: &Slot) -> Option<SlotStats> {
@@ -1073,6 +1094,7 @@ fn stats_of(s: &Slot) -> Option<SlotStats> {
         forced: s.forced.load(Ordering::Relaxed),
         completed: s.completed.load(Ordering::Relaxed),
         max_held_ns: s.max_held_ns.load(Ordering::Relaxed),
+        busy_ns: s.busy_ns.load(Ordering::Relaxed),
     })
 }
 
@@ -1252,6 +1274,7 @@ mod tests {
         g.end(off, &norm, 5);
         assert_eq!(g.in_flight().offline_expected_ns, 80_000);
         assert_eq!(g.slot(off).expect("slot").inflight_ask, 150);
+        assert_eq!(g.slot(off).expect("slot").busy_ns, 0, "still busy");
         g.end(on, &conv, 1_000_000);
         let state = g.in_flight();
         assert_eq!(state.online_compute, 0);
@@ -1528,6 +1551,36 @@ mod tests {
         assert!(err.to_string().contains("layout version 1"), "{err}");
         let g = Gate::create(&junk, &GateConfig::new(14, PolicyKind::Orion)).unwrap();
         assert_eq!(g.config().policy, PolicyKind::Orion);
+    }
+
+    #[test]
+    fn a_process_is_charged_the_time_it_has_kernels_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = Gate::create(
+            &dir.path().join("busy.gate"),
+            &GateConfig::new(132, PolicyKind::Mmk),
+        )
+        .unwrap();
+        let slot = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
+        let t0 = monotonic_ns();
+        // Two kernels overlap: one busy period, from the first launch to the last end.
+        g.begin(slot, &sm(10));
+        g.begin(slot, &sm(10));
+        g.end(slot, &sm(10), t0 + 2_000_000);
+        assert_eq!(
+            g.slot(slot).unwrap().busy_ns,
+            0,
+            "a kernel is still in flight"
+        );
+        g.end(slot, &sm(10), t0 + 3_000_000);
+        let busy = g.slot(slot).unwrap().busy_ns;
+        assert!((2_900_000..=3_000_000).contains(&busy), "{busy}");
+        // Idle time between periods is not charged.
+        let t1 = monotonic_ns();
+        g.begin(slot, &sm(10));
+        g.end(slot, &sm(10), t1 + 1_000_000);
+        let busy2 = g.slot(slot).unwrap().busy_ns - busy;
+        assert!((900_000..=1_000_000).contains(&busy2), "{busy2}");
     }
 
     #[test]

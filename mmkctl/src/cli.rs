@@ -55,6 +55,9 @@ pub enum Command {
     },
     /// List the node's GPUs, their MIG profiles and free capacity.
     Gpus,
+    /// A live view of each GPU's partitions and jobs: share, memory, GPU time and time
+    /// held, redrawn every second; `q` quits, `--once` prints one frame.
+    Top(crate::top::TopArgs),
     /// What mmkd learned of your jobs' GPU use, by job signature (an operator sees every
     /// user's); the planner uses a profile once it says USED yes.
     Profiles,
@@ -281,6 +284,7 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
             output::partitions(fmt, &resp);
             Ok(())
         }
+        Command::Top(args) => crate::top::run(&target, fmt, args).await,
         Command::Profiles => {
             let mut c = connect(&target).await?;
             let resp = c

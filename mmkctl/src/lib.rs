@@ -20,6 +20,7 @@ mod output;
 mod picture;
 mod predictor;
 mod simulate;
+mod top;
 
 use std::process::ExitCode;
 

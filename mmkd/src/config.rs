@@ -166,6 +166,10 @@ pub struct Args {
     /// advertises them as devices [default: 10G]
     #[arg(long, value_name = "SIZE")]
     pub capacity_unit: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (docs/metrics.md), or `off`
+    /// [default: 127.0.0.1:9410; when that port is taken mmkd warns and goes on without]
+    #[arg(long, value_name = "ADDR|off")]
+    pub metrics: Option<String>,
     /// Serve the Kubernetes device plugin (mmk.io/online, mmk.io/offline) and register it
     /// with the kubelet whose device-plugin directory this is
     /// (/var/lib/kubelet/device-plugins); off when unset
@@ -290,6 +294,7 @@ struct FileConfig {
     kernel_gate_dir: Option<PathBuf>,
     interposer: Option<PathBuf>,
     capacity_unit: Option<String>,
+    metrics: Option<String>,
     kubelet_dir: Option<PathBuf>,
     kubelet_pod_resources: Option<PathBuf>,
     kubelet_check_interval: Option<String>,
@@ -332,6 +337,8 @@ pub struct Config {
     /// An interposer named by the operator (must exist), else the default one if present.
     pub interposer: Option<PathBuf>,
     pub capacity_unit_mib: u64,
+    /// Where metrics are served; `None` when off.
+    pub metrics: Option<MetricsAddr>,
     /// The Kubernetes device plugin; `None` when it is off.
     pub kubelet: Option<crate::k8s::PluginConfig>,
     /// The most a command job's logs take on disk, in bytes.
@@ -343,6 +350,17 @@ pub struct Config {
     /// The TCP listener's TLS files; set whenever `listen` is.
     pub tls: Option<TlsFiles>,
 }
+
+/// Where `/metrics` is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsAddr {
+    pub addr: SocketAddr,
+    /// The default address, not one the operator gave: a port in use is a warning.
+    pub default: bool,
+}
+
+/// Metrics are served here unless `--metrics` says otherwise.
+pub const DEFAULT_METRICS: &str = "127.0.0.1:9410";
 
 /// The files of the TCP listener's mutual TLS.
 #[derive(Debug, Clone)]
@@ -514,6 +532,23 @@ impl Config {
                 })?
             }
         };
+        let metrics = match args.metrics.or(file.metrics) {
+            None => Some(MetricsAddr {
+                addr: DEFAULT_METRICS.parse().map_err(|e| ConfigError::Invalid {
+                    field: "metrics",
+                    message: format!("{DEFAULT_METRICS}: {e}"),
+                })?,
+                default: true,
+            }),
+            Some(text) if text == "off" => None,
+            Some(text) => Some(MetricsAddr {
+                addr: text.parse().map_err(|e| ConfigError::Invalid {
+                    field: "metrics",
+                    message: format!("{text:?} is not an address like 127.0.0.1:9410 or off ({e})"),
+                })?,
+                default: false,
+            }),
+        };
         let check_every = duration_setting(
             args.kubelet_check_interval,
             file.kubelet_check_interval,
@@ -594,6 +629,7 @@ impl Config {
             socket_group,
             kubelet,
             capacity_unit_mib,
+            metrics,
             planner,
             socket: args
                 .socket

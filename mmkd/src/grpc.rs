@@ -26,6 +26,7 @@ pub use allocation::AllocationApi;
 use crate::auth::{Access, Caller};
 use crate::job::JobRecord;
 use crate::ksched::GateView;
+use crate::learn::sampler::JobTotals;
 use crate::mps::instance_key;
 use crate::node::{JobEvent, Node};
 use mmk_mps_control::DaemonInfo;
@@ -351,7 +352,7 @@ pub(crate) fn free_slices(g: &GpuState) -> u32 {
     u32::from(g.model.memory_slices).saturating_sub(used)
 }
 
-async fn active_jobs(node: &Node) -> Result<Vec<JobRecord>, Status> {
+pub(crate) async fn active_jobs(node: &Node) -> Result<Vec<JobRecord>, Status> {
     node.list(&[JobState::Starting, JobState::Running], None)
         .await
         .map_err(status)
@@ -413,6 +414,7 @@ fn partitions_of(
     jobs: &[JobRecord],
     daemons: &[DaemonInfo],
     gates: &HashMap<String, GateView>,
+    totals: &HashMap<u64, JobTotals>,
 ) -> Vec<v1::Partition> {
     let gate = |instance: Option<u32>| {
         gates
@@ -437,13 +439,21 @@ fn partitions_of(
                     a.slot.gpu == g.index && a.slot.profile_id == instance && a.slot.start == start
                 })
             })
-            .map(|j| v1::PartitionJob {
-                job_id: j.id,
-                name: j.spec.name.clone(),
-                class: class_to_proto(j.spec.class) as i32,
-                state: state_to_proto(j.state) as i32,
-                mps_share: j.assignment.as_ref().map_or(0, |a| u32::from(a.mps_share)),
-                gpu_memory_mib: j.spec.gpu_memory_mib,
+            .map(|j| {
+                let t = totals.get(&j.id).copied().unwrap_or_default();
+                v1::PartitionJob {
+                    job_id: j.id,
+                    name: j.spec.name.clone(),
+                    class: class_to_proto(j.spec.class) as i32,
+                    state: state_to_proto(j.state) as i32,
+                    mps_share: j.assignment.as_ref().map_or(0, |a| u32::from(a.mps_share)),
+                    gpu_memory_mib: j.spec.gpu_memory_mib,
+                    kernel_us: t.kernel_ns / 1000,
+                    launches: t.launches,
+                    held: t.held,
+                    held_us: t.held_ns / 1000,
+                    owner_uid: j.owner.map(|o| o.uid),
+                }
             })
             .collect()
     };
@@ -577,27 +587,41 @@ impl PartitionService for PartitionApi {
         &self,
         _req: Request<v1::ListPartitionsRequest>,
     ) -> Result<Response<v1::ListPartitionsResponse>, Status> {
-        let gpus = self.node.gpus().await.map_err(status)?;
-        let jobs = active_jobs(&self.node).await?;
-        let daemons = self.node.mps().daemons().await;
-        let gates = self
-            .node
-            .gates(gpus.iter().flat_map(partition_keys).collect())
-            .await;
-        Ok(Response::new(v1::ListPartitionsResponse {
-            gpus: gpus
-                .iter()
-                .map(|g| v1::GpuPartitions {
-                    gpu_index: g.index,
-                    gpu_uuid: g.uuid.clone(),
-                    model: g.model.product_name.clone(),
-                    mig_enabled: g.mig_enabled,
-                    memory_slices: u32::from(g.model.memory_slices),
-                    partitions: partitions_of(g, &jobs, &daemons, &gates),
-                })
-                .collect(),
-        }))
+        Ok(Response::new(partitions(&self.node).await?))
     }
+}
+
+/// The GPUs' partitions now, with their jobs (and what each did in its gate), MPS daemons
+/// and gates: ListPartitions's answer, which `mmkd --metrics` reads too.
+pub async fn partitions(node: &Node) -> Result<v1::ListPartitionsResponse, Status> {
+    let jobs = active_jobs(node).await?;
+    partitions_of_jobs(node, &jobs).await
+}
+
+/// [`partitions`] with the active jobs already read.
+pub async fn partitions_of_jobs(
+    node: &Node,
+    jobs: &[JobRecord],
+) -> Result<v1::ListPartitionsResponse, Status> {
+    let gpus = node.gpus().await.map_err(status)?;
+    let daemons = node.mps().daemons().await;
+    let gates = node
+        .gates(gpus.iter().flat_map(partition_keys).collect())
+        .await;
+    let totals = node.job_totals();
+    Ok(v1::ListPartitionsResponse {
+        gpus: gpus
+            .iter()
+            .map(|g| v1::GpuPartitions {
+                gpu_index: g.index,
+                gpu_uuid: g.uuid.clone(),
+                model: g.model.product_name.clone(),
+                mig_enabled: g.mig_enabled,
+                memory_slices: u32::from(g.model.memory_slices),
+                partitions: partitions_of(g, jobs, &daemons, &gates, &totals),
+            })
+            .collect(),
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -668,7 +692,7 @@ fn profile_to_proto(p: &crate::learn::Learned) -> v1::LearnedProfile {
 /// GPU memory that jobs could still use on `g`: what the partitions' jobs leave, plus the
 /// free memory slices. GetNode and WatchCapacity both report this.
 pub(crate) fn free_memory_mib(g: &GpuState, jobs: &[JobRecord]) -> u64 {
-    let partitions = partitions_of(g, jobs, &[], &HashMap::new());
+    let partitions = partitions_of(g, jobs, &[], &HashMap::new(), &HashMap::new());
     let free_in_partitions: u64 = partitions
         .iter()
         .map(|p| p.memory_mib.saturating_sub(p.used_memory_mib))

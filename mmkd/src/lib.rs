@@ -13,6 +13,7 @@ pub mod joblog;
 pub mod k8s;
 pub mod ksched;
 pub mod learn;
+pub mod metrics;
 pub mod mps;
 pub mod node;
 pub mod runner;

@@ -164,6 +164,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             _ => Ok(()),
         }
     };
+    if let Some(m) = config.metrics {
+        match tokio::net::TcpListener::bind(m.addr).await {
+            Ok(l) => {
+                tokio::spawn(crate::metrics::serve(l, node.clone(), closed(&closed_tx)));
+            }
+            Err(e) if m.default => {
+                warn!(addr = %m.addr, error = %e, "cannot serve metrics at the default address; going on without (--metrics ADDR or off)");
+            }
+            Err(e) => {
+                return Err(
+                    anyhow::Error::new(e).context(format!("cannot serve metrics on {}", m.addr))
+                );
+            }
+        }
+    }
     let servers = async { tokio::try_join!(uds_server, tcp_server) };
     tokio::pin!(servers);
     let mut loop_handle = loop_handle;

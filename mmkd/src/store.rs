@@ -626,6 +626,20 @@ impl Store {
         delete_instance(&mut conn, gpu_uuid, start).await
     }
 
+    /// How many jobs are in each state (states without jobs are left out).
+    pub async fn count_by_state(&self) -> Result<Vec<(JobState, u64)>> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let state: String = r.try_get("state")?;
+                let n: i64 = r.try_get("n")?;
+                Ok((parse_state(0, &state)?, u64::try_from(n).unwrap_or(0)))
+            })
+            .collect()
+    }
+
     /// Stores a learned profile as it is now (replacing the row of its signature).
     pub async fn put_profile(&self, p: &Learned) -> Result<()> {
         let observed = serde_json::to_string(&p.observed).map_err(|e| StoreError::Corrupt {

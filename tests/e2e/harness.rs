@@ -83,6 +83,12 @@ impl Daemon {
                     &["--kernel-policy", "off"][..]
                 },
             )
+            // No metrics server (tests run side by side), unless the test names an address.
+            .args(if extra.contains(&"--metrics") {
+                &[][..]
+            } else {
+                &["--metrics", "off"][..]
+            })
             // First fit, whose layouts the tests can state, unless the test names a planner.
             .args(if extra.contains(&"--planner") {
                 &[][..]

@@ -10,6 +10,7 @@ mod jobs;
 mod k8s;
 mod ksched;
 mod learn;
+mod metrics;
 mod mps;
 mod predictor;
 mod python;

@@ -30,6 +30,31 @@ const MEAN_PERIOD_US: u64 = 2000;
 /// this much time.
 const MAX_STEP: Duration = Duration::from_millis(50);
 
+/// Counters of one process as last read.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    launches: u64,
+    completed: u64,
+    busy_ns: u64,
+    held_ns: u64,
+    held: u64,
+}
+
+/// What a job's processes did in its gate over its run, as sampled: GPU time attributed to
+/// it (time with kernels in flight), launches, and launches the gate held and for how long.
+/// A process that ends between two samples loses what it did since the last one (at most
+/// 3 ms).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JobTotals {
+    pub kernel_ns: u64,
+    pub launches: u64,
+    pub held: u64,
+    pub held_ns: u64,
+}
+
+/// How long the totals of a run that ended stay readable (for a scrape after its end).
+pub const ENDED_KEPT: Duration = Duration::from_secs(300);
+
 /// What to sample for a running job.
 #[derive(Debug, Clone)]
 pub struct Watch {
@@ -48,8 +73,10 @@ pub struct Watch {
 struct Watched {
     watch: Watch,
     observed: Observed,
-    /// Last counters seen per process (launches, completed).
-    counters: HashMap<u32, (u64, u64)>,
+    /// Last counters seen per process.
+    counters: HashMap<u32, Counters>,
+    /// What the job's processes did over this run (`mmkd --metrics`, `mmkctl top`).
+    totals: JobTotals,
     last_sample: Option<Instant>,
     last_flush: Instant,
     /// The job's first report of this run counts the run.
@@ -59,6 +86,8 @@ struct Watched {
 #[derive(Debug, Default)]
 struct Shared {
     jobs: Mutex<HashMap<u64, Watched>>,
+    /// Totals of runs that ended, with when, for [`ENDED_KEPT`].
+    ended: Mutex<HashMap<u64, (Instant, JobTotals)>>,
     wake: Condvar,
     stop: AtomicBool,
 }
@@ -108,6 +137,7 @@ impl Sampler {
                 watch,
                 observed: Observed::default(),
                 counters: HashMap::new(),
+                totals: JobTotals::default(),
                 last_sample: None,
                 last_flush: now,
                 counted_run: false,
@@ -121,7 +151,26 @@ impl Sampler {
         let gone = lock(&self.shared.jobs).remove(&job);
         if let Some(mut w) = gone {
             self.report(job, &mut w);
+            let mut ended = lock(&self.shared.ended);
+            ended.retain(|_, (at, _)| at.elapsed() < ENDED_KEPT);
+            ended.insert(job, (Instant::now(), w.totals));
         }
+    }
+
+    /// What each job's processes did in its current run (or its last one, for runs that
+    /// ended within [`ENDED_KEPT`]).
+    pub fn totals(&self) -> HashMap<u64, JobTotals> {
+        let mut all: HashMap<u64, JobTotals> = lock(&self.shared.ended)
+            .iter()
+            .filter(|(_, (at, _))| at.elapsed() < ENDED_KEPT)
+            .map(|(id, (_, t))| (*id, *t))
+            .collect();
+        all.extend(
+            lock(&self.shared.jobs)
+                .iter()
+                .map(|(id, w)| (*id, w.totals)),
+        );
+        all
     }
 
     /// Report and forget every watched job (mmkd is stopping).
@@ -251,15 +300,20 @@ impl Sampler {
                 e.0 = e.0.saturating_add(u64::from(ask));
                 e.1 |= slot.inflight > 0;
                 e.2 = true;
-                let (launches, completed) = w.counters.entry(slot.pid).or_insert((0, 0));
+                let last = w.counters.entry(slot.pid).or_default();
                 // Counters start again when a slot is taken anew: only forward.
                 let forward = |last: &mut u64, now: u64| {
                     let d = if now >= *last { now - *last } else { now };
                     *last = now;
                     d
                 };
-                w.observed.launches += forward(launches, slot.launches);
-                w.observed.completed += forward(completed, slot.completed);
+                let launches = forward(&mut last.launches, slot.launches);
+                w.observed.launches += launches;
+                w.observed.completed += forward(&mut last.completed, slot.completed);
+                w.totals.launches += launches;
+                w.totals.kernel_ns += forward(&mut last.busy_ns, slot.busy_ns);
+                w.totals.held_ns += forward(&mut last.held_ns, slot.held_ns);
+                w.totals.held += forward(&mut last.held, slot.held);
             }
         }
         owners.retain(|pid, _| seen_pids.contains(pid));
@@ -375,10 +429,18 @@ mod tests {
         for _ in 0..200 {
             gate.begin(slot, &charge);
             std::thread::sleep(Duration::from_millis(5));
-            gate.end(slot, &charge, 0);
+            gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
             std::thread::sleep(Duration::from_millis(5));
         }
         sampler.unwatch(JOB);
+        let totals = sampler.totals()[&JOB];
+        assert_eq!(totals.launches, 200);
+        // 200 kernels of 5 ms each: a second of GPU time (sleeps run a little over).
+        assert!(
+            (1_000_000_000..1_250_000_000).contains(&totals.kernel_ns),
+            "{}",
+            totals.kernel_ns
+        );
         sampler.stop();
         handle.join().expect("sampler");
         let seen = rx.recv().await.expect("a report");

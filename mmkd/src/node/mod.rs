@@ -42,6 +42,7 @@ use crate::backend::GpuBackend;
 use crate::job::{Change, JobRecord};
 use crate::learn::sampler::Sampler;
 use crate::learn::{Learned, Profiles, Seen};
+use crate::metrics::NodeMetrics;
 use crate::mps::Mps;
 use crate::runner::{Exit, Runner};
 use crate::store::{Store, StoreError};
@@ -87,6 +88,8 @@ struct Inner {
     learned: Profiles,
     /// Samples running jobs' gate slots into their learned profiles.
     sampler: Sampler,
+    /// Latencies for `mmkd --metrics`.
+    metrics: NodeMetrics,
 }
 
 /// A cancel under way: the reason to record, who cancelled, and whether mmk stopped the
@@ -135,6 +138,7 @@ impl Node {
                 attached: Mutex::default(),
                 learned,
                 sampler,
+                metrics: NodeMetrics::default(),
             }),
         };
         node.recover().await?;
@@ -170,6 +174,22 @@ impl Node {
 
     pub fn mps(&self) -> &Mps {
         &self.inner.mps
+    }
+
+    /// What each running job's processes did in its gate over its run (and runs that
+    /// ended in the last five minutes).
+    pub fn job_totals(&self) -> HashMap<u64, crate::learn::sampler::JobTotals> {
+        self.inner.sampler.totals()
+    }
+
+    /// The latencies mmkd has recorded since it started.
+    pub fn metrics(&self) -> &NodeMetrics {
+        &self.inner.metrics
+    }
+
+    /// How many jobs the store holds in each state.
+    pub async fn count_by_state(&self) -> Result<Vec<(JobState, u64)>, StoreError> {
+        self.inner.store.count_by_state().await
     }
 
     /// The node's learned profiles.
@@ -249,11 +269,14 @@ impl Node {
         change: Change,
     ) -> ServiceResult<JobRecord> {
         let _emit = self.inner.emit.lock().await;
-        let (job, ev) = self
+        let started = std::time::Instant::now();
+        let written = self
             .inner
             .store
             .transition(id, to, reason, change, now_ms())
-            .await?;
+            .await;
+        NodeMetrics::since(&self.inner.metrics.store_write, started);
+        let (job, ev) = written?;
         if !matches!(to, JobState::Starting | JobState::Running) {
             // Its run is over: what was seen of it goes into its profile.
             self.inner.sampler.unwatch(id);

@@ -20,6 +20,7 @@ use crate::job::{Assignment, Change, InstanceRecord, JobRecord, StepRecord};
 use crate::ksched;
 use crate::learn::sampler::Watch;
 use crate::learn::{self, Learned, Profiles};
+use crate::metrics::NodeMetrics;
 use crate::mps;
 use crate::runner::{Exit, Launch, Outcome};
 use crate::store::StoreError;
@@ -389,12 +390,13 @@ impl Node {
         demands: Vec<JobDemand>,
     ) -> ServiceResult<Plan> {
         let planner = Arc::clone(&self.inner.planner);
-        tokio::task::spawn_blocking(move || planner.plan(&node, &demands))
-            .await
-            .map_err(|e| {
-                warn!(error = %e, "the planner failed");
-                ServiceError::Internal("the planner failed; see mmkd's log".into())
-            })
+        let started = std::time::Instant::now();
+        let plan = tokio::task::spawn_blocking(move || planner.plan(&node, &demands)).await;
+        NodeMetrics::since(&self.inner.metrics.planning, started);
+        plan.map_err(|e| {
+            warn!(error = %e, "the planner failed");
+            ServiceError::Internal("the planner failed; see mmkd's log".into())
+        })
     }
 
     /// Applies one layout step, recorded in the store before it starts and when it ends
@@ -444,9 +446,13 @@ impl Node {
                     .runner
                     .kernel_sched()
                     .remove(&mps::partition_key(&slot, instance));
-                tokio::task::spawn_blocking(move || backend.destroy_instance(slot.gpu, instance))
-                    .await
-                    .map_err(|e| ServiceError::Internal(e.to_string()))??;
+                let started = std::time::Instant::now();
+                let destroyed = tokio::task::spawn_blocking(move || {
+                    backend.destroy_instance(slot.gpu, instance)
+                })
+                .await;
+                NodeMetrics::since(&self.inner.metrics.reconfiguration, started);
+                destroyed.map_err(|e| ServiceError::Internal(e.to_string()))??;
                 store
                     .finish_destroy(step_id, &gpu_uuid, slot.start, now_ms())
                     .await?;
@@ -461,11 +467,13 @@ impl Node {
                 let Some(profile) = slot.profile_id else {
                     return Ok(());
                 };
-                let inst = tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
+                let created = tokio::task::spawn_blocking(move || {
                     backend.create_instance(slot.gpu, profile, slot.start)
                 })
-                .await
-                .map_err(|e| ServiceError::Internal(e.to_string()))??;
+                .await;
+                NodeMetrics::since(&self.inner.metrics.reconfiguration, started);
+                let inst = created.map_err(|e| ServiceError::Internal(e.to_string()))??;
                 info!(
                     gpu = slot.gpu,
                     instance = inst.id,

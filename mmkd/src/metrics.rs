@@ -1,0 +1,466 @@
+//! `mmkd --metrics ADDR`: the node, its partitions and its jobs in the Prometheus text
+//! format, at `http://ADDR/metrics` (docs/metrics.md lists every series).
+//!
+//! Labels follow dcgm-exporter's where they mean the same (`gpu`, `UUID`, `GPU_I_ID`,
+//! `GPU_I_PROFILE`), plus `partition` (mmkd's key of the partition, as in its gate's file
+//! name); job series add `job`, `name`, `class` and `user`. Each scrape reads the node as
+//! ListPartitions does; the latency histograms are kept from mmkd's start
+//! ([`NodeMetrics`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::job::JobRecord;
+use crate::node::Node;
+
+/// The latencies mmkd records as it works, from its start.
+#[derive(Debug)]
+pub struct NodeMetrics {
+    /// One planning run (seconds).
+    pub planning: Histogram,
+    /// One MIG step: creating or destroying an instance (seconds).
+    pub reconfiguration: Histogram,
+    /// One job state change written to the node store (seconds).
+    pub store_write: Histogram,
+}
+
+impl Default for NodeMetrics {
+    fn default() -> NodeMetrics {
+        NodeMetrics {
+            // 50 us to about 1.6 s.
+            planning: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            // 1 ms to about 33 s.
+            reconfiguration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            // 50 us to about 1.6 s.
+            store_write: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+        }
+    }
+}
+
+impl NodeMetrics {
+    /// Records the time since `started` in `h`.
+    pub fn since(h: &Histogram, started: std::time::Instant) {
+        h.observe(started.elapsed().as_secs_f64());
+    }
+}
+
+/// A partition's labels.
+#[allow(non_snake_case)]
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartLabels {
+    gpu: String,
+    UUID: String,
+    GPU_I_ID: String,
+    GPU_I_PROFILE: String,
+    partition: String,
+}
+
+/// A job's labels: its partition's and its own.
+#[allow(non_snake_case)]
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    gpu: String,
+    UUID: String,
+    GPU_I_ID: String,
+    GPU_I_PROFILE: String,
+    partition: String,
+    job: String,
+    name: String,
+    class: String,
+    user: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InfoLabels {
+    state: String,
+    job: String,
+    name: String,
+    class: String,
+    user: String,
+    partition: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type FloatCounter = Counter<f64, AtomicU64>;
+
+/// User names by uid, looked up once.
+#[derive(Debug, Default)]
+pub struct Users(Mutex<HashMap<u32, String>>);
+
+impl Users {
+    fn name(&self, uid: Option<u32>) -> String {
+        let Some(uid) = uid else {
+            return String::new();
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(uid)
+            .or_insert_with(|| {
+                uzers::get_user_by_uid(uid).map_or_else(
+                    || uid.to_string(),
+                    |u| u.name().to_string_lossy().into_owned(),
+                )
+            })
+            .clone()
+    }
+}
+
+fn class_name(c: i32) -> String {
+    mmk_proto::class_from_proto(c).map_or_else(|| "unknown".into(), |c| c.as_str().to_owned())
+}
+
+/// The metrics text of the node as it is now.
+pub async fn render(node: &Node, users: &Users) -> Result<String, String> {
+    let active = crate::grpc::active_jobs(node)
+        .await
+        .map_err(|s| s.message().to_owned())?;
+    let view = crate::grpc::partitions_of_jobs(node, &active)
+        .await
+        .map_err(|s| s.message().to_owned())?;
+    let counts = node.count_by_state().await.map_err(|e| e.to_string())?;
+    let totals = node.job_totals();
+    let mut reg = Registry::with_prefix("mmk");
+
+    let part_gauge = |reg: &mut Registry, name: &str, help: &str| {
+        let f = Family::<PartLabels, Gauge>::default();
+        reg.register(name, help, f.clone());
+        f
+    };
+    let part_counter = |reg: &mut Registry, name: &str, help: &str| {
+        let f = Family::<PartLabels, Counter>::default();
+        reg.register(name, help, f.clone());
+        f
+    };
+    let sms = part_gauge(&mut reg, "partition_sms", "SMs of the partition");
+    let memory = part_gauge(
+        &mut reg,
+        "partition_memory_bytes",
+        "GPU memory of the partition",
+    );
+    let jobs = part_gauge(&mut reg, "partition_jobs", "Jobs placed in the partition");
+    let mps_up = part_gauge(
+        &mut reg,
+        "partition_mps_up",
+        "1 while the partition's MPS control daemon runs",
+    );
+    let mps_restarts = part_counter(
+        &mut reg,
+        "partition_mps_restarts",
+        "Restarts of the partition's MPS control daemon after it died",
+    );
+    let launches = part_counter(
+        &mut reg,
+        "partition_gate_launches",
+        "Kernel launches through the partition's gate",
+    );
+    let held = part_counter(
+        &mut reg,
+        "partition_gate_held",
+        "Launches the partition's gate held",
+    );
+    let forced = part_counter(
+        &mut reg,
+        "partition_gate_forced",
+        "Holds that the anti-starvation bound ended",
+    );
+    let held_seconds = Family::<PartLabels, FloatCounter>::default();
+    reg.register(
+        "partition_gate_held_seconds",
+        "Time launches spent held in the partition's gate",
+        held_seconds.clone(),
+    );
+
+    let job_share = Family::<JobLabels, Gauge>::default();
+    reg.register(
+        "job_mps_share_percent",
+        "The job's MPS active thread percentage",
+        job_share.clone(),
+    );
+    let job_memory = Family::<JobLabels, Gauge>::default();
+    reg.register(
+        "job_memory_limit_bytes",
+        "The job's GPU memory limit",
+        job_memory.clone(),
+    );
+    let job_kernel = Family::<JobLabels, FloatCounter>::default();
+    reg.register(
+        "job_gpu_kernel_seconds",
+        "GPU time attributed to the job: time its processes had kernels in flight, this run",
+        job_kernel.clone(),
+    );
+    let job_launches = Family::<JobLabels, Counter>::default();
+    reg.register(
+        "job_launches",
+        "Kernel launches of the job's processes, this run",
+        job_launches.clone(),
+    );
+    let job_held = Family::<JobLabels, FloatCounter>::default();
+    reg.register(
+        "job_held_seconds",
+        "Time the job's launches spent held by the gate, this run",
+        job_held.clone(),
+    );
+    let job_wait = Family::<JobLabels, FloatGauge>::default();
+    reg.register(
+        "job_queue_wait_seconds",
+        "Time the job waited between its submission and the start of this run",
+        job_wait.clone(),
+    );
+    let job_info = Family::<InfoLabels, Gauge>::default();
+    reg.register(
+        "job_info",
+        "1 for each job running or ended in the last five minutes, with its state",
+        job_info.clone(),
+    );
+
+    let mut placed: HashMap<u64, JobLabels> = HashMap::new();
+    for g in &view.gpus {
+        for p in &g.partitions {
+            let key = crate::mps::instance_key(g.gpu_index, g.mig_enabled.then_some(p.instance_id));
+            let l = PartLabels {
+                gpu: g.gpu_index.to_string(),
+                UUID: g.gpu_uuid.clone(),
+                GPU_I_ID: if g.mig_enabled {
+                    p.instance_id.to_string()
+                } else {
+                    String::new()
+                },
+                GPU_I_PROFILE: if g.mig_enabled {
+                    p.profile.clone()
+                } else {
+                    String::new()
+                },
+                partition: key,
+            };
+            sms.get_or_create(&l).set(i64::from(p.sm_count));
+            memory
+                .get_or_create(&l)
+                .set(i64::try_from(p.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX));
+            jobs.get_or_create(&l)
+                .set(i64::try_from(p.jobs.len()).unwrap_or(i64::MAX));
+            if let Some(m) = &p.mps {
+                mps_up.get_or_create(&l).set(i64::from(m.pid != 0));
+                mps_restarts.get_or_create(&l).inc_by(u64::from(m.restarts));
+            }
+            if let Some(gate) = p.gate.as_ref().filter(|g| g.error.is_empty()) {
+                launches.get_or_create(&l).inc_by(gate.launches);
+                held.get_or_create(&l).inc_by(gate.held);
+                forced.get_or_create(&l).inc_by(gate.forced);
+                held_seconds
+                    .get_or_create(&l)
+                    .inc_by(gate.held_us as f64 / 1e6);
+            }
+            for j in &p.jobs {
+                let jl = JobLabels {
+                    gpu: l.gpu.clone(),
+                    UUID: l.UUID.clone(),
+                    GPU_I_ID: l.GPU_I_ID.clone(),
+                    GPU_I_PROFILE: l.GPU_I_PROFILE.clone(),
+                    partition: l.partition.clone(),
+                    job: j.job_id.to_string(),
+                    name: j.name.clone(),
+                    class: class_name(j.class),
+                    user: users.name(j.owner_uid),
+                };
+                job_share.get_or_create(&jl).set(i64::from(j.mps_share));
+                job_memory.get_or_create(&jl).set(
+                    i64::try_from(j.gpu_memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
+                );
+                placed.insert(j.job_id, jl);
+            }
+        }
+    }
+    // Jobs that run now, and those whose run ended in the last five minutes (so that a
+    // scrape after its end still reads its final counters).
+    let mut listed: Vec<JobRecord> = active;
+    let known: std::collections::HashSet<u64> = listed.iter().map(|j| j.id).collect();
+    for id in totals.keys().filter(|id| !known.contains(id)) {
+        if let Ok(j) = node.get(*id).await {
+            listed.push(j);
+        }
+    }
+    for j in &listed {
+        let labels = placed.get(&j.id).cloned().unwrap_or_else(|| {
+            let a = j.assignment.as_ref();
+            JobLabels {
+                gpu: a.map_or_else(String::new, |a| a.slot.gpu.to_string()),
+                UUID: a.map_or_else(String::new, |a| a.gpu_uuid.clone()),
+                GPU_I_ID: a
+                    .filter(|a| a.slot.profile_id.is_some())
+                    .map_or_else(String::new, |a| a.instance_id.to_string()),
+                GPU_I_PROFILE: a
+                    .filter(|a| a.slot.profile_id.is_some())
+                    .map_or_else(String::new, |a| a.profile.clone()),
+                partition: a.map_or_else(String::new, |a| {
+                    crate::mps::instance_key(a.slot.gpu, a.slot.profile_id.map(|_| a.instance_id))
+                }),
+                job: j.id.to_string(),
+                name: j.spec.name.clone(),
+                class: j.spec.class.as_str().to_owned(),
+                user: users.name(j.owner.map(|o| o.uid)),
+            }
+        });
+        if let Some(t) = totals.get(&j.id) {
+            job_kernel
+                .get_or_create(&labels)
+                .inc_by(t.kernel_ns as f64 / 1e9);
+            job_launches.get_or_create(&labels).inc_by(t.launches);
+            job_held
+                .get_or_create(&labels)
+                .inc_by(t.held_ns as f64 / 1e9);
+        }
+        if let Some(started) = j.started_at {
+            job_wait
+                .get_or_create(&labels)
+                .set(((started - j.submitted_at).max(0)) as f64 / 1000.0);
+        }
+        job_info
+            .get_or_create(&InfoLabels {
+                state: j.state.to_string(),
+                job: labels.job.clone(),
+                name: labels.name.clone(),
+                class: labels.class.clone(),
+                user: labels.user.clone(),
+                partition: labels.partition.clone(),
+            })
+            .set(1);
+    }
+
+    let by_state = Family::<StateLabels, Gauge>::default();
+    reg.register("jobs", "Jobs in the node store by state", by_state.clone());
+    for (state, n) in counts {
+        by_state
+            .get_or_create(&StateLabels {
+                state: state.to_string(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    let m = node.metrics();
+    reg.register(
+        "planning_seconds",
+        "Time of one planning run",
+        m.planning.clone(),
+    );
+    reg.register(
+        "reconfiguration_seconds",
+        "Time of one MIG step (creating or destroying an instance)",
+        m.reconfiguration.clone(),
+    );
+    reg.register(
+        "store_write_seconds",
+        "Time of one job state change written to the node store",
+        m.store_write.clone(),
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// The classic Prometheus text format (0.0.4) of OpenMetrics text, for clients that do
+/// not ask for OpenMetrics (`promtool check metrics`, curl): a counter family `x` is
+/// named `x_total` there, as its samples are, and there is no `# EOF`.
+pub fn to_classic(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(&name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Serves `/metrics` on `listener` until `shutdown` resolves: OpenMetrics to a client that
+/// accepts it (Prometheus), the classic text format to others.
+pub async fn serve(
+    listener: TcpListener,
+    node: Node,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let users = Arc::new(Users::default());
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let node = node.clone();
+            let users = Arc::clone(&users);
+            async move {
+                let open = headers
+                    .get(axum::http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.contains("application/openmetrics-text"));
+                match render(&node, &users).await {
+                    Ok(text) if open => (
+                        axum::http::StatusCode::OK,
+                        [(axum::http::header::CONTENT_TYPE, OPENMETRICS)],
+                        text,
+                    ),
+                    Ok(text) => (
+                        axum::http::StatusCode::OK,
+                        [(axum::http::header::CONTENT_TYPE, CLASSIC)],
+                        to_classic(&text),
+                    ),
+                    Err(e) => {
+                        warn!(error = %e, "metrics scrape failed");
+                        (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            [(
+                                axum::http::header::CONTENT_TYPE,
+                                "text/plain; charset=utf-8",
+                            )],
+                            e,
+                        )
+                    }
+                }
+            }
+        }),
+    );
+    info!(addr = %listener.local_addr()?, "metrics listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_named_as_the_classic_format_names_them() {
+        let open = "# HELP mmk_job_launches Kernel launches.\n# TYPE mmk_job_launches counter\nmmk_job_launches_total{job=\"1\"} 600\n# HELP mmk_jobs Jobs.\n# TYPE mmk_jobs gauge\nmmk_jobs{state=\"QUEUED\"} 2\n# EOF\n";
+        assert_eq!(
+            to_classic(open),
+            "# HELP mmk_job_launches_total Kernel launches.\n# TYPE mmk_job_launches_total counter\nmmk_job_launches_total{job=\"1\"} 600\n# HELP mmk_jobs Jobs.\n# TYPE mmk_jobs gauge\nmmk_jobs{state=\"QUEUED\"} 2\n"
+        );
+    }
+}
