@@ -549,6 +549,19 @@ impl Config {
                 default: false,
             }),
         };
+        if let Some(m) = metrics
+            && !m.addr.ip().is_loopback()
+            && tls.is_none()
+        {
+            return Err(ConfigError::Invalid {
+                field: "metrics",
+                message: format!(
+                    "{}: beyond loopback metrics need TLS with client certificates \
+                     (tls_cert, tls_key, tls_client_ca), as the TCP API does",
+                    m.addr
+                ),
+            });
+        }
         let check_every = duration_setting(
             args.kubelet_check_interval,
             file.kubelet_check_interval,

@@ -453,6 +453,7 @@ fn partitions_of(
                     held: t.held,
                     held_us: t.held_ns / 1000,
                     owner_uid: j.owner.map(|o| o.uid),
+                    beside_offline_us: t.beside_offline_ns / 1000,
                 }
             })
             .collect()

@@ -216,6 +216,12 @@ pub async fn render(node: &Node, users: &Users) -> Result<String, String> {
         "Time the job's launches spent held by the gate, this run",
         job_held.clone(),
     );
+    let job_beside = Family::<JobLabels, FloatCounter>::default();
+    reg.register(
+        "job_beside_offline_seconds",
+        "Online jobs: time their kernels were in flight while offline kernels of the partition were too (sampled), this run",
+        job_beside.clone(),
+    );
     let job_wait = Family::<JobLabels, FloatGauge>::default();
     reg.register(
         "job_queue_wait_seconds",
@@ -324,6 +330,11 @@ pub async fn render(node: &Node, users: &Users) -> Result<String, String> {
             job_held
                 .get_or_create(&labels)
                 .inc_by(t.held_ns as f64 / 1e9);
+            if j.spec.class == mmk_core::JobClass::Online {
+                job_beside
+                    .get_or_create(&labels)
+                    .inc_by(t.beside_offline_ns as f64 / 1e9);
+            }
         }
         if let Some(started) = j.started_at {
             job_wait
@@ -401,15 +412,11 @@ pub fn to_classic(openmetrics: &str) -> String {
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Serves `/metrics` on `listener` until `shutdown` resolves: OpenMetrics to a client that
-/// accepts it (Prometheus), the classic text format to others.
-pub async fn serve(
-    listener: TcpListener,
-    node: Node,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+/// The `/metrics` route: OpenMetrics to a client that accepts it (Prometheus), the
+/// classic text format to others.
+fn router(node: Node) -> axum::Router {
     let users = Arc::new(Users::default());
-    let app = axum::Router::new().route(
+    axum::Router::new().route(
         "/metrics",
         axum::routing::get(move |headers: axum::http::HeaderMap| {
             let node = node.clone();
@@ -444,11 +451,94 @@ pub async fn serve(
                 }
             }
         }),
-    );
-    info!(addr = %listener.local_addr()?, "metrics listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    )
+}
+
+/// Serves `/metrics` on `listener` until `shutdown` resolves: plain HTTP without `tls`
+/// (loopback), else HTTPS that takes only clients with a certificate of the client CA,
+/// as mmkd's TCP API does.
+pub async fn serve(
+    listener: TcpListener,
+    node: Node,
+    tls: Option<crate::config::TlsFiles>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let app = router(node);
+    let Some(files) = tls else {
+        info!(addr = %listener.local_addr()?, "metrics listening");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        return Ok(());
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(&files)?));
+    info!(addr = %listener.local_addr()?, "metrics listening (TLS, client certificates)");
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, _) = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "metrics: cannot accept a connection");
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            // A client that has not finished its handshake by then is dropped, as on the API.
+            let tls = match tokio::time::timeout(
+                crate::server::TLS_HANDSHAKE_TIMEOUT,
+                acceptor.accept(tcp),
+            )
+            .await
+            {
+                Ok(Ok(tls)) => tls,
+                _ => return,
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+        });
+    }
+}
+
+/// The metrics server's TLS: mmkd's certificate and key, and the client CA whose
+/// certificates it takes (the files of `--tls-cert`, `--tls-key`, `--tls-client-ca`).
+fn server_config(files: &crate::config::TlsFiles) -> anyhow::Result<rustls::ServerConfig> {
+    use anyhow::Context as _;
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("the TLS certificate {}", files.cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .with_context(|| format!("the TLS key {}", files.key.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(&files.client_ca)
+        .with_context(|| format!("the client CA {}", files.client_ca.display()))?
+    {
+        roots
+            .add(ca.with_context(|| format!("the client CA {}", files.client_ca.display()))?)
+            .with_context(|| format!("the client CA {}", files.client_ca.display()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .context("the client CA")?;
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .context("the TLS certificate and key")
 }
 
 #[cfg(test)]

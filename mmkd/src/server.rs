@@ -167,7 +167,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     if let Some(m) = config.metrics {
         match tokio::net::TcpListener::bind(m.addr).await {
             Ok(l) => {
-                tokio::spawn(crate::metrics::serve(l, node.clone(), closed(&closed_tx)));
+                // Beyond loopback, only with TLS and client certificates (checked at start).
+                let tls = (!m.addr.ip().is_loopback())
+                    .then(|| config.tls.clone())
+                    .flatten();
+                let serving = crate::metrics::serve(l, node.clone(), tls, closed(&closed_tx));
+                tokio::spawn(async move {
+                    if let Err(e) = serving.await {
+                        warn!(error = %format!("{e:#}"), "metrics server stopped");
+                    }
+                });
             }
             Err(e) if m.default => {
                 warn!(addr = %m.addr, error = %e, "cannot serve metrics at the default address; going on without (--metrics ADDR or off)");

@@ -683,3 +683,77 @@ async fn a_socket_dir_another_user_made_is_refused() {
     );
     assert!(!trap.join("mmkd.sock").exists());
 }
+
+/// Metrics beyond loopback: refused at start without TLS; with it, only a client with a
+/// certificate of the client CA gets them.
+#[tokio::test]
+async fn metrics_beyond_loopback_take_only_clients_with_a_certificate_of_the_ca() {
+    let pki_dir = tempfile::tempdir().expect("tempdir");
+    let dir = pki_dir.path();
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .args(["--backend", "sim", "--metrics", "0.0.0.0:0", "--socket"])
+        .arg(dir.join("x.sock"))
+        .arg("--data-dir")
+        .arg(dir.join("x"))
+        .output()
+        .expect("mmkd runs");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("beyond loopback metrics need TLS with client certificates"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let (pki, issuer) = Pki::ca(dir, "node-ca");
+    let (server_crt, server_key) = Pki::leaf(dir, &issuer, "mmkd", &["localhost", "127.0.0.1"]);
+    let (prom_crt, prom_key) = Pki::leaf(dir, &issuer, "prometheus", &[]);
+    let other = tempfile::tempdir().expect("tempdir");
+    let (_, other_issuer) = Pki::ca(other.path(), "other-ca");
+    let (forged_crt, forged_key) = Pki::leaf(other.path(), &other_issuer, "prometheus", &[]);
+    let s = |p: &std::path::Path| p.display().to_string();
+    let d = Daemon::start_with(
+        "a100-80gb:1",
+        &[
+            "--metrics",
+            "0.0.0.0:0",
+            "--tls-cert",
+            &s(&server_crt),
+            "--tls-key",
+            &s(&server_key),
+            "--tls-client-ca",
+            &s(&pki.ca),
+        ],
+    );
+    let line = d.wait_log("metrics listening").pop().unwrap_or_default();
+    assert!(line.contains("(TLS, client certificates)"), "{line}");
+    let port = line
+        .rsplit(':')
+        .next()
+        .map(|p| p.trim().to_owned())
+        .expect("the metrics port");
+    let curl = |cert: Option<(&std::path::Path, &std::path::Path)>| {
+        let mut c = Command::new("curl");
+        c.args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(&pki.ca)
+            .arg(format!("https://localhost:{port}/metrics"));
+        if let Some((crt, key)) = cert {
+            c.arg("--cert").arg(crt).arg("--key").arg(key);
+        }
+        c.output().expect("curl runs")
+    };
+    let ok = curl(Some((&prom_crt, &prom_key)));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    assert!(
+        text(&ok.stdout).contains("# TYPE mmk_planning_seconds histogram"),
+        "{}",
+        text(&ok.stdout)
+    );
+    assert!(
+        !curl(None).status.success(),
+        "no client certificate: refused"
+    );
+    assert!(
+        !curl(Some((&forged_crt, &forged_key))).status.success(),
+        "a certificate of another CA: refused"
+    );
+}

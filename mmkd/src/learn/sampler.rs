@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mmk_core::JobClass;
-use mmk_kernel_sched::Gate;
+use mmk_kernel_sched::{Class, Gate};
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -50,6 +50,9 @@ pub struct JobTotals {
     pub launches: u64,
     pub held: u64,
     pub held_ns: u64,
+    /// Online jobs: time (sampled) their kernels were in flight while offline kernels of
+    /// their partition were too.
+    pub beside_offline_ns: u64,
 }
 
 /// How long the totals of a run that ended stay readable (for a scrape after its end).
@@ -255,6 +258,8 @@ impl Sampler {
         let mut seen_pids = Vec::new();
         // Per job: SMs and kernels in flight, and whether it has a process in its gate.
         let mut state: HashMap<u64, (u64, bool, bool)> = HashMap::new();
+        // Gates with offline kernels in flight now.
+        let mut offline_busy: Vec<PathBuf> = Vec::new();
         let paths: Vec<PathBuf> = {
             let mut p: Vec<PathBuf> = jobs.values().map(|w| w.watch.gate.clone()).collect();
             p.sort();
@@ -276,7 +281,14 @@ impl Sampler {
             let Some(gate) = gates.get(&path) else {
                 continue;
             };
-            for slot in gate.slots() {
+            let slots = gate.slots();
+            if slots
+                .iter()
+                .any(|s| s.class == Some(Class::Offline) && s.inflight > 0)
+            {
+                offline_busy.push(path.clone());
+            }
+            for slot in slots {
                 seen_pids.push(slot.pid);
                 let owner = *owners.entry(slot.pid).or_insert_with(|| {
                     let (job, uid) = (self.identify)(slot.pid)?;
@@ -331,7 +343,17 @@ impl Sampler {
             let pct = (sm.min(gpu) as f64 * 100.0 / gpu as f64).round();
             w.observed.sample((pct as usize).min(HIST_BINS - 1), busy);
             if let Some(last) = w.last_sample {
-                w.observed.seconds += now.duration_since(last).min(MAX_STEP).as_secs_f64();
+                let step = now.duration_since(last).min(MAX_STEP);
+                w.observed.seconds += step.as_secs_f64();
+                // An online job's kernels in flight while offline kernels of its partition
+                // are too: the time they may wait behind offline work on the GPU.
+                if busy && w.watch.class == JobClass::Online && offline_busy.contains(&w.watch.gate)
+                {
+                    w.totals.beside_offline_ns = w
+                        .totals
+                        .beside_offline_ns
+                        .saturating_add(u64::try_from(step.as_nanos()).unwrap_or(u64::MAX));
+                }
             }
             w.last_sample = Some(now);
         }
@@ -453,5 +475,54 @@ mod tests {
         assert_eq!(o.sm_p95(), 0.25);
         assert_eq!(o.launches, 200);
         assert!((o.seconds - 2.0).abs() < 0.5, "{}", o.seconds);
+    }
+
+    /// An online job beside an offline kernel that stays in flight: all its busy time is
+    /// time beside offline work; alone, none is.
+    #[tokio::test]
+    async fn an_online_jobs_time_beside_offline_work_is_counted() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let gate =
+            Gate::create(&path, &GateConfig::new(132, PolicyKind::Passthrough)).expect("gate");
+        let slot = gate
+            .join(std::process::id(), Class::Online, 1.0)
+            .expect("slot");
+        let offline = gate.join(1, Class::Offline, 1.0).expect("slot");
+        let (sampler, _rx, handle) = Sampler::start_with(job_seven);
+        sampler.watch(
+            JOB,
+            Watch {
+                signature: "x".into(),
+                owner_uid: None,
+                name: "x".into(),
+                class: JobClass::Online,
+                gate: path,
+                gpu_sms: 132,
+                uid: rustix::process::getuid().as_raw(),
+            },
+        );
+        let charge = Charge {
+            sm: 10,
+            ..Charge::default()
+        };
+        let run = |ms: u64| {
+            gate.begin(slot, &charge);
+            std::thread::sleep(Duration::from_millis(ms));
+            gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+        };
+        // Alone: busy, but nothing offline in flight.
+        run(300);
+        let alone = sampler.totals()[&JOB].beside_offline_ns;
+        assert_eq!(alone, 0);
+        gate.begin(offline, &charge);
+        run(300);
+        let beside = sampler.totals()[&JOB].beside_offline_ns;
+        sampler.stop();
+        handle.join().expect("sampler");
+        assert!(
+            (250_000_000..=350_000_000).contains(&beside),
+            "300 ms beside an offline kernel: {beside} ns"
+        );
     }
 }
