@@ -104,7 +104,8 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
     let work = tempfile::tempdir()
         .map_err(|e| Failure::usage(format!("cannot make a scratch directory: {e}")))?;
     let traces = if args.from_trace.is_empty() {
-        let interposer = interposer(args.interposer.as_deref()).map_err(Failure::usage)?;
+        let interposer =
+            interposer(args.interposer.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
         let mut traces = Vec::new();
         for run in 1..=args.runs {
             eprintln!(
@@ -232,16 +233,19 @@ fn run_child(mut cmd: Command, limit: Option<Duration>) -> Result<ExitStatus, Fa
     }
 }
 
+/// No interposer was given and none was built next to the running program.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no {} next to this program: build it (cargo build --workspace) or pass --interposer",
+    artifacts::INTERPOSER
+)]
+pub struct NoInterposer;
+
 /// The interposer: `given`, or the one built next to the running program.
-pub(crate) fn interposer(given: Option<&Path>) -> Result<PathBuf, String> {
+pub(crate) fn interposer(given: Option<&Path>) -> Result<PathBuf, NoInterposer> {
     match given {
         Some(p) => Ok(p.to_path_buf()),
-        None => artifacts::find_next_to_exe(artifacts::INTERPOSER).ok_or_else(|| {
-            format!(
-                "no {} next to this program: build it (cargo build --workspace) or pass --interposer",
-                artifacts::INTERPOSER
-            )
-        }),
+        None => artifacts::find_next_to_exe(artifacts::INTERPOSER).ok_or(NoInterposer),
     }
 }
 

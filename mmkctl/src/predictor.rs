@@ -87,7 +87,8 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
             Ok(())
         }
         PredictorCommand::Import { raw, out } => {
-            let (rows, skipped) = mmk_lab::measure::convert(&raw, &out).map_err(Failure::usage)?;
+            let (rows, skipped) = mmk_lab::measure::convert(&raw, &out)
+                .map_err(|e| Failure::usage(mmk_core::error::chain(&e)))?;
             #[derive(Serialize)]
             struct Imported<'a> {
                 out: String,

@@ -908,27 +908,64 @@ fn done_runs(path: &Path) -> Result<Done, String> {
     Ok(done)
 }
 
+/// Why measurement files did not become a dataset.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: mmk_cli::input::InputError,
+    },
+    #[error("{path}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: measured::MeasuredError,
+    },
+    #[error("the measurements")]
+    Rows(#[source] measured::MeasuredError),
+    #[error("no run gave a row ({skipped} skipped; the first: {first})")]
+    NoRows { skipped: usize, first: String },
+    #[error("cannot write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Converts measurement files into the predictor's CSV; returns the rows written and the
 /// runs that gave none.
-pub fn convert(inputs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>), String> {
+pub fn convert(inputs: &[PathBuf], out: &Path) -> Result<(usize, Vec<String>), ConvertError> {
     let mut recs = Vec::new();
     for p in inputs {
         let text = mmk_cli::input::read_capped_text(p.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
-            .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-        recs.extend(measured::parse(&text).map_err(|e| format!("{}: {e}", p.display()))?);
+            .map_err(|source| ConvertError::Read {
+                path: p.clone(),
+                source,
+            })?;
+        recs.extend(
+            measured::parse(&text).map_err(|source| ConvertError::Parse {
+                path: p.clone(),
+                source,
+            })?,
+        );
     }
-    let c = measured::to_dataset(&recs).map_err(|e| e.to_string())?;
+    let c = measured::to_dataset(&recs).map_err(ConvertError::Rows)?;
     if c.dataset.rows.is_empty() {
-        return Err(format!(
-            "no run gave a row ({} skipped; the first: {})",
-            c.skipped.len(),
-            c.skipped.first().map_or("", String::as_str)
-        ));
+        return Err(ConvertError::NoRows {
+            skipped: c.skipped.len(),
+            first: c.skipped.first().cloned().unwrap_or_default(),
+        });
     }
     let tmp = out.with_extension("csv.tmp");
     std::fs::write(&tmp, c.dataset.to_csv())
         .and_then(|()| std::fs::rename(&tmp, out))
-        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        .map_err(|source| ConvertError::Write {
+            path: out.to_owned(),
+            source,
+        })?;
     Ok((c.dataset.rows.len(), c.skipped))
 }
 
@@ -1053,8 +1090,8 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
     }
     s.seconds = started.elapsed().as_secs_f64();
     if let Some(csv) = &args.dataset {
-        let (rows, skipped) =
-            convert(std::slice::from_ref(&args.out), csv).map_err(Failure::usage)?;
+        let (rows, skipped) = convert(std::slice::from_ref(&args.out), csv)
+            .map_err(|e| Failure::usage(mmk_core::error::chain(&e)))?;
         for r in &skipped {
             eprintln!("no row: {r}");
         }
