@@ -71,10 +71,10 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// 600 kernels of 2 ms, one every 4 ms: 1.2 s of GPU time.
+/// 240 kernels of 5 ms, one every 10 ms: 1.2 s of GPU time.
 fn job_yaml(app: &Path, lib: &Path) -> String {
     format!(
-        "name: metered\ngpu_memory: 4GiB\ncommand:\n  args: [{app}, --kernels, '600', --duration-us, '2000', --gap-us, '2000', --blocks, '16', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
+        "name: metered\ngpu_memory: 4GiB\ncommand:\n  args: [{app}, --kernels, '240', --duration-us, '5000', --gap-us, '5000', --blocks, '16', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
         app = app.display(),
         lib = lib.display(),
     )
@@ -141,9 +141,9 @@ async fn metrics_attribute_gpu_time_to_jobs_and_prometheus_scrapes_them() {
     let kernel = series("mmk_job_gpu_kernel_seconds_total");
     assert!(
         (kernel - 1.2).abs() <= 0.12,
-        "600 kernels of 2 ms: {kernel} s"
+        "240 kernels of 5 ms: {kernel} s"
     );
-    assert_eq!(series("mmk_job_launches_total"), 600.0);
+    assert_eq!(series("mmk_job_launches_total"), 240.0);
     assert!(
         m.contains(&format!("mmk_job_info{{state=\"SUCCEEDED\",{job}")),
         "{m}"
@@ -224,5 +224,5 @@ async fn metrics_attribute_gpu_time_to_jobs_and_prometheus_scrapes_them() {
     let _ = prom.kill();
     let _ = prom.wait();
     assert!(answer.contains("\"name\":\"metered\""), "{answer}");
-    assert!(answer.contains(",\"600\"]"), "{answer}");
+    assert!(answer.contains(",\"240\"]"), "{answer}");
 }
