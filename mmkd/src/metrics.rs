@@ -201,25 +201,25 @@ pub async fn render(node: &Node, users: &Users) -> Result<String, String> {
     let job_kernel = Family::<JobLabels, FloatCounter>::default();
     reg.register(
         "job_gpu_kernel_seconds",
-        "GPU time attributed to the job: time its processes had kernels in flight, this run",
+        "GPU time attributed to the job: time its processes had kernels in flight, over its runs",
         job_kernel.clone(),
     );
     let job_launches = Family::<JobLabels, Counter>::default();
     reg.register(
         "job_launches",
-        "Kernel launches of the job's processes, this run",
+        "Kernel launches of the job's processes, over its runs",
         job_launches.clone(),
     );
     let job_held = Family::<JobLabels, FloatCounter>::default();
     reg.register(
         "job_held_seconds",
-        "Time the job's launches spent held by the gate, this run",
+        "Time the job's launches spent held by the gate, over its runs",
         job_held.clone(),
     );
     let job_beside = Family::<JobLabels, FloatCounter>::default();
     reg.register(
         "job_beside_offline_seconds",
-        "Online jobs: time their kernels were in flight while offline kernels of the partition were too (sampled), this run",
+        "Online jobs: time their kernels were in flight while offline kernels of the partition were too (sampled), over their runs",
         job_beside.clone(),
     );
     let job_wait = Family::<JobLabels, FloatGauge>::default();

@@ -155,6 +155,9 @@ pub struct Supervisor {
     control: Arc<dyn MpsControl>,
     root: PathBuf,
     daemons: Mutex<BTreeMap<String, Entry>>,
+    /// What [`Supervisor::daemons`] last read of each daemon, for when a check or a launch
+    /// holds it (a check runs control commands, which take a while).
+    seen: Mutex<BTreeMap<String, DaemonInfo>>,
 }
 
 impl Supervisor {
@@ -164,6 +167,7 @@ impl Supervisor {
             control,
             root,
             daemons: Mutex::default(),
+            seen: Mutex::default(),
         }
     }
 
@@ -513,18 +517,35 @@ impl Supervisor {
 
     /// What runs now, by partition key.
     pub fn daemons(&self) -> Vec<DaemonInfo> {
-        let entries: Vec<Entry> = self.map().values().cloned().collect();
+        let entries: Vec<(String, Entry)> = self
+            .map()
+            .iter()
+            .map(|(k, e)| (k.clone(), Arc::clone(e)))
+            .collect();
+        let info = |d: &Daemon| DaemonInfo {
+            partition: d.partition.clone(),
+            pid: (d.pid != 0).then_some(d.pid),
+            pipe_dir: d.dirs.pipe.clone(),
+            servers: d.servers.keys().copied().collect(),
+            restarts: d.restarts,
+        };
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|k, _| entries.iter().any(|(key, _)| key == k));
         entries
             .iter()
-            .map(|e| {
-                let d = lock(e);
-                DaemonInfo {
-                    partition: d.partition.clone(),
-                    pid: (d.pid != 0).then_some(d.pid),
-                    pipe_dir: d.dirs.pipe.clone(),
-                    servers: d.servers.keys().copied().collect(),
-                    restarts: d.restarts,
-                }
+            .map(|(key, e)| {
+                // A daemon under a check or a launch is shown as it was last read, rather
+                // than waiting for its control commands.
+                let now = match e.try_lock() {
+                    Ok(d) => info(&d),
+                    Err(std::sync::TryLockError::Poisoned(p)) => info(&p.into_inner()),
+                    Err(std::sync::TryLockError::WouldBlock) => match seen.get(key) {
+                        Some(last) => return last.clone(),
+                        None => info(&lock(e)),
+                    },
+                };
+                seen.insert(key.clone(), now.clone());
+                now
             })
             .collect()
     }

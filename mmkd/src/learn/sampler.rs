@@ -78,7 +78,7 @@ struct Watched {
     observed: Observed,
     /// Last counters seen per process.
     counters: HashMap<u32, Counters>,
-    /// What the job's processes did over this run (`mmkd --metrics`, `mmkctl top`).
+    /// What the job's processes did over its runs (`mmkd --metrics`, `mmkctl top`).
     totals: JobTotals,
     last_sample: Option<Instant>,
     last_flush: Instant,
@@ -89,8 +89,11 @@ struct Watched {
 #[derive(Debug, Default)]
 struct Shared {
     jobs: Mutex<HashMap<u64, Watched>>,
-    /// Totals of runs that ended, with when, for [`ENDED_KEPT`].
+    /// Totals of jobs that ended, with when, for [`ENDED_KEPT`].
     ended: Mutex<HashMap<u64, (Instant, JobTotals)>>,
+    /// Totals of jobs whose run ended and that wait to run again (requeued after a
+    /// failure, a move or a preemption): their next run adds to them.
+    carried: Mutex<HashMap<u64, JobTotals>>,
     wake: Condvar,
     stop: AtomicBool,
 }
@@ -134,13 +137,14 @@ impl Sampler {
     /// Sample job `job` from now on (its run has started).
     pub fn watch(&self, job: u64, watch: Watch) {
         let now = Instant::now();
+        let totals = lock(&self.shared.carried).remove(&job).unwrap_or_default();
         lock(&self.shared.jobs).insert(
             job,
             Watched {
                 watch,
                 observed: Observed::default(),
                 counters: HashMap::new(),
-                totals: JobTotals::default(),
+                totals,
                 last_sample: None,
                 last_flush: now,
                 counted_run: false,
@@ -149,25 +153,35 @@ impl Sampler {
         self.shared.wake.notify_one();
     }
 
-    /// Stop sampling job `job` (its run has ended) and report what is left.
-    pub fn unwatch(&self, job: u64) {
+    /// Stop sampling job `job` (its run has ended) and report what is left. A job that
+    /// `ended` keeps its totals readable for [`ENDED_KEPT`]; one that will run again
+    /// carries them into its next run.
+    pub fn unwatch(&self, job: u64, ended: bool) {
         let gone = lock(&self.shared.jobs).remove(&job);
         if let Some(mut w) = gone {
             self.report(job, &mut w);
-            let mut ended = lock(&self.shared.ended);
-            ended.retain(|_, (at, _)| at.elapsed() < ENDED_KEPT);
-            ended.insert(job, (Instant::now(), w.totals));
+            if ended {
+                let mut kept = lock(&self.shared.ended);
+                kept.retain(|_, (at, _)| at.elapsed() < ENDED_KEPT);
+                kept.insert(job, (Instant::now(), w.totals));
+            } else {
+                lock(&self.shared.carried).insert(job, w.totals);
+            }
+        } else if ended && let Some(t) = lock(&self.shared.carried).remove(&job) {
+            // Ended while it waited to run again.
+            lock(&self.shared.ended).insert(job, (Instant::now(), t));
         }
     }
 
-    /// What each job's processes did in its current run (or its last one, for runs that
-    /// ended within [`ENDED_KEPT`]).
+    /// What each job's processes did over all its runs: jobs that run now, that wait to
+    /// run again, and that ended within [`ENDED_KEPT`].
     pub fn totals(&self) -> HashMap<u64, JobTotals> {
         let mut all: HashMap<u64, JobTotals> = lock(&self.shared.ended)
             .iter()
             .filter(|(_, (at, _))| at.elapsed() < ENDED_KEPT)
             .map(|(id, (_, t))| (*id, *t))
             .collect();
+        all.extend(lock(&self.shared.carried).iter().map(|(id, t)| (*id, *t)));
         all.extend(
             lock(&self.shared.jobs)
                 .iter()
@@ -182,6 +196,7 @@ impl Sampler {
         for (job, mut w) in all {
             self.report(job, &mut w);
         }
+        lock(&self.shared.carried).clear();
     }
 
     pub fn stop(&self) {
@@ -454,7 +469,7 @@ mod tests {
             gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
             std::thread::sleep(Duration::from_millis(5));
         }
-        sampler.unwatch(JOB);
+        sampler.unwatch(JOB, true);
         let totals = sampler.totals()[&JOB];
         assert_eq!(totals.launches, 200);
         // 200 kernels of 5 ms each: a second of GPU time (sleeps run a little over).
@@ -524,5 +539,52 @@ mod tests {
             (250_000_000..=350_000_000).contains(&beside),
             "300 ms beside an offline kernel: {beside} ns"
         );
+    }
+
+    /// A job's totals add up over its runs: a run that ends with the job requeued carries
+    /// them into the next.
+    #[tokio::test]
+    async fn totals_add_up_over_a_jobs_runs() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let gate =
+            Gate::create(&path, &GateConfig::new(132, PolicyKind::Passthrough)).expect("gate");
+        let (sampler, _rx, handle) = Sampler::start_with(job_seven);
+        let watch = Watch {
+            signature: "x".into(),
+            owner_uid: None,
+            name: "x".into(),
+            class: JobClass::Offline,
+            gate: path,
+            gpu_sms: 132,
+            uid: rustix::process::getuid().as_raw(),
+        };
+        let charge = Charge {
+            sm: 10,
+            ..Charge::default()
+        };
+        let run = |launches: u64| {
+            let slot = gate
+                .join(std::process::id(), Class::Offline, 1.0)
+                .expect("slot");
+            for _ in 0..launches {
+                gate.begin(slot, &charge);
+                std::thread::sleep(Duration::from_millis(2));
+                gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+            }
+            // The sampler reads the slot before the process leaves it.
+            std::thread::sleep(Duration::from_millis(20));
+            gate.leave(slot);
+        };
+        sampler.watch(JOB, watch.clone());
+        run(30);
+        sampler.unwatch(JOB, false);
+        assert_eq!(sampler.totals()[&JOB].launches, 30, "kept while it waits");
+        sampler.watch(JOB, watch);
+        run(20);
+        sampler.unwatch(JOB, true);
+        assert_eq!(sampler.totals()[&JOB].launches, 50, "both runs");
+        sampler.stop();
+        handle.join().expect("sampler");
     }
 }

@@ -278,8 +278,9 @@ impl Node {
         NodeMetrics::since(&self.inner.metrics.store_write, started);
         let (job, ev) = written?;
         if !matches!(to, JobState::Starting | JobState::Running) {
-            // Its run is over: what was seen of it goes into its profile.
-            self.inner.sampler.unwatch(id);
+            // Its run is over: what was seen of it goes into its profile; its totals stay
+            // with it for its next run, or for a while after its end.
+            self.inner.sampler.unwatch(id, to != JobState::Queued);
         }
         info!(job = id, state = %to, reason, "job state changed");
         self.emit(ev.seq, ev.at, job.clone());
