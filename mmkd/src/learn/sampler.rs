@@ -26,6 +26,8 @@ use super::{HIST_BINS, Observed, Seen};
 pub const FLUSH: Duration = Duration::from_secs(10);
 /// Samples are this far apart on average (uniformly 1 to 3 ms).
 const MEAN_PERIOD_US: u64 = 2000;
+/// Slots of processes that died are dropped this often.
+const REAP_EVERY: Duration = Duration::from_secs(1);
 /// A gap between two samples longer than this (the thread was not scheduled) counts as
 /// this much time.
 const MAX_STEP: Duration = Duration::from_millis(50);
@@ -229,6 +231,7 @@ impl Sampler {
         let mut gates: HashMap<PathBuf, Gate> = HashMap::new();
         let mut owners: HashMap<u32, Option<u64>> = HashMap::new();
         let mut rng = Jitter::new();
+        let mut last_reap = Instant::now();
         loop {
             {
                 let mut jobs = lock(&self.shared.jobs);
@@ -248,6 +251,14 @@ impl Sampler {
             std::thread::sleep(Duration::from_micros(rng.period_us()));
             let mut jobs = lock(&self.shared.jobs);
             self.sample(&mut jobs, &mut gates, &mut owners);
+            if last_reap.elapsed() >= REAP_EVERY {
+                // A process that died with kernels in flight would look busy until a
+                // held launch noticed it: drop such slots (what the gate itself does).
+                for g in gates.values() {
+                    g.reap_dead();
+                }
+                last_reap = Instant::now();
+            }
             let due: Vec<u64> = jobs
                 .iter()
                 .filter(|(_, w)| w.last_flush.elapsed() >= FLUSH)
