@@ -138,3 +138,43 @@ async fn corrupt_a_row(db: &Path) {
     .expect("insert");
     conn.close().await.expect("close");
 }
+
+/// A job that shares a profile key with one of 5 ms kernels, but whose kernels take 15 ms,
+/// hears at its first report (10 s in) that it runs slower than its profile says.
+#[tokio::test]
+async fn a_run_much_slower_than_its_profile_is_reported() {
+    let bin = built();
+    let interposer = bin.join(INTERPOSER).display().to_string();
+    let d = Daemon::start_with("a100-80gb:1", &["--interposer", interposer.as_str()]);
+    let lib = fake_driver_in(&bin, d.path());
+    let yaml = |kernels: u32, us: u32| {
+        format!(
+            "name: keyed\ngpu_memory: 4GiB\nprofile_key: test/slow\ncommand:\n  args: [{app}, --kernels, '{kernels}', --duration-us, '{us}', --gap-us, '5000', --blocks, '54', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
+            app = bin.join(FAKE_APP).display(),
+            lib = lib.display(),
+        )
+    };
+    let mut c = d.clients().await;
+    let first = d.submit("--offline", &yaml(700, 5000));
+    wait_state(&mut c, first, v1::JobState::Succeeded).await;
+    wait_for("the first run's profile", || {
+        let v = d.ctl_json(&["profiles"]);
+        (v[0]["confident"] == true).then_some(v)
+    });
+    let slow = d.submit("--offline", &yaml(800, 15000));
+    let told = wait_for("the slow run to be told", || {
+        let j = d.ctl_json(&["jobs", "get", &slow.to_string()]);
+        (j["state"] == "RUNNING"
+            && j["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("slower than its learned profile")))
+        .then_some(j)
+    });
+    let reason = told["reason"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        reason.starts_with("running, ") && reason.contains("against 5"),
+        "{reason}"
+    );
+    let cancel = d.ctl(&["jobs", "cancel", &slow.to_string()]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+}

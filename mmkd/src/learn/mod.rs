@@ -206,6 +206,23 @@ impl Observed {
     }
 }
 
+/// A run whose kernels take this many times as long as its profile says is reported.
+pub const SLOW_FACTOR: f64 = 2.0;
+/// ... once at least this many of its kernels have completed since the last report.
+pub const SLOW_MIN_KERNELS: u64 = 100;
+
+/// How much slower a run's kernels are than the job's confident profile says, when more
+/// than [`SLOW_FACTOR`]: (ratio, the run's kernel time, the profile's, in us).
+pub fn slower_than_learned(profile: &Learned, seen: &Observed) -> Option<(f64, f64, f64)> {
+    if !profile.observed.confident() || seen.completed < SLOW_MIN_KERNELS {
+        return None;
+    }
+    let expected = profile.observed.kernel_us()?;
+    let now = seen.kernel_us()?;
+    let ratio = now / expected.max(1e-9);
+    (ratio > SLOW_FACTOR).then_some((ratio, now, expected))
+}
+
 /// The signature a job's profile is kept under; `None` for a job that runs no process
 /// (a simulated workload). See the module docs.
 pub fn signature(owner: Option<Owner>, spec: &JobSpec) -> Option<String> {
@@ -497,5 +514,37 @@ mod tests {
         exclusive.exclusive = true;
         assert_eq!(profiles.for_job(me, &exclusive), None, "exclusive stays so");
         assert_eq!(used.describe(61_000), "learned (age 1m, 2100 samples)");
+    }
+
+    #[test]
+    fn a_run_much_slower_than_its_profile_is_told_apart() {
+        let profile = Learned {
+            signature: "s".into(),
+            owner_uid: None,
+            name: "x".into(),
+            class: JobClass::Offline,
+            observed: half_busy(2000),
+            created_at: 0,
+            updated_at: 0,
+        };
+        // The profile: 2 ms kernels. A report of the same is not slow.
+        assert_eq!(slower_than_learned(&profile, &half_busy(2000)), None);
+        // Kernels of 5 ms: 2.5 times as long.
+        let mut slow = half_busy(2000);
+        slow.completed = 400;
+        let (ratio, now, expected) = slower_than_learned(&profile, &slow).expect("slow");
+        assert!(
+            (ratio - 2.5).abs() < 1e-9 && (now - 5000.0).abs() < 1e-6,
+            "{ratio} {now}"
+        );
+        assert!((expected - 2000.0).abs() < 1e-6);
+        // Too few kernels to tell.
+        slow.completed = 50;
+        assert_eq!(slower_than_learned(&profile, &slow), None);
+        // A profile not yet confident says nothing.
+        let mut young = profile.clone();
+        young.observed = half_busy(100);
+        slow.completed = 400;
+        assert_eq!(slower_than_learned(&young, &slow), None);
     }
 }

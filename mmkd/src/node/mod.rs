@@ -90,6 +90,8 @@ struct Inner {
     sampler: Sampler,
     /// Latencies for `mmkd --metrics`.
     metrics: NodeMetrics,
+    /// Jobs told this run that they run slower than their learned profile.
+    slow_noted: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// A cancel under way: the reason to record, who cancelled, and whether mmk stopped the
@@ -139,6 +141,7 @@ impl Node {
                 learned,
                 sampler,
                 metrics: NodeMetrics::default(),
+                slow_noted: Mutex::default(),
             }),
         };
         node.recover().await?;
@@ -227,11 +230,14 @@ impl Node {
 
     async fn keep(&self, seen: Seen) {
         {
-            let was_confident = self
-                .inner
-                .learned
-                .get(&seen.signature)
-                .is_some_and(|p| p.observed.confident());
+            let before = self.inner.learned.get(&seen.signature);
+            if let Some((ratio, now, expected)) = before
+                .as_ref()
+                .and_then(|p| crate::learn::slower_than_learned(p, &seen.observed))
+            {
+                self.note_slow(seen.job, ratio, now, expected).await;
+            }
+            let was_confident = before.is_some_and(|p| p.observed.confident());
             let learned = self.inner.learned.add(&seen, now_ms());
             if !was_confident && learned.observed.confident() {
                 // Planned on the prior until now: the next pass plans on what was learned
@@ -248,6 +254,39 @@ impl Node {
             );
             if let Err(e) = self.inner.store.put_profile(&learned).await {
                 warn!(signature = %learned.signature, error = %crate::error::chain(&e), "cannot store a learned profile");
+            }
+        }
+    }
+
+    /// Tells a running job's watchers, once a run, that its kernels take far longer than
+    /// its learned profile says (a slower partition or share, or heavy co-runners): an
+    /// event and a reason. Its profile takes the new figures in, so its next start is
+    /// planned on what it does now.
+    async fn note_slow(&self, job: u64, ratio: f64, now: f64, expected: f64) {
+        // Under the state lock, so that a run that ends meanwhile keeps its final reason.
+        let _state = self.inner.state.lock().await;
+        if !matches!(self.inner.store.get_job(job).await, Ok(j) if j.state == JobState::Running) {
+            return;
+        }
+        if !self
+            .inner
+            .slow_noted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(job)
+        {
+            return;
+        }
+        let reason = format!(
+            "running, {ratio:.1}x slower than its learned profile: its kernels take {now:.0} us \
+             against {expected:.0} us; its next start is planned on what it does now"
+        );
+        warn!(job, %reason, "a job runs slower than its learned profile");
+        let _emit = self.inner.emit.lock().await;
+        match self.inner.store.note(job, &reason, now_ms()).await {
+            Ok((j, ev)) => self.emit(ev.seq, ev.at, j),
+            Err(e) => {
+                warn!(job, error = %crate::error::chain(&e), "cannot record that a job runs slow")
             }
         }
     }
@@ -281,6 +320,11 @@ impl Node {
             // Its run is over: what was seen of it goes into its profile; its totals stay
             // with it for its next run, or for a while after its end.
             self.inner.sampler.unwatch(id, to != JobState::Queued);
+            self.inner
+                .slow_noted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
         }
         info!(job = id, state = %to, reason, "job state changed");
         self.emit(ev.seq, ev.at, job.clone());
