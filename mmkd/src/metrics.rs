@@ -100,7 +100,7 @@ type FloatCounter = Counter<f64, AtomicU64>;
 
 /// User names by uid, looked up once.
 #[derive(Debug, Default)]
-pub struct Users(Mutex<HashMap<u32, String>>);
+struct Users(Mutex<HashMap<u32, String>>);
 
 impl Users {
     fn name(&self, uid: Option<u32>) -> String {
@@ -126,7 +126,7 @@ fn class_name(c: i32) -> String {
 }
 
 /// The metrics text of the node as it is now.
-pub async fn render(node: &Node, users: &Users) -> Result<String, String> {
+async fn render(node: &Node, users: &Users) -> Result<String, String> {
     let active = crate::grpc::active_jobs(node)
         .await
         .map_err(|s| s.message().to_owned())?;
