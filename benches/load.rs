@@ -4,14 +4,15 @@
 //! temporary socket, sends nothing anywhere else, and stops after its jobs or 300 s.
 //! It prints one JSON line of what it measured (docs/security.md, "Load").
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mmk_proto::v1;
-use mmkctl::client::{Target, connect};
 use tokio::sync::Mutex;
 use tokio_stream::StreamExt;
+
+#[path = "support/mod.rs"]
+mod support;
 
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -25,21 +26,7 @@ fn percentile(v: &mut [Duration], p: f64) -> f64 {
 }
 
 fn spec(i: usize) -> v1::JobSpec {
-    v1::JobSpec {
-        name: format!("load-{i}"),
-        class: if i.is_multiple_of(4) {
-            v1::JobClass::Online as i32
-        } else {
-            v1::JobClass::Offline as i32
-        },
-        gpu_memory_mib: 4096,
-        task: Some(v1::job_spec::Task::Workload(v1::WorkloadTask {
-            name: "bert-train".into(),
-            duration_ms: 600_000,
-            ..Default::default()
-        })),
-        ..Default::default()
-    }
+    support::workload_spec(format!("load-{i}"), i, 600_000)
 }
 
 #[tokio::main]
@@ -52,38 +39,8 @@ async fn main() {
     let each = args.get(1).copied().unwrap_or(250);
     let watchers = args.get(2).copied().unwrap_or(4);
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("mmkd.sock");
-    let mut mmkd = Command::new(env!("CARGO_BIN_EXE_mmkd"))
-        .args([
-            "--backend",
-            "sim",
-            "--sim-gpus",
-            "a100-80gb:8",
-            "--kernel-policy",
-            "off",
-        ])
-        .args(["--planner", "first-fit", "--sim-speed", "1"])
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("mmkd starts");
-    let target = Target::Socket(socket.clone());
-    let started = Instant::now();
-    let clients = loop {
-        match connect(&target).await {
-            Ok(c) => break c,
-            Err(_) if started.elapsed() < Duration::from_secs(30) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("mmkd did not come up: {}", e.message),
-        }
-    };
+    let mmkd = support::start(&["--sim-speed", "1"]).await;
+    let clients = mmkd.clients.clone();
 
     // Watchers: each sees the current jobs, then every event, until the end.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -207,8 +164,7 @@ async fn main() {
     for w in watch_tasks {
         events.push(w.await.expect("watcher"));
     }
-    let _ = mmkd.kill();
-    let _ = mmkd.wait();
+    drop(mmkd);
     let n = submit_lat.len();
     println!(
         "{}",

@@ -5,11 +5,12 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mmk_proto::v1;
-use mmkctl::client::{Target, connect};
+
+#[path = "support/mod.rs"]
+mod support;
 
 fn scrape(addr: &str) -> usize {
     let mut s = TcpStream::connect(addr).expect("the metrics port");
@@ -42,51 +43,14 @@ async fn main() {
         .map(|a| a.port())
         .expect("a free port");
     let addr = format!("127.0.0.1:{port}");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let socket = dir.path().join("mmkd.sock");
-    let mut mmkd = Command::new(env!("CARGO_BIN_EXE_mmkd"))
-        .args(["--backend", "sim", "--sim-gpus", "a100-80gb:8"])
-        .args(["--kernel-policy", "off", "--planner", "first-fit"])
-        .args(["--metrics", &addr])
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("mmkd starts");
-    let target = Target::Socket(socket);
+    let mmkd = support::start(&["--metrics", &addr]).await;
+    let mut c = mmkd.clients.clone();
     let started = Instant::now();
-    let mut c = loop {
-        match connect(&target).await {
-            Ok(c) => break c,
-            Err(_) if started.elapsed() < Duration::from_secs(30) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("mmkd did not come up: {}", e.message),
-        }
-    };
     // Jobs of 4 GiB, two to each 1g.10gb: every one runs.
     for i in 0..jobs {
         c.jobs
             .submit_job(v1::SubmitJobRequest {
-                spec: Some(v1::JobSpec {
-                    name: format!("scrape-{i}"),
-                    class: if i % 4 == 0 {
-                        v1::JobClass::Online as i32
-                    } else {
-                        v1::JobClass::Offline as i32
-                    },
-                    gpu_memory_mib: 4096,
-                    task: Some(v1::job_spec::Task::Workload(v1::WorkloadTask {
-                        name: "bert-train".into(),
-                        duration_ms: 3_600_000,
-                        ..Default::default()
-                    })),
-                    ..Default::default()
-                }),
+                spec: Some(support::workload_spec(format!("scrape-{i}"), i, 3_600_000)),
                 ..Default::default()
             })
             .await
@@ -120,8 +84,7 @@ async fn main() {
         bytes = scrape(&addr);
         times.push(t.elapsed());
     }
-    let _ = mmkd.kill();
-    let _ = mmkd.wait();
+    drop(mmkd);
     println!(
         "{{\"jobs_running\":{running},\"scrapes\":{scrapes},\"first_scrape_ms\":{first_ms:.2},\"scrape_ms\":{{\"p50\":{:.2},\"p99\":{:.2},\"max\":{:.2}}},\"bytes\":{bytes}}}",
         ms(&mut times, 0.5),

@@ -825,12 +825,12 @@ mod tests {
         assert!(job_name(&"a".repeat(200)).len() <= mmk_core::spec::MAX_NAME_LEN);
     }
 
-    #[test]
-    fn a_run_is_known_by_its_name_and_command_unless_given_a_key() {
-        let args = AllocSpecArgs {
-            online: true,
-            offline: false,
-            memory: "1GiB".into(),
+    /// An offline allocation of `memory` with no other flag.
+    fn offline(memory: &str) -> AllocSpecArgs {
+        AllocSpecArgs {
+            online: false,
+            offline: true,
+            memory: memory.into(),
             name: None,
             profile: None,
             exclusive: false,
@@ -838,6 +838,15 @@ mod tests {
             slo: None,
             priority: 0,
             kernel_policy: None,
+        }
+    }
+
+    #[test]
+    fn a_run_is_known_by_its_name_and_command_unless_given_a_key() {
+        let args = AllocSpecArgs {
+            online: true,
+            offline: false,
+            ..offline("1GiB")
         };
         let lease = AttachedSpec {
             lease_ms: Some(5000),
@@ -869,18 +878,7 @@ mod tests {
 
     #[test]
     fn spec_errors_name_the_flag() {
-        let args = AllocSpecArgs {
-            online: false,
-            offline: true,
-            memory: "lots".into(),
-            name: None,
-            profile: None,
-            exclusive: false,
-            profile_key: None,
-            slo: None,
-            priority: 0,
-            kernel_policy: None,
-        };
+        let args = offline("lots");
         let e = args
             .spec("x", None, AttachedSpec::default())
             .expect_err("bad memory");

@@ -20,6 +20,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
+use mmk_core::JobState;
+
 use crate::job::JobRecord;
 use crate::node::Node;
 
@@ -121,8 +123,23 @@ impl Users {
     }
 }
 
-fn class_name(c: i32) -> String {
-    mmk_proto::class_from_proto(c).map_or_else(|| "unknown".into(), |c| c.as_str().to_owned())
+/// A job's labels: its partition's (empty before it is placed) and its own.
+fn job_labels(j: &JobRecord, users: &Users) -> JobLabels {
+    let a = j.assignment.as_ref();
+    let mig = a.filter(|a| a.slot.profile_id.is_some());
+    JobLabels {
+        gpu: a.map_or_else(String::new, |a| a.slot.gpu.to_string()),
+        UUID: a.map_or_else(String::new, |a| a.gpu_uuid.clone()),
+        GPU_I_ID: mig.map_or_else(String::new, |a| a.instance_id.to_string()),
+        GPU_I_PROFILE: mig.map_or_else(String::new, |a| a.profile.clone()),
+        partition: a.map_or_else(String::new, |a| {
+            crate::mps::partition_key(&a.slot, a.instance_id)
+        }),
+        job: j.id.to_string(),
+        name: j.spec.name.clone(),
+        class: j.spec.class.as_str().to_owned(),
+        user: users.name(j.owner.map(|o| o.uid)),
+    }
 }
 
 /// The metrics text of the node as it is now.
@@ -235,7 +252,6 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
         job_info.clone(),
     );
 
-    let mut placed: HashMap<u64, JobLabels> = HashMap::new();
     for g in &view.gpus {
         for p in &g.partitions {
             let key = crate::mps::instance_key(g.gpu_index, g.mig_enabled.then_some(p.instance_id));
@@ -272,24 +288,6 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
                     .get_or_create(&l)
                     .inc_by(gate.held_us as f64 / 1e6);
             }
-            for j in &p.jobs {
-                let jl = JobLabels {
-                    gpu: l.gpu.clone(),
-                    UUID: l.UUID.clone(),
-                    GPU_I_ID: l.GPU_I_ID.clone(),
-                    GPU_I_PROFILE: l.GPU_I_PROFILE.clone(),
-                    partition: l.partition.clone(),
-                    job: j.job_id.to_string(),
-                    name: j.name.clone(),
-                    class: class_name(j.class),
-                    user: users.name(j.owner_uid),
-                };
-                job_share.get_or_create(&jl).set(i64::from(j.mps_share));
-                job_memory.get_or_create(&jl).set(
-                    i64::try_from(j.gpu_memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
-                );
-                placed.insert(j.job_id, jl);
-            }
         }
     }
     // Jobs that run now, and those whose run ended in the last five minutes (so that a
@@ -302,26 +300,15 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
         }
     }
     for j in &listed {
-        let labels = placed.get(&j.id).cloned().unwrap_or_else(|| {
-            let a = j.assignment.as_ref();
-            JobLabels {
-                gpu: a.map_or_else(String::new, |a| a.slot.gpu.to_string()),
-                UUID: a.map_or_else(String::new, |a| a.gpu_uuid.clone()),
-                GPU_I_ID: a
-                    .filter(|a| a.slot.profile_id.is_some())
-                    .map_or_else(String::new, |a| a.instance_id.to_string()),
-                GPU_I_PROFILE: a
-                    .filter(|a| a.slot.profile_id.is_some())
-                    .map_or_else(String::new, |a| a.profile.clone()),
-                partition: a.map_or_else(String::new, |a| {
-                    crate::mps::instance_key(a.slot.gpu, a.slot.profile_id.map(|_| a.instance_id))
-                }),
-                job: j.id.to_string(),
-                name: j.spec.name.clone(),
-                class: j.spec.class.as_str().to_owned(),
-                user: users.name(j.owner.map(|o| o.uid)),
-            }
-        });
+        let labels = job_labels(j, users);
+        if matches!(j.state, JobState::Starting | JobState::Running)
+            && let Some(a) = &j.assignment
+        {
+            job_share.get_or_create(&labels).set(i64::from(a.mps_share));
+            job_memory.get_or_create(&labels).set(
+                i64::try_from(j.spec.gpu_memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
+            );
+        }
         if let Some(t) = totals.get(&j.id) {
             job_kernel
                 .get_or_create(&labels)

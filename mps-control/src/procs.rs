@@ -13,9 +13,7 @@ impl Environ {
 
     /// Whether the environment sets `key` at all.
     pub fn has_key(&self, key: &str) -> bool {
-        self.entries().any(|kv| {
-            kv.len() > key.len() && kv.starts_with(key.as_bytes()) && kv[key.len()] == b'='
-        })
+        self.value(key).is_some()
     }
 
     /// The value of `key`, when the environment sets it.
@@ -58,10 +56,7 @@ pub fn scan(pred: impl Fn(&Environ) -> bool) -> Vec<i32> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| *pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| !env.is_empty() && pred(&Environ(env)))
-        })
+        .filter(|pid| environ(*pid).is_some_and(|env| !env.0.is_empty() && pred(&env)))
         .collect()
 }
 

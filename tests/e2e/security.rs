@@ -397,6 +397,21 @@ async fn big_fields_are_refused_and_lists_come_in_pages() {
     );
 }
 
+/// mmkd with `flags` (and its socket and data in `dir`) stops at start, saying `why`.
+fn refused_at_start(dir: &std::path::Path, flags: &[&str], why: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        .args(["--backend", "sim"])
+        .args(flags)
+        .arg("--socket")
+        .arg(dir.join("x.sock"))
+        .arg("--data-dir")
+        .arg(dir.join("x"))
+        .output()
+        .expect("mmkd runs");
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains(why), "{}", text(&out.stderr));
+}
+
 /// A CA and certificates signed by it, written as PEM files into `dir`.
 struct Pki {
     ca: std::path::PathBuf,
@@ -459,19 +474,7 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
     let (forged_crt, forged_key) = Pki::leaf(other.path(), &other_issuer, &whoami, &[]);
 
     // Plain TCP is refused at start.
-    let out = Command::new(env!("CARGO_BIN_EXE_mmkd"))
-        .args(["--backend", "sim", "--listen", "127.0.0.1:0", "--socket"])
-        .arg(dir.join("x.sock"))
-        .arg("--data-dir")
-        .arg(dir.join("x"))
-        .output()
-        .expect("mmkd runs");
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("TCP needs TLS"),
-        "{}",
-        text(&out.stderr)
-    );
+    refused_at_start(dir, &["--listen", "127.0.0.1:0"], "TCP needs TLS");
 
     let s = |p: &std::path::Path| p.display().to_string();
     let d = Daemon::start_with(
@@ -690,18 +693,10 @@ async fn a_socket_dir_another_user_made_is_refused() {
 async fn metrics_beyond_loopback_take_only_clients_with_a_certificate_of_the_ca() {
     let pki_dir = tempfile::tempdir().expect("tempdir");
     let dir = pki_dir.path();
-    let out = Command::new(env!("CARGO_BIN_EXE_mmkd"))
-        .args(["--backend", "sim", "--metrics", "0.0.0.0:0", "--socket"])
-        .arg(dir.join("x.sock"))
-        .arg("--data-dir")
-        .arg(dir.join("x"))
-        .output()
-        .expect("mmkd runs");
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains("beyond loopback metrics need TLS with client certificates"),
-        "{}",
-        text(&out.stderr)
+    refused_at_start(
+        dir,
+        &["--metrics", "0.0.0.0:0"],
+        "beyond loopback metrics need TLS with client certificates",
     );
 
     let (pki, issuer) = Pki::ca(dir, "node-ca");

@@ -282,8 +282,9 @@ impl Sampler {
         let now = Instant::now();
         gates.retain(|path, _| jobs.values().any(|w| &w.watch.gate == path));
         let mut seen_pids = Vec::new();
-        // Per job: SMs and kernels in flight, and whether it has a process in its gate.
-        let mut state: HashMap<u64, (u64, bool, bool)> = HashMap::new();
+        // Per job with a process in its gate: the SMs its kernels in flight ask for, and
+        // whether it has any.
+        let mut state: HashMap<u64, (u64, bool)> = HashMap::new();
         // Gates with offline kernels in flight now.
         let mut offline_busy: Vec<PathBuf> = Vec::new();
         let paths: Vec<PathBuf> = {
@@ -337,7 +338,6 @@ impl Sampler {
                 };
                 e.0 = e.0.saturating_add(u64::from(ask));
                 e.1 |= slot.inflight > 0;
-                e.2 = true;
                 let last = w.counters.entry(slot.pid).or_default();
                 // Counters start again when a slot is taken anew: only forward.
                 let forward = |last: &mut u64, now: u64| {
@@ -356,12 +356,11 @@ impl Sampler {
         }
         owners.retain(|pid, _| seen_pids.contains(pid));
         for (id, w) in jobs.iter_mut() {
-            let Some(&(sm, busy, present)) = state.get(id) else {
+            let Some(&(sm, busy)) = state.get(id) else {
                 // No process of the job in its gate yet (or any more): nothing to weigh.
                 w.last_sample = None;
                 continue;
             };
-            debug_assert!(present);
             // What its kernels ask for (blocks over blocks per SM), not what its partition
             // lets them have: a job measured in a small partition is not taken for a small
             // job. Kernels queued behind each other add up, so at most the whole GPU.
@@ -434,6 +433,19 @@ mod tests {
 
     const JOB: u64 = 7;
 
+    /// Job 7 of this test's user, in the gate at `gate` on a GPU of `gpu_sms` SMs.
+    fn test_watch(class: JobClass, gate: PathBuf, gpu_sms: u32) -> Watch {
+        Watch {
+            signature: "x".into(),
+            owner_uid: None,
+            name: "x".into(),
+            class,
+            gate,
+            gpu_sms,
+            uid: rustix::process::getuid().as_raw(),
+        }
+    }
+
     /// Every process is job 7 of this test's user, except pid 1.
     fn job_seven(pid: u32) -> Option<(u64, u32)> {
         (pid != 1).then(|| (JOB, rustix::process::getuid().as_raw()))
@@ -458,18 +470,7 @@ mod tests {
         };
         gate.begin(stranger, &big);
         let (sampler, mut rx, handle) = Sampler::start_with(job_seven);
-        sampler.watch(
-            JOB,
-            Watch {
-                signature: "x".into(),
-                owner_uid: None,
-                name: "x".into(),
-                class: JobClass::Offline,
-                gate: path,
-                gpu_sms: 108,
-                uid: rustix::process::getuid().as_raw(),
-            },
-        );
+        sampler.watch(JOB, test_watch(JobClass::Offline, path, 108));
         let charge = Charge {
             sm: 27,
             ..Charge::default()
@@ -516,18 +517,7 @@ mod tests {
             .expect("slot");
         let offline = gate.join(1, Class::Offline, 1.0).expect("slot");
         let (sampler, _rx, handle) = Sampler::start_with(job_seven);
-        sampler.watch(
-            JOB,
-            Watch {
-                signature: "x".into(),
-                owner_uid: None,
-                name: "x".into(),
-                class: JobClass::Online,
-                gate: path,
-                gpu_sms: 132,
-                uid: rustix::process::getuid().as_raw(),
-            },
-        );
+        sampler.watch(JOB, test_watch(JobClass::Online, path, 132));
         let charge = Charge {
             sm: 10,
             ..Charge::default()
@@ -561,15 +551,7 @@ mod tests {
         let gate =
             Gate::create(&path, &GateConfig::new(132, PolicyKind::Passthrough)).expect("gate");
         let (sampler, _rx, handle) = Sampler::start_with(job_seven);
-        let watch = Watch {
-            signature: "x".into(),
-            owner_uid: None,
-            name: "x".into(),
-            class: JobClass::Offline,
-            gate: path,
-            gpu_sms: 132,
-            uid: rustix::process::getuid().as_raw(),
-        };
+        let watch = test_watch(JobClass::Offline, path, 132);
         let charge = Charge {
             sm: 10,
             ..Charge::default()

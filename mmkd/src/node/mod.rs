@@ -229,32 +229,30 @@ impl Node {
     }
 
     async fn keep(&self, seen: Seen) {
+        let before = self.inner.learned.get(&seen.signature);
+        if let Some((ratio, now, expected)) = before
+            .as_ref()
+            .and_then(|p| crate::learn::slower_than_learned(p, &seen.observed))
         {
-            let before = self.inner.learned.get(&seen.signature);
-            if let Some((ratio, now, expected)) = before
-                .as_ref()
-                .and_then(|p| crate::learn::slower_than_learned(p, &seen.observed))
-            {
-                self.note_slow(seen.job, ratio, now, expected).await;
-            }
-            let was_confident = before.is_some_and(|p| p.observed.confident());
-            let learned = self.inner.learned.add(&seen, now_ms());
-            if !was_confident && learned.observed.confident() {
-                // Planned on the prior until now: the next pass plans on what was learned
-                // (a running job's share changes at its next start; a checkpointable
-                // offline job may be moved).
-                info!(signature = %learned.signature, samples = learned.observed.samples, "learned profile confident");
-                self.inner.kick.notify_one();
-            }
-            tracing::debug!(
-                job = seen.job,
-                signature = %learned.signature,
-                samples = learned.observed.samples,
-                "learned profile updated"
-            );
-            if let Err(e) = self.inner.store.put_profile(&learned).await {
-                warn!(signature = %learned.signature, error = %crate::error::chain(&e), "cannot store a learned profile");
-            }
+            self.note_slow(seen.job, ratio, now, expected).await;
+        }
+        let was_confident = before.is_some_and(|p| p.observed.confident());
+        let learned = self.inner.learned.add(&seen, now_ms());
+        if !was_confident && learned.observed.confident() {
+            // Planned on the prior until now: the next pass plans on what was learned (a
+            // running job's share changes at its next start; a checkpointable offline job
+            // may be moved).
+            info!(signature = %learned.signature, samples = learned.observed.samples, "learned profile confident");
+            self.inner.kick.notify_one();
+        }
+        tracing::debug!(
+            job = seen.job,
+            signature = %learned.signature,
+            samples = learned.observed.samples,
+            "learned profile updated"
+        );
+        if let Err(e) = self.inner.store.put_profile(&learned).await {
+            warn!(signature = %learned.signature, error = %crate::error::chain(&e), "cannot store a learned profile");
         }
     }
 
