@@ -1,14 +1,14 @@
 //! The per-partition gate: a shared-memory segment that every job process of a partition
 //! maps, and through which offline launches wait for online work.
 //!
-//! Layout (version 4, all fields atomics, native endian):
+//! Layout (version 5, all fields atomics, native endian):
 //!
 //! ```text
 //! header (128 bytes)  magic "MMKGATE1", version, slot count, partition SMs, policy,
 //!                     anti-starvation base, hard bound, epoch (the futex word), waiters,
 //!                     offline depth cap, GEMM cut size, totals of the processes that left
 //!                     (launches, held, held ns, forced), device wait on or off, the device
-//!                     word and when it last closed
+//!                     word and when it last closed, the offline hold budget
 //! slots  (64 x 128)   one per job process: pid (0 = free), class, MPS share,
 //!                     kernels, SMs (filled and asked for), compute- and memory-bound
 //!                     kernels and expected
@@ -22,8 +22,8 @@
 //!   launch, the same backwards when the poller sees it complete. A completion bumps the epoch and wakes waiters only
 //!   when some process is waiting.
 //! - An offline launch that its policy holds sleeps on the epoch (`FUTEX_WAIT` on the shared
-//!   mapping) until in-flight work completes, the policy's recheck time passes, or the hard
-//!   bound runs out.
+//!   mapping) until in-flight work completes, the policy's recheck time passes, its
+//!   process's hold budget ([`HoldBudget`]) is spent, or the hard bound runs out.
 //! - A process that dies with work in flight cannot leave others waiting: a waiter whose
 //!   sleep times out drops the slots whose process is gone.
 //! - The device word (see [`DeviceWord`]) says, for the GPU itself, whether online work is
@@ -43,7 +43,7 @@ use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind
 use crate::profile::Intensity;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"MMKGATE1");
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 /// Job processes one partition's gate can hold.
 pub const SLOTS: usize = 64;
 /// A held launch looks for dead processes at least this often.
@@ -82,6 +82,8 @@ struct Header {
     device_closed_ns: AtomicU64,
     /// [`GateConfig::device_wait_grain_us`].
     device_wait_grain_us: AtomicU32,
+    /// [`GateConfig::hold_budget_pct`].
+    hold_budget_pct: AtomicU32,
 }
 
 #[repr(C, align(128))]
@@ -127,6 +129,10 @@ pub const SEGMENT_BYTES: usize = std::mem::size_of::<Segment>();
 /// The gate's hard bound on any hold, unless configured otherwise.
 pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(100);
 
+/// The share of its time an offline process may spend held, unless configured otherwise
+/// (see [`HoldBudget`]).
+pub const DEFAULT_HOLD_BUDGET_PCT: u32 = 10;
+
 /// How mmkd configures a partition's gate.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GateConfig {
@@ -156,11 +162,14 @@ pub struct GateConfig {
     /// device word closes; 0 puts a wait before every launch. A kernel the profile does not
     /// know always gets a wait before it and after it.
     pub device_wait_grain_us: u32,
+    /// Each offline process is held at most this share of its time, in percent (see
+    /// [`HoldBudget`]); 100: no budget, only the policy's bounds.
+    pub hold_budget_pct: u32,
 }
 
 impl GateConfig {
     /// 250 us base (2.5 % of a 10 ms request, Orion's DUR_THRESHOLD), a 100 ms hard bound,
-    /// no offline depth cap, no GEMM slicing.
+    /// no offline depth cap, no GEMM slicing, the default hold budget.
     pub fn new(sm_count: u32, policy: PolicyKind) -> GateConfig {
         GateConfig {
             sm_count,
@@ -171,6 +180,7 @@ impl GateConfig {
             gemm_slice_mflop: 0,
             device_wait: false,
             device_wait_grain_us: 0,
+            hold_budget_pct: DEFAULT_HOLD_BUDGET_PCT,
         }
     }
 
@@ -245,6 +255,63 @@ pub struct WaitOutcome {
     pub waited: Duration,
     /// It went because it had waited as long as it may, not because it fit.
     pub forced: bool,
+}
+
+/// How much of its time one offline process may spend held: a bucket that fills at
+/// [`GateConfig::hold_budget_pct`] of the time that passes, up to [`HoldBudget::BURST`],
+/// and that every hold empties by as long as it lasted. A launch that its policy would hold
+/// after the bucket is empty goes at once (counted as forced). So an offline job is never
+/// held more than about that share of its time, however busy the online jobs beside it
+/// are: against a light online job the gate holds what the policy says; against a busy one
+/// it holds for the online job's isolated requests first and lets the training run in the
+/// rest. The bucket is the process's own (the interposer keeps it beside its policy).
+#[derive(Debug, Clone)]
+pub struct HoldBudget {
+    left_ns: u64,
+    /// When it was last looked at (`CLOCK_MONOTONIC` ns, or a simulator's clock).
+    at_ns: Option<u64>,
+}
+
+impl Default for HoldBudget {
+    fn default() -> HoldBudget {
+        HoldBudget::new()
+    }
+}
+
+impl HoldBudget {
+    /// The most a process may be held in one stretch of holds, after a quiet spell.
+    pub const BURST: Duration = Duration::from_millis(50);
+
+    /// A full bucket.
+    pub fn new() -> HoldBudget {
+        HoldBudget {
+            left_ns: nanos(HoldBudget::BURST),
+            at_ns: None,
+        }
+    }
+
+    /// What may still be held at `now_ns` with a budget of `pct` percent; `None` for no
+    /// budget (100 % or more).
+    pub fn available(&mut self, pct: u32, now_ns: u64) -> Option<Duration> {
+        let since = self.at_ns.map(|at| now_ns.saturating_sub(at));
+        self.at_ns = Some(now_ns);
+        if pct >= 100 {
+            return None;
+        }
+        if let Some(since) = since {
+            let refill = since.saturating_mul(u64::from(pct)) / 100;
+            self.left_ns = self
+                .left_ns
+                .saturating_add(refill)
+                .min(nanos(HoldBudget::BURST));
+        }
+        Some(Duration::from_nanos(self.left_ns))
+    }
+
+    /// Take a hold of `held` out of the bucket.
+    pub fn spend(&mut self, held: Duration) {
+        self.left_ns = self.left_ns.saturating_sub(nanos(held));
+    }
 }
 
 /// What one launch puts in flight, to take back when it completes.
@@ -498,6 +565,8 @@ impl Gate {
         }
         h.device_wait_grain_us
             .store(config.device_wait_grain_us, Ordering::Relaxed);
+        h.hold_budget_pct
+            .store(config.hold_budget_pct.min(100), Ordering::Relaxed);
         self.wake_all();
     }
 
@@ -513,6 +582,7 @@ impl Gate {
             gemm_slice_mflop: h.gemm_slice_mflop.load(Ordering::Relaxed),
             device_wait: h.device_wait.load(Ordering::Relaxed) != 0,
             device_wait_grain_us: h.device_wait_grain_us.load(Ordering::Relaxed),
+            hold_budget_pct: h.hold_budget_pct.load(Ordering::Relaxed),
         }
     }
 
@@ -778,10 +848,21 @@ impl Gate {
     }
 
     /// Ask `policy` about `launch` until it says go, sleeping on the gate in between, for at
-    /// most the gate's hard bound. Records what happened in the slot.
-    pub fn admit(&self, slot: SlotId, policy: &mut dyn Policy, launch: &Launch) -> WaitOutcome {
+    /// most the gate's hard bound and what is left of the process's hold `budget`. Records
+    /// what happened in the slot.
+    pub fn admit(
+        &self,
+        slot: SlotId,
+        policy: &mut dyn Policy,
+        budget: &mut HoldBudget,
+        launch: &Launch,
+    ) -> WaitOutcome {
         let h = &self.seg().header;
         let max_hold = Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed));
+        // What this process may still be held (the hard bound applies as well).
+        let allowed = budget
+            .available(h.hold_budget_pct.load(Ordering::Relaxed), monotonic_ns())
+            .map_or(max_hold, |left| left.min(max_hold));
         let mut start: Option<Instant> = None;
         // Time spent in `Hold` (not `Queued`) decisions, and when the current one began.
         let mut starving = Duration::ZERO;
@@ -818,7 +899,7 @@ impl Gate {
                 Decision::Hold { recheck } => (recheck, true),
                 Decision::Queued { recheck } => (recheck, false),
             };
-            if waited >= max_hold {
+            if waited >= allowed {
                 break WaitOutcome {
                     waited,
                     forced: true,
@@ -834,7 +915,7 @@ impl Gate {
                 hold_began = Some(now);
             }
             let sleep = recheck
-                .min(max_hold - waited)
+                .min(allowed - waited)
                 .min(LIVENESS_CHECK)
                 .max(Duration::from_micros(1));
             let woken = futex_wait(&h.epoch, epoch, sleep);
@@ -848,6 +929,7 @@ impl Gate {
         if registered {
             h.waiters.fetch_sub(1, Ordering::AcqRel);
         }
+        budget.spend(outcome.waited);
         if !outcome.waited.is_zero() || outcome.forced {
             let s = &self.seg().slots[slot.0];
             let ns = nanos(outcome.waited);
@@ -1308,7 +1390,7 @@ mod tests {
                 base: Duration::from_secs(10),
                 offline_depth: 0,
             };
-            let outcome = other.admit(off, &mut policy, &offline(100));
+            let outcome = other.admit(off, &mut policy, &mut HoldBudget::new(), &offline(100));
             (outcome, other.slot(off).unwrap())
         });
         // The waiter is held until the online kernel completes.
@@ -1339,7 +1421,7 @@ mod tests {
             mps_fraction: 0.5,
             ..offline(132)
         };
-        let outcome = g.admit(off, &mut policy, &half);
+        let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &half);
         assert!(outcome.forced);
         assert!(
             outcome.waited >= Duration::from_millis(10),
@@ -1347,6 +1429,53 @@ mod tests {
         );
         assert!(outcome.waited < Duration::from_secs(2), "{outcome:?}");
         assert_eq!(g.slot(off).unwrap().forced, 1);
+    }
+
+    #[test]
+    fn a_spent_hold_budget_lets_offline_launches_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gate(&dir, PolicyKind::Mmk);
+        let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
+        let off = g.join(1, Class::Offline, 1.0).unwrap();
+        // Online work that never completes: without a budget, each launch would wait out
+        // the anti-starvation bound of 20 ms.
+        g.begin(on, &sm(132));
+        let mut policy = Mmk {
+            base: Duration::from_millis(20),
+            offline_depth: 0,
+        };
+        let mut budget = HoldBudget::new();
+        let t0 = Instant::now();
+        let mut held = Duration::ZERO;
+        for _ in 0..10 {
+            let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
+            assert!(outcome.forced, "{outcome:?}");
+            held += outcome.waited;
+        }
+        let wall = t0.elapsed();
+        // The full bucket (50 ms) plus 10 % of the time since: two holds of 20 ms, then
+        // one of about 15 ms, then launches that go at once.
+        assert!(
+            held >= Duration::from_millis(50) && held <= Duration::from_millis(50) + wall / 5,
+            "held {held:?} in {wall:?}"
+        );
+        assert!(wall < Duration::from_millis(150), "{wall:?}");
+        assert_eq!(g.slot(off).unwrap().forced, 10);
+        // Time refills it at 10 %: after 100 ms, 10 ms may be held again.
+        std::thread::sleep(Duration::from_millis(100));
+        let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
+        assert!(
+            outcome.waited >= Duration::from_millis(10)
+                && outcome.waited < Duration::from_millis(20),
+            "{outcome:?}"
+        );
+        // 100 %: no budget, the policy's bound alone.
+        g.configure(&GateConfig {
+            hold_budget_pct: 100,
+            ..g.config()
+        });
+        let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
+        assert!(outcome.waited >= Duration::from_millis(20), "{outcome:?}");
     }
 
     #[test]
@@ -1494,7 +1623,7 @@ mod tests {
             offline_depth: 0,
         };
         let started = Instant::now();
-        let outcome = g.admit(off, &mut policy, &offline(132));
+        let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &offline(132));
         assert!(
             !outcome.forced,
             "the dead slot is dropped, then the launch fits"

@@ -29,8 +29,8 @@ pub mod slice;
 pub mod trace;
 
 pub use gate::{
-    Charge, DEFAULT_MAX_HOLD, DeviceWord, DeviceWordLocation, Gate, GateConfig, GateError, SlotId,
-    SlotStats, Totals, WaitOutcome, monotonic_ns,
+    Charge, DEFAULT_HOLD_BUDGET_PCT, DEFAULT_MAX_HOLD, DeviceWord, DeviceWordLocation, Gate,
+    GateConfig, GateError, HoldBudget, SlotId, SlotStats, Totals, WaitOutcome, monotonic_ns,
 };
 pub use policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind, PolicyParams};
 pub use profile::{Expect, Intensity, KernelKey, Profile};
@@ -56,6 +56,13 @@ pub mod env {
     /// `greatest` or `keep`: the priority of the streams the job creates (see
     /// [`crate::StreamPriority`]). Without it, online jobs get `greatest`, offline `keep`.
     pub const STREAM_PRIORITY: &str = "MMK_KSCHED_STREAM_PRIORITY";
+    /// The completion poller's shortest sleep in us (1 to 10000; default 10): how soon the
+    /// gate sees a completion, against how often the poller queries the driver.
+    pub const POLL_US: &str = "MMK_KSCHED_POLL_US";
+    /// Launches on one stream within this many us of its newest outstanding tracking event
+    /// share the next event instead of getting one each (0 to 10000; default 0, an event
+    /// per launch): fewer driver calls on the launch path, for measuring what they cost.
+    pub const GROUP_US: &str = "MMK_KSCHED_GROUP_US";
 }
 
 /// What the interposer does to the priority of the streams a job creates

@@ -121,6 +121,9 @@ pub struct SimConfig {
     pub detect: Duration,
     /// The gate's hard bound on a held launch.
     pub max_hold: Duration,
+    /// Each offline job is held at most this share of its time, in percent
+    /// ([`crate::HoldBudget`]); 100: no budget.
+    pub hold_budget_pct: u32,
     pub seed: u64,
 }
 
@@ -131,6 +134,7 @@ impl SimConfig {
             duration: Duration::from_secs(10),
             detect: Duration::from_micros(20),
             max_hold: Duration::from_millis(100),
+            hold_budget_pct: crate::DEFAULT_HOLD_BUDGET_PCT,
             seed: 1,
         }
     }
@@ -148,6 +152,8 @@ pub struct JobResult {
     /// Requests (offline: iterations) finished per simulated second.
     pub per_second: f64,
     pub held: u64,
+    /// Time its launches spent held (ns).
+    pub held_ns: u64,
     pub forced: u64,
 }
 
@@ -226,6 +232,9 @@ struct JobState {
     on_gpu: u64,
     result: JobResult,
     gap_until_ns: u64,
+    /// The job's hold budget, and what the admission in progress may be held (ns).
+    budget: crate::HoldBudget,
+    allowed: u64,
 }
 
 /// A deterministic generator for arrival times (SplitMix64).
@@ -282,9 +291,12 @@ pub fn run(config: &SimConfig, jobs: &[SimJob], policy: Box<dyn Policy>) -> Vec<
                 kernels: 0,
                 per_second: 0.0,
                 held: 0,
+                held_ns: 0,
                 forced: 0,
             },
             gap_until_ns: 0,
+            budget: crate::HoldBudget::new(),
+            allowed: 0,
         })
         .collect();
     let mut sim = Sim {
@@ -484,8 +496,19 @@ impl Sim<'_> {
                     hold_began,
                     ..
                 } => (since, starving, hold_began),
-                _ => (self.now, 0, None),
+                _ => {
+                    // A new admission: what the job's budget lets it be held.
+                    let pct = self.config.hold_budget_pct;
+                    let s = &mut self.state[j];
+                    s.allowed = s.budget.available(pct, self.now).map_or(max_hold, |left| {
+                        u64::try_from(left.as_nanos())
+                            .unwrap_or(u64::MAX)
+                            .min(max_hold)
+                    });
+                    (self.now, 0, None)
+                }
             };
+            let allowed = self.state[j].allowed;
             if let Some(began) = hold_began {
                 starving += self.now - began;
             }
@@ -505,13 +528,13 @@ impl Sim<'_> {
             let forced = match decision {
                 Decision::Launch => false,
                 Decision::LaunchStarved => true,
-                Decision::Hold { .. } | Decision::Queued { .. } if waited >= max_hold => true,
+                Decision::Hold { .. } | Decision::Queued { .. } if waited >= allowed => true,
                 Decision::Hold { recheck } | Decision::Queued { recheck } => {
                     self.ids += 1;
                     let token = self.ids;
                     let recheck = u64::try_from(recheck.as_nanos())
                         .unwrap_or(u64::MAX)
-                        .min(max_hold - waited)
+                        .min(allowed - waited)
                         .max(1);
                     let hold_began = matches!(decision, Decision::Hold { .. }).then_some(self.now);
                     self.state[j].cpu = Cpu::Held {
@@ -524,9 +547,11 @@ impl Sim<'_> {
                     return;
                 }
             };
+            self.state[j].budget.spend(Duration::from_nanos(waited));
             let r = &mut self.state[j].result;
             if waited > 0 || forced {
                 r.held += 1;
+                r.held_ns += waited;
             }
             if forced {
                 r.forced += 1;
@@ -717,6 +742,11 @@ mod tests {
     fn holding_policies_protect_online_latency_at_some_offline_cost() {
         let jobs = [online(), offline()];
         let p50 = |r: &JobResult| r.latency_percentile(50.0).unwrap() as f64;
+        // The policies as their papers have them: no hold budget.
+        let config = || SimConfig {
+            hold_budget_pct: 100,
+            ..config()
+        };
         let alone = p50(&run(&config(), &[online()], policy(PolicyKind::Passthrough))[0]);
         let train_alone =
             run(&config(), &[offline()], policy(PolicyKind::Passthrough))[0].per_second;
@@ -743,6 +773,61 @@ mod tests {
             );
             assert_eq!(r[0].held, 0, "{kind}: online launches never wait");
         }
+    }
+
+    #[test]
+    fn the_hold_budget_keeps_training_beside_a_busy_service_and_costs_a_light_one_nothing() {
+        let p50 = |r: &JobResult| r.latency_percentile(50.0).unwrap() as f64;
+        let budget = |pct| SimConfig {
+            hold_budget_pct: pct,
+            duration: Duration::from_secs(10),
+            ..config()
+        };
+        // A service whose kernels fill the GPU, and an anti-starvation bound longer than
+        // its requests: `mmk` holds the training for every request, whole. (The simulated
+        // GPU shares SMs as a pool, so the training's speed does not show what holding it
+        // costs on a GPU; its held time does.)
+        let service = |interval_ms: u64| {
+            let mut s = online();
+            for k in s.requests.iter_mut().flatten() {
+                k.sm_demand = 132;
+            }
+            s.interval_ns = interval_ms * 1_000 * US;
+            s
+        };
+        let mmk = || PolicyKind::Mmk.build(&PolicyParams::new(Duration::from_millis(5), 132));
+        // Busy: 2 ms of work every 5 ms on average. Without a budget the training's
+        // launches are held whenever they meet a request (more than a tenth of its time);
+        // with a budget of 5 %, at most a twentieth of its time, and one burst.
+        let busy = [service(5), offline()];
+        let unbounded = run(&budget(100), &busy, mmk());
+        let bounded = run(&budget(5), &busy, mmk());
+        let ten_s = 10_000_000 * US;
+        assert!(
+            unbounded[1].held_ns > ten_s / 10,
+            "without a budget the training is held {} ms of 10 s",
+            unbounded[1].held_ns / 1_000_000
+        );
+        assert!(
+            bounded[1].held_ns <= ten_s / 20 + 50_000 * US,
+            "a 5 % budget: held {} ms of 10 s",
+            bounded[1].held_ns / 1_000_000
+        );
+        assert!(
+            p50(&bounded[0]) > p50(&unbounded[0]),
+            "the service pays for it"
+        );
+        // Light: a request every 100 ms. What it needs held fits the budget.
+        let light = [service(100), offline()];
+        let unbounded = run(&budget(100), &light, mmk());
+        let bounded = run(&budget(5), &light, mmk());
+        assert!(
+            p50(&bounded[0]) <= 1.02 * p50(&unbounded[0]),
+            "{} vs {}",
+            p50(&bounded[0]),
+            p50(&unbounded[0])
+        );
+        assert!(bounded[1].per_second >= 0.98 * unbounded[1].per_second);
     }
 
     #[test]

@@ -46,9 +46,11 @@ impl Node {
     }
 
     fn gate(&self, policy: PolicyKind, base: Duration, max_hold: Duration) -> Gate {
+        // No hold budget: these tests hold launches for as long as the policy says.
         self.gate_with(&GateConfig {
             base,
             max_hold,
+            hold_budget_pct: 100,
             ..GateConfig::new(132, policy)
         })
     }
@@ -299,6 +301,7 @@ fn an_offline_job_queues_at_most_the_depth_cap_while_an_online_job_is_present() 
         base: Duration::from_millis(1),
         max_hold: Duration::from_secs(30),
         offline_depth: 3,
+        hold_budget_pct: 100,
         ..GateConfig::new(132, PolicyKind::Mmk)
     });
     // 30 small offline kernels of 2 ms, never synchronised: without a cap the job queues
@@ -402,6 +405,7 @@ fn queued_offline_beside_online(
         base: Duration::from_millis(500),
         max_hold: Duration::from_secs(30),
         device_wait,
+        hold_budget_pct: 100,
         ..GateConfig::new(132, policy)
     });
     let offline = node
@@ -509,6 +513,7 @@ fn a_device_wait_that_outlasts_the_bound_is_forced_open() {
         base: Duration::from_millis(2),
         max_hold: Duration::from_secs(30),
         device_wait: true,
+        hold_budget_pct: 100,
         ..GateConfig::new(132, PolicyKind::Mmk)
     });
     // One online kernel of 1 s: the offline kernels behind their waits would sit out all
@@ -941,4 +946,93 @@ fn gemms_run_whole_online_without_a_limit_or_under_it() {
     let (out, stats) = gemm_job(&node, "small", Class::Offline, "gemmex", "n");
     assert_eq!(out["mismatches"], 0, "{out}");
     whole("small", &stats);
+}
+
+/// With `MMK_KSCHED_GROUP_US`, launches made back to back share tracking events, and the
+/// gate still sees the online job busy until its last kernel completes: the offline job's
+/// kernels start after it. A stream destroyed with launches that no event covers yet gets
+/// one first. Without it, every launch has an event of its own.
+#[test]
+fn launches_close_together_share_an_event_and_count_until_the_last_completes() {
+    let node = Node::new();
+    let gate = node.gate(
+        PolicyKind::Mmk,
+        Duration::from_secs(30),
+        Duration::from_secs(30),
+    );
+    // 40 kernels of 1 ms, launched within microseconds of each other: 40 ms of work.
+    let online = node
+        .job(
+            "on",
+            Class::Online,
+            true,
+            &[
+                "--kernels",
+                "40",
+                "--duration-us",
+                "1000",
+                "--blocks",
+                "132",
+            ],
+        )
+        .env("MMK_KSCHED_GROUP_US", "50")
+        .spawn()
+        .unwrap();
+    wait_for_slot(&gate, "online kernels in flight", |s| {
+        s.class == Some(Class::Online) && s.inflight > 0
+    });
+    let offline = node
+        .job(
+            "off",
+            Class::Offline,
+            true,
+            &[
+                "--kernels",
+                "5",
+                "--duration-us",
+                "100",
+                "--blocks",
+                "132",
+                "--destroy-stream",
+            ],
+        )
+        .env("MMK_KSCHED_GROUP_US", "50")
+        .spawn()
+        .unwrap();
+    finish(online, "the online job");
+    finish(offline, "the offline job");
+    let online_end = node.kernels("on").iter().map(|k| k.2).max().unwrap();
+    let first_offline = node.kernels("off").iter().map(|k| k.1).min().unwrap();
+    assert!(
+        first_offline >= online_end,
+        "an offline kernel started {} us before the last online kernel ended",
+        (online_end - first_offline) / 1_000
+    );
+    let on = node.stats("on");
+    let events = on["tracking"]["events"].as_u64().unwrap();
+    // One event per 50 us of launches at most, and one behind the last of them; a loaded
+    // machine that spreads the launches out makes more.
+    let launched: Vec<u64> = node.kernels("on").iter().map(|k| k.0).collect();
+    let span_us = (launched.iter().max().unwrap() - launched.iter().min().unwrap()) / 1_000;
+    assert!(
+        events >= 1 && events <= (span_us / 50 + 3).min(40),
+        "40 launches over {span_us} us, {events} events: {on}"
+    );
+    assert_eq!(on["tracking"]["early"], 0, "{on}");
+    assert_eq!(on["untracked"], 0, "{on}");
+    let off = node.stats("off");
+    assert_eq!(off["tracking"]["early"], 0, "{off}");
+    assert_eq!(off["untracked"], 0, "{off}");
+    assert_eq!(gate.totals().launches, 45);
+    let each = node
+        .job(
+            "each",
+            Class::Online,
+            true,
+            &["--kernels", "10", "--duration-us", "100"],
+        )
+        .spawn()
+        .unwrap();
+    finish(each, "the job with an event per launch");
+    assert_eq!(node.stats("each")["tracking"]["events"], 10);
 }

@@ -44,6 +44,11 @@ pub struct KsimArgs {
     /// (0: no cap; docs/kernel-sched.md).
     #[arg(long, default_value_t = 0)]
     pub offline_depth: u32,
+    /// Each offline job is held at most PCT % of its time, as mmkd's
+    /// `--kernel-hold-budget` (100: no budget).
+    #[arg(long, value_name = "PCT", default_value_t = mmk_kernel_sched::DEFAULT_HOLD_BUDGET_PCT,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub hold_budget: u32,
     /// How late the gate sees a completion.
     #[arg(long, default_value = "20us", value_parser = humantime::parse_duration)]
     pub detect: Duration,
@@ -100,6 +105,8 @@ struct Report {
     base_us: f64,
     /// `--offline-depth` (0: no cap).
     offline_depth: u32,
+    /// `--hold-budget` (100: none).
+    hold_budget_pct: u32,
     detect_us: f64,
     interval_ms: f64,
     alone: Vec<AloneRow>,
@@ -195,6 +202,7 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
         duration: args.duration,
         detect: args.detect,
         seed: args.seed,
+        hold_budget_pct: args.hold_budget,
         ..SimConfig::new(args.sms)
     };
     let alone: Vec<JobResult> = jobs
@@ -285,6 +293,7 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
         simulated_s: args.duration.as_secs_f64(),
         base_us: base.as_secs_f64() * 1e6,
         offline_depth: args.offline_depth,
+        hold_budget_pct: args.hold_budget,
         detect_us: args.detect.as_secs_f64() * 1e6,
         interval_ms: args.interval.as_secs_f64() * 1e3,
         alone: jobs
@@ -314,7 +323,7 @@ fn print(fmt: Format, r: &Report) {
     }
     let _ = writeln!(
         o,
-        "simulated {:.0} s on {} SMs; base/DUR_THRESHOLD {:.0} us; offline depth cap {}; completions seen {:.0} us late; online requests every {:.1} ms",
+        "simulated {:.0} s on {} SMs; base/DUR_THRESHOLD {:.0} us; offline depth cap {}; hold budget {}; completions seen {:.0} us late; online requests every {:.1} ms",
         r.simulated_s,
         r.sms,
         r.base_us,
@@ -322,6 +331,11 @@ fn print(fmt: Format, r: &Report) {
             "none".to_owned()
         } else {
             r.offline_depth.to_string()
+        },
+        if r.hold_budget_pct >= 100 {
+            "none".to_owned()
+        } else {
+            format!("{} %", r.hold_budget_pct)
         },
         r.detect_us,
         r.interval_ms

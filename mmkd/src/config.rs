@@ -139,6 +139,12 @@ pub struct Args {
     /// [default: 0] (docs/kernel-sched.md).
     #[arg(long, value_name = "MFLOP")]
     pub kernel_gemm_slice: Option<u32>,
+    /// Each offline job process is held by the kernel gate at most PCT % of its time; once
+    /// that is spent its launches go at once until time refills it (a bucket of 50 ms).
+    /// 100 sets no budget (Listing 1 as the paper has it) [default: 10]
+    /// (docs/kernel-sched.md, "The hold budget").
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub kernel_hold_budget: Option<u32>,
     /// The kernel scheduler's anti-starvation base (also Orion's DUR_THRESHOLD) in every
     /// partition, over what online jobs' profiles say [default: 2.5 % of the online job's
     /// profiled request latency, else 250us].
@@ -288,6 +294,7 @@ struct FileConfig {
     kernel_policy: Option<String>,
     kernel_offline_depth: Option<u32>,
     kernel_gemm_slice: Option<u32>,
+    kernel_hold_budget: Option<u32>,
     kernel_base: Option<String>,
     kernel_device_wait: Option<bool>,
     kernel_device_wait_grain: Option<String>,
@@ -328,6 +335,8 @@ pub struct Config {
     pub kernel_offline_depth: u32,
     /// Offline GEMMs over this many MFLOP are cut into pieces; 0: not cut.
     pub kernel_gemm_slice: u32,
+    /// The share of its time (%) an offline process may be held; 100: no budget.
+    pub kernel_hold_budget: u32,
     /// The operator's anti-starvation base, over the online jobs' profiles.
     pub kernel_base: Option<Duration>,
     /// Offline launches also wait on the GPU, with this grain (`None`: off).
@@ -406,6 +415,16 @@ impl Config {
             return Err(ConfigError::Invalid {
                 field: "sim_speed",
                 message: format!("{sim_speed} must be between 0.001 and 1e9"),
+            });
+        }
+        let kernel_hold_budget = args
+            .kernel_hold_budget
+            .or(file.kernel_hold_budget)
+            .unwrap_or(mmk_kernel_sched::DEFAULT_HOLD_BUDGET_PCT);
+        if kernel_hold_budget > 100 {
+            return Err(ConfigError::Invalid {
+                field: "kernel_hold_budget",
+                message: format!("{kernel_hold_budget} is not a percentage (0 to 100)"),
             });
         }
         let listen = args.listen.or(file.listen);
@@ -670,6 +689,7 @@ impl Config {
                 .kernel_gemm_slice
                 .or(file.kernel_gemm_slice)
                 .unwrap_or(0),
+            kernel_hold_budget,
             kernel_base,
             kernel_device_wait,
             kernel_gate_dir,
@@ -712,7 +732,8 @@ mod tests {
         std::fs::write(
             &f,
             "backend: sim\nsim_gpus: h100-80gb:2\nsim_speed: 10\nstop_grace: 3s\n\
-             kernel_offline_depth: 8\nkernel_base: 1500us\nkernel_gemm_slice: 8000\n",
+             kernel_offline_depth: 8\nkernel_base: 1500us\nkernel_gemm_slice: 8000\n\
+             kernel_hold_budget: 25\n",
         )
         .expect("write");
         let c = Config::resolve(args(&[
@@ -728,6 +749,7 @@ mod tests {
         assert_eq!(c.stop_grace, Duration::from_secs(3));
         assert_eq!(c.kernel_offline_depth, 8);
         assert_eq!(c.kernel_gemm_slice, 8000);
+        assert_eq!(c.kernel_hold_budget, 25);
         assert_eq!(c.kernel_base, Some(Duration::from_micros(1500)));
         let c = Config::resolve(args(&[
             "--config",
@@ -748,9 +770,21 @@ mod tests {
             (
                 defaults.kernel_offline_depth,
                 defaults.kernel_base,
-                defaults.kernel_gemm_slice
+                defaults.kernel_gemm_slice,
+                defaults.kernel_hold_budget
             ),
-            (0, None, 0)
+            (0, None, 0, 10)
+        );
+        assert!(
+            Args::try_parse_from(["mmkd", "--kernel-hold-budget", "101"]).is_err(),
+            "not a percentage"
+        );
+        std::fs::write(&f, "kernel_hold_budget: 150\n").expect("write");
+        let err = Config::resolve(args(&["--config", f.to_str().expect("utf-8")]))
+            .expect_err("not a percentage");
+        assert!(
+            err.to_string().starts_with("kernel_hold_budget: 150"),
+            "{err}"
         );
     }
 

@@ -119,6 +119,8 @@ pub struct KernelSched {
     gemm_slice_mflop: u32,
     /// Offline launches also wait on the GPU, with this grain; `None`: off.
     device_wait: Option<Duration>,
+    /// The share of its time (%) an offline process may be held; 100: no budget.
+    hold_budget_pct: u32,
     dir: PathBuf,
     /// Each partition's gate settings, as the latest online job left them.
     tuned: Arc<Mutex<HashMap<String, OnlineTuning>>>,
@@ -133,6 +135,7 @@ impl KernelSched {
             offline_depth: 0,
             gemm_slice_mflop: 0,
             device_wait: None,
+            hold_budget_pct: mmk_kernel_sched::DEFAULT_HOLD_BUDGET_PCT,
             dir: PathBuf::new(),
             tuned: Arc::default(),
         }
@@ -147,6 +150,7 @@ impl KernelSched {
             offline_depth: 0,
             gemm_slice_mflop: 0,
             device_wait: None,
+            hold_budget_pct: mmk_kernel_sched::DEFAULT_HOLD_BUDGET_PCT,
             dir,
             tuned: Arc::default(),
         }
@@ -196,6 +200,19 @@ impl KernelSched {
         self
     }
 
+    /// Every gate holds each offline process at most `pct` % of its time (100: no budget;
+    /// `mmk_kernel_sched::HoldBudget`).
+    pub fn with_hold_budget(mut self, pct: u32) -> KernelSched {
+        if self.interposer.is_some() {
+            info!(
+                hold_budget_pct = pct,
+                "kernel scheduler holds offline work at most this share of its time"
+            );
+        }
+        self.hold_budget_pct = pct.min(100);
+        self
+    }
+
     pub fn gate_path(&self, key: &str) -> PathBuf {
         self.dir.join(format!("{key}.gate"))
     }
@@ -232,6 +249,7 @@ impl KernelSched {
         }
         config.offline_depth = self.offline_depth;
         config.gemm_slice_mflop = self.gemm_slice_mflop;
+        config.hold_budget_pct = self.hold_budget_pct;
         if let Some(grain) = self.device_wait {
             config.device_wait = true;
             config.device_wait_grain_us = u32::try_from(grain.as_micros()).unwrap_or(u32::MAX);
@@ -446,7 +464,8 @@ mod tests {
         )
         .with_tuning(8, Some(Duration::from_micros(1500)))
         .with_gemm_slice(8000)
-        .with_device_wait(Some(Duration::from_micros(200)));
+        .with_device_wait(Some(Duration::from_micros(200)))
+        .with_hold_budget(30);
         let profiled = OnlineTuning {
             policy: None,
             base: Some(Duration::from_micros(29)),
@@ -457,6 +476,7 @@ mod tests {
         assert_eq!(config.gemm_slice_mflop, 8000);
         assert!(config.device_wait);
         assert_eq!(config.device_wait_grain_us, 200);
+        assert_eq!(config.hold_budget_pct, 30);
         assert_eq!(
             config.base,
             Duration::from_micros(1500),
@@ -474,8 +494,13 @@ mod tests {
         let config = Gate::open(&job.gate).unwrap().config();
         assert!(!config.device_wait);
         assert_eq!(
-            (config.offline_depth, config.base, config.gemm_slice_mflop),
-            (0, Duration::from_micros(29), 0)
+            (
+                config.offline_depth,
+                config.base,
+                config.gemm_slice_mflop,
+                config.hold_budget_pct
+            ),
+            (0, Duration::from_micros(29), 0, 10)
         );
     }
 

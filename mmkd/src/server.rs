@@ -324,6 +324,7 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
         k.with_tuning(config.kernel_offline_depth, config.kernel_base)
             .with_gemm_slice(config.kernel_gemm_slice)
             .with_device_wait(config.kernel_device_wait)
+            .with_hold_budget(config.kernel_hold_budget)
     };
     let dir = config.kernel_gate_dir.clone();
     match &config.interposer {

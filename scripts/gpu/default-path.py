@@ -14,6 +14,11 @@ warm the service asks, and the time until its process runs is recorded.
   learned      the same, the pair run twice on one mmkd: the first run is planned on the
                prior and learned, the second on the learned profiles (`mmkctl profiles`)
   default-ksoff  the same with --kernel-policy off: MMK's shares without the kernel gate
+  default-budgetN  the same with --kernel-hold-budget N (100: no budget, Listing 1 as the
+               paper has it; 0: the gate tracks every launch but never holds one)
+  default-policy-P  the same with --kernel-policy P
+  CONFIG-pollN   CONFIG with MMK_KSCHED_POLL_US=N for mmkd and the jobs
+  CONFIG-groupN  CONFIG with MMK_KSCHED_GROUP_US=N (launches share tracking events)
   default-tuned  the same with the gate settings of the best measured co-location
                (--kernel-device-wait, --kernel-offline-depth 8, --kernel-base 1500us,
                --kernel-gemm-slice 8000, the gates in /dev/shm)
@@ -92,7 +97,42 @@ def serve_result(path):
     s = json.load(open(path))
     lat = [x * 1e3 for x in s["latencies_s"]]
     return s, {"requests": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
-               "mean_ms": statistics.fmean(lat)}
+               "mean_ms": statistics.fmean(lat),
+               "latencies_ms": [round(x, 3) for x in lat]}
+
+
+def brief(r):
+    """A result without its latencies, for the log."""
+    if isinstance(r, dict):
+        return {k: brief(v) for k, v in r.items() if k != "latencies_ms"}
+    return r
+
+
+def summarize(runs):
+    """Per configuration over its rounds: the service's latencies pooled (p50, p99), each
+    round's p99, and the training's steps/s (mean, and against plain MPS's mean)."""
+    by = {}
+    for name, r in runs.items():
+        for part, x in ([("first", r["first"]), ("second", r["second"])] if "first" in r
+                        else [("", r)]):
+            key = name.split("@")[0] + (f":{part}" if part else "")
+            by.setdefault(key, []).append(x)
+    out = {}
+    for key, xs in by.items():
+        lat = [v for x in xs for v in x.get("latencies_ms", [])]
+        steps = [x["train_steps_per_s"] for x in xs if x.get("train_steps_per_s")]
+        out[key] = {
+            "rounds": len(xs),
+            "p50_ms": pct(lat, 50) if lat else None,
+            "p99_ms": pct(lat, 99) if lat else None,
+            "p99_by_round_ms": [round(x["p99_ms"], 1) for x in xs if "p99_ms" in x],
+            "train_steps_per_s": statistics.fmean(steps) if steps else None,
+        }
+    mps = (out.get("mps") or {}).get("train_steps_per_s")
+    for v in out.values():
+        if mps and v["train_steps_per_s"]:
+            v["train_vs_mps"] = v["train_steps_per_s"] / mps
+    return out
 
 
 def steps_per_s(path, t0, t1):
@@ -143,6 +183,8 @@ def main():
     ap.add_argument("--configs", default="ideal,train-alone,mps,default")
     ap.add_argument("--rounds", type=int, default=1, help="each configuration this many times, "
                     "in rotated order (results named CONFIG@ROUND after the first round)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set for mmkd and the jobs of every mmkd configuration")
     a = ap.parse_args()
     bin_dir, out = os.path.abspath(a.bin), os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
@@ -182,6 +224,16 @@ def main():
                 p.wait(timeout=60)
                 r["train_steps_per_s"] = steps_per_s(to, t0, t1)
             else:
+                # Suffixes "-pollN" (the interposer's poller sleeps at least N us) and
+                # "-groupN" (launches within N us share a tracking event), in any order.
+                extra = {}
+                for suffix, var in (("-poll", "MMK_KSCHED_POLL_US"),
+                                    ("-group", "MMK_KSCHED_GROUP_US")):
+                    if suffix in c:
+                        head, _, rest = c.rpartition(suffix)
+                        us, _, more = rest.partition("-")
+                        c = head + (f"-{more}" if more else "")
+                        extra[var] = us
                 flags = {
                     "mps": ["--planner", "first-fit", "--kernel-policy", "off"],
                     "default": [],
@@ -191,9 +243,15 @@ def main():
                                       "--kernel-base", "1500us", "--kernel-gemm-slice", "8000",
                                       "--kernel-gate-dir", tempfile.mkdtemp(dir="/dev/shm")],
                 }.get(c)
+                if flags is None and c.startswith("default-budget"):
+                    flags = ["--kernel-hold-budget", c.removeprefix("default-budget")]
+                if flags is None and c.startswith("default-policy-"):
+                    flags = ["--kernel-policy", c.removeprefix("default-policy-")]
                 if flags is None:
                     raise SystemExit(f"{c}: not a configuration")
-                m = Mmkd(bin_dir, d, flags, env, f"{out}/mmkd-{name}.log")
+                m = Mmkd(bin_dir, d, flags,
+                         env | dict(kv.split("=", 1) for kv in a.env) | extra,
+                         f"{out}/mmkd-{name}.log")
                 try:
                     r = pair(m, d, out, serve, a.seconds)
                     if c == "learned":
@@ -206,7 +264,8 @@ def main():
                                     if "performance model" in l or "planner" in l][:3]
             r["wall_s"] = round(time.time() - t, 1)
             res["configs"][name] = r
-            log(name, json.dumps(r))
+            res["summary"] = summarize(res["configs"])
+            log(name, json.dumps(brief(r)))
             json.dump(res, open(f"{out}/default-path.json", "w"), indent=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -769,6 +769,24 @@ pub unsafe extern "C" fn cuStreamGetPriority(stream: Handle, priority: *mut c_in
     SUCCESS
 }
 
+/// Destroys a stream this library made: the call returns at once, and the work queued on
+/// it still runs, as with the real driver. The default streams cannot be destroyed.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy_v2(stream: Handle) -> CUresult {
+    if let Err(rc) = check_ctx() {
+        return rc;
+    }
+    if is_legacy(stream) || stream as usize == 2 {
+        return INVALID_HANDLE;
+    }
+    let mut g = gpu();
+    if g.captures.contains_key(&(stream as usize)) {
+        return ILLEGAL_STATE;
+    }
+    g.non_blocking.remove(&(stream as usize));
+    SUCCESS
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(stream: Handle) -> CUresult {
     if let Err(rc) = check_ctx() {
@@ -1343,6 +1361,7 @@ fn proc_address(name: &[u8], flags: u64) -> Option<usize> {
         (b"cuStreamGetPriority", _) => cuStreamGetPriority as *const () as usize,
         (b"cuCtxGetStreamPriorityRange", _) => cuCtxGetStreamPriorityRange as *const () as usize,
         (b"cuStreamSynchronize", _) => cuStreamSynchronize as *const () as usize,
+        (b"cuStreamDestroy", _) => cuStreamDestroy_v2 as *const () as usize,
         (b"cuEventCreate", _) => cuEventCreate as *const () as usize,
         (b"cuEventRecord", _) => cuEventRecord as *const () as usize,
         (b"cuEventQuery", _) => cuEventQuery as *const () as usize,

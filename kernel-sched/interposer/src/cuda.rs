@@ -77,6 +77,9 @@ pub struct CudaLaunchConfig {
 pub type Params = *mut *mut c_void;
 
 // Launch entry points (the `_ptsz` forms have the same signatures).
+/// `CU_STREAM_PER_THREAD`: the calling thread's default stream.
+pub const CU_STREAM_PER_THREAD: usize = 0x2;
+
 pub type CuLaunchKernel = unsafe extern "C" fn(
     CUfunction,
     c_uint,
@@ -108,6 +111,20 @@ pub type CuGraphLaunch = unsafe extern "C" fn(CUgraphExec, CUstream) -> CUresult
 
 // Stream creation (the interposer may raise the priority asked for).
 pub type CuStreamCreate = unsafe extern "C" fn(*mut CUstream, c_uint) -> CUresult;
+/// `cuStreamDestroy` and `cuStreamDestroy_v2` (one signature).
+pub type CuStreamDestroy = unsafe extern "C" fn(CUstream) -> CUresult;
+/// `cuStreamBeginCapture_v2`; also handed `cuStreamBeginCapture`, whose first version took
+/// the stream alone (the extra argument is ignored by such a callee).
+pub type CuStreamBeginCapture = unsafe extern "C" fn(CUstream, c_int) -> CUresult;
+/// `cuStreamBeginCaptureToGraph`.
+pub type CuStreamBeginCaptureToGraph = unsafe extern "C" fn(
+    CUstream,
+    *mut c_void,
+    *const c_void,
+    *const c_void,
+    usize,
+    c_int,
+) -> CUresult;
 pub type CuStreamCreateWithPriority =
     unsafe extern "C" fn(*mut CUstream, c_uint, c_int) -> CUresult;
 /// `cudaLaunchKernel`, `cudaLaunchCooperativeKernel` (host stub first) and

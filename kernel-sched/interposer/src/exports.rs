@@ -1,4 +1,5 @@
-//! The symbols the interposer exports (launches, stream constructors, lookups). A caller
+//! The symbols the interposer exports (launches, stream constructors, destructors and
+//! captures, lookups). A caller
 //! linked against the driver or the runtime
 //! (Triton's launchers link `-lcuda`; `libtorch_cuda.so` imports `__cudaLaunchKernel` and
 //! `cudaLaunchKernelExC` from `libcudart.so.13`) reaches these first, because the
@@ -155,6 +156,22 @@ export!(cuStreamCreateWithPriority, Lib::Driver, CuStreamCreateWithPriority,
 fn(stream: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult
 => |real| crate::streams::create(stream, flags, Some(real), || real(stream, flags, priority)));
 
+export!(cuStreamDestroy, Lib::Driver, CuStreamDestroy,
+fn(stream: CUstream) -> CUresult
+=> |real| crate::streams::change(stream, || real(stream)));
+export!(cuStreamDestroy_v2, Lib::Driver, CuStreamDestroy,
+fn(stream: CUstream) -> CUresult
+=> |real| crate::streams::change(stream, || real(stream)));
+export!(cuStreamBeginCapture, Lib::Driver, CuStreamBeginCapture,
+fn(stream: CUstream, mode: c_int) -> CUresult
+=> |real| crate::streams::change(stream, || real(stream, mode)));
+export!(cuStreamBeginCapture_v2, Lib::Driver, CuStreamBeginCapture,
+fn(stream: CUstream, mode: c_int) -> CUresult
+=> |real| crate::streams::change(stream, || real(stream, mode)));
+export!(cuStreamBeginCaptureToGraph, Lib::Driver, CuStreamBeginCaptureToGraph,
+fn(stream: CUstream, graph: *mut c_void, deps: *const c_void, data: *const c_void, n: usize, mode: c_int) -> CUresult
+=> |real| crate::streams::change(stream, || real(stream, graph, deps, data, n, mode)));
+
 export!(cuGetProcAddress, Lib::Driver, CuGetProcAddress,
 fn(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult
 => |real| {
@@ -240,6 +257,15 @@ pub fn own(name: &[u8]) -> [usize; 2] {
         ],
         b"cuStreamCreate" => [cuStreamCreate as *const () as usize, 0],
         b"cuStreamCreateWithPriority" => [cuStreamCreateWithPriority as *const () as usize, 0],
+        b"cuStreamDestroy" | b"cuStreamDestroy_v2" => [
+            cuStreamDestroy as *const () as usize,
+            cuStreamDestroy_v2 as *const () as usize,
+        ],
+        b"cuStreamBeginCapture" | b"cuStreamBeginCapture_v2" => [
+            cuStreamBeginCapture as *const () as usize,
+            cuStreamBeginCapture_v2 as *const () as usize,
+        ],
+        b"cuStreamBeginCaptureToGraph" => [cuStreamBeginCaptureToGraph as *const () as usize, 0],
         b"cuGetProcAddress" | b"cuGetProcAddress_v2" => [
             cuGetProcAddress as *const () as usize,
             cuGetProcAddress_v2 as *const () as usize,

@@ -296,6 +296,17 @@ fn(stream: *mut CUstream, flags: c_uint, priority: c_int) -> CUresult
 => |real: CuStreamCreateWithPriority| unsafe {
     crate::streams::create(stream, flags, Some(real), || real(stream, flags, priority))
 });
+hook_family!(SD, sd_hooks, sd_hook, CuStreamDestroy,
+fn(stream: CUstream) -> CUresult
+=> |real: CuStreamDestroy| unsafe { crate::streams::change(stream, || real(stream)) });
+hook_family!(BC, bc_hooks, bc_hook, CuStreamBeginCapture,
+fn(stream: CUstream, mode: c_int) -> CUresult
+=> |real: CuStreamBeginCapture| unsafe { crate::streams::change(stream, || real(stream, mode)) });
+hook_family!(BCG, bcg_hooks, bcg_hook, CuStreamBeginCaptureToGraph,
+fn(stream: CUstream, graph: *mut c_void, deps: *const c_void, data: *const c_void, n: usize, mode: c_int) -> CUresult
+=> |real: CuStreamBeginCaptureToGraph| unsafe {
+    crate::streams::change(stream, || real(stream, graph, deps, data, n, mode))
+});
 hook_family!(GPA, gpa_hooks, gpa_hook, CuGetProcAddress,
 fn(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult
 => |real: CuGetProcAddress| unsafe {
@@ -326,7 +337,7 @@ fn(symbol: *const c_char, pfn: *mut *mut c_void, version: c_uint, flags: u64, st
 });
 
 /// What to hand out for `name` found at `real`: a hook when `name` is a launch entry point,
-/// a stream constructor or a way to find one, else `real` itself.
+/// a stream constructor, destructor or capture, or a way to find one, else `real` itself.
 pub fn wrap(name: &[u8], real: *mut c_void) -> *mut c_void {
     if real.is_null() || !(name.starts_with(b"cu") || name.starts_with(b"__cuda")) {
         return real;
@@ -347,6 +358,13 @@ pub fn wrap(name: &[u8], real: *mut c_void) -> *mut c_void {
         b"cudaGraphLaunch" => RGL.install(r, &rgl_hooks(), &crate::exports::own(base)),
         b"cuStreamCreate" => SC.install(r, &sc_hooks(), &crate::exports::own(base)),
         b"cuStreamCreateWithPriority" => SCP.install(r, &scp_hooks(), &crate::exports::own(base)),
+        b"cuStreamDestroy" | b"cuStreamDestroy_v2" => {
+            SD.install(r, &sd_hooks(), &crate::exports::own(base))
+        }
+        b"cuStreamBeginCapture" | b"cuStreamBeginCapture_v2" => {
+            BC.install(r, &bc_hooks(), &crate::exports::own(base))
+        }
+        b"cuStreamBeginCaptureToGraph" => BCG.install(r, &bcg_hooks(), &crate::exports::own(base)),
         b"cuGetProcAddress" => GPA.install(r, &gpa_hooks(), &crate::exports::own(name)),
         b"cuGetProcAddress_v2" => GPA2.install(r, &gpa2_hooks(), &crate::exports::own(name)),
         b"cudaGetDriverEntryPoint" => GDEP.install(r, &gdep_hooks(), &crate::exports::own(base)),

@@ -174,8 +174,9 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
             // `begin` under the same lock: two threads of this process cannot both see
             // room for one more kernel and both take it.
             let outcome = {
-                let mut policy = p.policy.lock().unwrap_or_else(|e| e.into_inner());
-                let outcome = gate.admit(*slot, &mut **policy, &launch);
+                let mut guard = p.policy.lock().unwrap_or_else(|e| e.into_inner());
+                let (policy, budget) = &mut *guard;
+                let outcome = gate.admit(*slot, &mut **policy, budget, &launch);
                 gate.begin(*slot, &charge);
                 outcome
             };
@@ -263,8 +264,19 @@ fn after(p: &'static Process, api: Api, shape: &Shape, ticket: Ticket, rc: CUres
     if gate.is_none() && ticket.record.is_none() {
         return;
     }
-    let timing = ticket.record.is_some();
-    let done = d.and_then(|d| p.tracker.record(d, ticket.ctx, shape.stream, timing));
+    if ticket.record.is_none() {
+        // Tracked for the gate alone: an event, or the next one on the stream, covers it.
+        if let (Some(d), Some((slot, charge))) = (d, gate)
+            && p.tracker
+                .track(p, d, ticket.ctx, shape.stream, slot, charge)
+        {
+            return;
+        }
+        p.stats.untracked.fetch_add(1, Ordering::Relaxed);
+        p.end_in_gate(gate);
+        return;
+    }
+    let done = d.and_then(|d| p.tracker.record(d, ticket.ctx, shape.stream, true));
     match done {
         Some(done) => p.tracker.push(
             p,
@@ -272,7 +284,7 @@ fn after(p: &'static Process, api: Api, shape: &Shape, ticket: Ticket, rc: CUres
                 done,
                 ctx: ticket.ctx,
                 stream: shape.stream,
-                gate,
+                gate: gate.map(|(slot, charge)| (slot, charge, Vec::new())),
                 record: ticket.record,
             },
         ),

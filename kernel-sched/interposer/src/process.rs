@@ -14,7 +14,7 @@ use std::time::Duration;
 use mmk_kernel_sched::profile::{Expect, KernelKey, Profile};
 use mmk_kernel_sched::trace::{HEADER, TraceRecord};
 use mmk_kernel_sched::{
-    Charge, Class, Gate, Policy, PolicyKind, PolicyParams, SlotId, StreamPriority, env,
+    Charge, Class, Gate, HoldBudget, Policy, PolicyKind, PolicyParams, SlotId, StreamPriority, env,
     monotonic_ns,
 };
 
@@ -30,7 +30,8 @@ pub struct Process {
     /// The partition's gate and this process's slot in it.
     pub gate: Option<(Gate, SlotId)>,
     pub policy_kind: PolicyKind,
-    pub policy: Mutex<Box<dyn Policy>>,
+    /// The policy and this process's hold budget, asked one launch at a time.
+    pub policy: Mutex<(Box<dyn Policy>, HoldBudget)>,
     /// What happens to the priority of the streams the process creates.
     pub stream_priority: StreamPriority,
     /// Whether launches are tracked to completion for the gate.
@@ -244,7 +245,7 @@ impl Process {
             sm_count: AtomicU32::new(config.map_or(0, |c| c.sm_count)),
             gate,
             policy_kind,
-            policy: Mutex::new(policy),
+            policy: Mutex::new((policy, HoldBudget::new())),
             stream_priority,
             track,
             record,
@@ -253,7 +254,7 @@ impl Process {
             stats_path,
             stats: Stats::new(),
             seq: AtomicU64::new(0),
-            tracker: Tracker::default(),
+            tracker: Tracker::from_env(),
             left_gate: std::sync::atomic::AtomicBool::new(false),
             device: crate::device::DeviceWait::default(),
         }

@@ -86,6 +86,11 @@ pub struct Stats {
     pub overflow: AtomicU64,
     /// Launches whose completion could not be tracked (no event).
     pub untracked: AtomicU64,
+    /// Events recorded to track completions (a launch shortly after another on its stream
+    /// shares the next one: `crate::track`), and launches counted complete when their
+    /// stream's last event completed, no event behind them.
+    pub events: AtomicU64,
+    pub early: AtomicU64,
     /// Launches recorded into a graph under stream capture (not counted as launched: they
     /// run inside a later graph launch).
     pub captured: AtomicU64,
@@ -120,6 +125,8 @@ impl Stats {
             forced: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
             untracked: AtomicU64::new(0),
+            events: AtomicU64::new(0),
+            early: AtomicU64::new(0),
             captured: AtomicU64::new(0),
             streams_created: AtomicU64::new(0),
             streams_raised: AtomicU64::new(0),
@@ -238,13 +245,15 @@ impl Stats {
             .collect();
         let _ = write!(
             s,
-            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"captured\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"gemm\":{{{gemm}\"cut\":{},\"pieces\":{},\"uncut\":{}}},\"device\":{{\"waits\":{},\"failed\":{},\"forced\":{},\"error\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
+            "}},\"kernels\":{kernels},\"failed\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"overflow\":{},\"untracked\":{},\"tracking\":{{\"events\":{},\"early\":{}}},\"captured\":{},\"streams\":{{\"mode\":\"{streams}\",\"created\":{},\"raised\":{},\"priority\":{}}},\"gemm\":{{{gemm}\"cut\":{},\"pieces\":{},\"uncut\":{}}},\"device\":{{\"waits\":{},\"failed\":{},\"forced\":{},\"error\":{}}},\"hook_ns\":{{\"timed\":{timed},\"mean\":{mean},\"p50\":{p50},\"p99\":{p99},\"max\":{}}}}}",
             self.failed.load(Ordering::Relaxed),
             self.held.load(Ordering::Relaxed),
             self.held_ns.load(Ordering::Relaxed),
             self.forced.load(Ordering::Relaxed),
             self.overflow.load(Ordering::Relaxed),
             self.untracked.load(Ordering::Relaxed),
+            self.events.load(Ordering::Relaxed),
+            self.early.load(Ordering::Relaxed),
             self.captured.load(Ordering::Relaxed),
             self.streams_created.load(Ordering::Relaxed),
             self.streams_raised.load(Ordering::Relaxed),

@@ -2,6 +2,9 @@
 //! ([`mmk_kernel_sched::StreamPriority`]), so that the GPU's block scheduler dispatches its
 //! kernels' blocks ahead of waiting offline blocks (Orion 5.2). Priorities never preempt a
 //! running block, and the default streams keep the least priority.
+//!
+//! A stream that is destroyed or starts a capture first gets an event behind the launches
+//! the completion tracker has not covered yet ([`crate::track`]).
 
 use std::ffi::{c_int, c_uint};
 use std::sync::atomic::Ordering;
@@ -87,4 +90,25 @@ fn greatest_priority() -> Option<c_int> {
     // SAFETY: a driver query with valid out pointers.
     let rc = unsafe { range(&mut least, &mut greatest) };
     (rc == CUDA_SUCCESS).then_some(greatest)
+}
+
+/// Destroy `stream` or begin a capture on it (`change`), after the tracker has covered its
+/// launches (see [`crate::track::Tracker::before_stream_change`]).
+pub(crate) fn change(stream: CUstream, change: impl FnOnce() -> CUresult) -> CUresult {
+    // A driver whose entry point calls another that we hook (an export of ours) comes
+    // back here: the outermost call does the work.
+    if CHANGING.get() {
+        return change();
+    }
+    let Some(p) = process::get() else {
+        return change();
+    };
+    CHANGING.set(true);
+    let rc = p.tracker.before_stream_change(p, stream, change);
+    CHANGING.set(false);
+    rc
+}
+
+thread_local! {
+    static CHANGING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

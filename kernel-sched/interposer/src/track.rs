@@ -1,7 +1,18 @@
-//! Completion tracking without blocking the caller: an event is recorded behind each
-//! tracked launch, and one poller thread per process queries the events, tells the gate
-//! what completed and writes record-mode trace lines.
+//! Completion tracking without blocking the caller: events are recorded behind tracked
+//! launches, and one poller thread per process queries the events, tells the gate what
+//! completed and writes record-mode trace lines.
+//!
+//! By default each tracked launch gets an event of its own. With `MMK_KSCHED_GROUP_US=N`
+//! (for measuring), launches share them: work on one stream completes in order, so one
+//! event covers every launch before it on its stream, and a launch made while its stream's
+//! newest event is outstanding and was recorded less than N us ago gets none: the next
+//! event recorded on the stream covers it. When the stream's events have all completed with
+//! such launches left, the poller records one more behind them, unless the stream is being
+//! captured (then they count as complete at once, `early` in the stats). A stream that is
+//! destroyed or starts a capture first gets an event behind them on the caller's thread.
+//! Record mode keeps an event pair per launch, for its per-kernel times.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -19,19 +30,53 @@ use crate::stats::now_ns;
 const POLL_MIN: Duration = Duration::from_micros(10);
 const POLL_MAX: Duration = Duration::from_micros(100);
 
-/// A launch whose completion someone waits for.
+/// The poller's shortest and longest sleep: [`POLL_MIN`] and [`POLL_MAX`], or the
+/// shortest from `MMK_KSCHED_POLL_US` (for measuring what polling costs).
+fn poll_interval() -> (Duration, Duration) {
+    let shortest = std::env::var(mmk_kernel_sched::env::POLL_US)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&us| (1..=10_000).contains(&us))
+        .map_or(POLL_MIN, Duration::from_micros);
+    (shortest, POLL_MAX.max(shortest))
+}
+
+/// `MMK_KSCHED_GROUP_US`: how long after its stream's newest outstanding event a tracked
+/// launch goes without an event of its own (see the module docs); 0, the default, gives
+/// every launch one.
+fn group_ns() -> u64 {
+    std::env::var(mmk_kernel_sched::env::GROUP_US)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&us| us <= 10_000)
+        .map_or(0, |us| us * 1_000)
+}
+
+/// Launches whose completion someone waits for: one event behind the last of them.
 #[derive(Debug)]
 pub struct Pending {
-    /// Recorded behind the launch; complete once the launch is.
+    /// Recorded behind the launches; complete once they are.
     pub done: CUevent,
     pub ctx: CUcontext,
     /// Work on one stream completes in order: once one of its events is not ready, the
     /// later ones are not queried in that pass.
     pub stream: CUstream,
-    /// The gate slot and what `begin` counted, to give back on completion.
-    pub gate: Option<(SlotId, Charge)>,
+    /// The gate slot, what `begin` counted for the launch the event is behind, and for
+    /// the launches before it that the event covers too, to give back on completion.
+    pub gate: Option<(SlotId, Charge, Vec<Charge>)>,
     /// Record mode: the event recorded before the launch, and the line to finish.
     pub record: Option<(CUevent, Box<TraceRecord>)>,
+}
+
+/// A stream's tracked launches, as the launching threads and the poller share them.
+#[derive(Debug, Default)]
+struct StreamTrack {
+    /// Tracking events recorded on the stream and not yet seen complete.
+    outstanding: u32,
+    /// When the newest of them was recorded (ns).
+    newest_ns: u64,
+    /// Launches after the newest event, which no event covers yet.
+    tail: Vec<Charge>,
 }
 
 // SAFETY: the raw CUDA handles are plain ids that any thread may pass to the driver.
@@ -55,6 +100,10 @@ pub struct Tracker {
     outstanding: AtomicUsize,
     /// Free events: (context, event, timing).
     pool: Mutex<Vec<(usize, usize, bool)>>,
+    /// Per (context, stream) with tracked launches in flight, when launches share events.
+    streams: Mutex<HashMap<(usize, usize), StreamTrack>>,
+    /// [`group_ns`]; 0: an event per launch.
+    group_ns: u64,
     refs: Mutex<Vec<Reference>>,
 }
 
@@ -63,6 +112,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Tracker {
+    /// A tracker that shares events as `MMK_KSCHED_GROUP_US` says.
+    pub fn from_env() -> Tracker {
+        Tracker {
+            group_ns: group_ns(),
+            ..Tracker::default()
+        }
+    }
+
     /// The current context, or null.
     pub fn current_ctx(d: &Driver) -> CUcontext {
         let mut ctx: CUcontext = std::ptr::null_mut();
@@ -110,6 +167,174 @@ impl Tracker {
             return None;
         }
         Some(event)
+    }
+
+    /// Track a launch on `stream` that the gate counted as `charge` in `slot`: an event
+    /// behind it, or none while the stream's newest event is outstanding and younger than
+    /// [`GROUP`] (the next event covers it). False when no event could be recorded: the
+    /// caller gives the charge back at once.
+    pub fn track(
+        &self,
+        process: &'static Process,
+        d: &Driver,
+        ctx: CUcontext,
+        stream: CUstream,
+        slot: SlotId,
+        charge: Charge,
+    ) -> bool {
+        let pending = if self.group_ns == 0 {
+            let Some(done) = self.record(d, ctx, stream, false) else {
+                return false;
+            };
+            Pending {
+                done,
+                ctx,
+                stream,
+                gate: Some((slot, charge, Vec::new())),
+                record: None,
+            }
+        } else {
+            let now = now_ns();
+            let mut streams = lock(&self.streams);
+            let st = streams.entry((ctx as usize, stream as usize)).or_default();
+            if st.outstanding > 0 && now.saturating_sub(st.newest_ns) < self.group_ns {
+                st.tail.push(charge);
+                return true;
+            }
+            // Recorded under the lock, so that no launch joins the tail this event has
+            // taken after the event.
+            let Some(done) = self.record(d, ctx, stream, false) else {
+                return false;
+            };
+            st.outstanding += 1;
+            st.newest_ns = now;
+            Pending {
+                done,
+                ctx,
+                stream,
+                gate: Some((slot, charge, std::mem::take(&mut st.tail))),
+                record: None,
+            }
+        };
+        process.stats.events.fetch_add(1, Ordering::Relaxed);
+        self.push(process, pending);
+        true
+    }
+
+    /// A tracking event of `stream` completed, with `ctx` current. When it was the
+    /// stream's last one and launches came after it that no event covers, one more event
+    /// goes behind them (from the poller: the stream is neither destroyed nor captured
+    /// while the lock is held, see [`Tracker::before_stream_change`]). Returns what is left
+    /// uncovered, to count as complete now: nothing, unless the stream is being captured or
+    /// the event cannot be recorded.
+    fn stream_done(
+        &self,
+        process: &Process,
+        d: &Driver,
+        ctx: CUcontext,
+        stream: CUstream,
+    ) -> Vec<Charge> {
+        let mut streams = lock(&self.streams);
+        let key = (ctx as usize, stream as usize);
+        let Some(st) = streams.get_mut(&key) else {
+            return Vec::new();
+        };
+        st.outstanding = st.outstanding.saturating_sub(1);
+        if st.outstanding > 0 {
+            return Vec::new();
+        }
+        // The per-thread default stream named from the poller would be the poller's own:
+        // the legacy stream waits for the job thread's one instead.
+        let target = if stream as usize == CU_STREAM_PER_THREAD {
+            std::ptr::null_mut()
+        } else {
+            stream
+        };
+        if !st.tail.is_empty()
+            && !d.capturing(target)
+            && let Some(done) = self.record(d, ctx, target, false)
+        {
+            if d.capturing(target) {
+                // Another stream's capture took this one in (an event wait) between the
+                // look and the record: the event is the graph's now, never to be reused.
+            } else {
+                st.outstanding = 1;
+                st.newest_ns = now_ns();
+                let mut charges = std::mem::take(&mut st.tail);
+                let last = charges.pop().unwrap_or_default();
+                process.stats.events.fetch_add(1, Ordering::Relaxed);
+                self.outstanding.fetch_add(1, Ordering::AcqRel);
+                lock(&self.queue).push(Pending {
+                    done,
+                    ctx,
+                    stream,
+                    gate: process
+                        .gate
+                        .as_ref()
+                        .map(|(_, slot)| (*slot, last, charges)),
+                    record: None,
+                });
+                return Vec::new();
+            }
+        }
+        streams.remove(&key).map(|st| st.tail).unwrap_or_default()
+    }
+
+    /// Before `stream` is destroyed or starts a capture (`change`, run under the lock): the
+    /// launches on it that no event covers get one now, on the caller's thread, while the
+    /// stream can still take it; and the poller records nothing on the stream meanwhile.
+    pub fn before_stream_change<R>(
+        &self,
+        process: &'static Process,
+        stream: CUstream,
+        change: impl FnOnce() -> R,
+    ) -> R {
+        let Some(d) = crate::real::driver().filter(|_| self.group_ns > 0) else {
+            return change();
+        };
+        let mut streams = lock(&self.streams);
+        let mut pending = Vec::new();
+        for (&(ctx, s), st) in streams.iter_mut() {
+            if s != stream as usize || st.tail.is_empty() {
+                continue;
+            }
+            let ctx = ctx as CUcontext;
+            let mut charges = std::mem::take(&mut st.tail);
+            match self.record(d, ctx, stream, false) {
+                Some(done) => {
+                    st.outstanding += 1;
+                    st.newest_ns = now_ns();
+                    process.stats.events.fetch_add(1, Ordering::Relaxed);
+                    let last = charges.pop().unwrap_or_default();
+                    pending.push(Pending {
+                        done,
+                        ctx,
+                        stream,
+                        gate: process
+                            .gate
+                            .as_ref()
+                            .map(|(_, slot)| (*slot, last, charges)),
+                        record: None,
+                    });
+                }
+                None => {
+                    process
+                        .stats
+                        .early
+                        .fetch_add(charges.len() as u64, Ordering::Relaxed);
+                    let slot = process.gate.as_ref().map(|(_, slot)| *slot);
+                    for charge in charges {
+                        process.end_in_gate(slot.map(|slot| (slot, charge)));
+                    }
+                }
+            }
+        }
+        let result = change();
+        drop(streams);
+        for p in pending {
+            self.push(process, p);
+        }
+        result
     }
 
     pub fn give_back(&self, ctx: CUcontext, event: CUevent, timing: bool) {
@@ -170,7 +395,8 @@ impl Tracker {
         if let Some(d) = crate::real::driver() {
             d.relax_capture_mode();
         }
-        let mut interval = POLL_MIN;
+        let (shortest, longest) = poll_interval();
+        let mut interval = shortest;
         loop {
             let batch = {
                 let mut queue = lock(&self.queue);
@@ -187,7 +413,7 @@ impl Tracker {
             let before = batch.len();
             let mut left = self.poll_once(process, batch);
             if left.len() < before {
-                interval = POLL_MIN;
+                interval = shortest;
             }
             if !left.is_empty()
                 && let Some((gate, _)) = &process.gate
@@ -201,7 +427,7 @@ impl Tracker {
                     *queue = left;
                 }
                 std::thread::sleep(interval);
-                interval = (interval * 2).min(POLL_MAX);
+                interval = (interval * 2).min(longest);
             }
         }
     }
@@ -250,7 +476,22 @@ impl Tracker {
     }
 
     fn finish_one(&self, process: &Process, d: &Driver, p: Pending) {
-        process.end_in_gate(p.gate);
+        let grouped = self.group_ns > 0 && p.record.is_none();
+        if let Some((slot, last, before)) = p.gate {
+            for charge in before.into_iter().chain([last]) {
+                process.end_in_gate(Some((slot, charge)));
+            }
+            if grouped {
+                let uncovered = self.stream_done(process, d, p.ctx, p.stream);
+                process
+                    .stats
+                    .early
+                    .fetch_add(uncovered.len() as u64, Ordering::Relaxed);
+                for charge in uncovered {
+                    process.end_in_gate(Some((slot, charge)));
+                }
+            }
+        }
         match p.record {
             Some((start, mut line)) => {
                 if let Some(r) = self.reference(p.ctx) {

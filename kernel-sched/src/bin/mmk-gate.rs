@@ -2,7 +2,7 @@
 //! runs; this is for running jobs under the kernel scheduler without mmkd, and for looking).
 //!
 //! ```text
-//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off] [--device-wait-grain-us G]
+//! mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off] [--device-wait-grain-us G] [--hold-budget-pct P]
 //! mmk-gate show PATH
 //! ```
 //!
@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use mmk_kernel_sched::{Gate, GateConfig, PolicyKind};
 
-const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off] [--device-wait-grain-us G]\n       mmk-gate show PATH";
+const USAGE: &str = "usage: mmk-gate create PATH [--sms N] [--policy passthrough|mmk|orion|fikit] [--base-us U] [--max-hold-ms M] [--offline-depth K] [--gemm-slice-mflop F] [--device-wait on|off] [--device-wait-grain-us G] [--hold-budget-pct P]\n       mmk-gate show PATH";
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
@@ -70,6 +70,12 @@ fn run() -> Result<(), String> {
                         config.device_wait_grain_us = u32::try_from(num()?)
                             .map_err(|_| "--device-wait-grain-us: too large".to_owned())?
                     }
+                    "--hold-budget-pct" => {
+                        config.hold_budget_pct = u32::try_from(num()?)
+                            .ok()
+                            .filter(|p| *p <= 100)
+                            .ok_or_else(|| "--hold-budget-pct: 0 to 100".to_owned())?
+                    }
                     other => return Err(format!("unknown flag {other}\n{USAGE}")),
                 }
             }
@@ -81,7 +87,7 @@ fn run() -> Result<(), String> {
             let c = gate.config();
             let t = gate.totals();
             println!(
-                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"gemm_slice_mflop\":{},\"device_wait\":{},\"device_wait_grain_us\":{},\"device_word\":{{\"online\":{},\"passes\":{}}},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
+                "{{\"sm_count\":{},\"policy\":\"{}\",\"base_us\":{},\"max_hold_ms\":{},\"offline_depth\":{},\"gemm_slice_mflop\":{},\"device_wait\":{},\"device_wait_grain_us\":{},\"hold_budget_pct\":{},\"device_word\":{{\"online\":{},\"passes\":{}}},\"launches\":{},\"held\":{},\"held_ns\":{},\"forced\":{},\"processes\":{}}}",
                 c.sm_count,
                 c.policy,
                 c.base.as_micros(),
@@ -90,6 +96,7 @@ fn run() -> Result<(), String> {
                 c.gemm_slice_mflop,
                 c.device_wait,
                 c.device_wait_grain_us,
+                c.hold_budget_pct,
                 gate.device_word().online(),
                 gate.device_word().passes(),
                 t.launches,

@@ -8,6 +8,7 @@
 //!                          runtime-internal|runtime-ex|runtime-coop|runtime-graph|all]
 //!                   [--kernels N] [--duration-us D] [--gap-us G] [--blocks B] [--threads T]
 //!                   [--sync-every K] [--die-after K] [--stream-priority P] [--capture K]
+//!                   [--destroy-stream]
 //! ```
 //!
 //! Each thread launches on a stream of its own, made with `cuStreamCreate`, or with
@@ -16,6 +17,9 @@
 //! `--capture K` (with `--api graph` or `runtime-graph`): the graph each thread launches is
 //! recorded first by stream capture in global mode, as `torch.cuda.graph` does: K kernels
 //! of `--duration-us`, captured while a 20 ms kernel launched just before is still running.
+//!
+//! `--destroy-stream`: each thread destroys its stream right after its last launch, with
+//! the work still queued, and then waits for the context (`cuCtxSynchronize`).
 //!
 //! `mmk-fake-cuda-app gemm ...` runs one cuBLAS or cuBLASLt GEMM instead (`gemm.rs`).
 //!
@@ -44,6 +48,7 @@ type StreamCreate = unsafe extern "C" fn(*mut Handle, c_uint) -> CUresult;
 type StreamCreateWithPriority = unsafe extern "C" fn(*mut Handle, c_uint, c_int) -> CUresult;
 type StreamGetPriority = unsafe extern "C" fn(Handle, *mut c_int) -> CUresult;
 type StreamSync = unsafe extern "C" fn(Handle) -> CUresult;
+type CtxSync = unsafe extern "C" fn() -> CUresult;
 type GraphCreate = unsafe extern "C" fn(*mut Handle, c_uint) -> CUresult;
 type GraphInstantiate = unsafe extern "C" fn(*mut Handle, Handle, u64) -> CUresult;
 type BeginCapture = unsafe extern "C" fn(Handle, c_int) -> CUresult;
@@ -138,6 +143,7 @@ struct Args {
     die_after: Option<u64>,
     stream_priority: Option<c_int>,
     capture: u64,
+    destroy_stream: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -152,6 +158,7 @@ fn parse_args() -> Result<Args, String> {
         die_after: None,
         stream_priority: None,
         capture: 0,
+        destroy_stream: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -170,6 +177,7 @@ fn parse_args() -> Result<Args, String> {
             "--sync-every" => a.sync_every = num(value()?)?,
             "--die-after" => a.die_after = Some(num(value()?)?),
             "--capture" => a.capture = num(value()?)?,
+            "--destroy-stream" => a.destroy_stream = true,
             "--stream-priority" => {
                 let v = value()?;
                 a.stream_priority = Some(
@@ -457,7 +465,18 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
                 std::thread::sleep(Duration::from_micros(a.gap_us));
             }
         }
-        sync(stream);
+        if a.destroy_stream {
+            check(
+                "cuStreamDestroy",
+                cuda.get::<StreamSync>(c"cuStreamDestroy", 0)?(stream),
+            )?;
+            check(
+                "cuCtxSynchronize",
+                cuda.get::<CtxSync>(c"cuCtxSynchronize", 0)?(),
+            )?;
+        } else {
+            sync(stream);
+        }
         Ok((launched, failed, times, priority))
     }
 }
