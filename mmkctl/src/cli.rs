@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use mmk_core::{JobClass, JobState, paths};
 use mmk_proto::v1;
 use mmk_proto::{class_to_proto, spec_to_proto, state_to_proto};
@@ -171,6 +171,31 @@ pub enum PartitionsCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// The MIG layout as a config for NVIDIA's tools: the current one, or, given job
+    /// files, the one a dry run of them would make (docs/mmkctl.md).
+    Export {
+        /// The config format.
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// The config's name in the file (`nvidia-mig-parted apply -c NAME`).
+        #[arg(long, default_value = "mmk")]
+        name: String,
+        /// The jobs are online.
+        #[arg(long, conflicts_with = "offline")]
+        online: bool,
+        /// The jobs are offline.
+        #[arg(long)]
+        offline: bool,
+        /// Job files to plan (docs/job-spec.md); none: the current layout.
+        files: Vec<PathBuf>,
+    },
+}
+
+/// What `partitions export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// NVIDIA MIG Partition Editor (`nvidia-mig-parted`), `version: v1`.
+    MigParted,
 }
 
 fn parse_state(s: &str) -> Result<JobState, String> {
@@ -270,6 +295,42 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
                 .await?
                 .into_inner();
             output::plan(fmt, &files, &resp);
+            Ok(())
+        }
+        Command::Partitions {
+            command:
+                PartitionsCommand::Export {
+                    format: ExportFormat::MigParted,
+                    name,
+                    online,
+                    offline,
+                    files,
+                },
+        } => {
+            crate::export::check_name(&name).map_err(Failure::usage)?;
+            let class = flag_class(online, offline);
+            let specs = files
+                .iter()
+                .map(|f| read_spec(f, class))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut c = connect(&target).await?;
+            let now = c
+                .partitions
+                .list_partitions(v1::ListPartitionsRequest {})
+                .await?
+                .into_inner();
+            let mut layout = crate::export::current(&now);
+            if !specs.is_empty() {
+                let plan = c
+                    .partitions
+                    .plan_jobs(v1::PlanJobsRequest {
+                        specs: specs.iter().map(spec_to_proto).collect(),
+                    })
+                    .await?
+                    .into_inner();
+                layout = crate::export::after(layout, &plan.steps).map_err(Failure::server)?;
+            }
+            output::mig_parted(fmt, &crate::export::mig_parted(&layout, &name));
             Ok(())
         }
         Command::Partitions {

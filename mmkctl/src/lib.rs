@@ -16,6 +16,7 @@ extern crate mmk_cli;
 mod attach;
 mod cli;
 pub mod client;
+mod export;
 mod output;
 mod picture;
 mod predictor;

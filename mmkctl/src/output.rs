@@ -870,3 +870,14 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
         );
     }
 }
+
+/// A mig-parted config: YAML, the format mig-parted reads, or the same as JSON.
+pub fn mig_parted(fmt: Format, config: &crate::export::MigParted) {
+    if fmt == Format::Json {
+        return print_json(config);
+    }
+    match serde_saphyr::to_string(config) {
+        Ok(yaml) => out!("{yaml}"),
+        Err(e) => eprintln!("mmkctl: cannot write the config: {e}"),
+    }
+}

@@ -520,6 +520,92 @@ async fn partitions_plan_is_a_dry_run() {
     assert_eq!(d.ctl_json(&["partitions", "show"]), before);
     assert_eq!(d.ctl_json(&["jobs"]).as_array().map(Vec::len), Some(1));
 
+    // The layout as a config for NVIDIA's mig-parted: now, and after the dry run.
+    let mut counts = serde_json::Map::new();
+    for p in before[0]["partitions"].as_array().expect("partitions") {
+        let n = counts
+            .get(p["profile"].as_str().expect("profile"))
+            .and_then(Value::as_u64);
+        counts.insert(
+            p["profile"].as_str().expect("profile").into(),
+            (n.unwrap_or(0) + 1).into(),
+        );
+    }
+    let out = d.ctl(&["partitions", "export", "--format", "mig-parted"]);
+    let yaml = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        yaml.starts_with("version: v1\nmig-configs:\n  mmk:\n  - devices:\n    - 0\n    mig-enabled: true\n    mig-devices:\n"),
+        "{yaml}"
+    );
+    let now = d.ctl_json(&["partitions", "export", "--format", "mig-parted"]);
+    assert_eq!(
+        now["mig-configs"]["mmk"][0]["mig-devices"],
+        Value::Object(counts.clone())
+    );
+    let plan = d.ctl_json(&["partitions", "plan", &small]);
+    let by_id: Vec<(u64, String)> = before[0]["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| {
+            (
+                p["instance_id"].as_u64().unwrap(),
+                p["profile"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for step in plan["steps"].as_array().expect("steps") {
+        let profile = match step["kind"].as_str() {
+            Some("create") => step["profile"].as_str().unwrap().to_owned(),
+            _ => by_id
+                .iter()
+                .find(|(id, _)| Some(*id) == step["instance_id"].as_u64())
+                .expect("a destroyed instance the node listed")
+                .1
+                .clone(),
+        };
+        let n = counts.get(&profile).and_then(Value::as_u64).unwrap_or(0);
+        let n = if step["kind"] == "create" {
+            n + 1
+        } else {
+            n - 1
+        };
+        if n == 0 {
+            counts.remove(&profile);
+        } else {
+            counts.insert(profile, n.into());
+        }
+    }
+    let planned = d.ctl_json(&[
+        "partitions",
+        "export",
+        "--format",
+        "mig-parted",
+        "--name",
+        "next",
+        "--online",
+        &small,
+    ]);
+    assert_eq!(
+        planned["mig-configs"]["next"][0]["mig-devices"],
+        Value::Object(counts)
+    );
+    let out = d.ctl(&[
+        "partitions",
+        "export",
+        "--format",
+        "mig-parted",
+        "--name",
+        "a b",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--name \"a b\""),
+        "{}",
+        text(&out.stderr)
+    );
+
     // A bad file is refused like `submit` refuses it.
     let bad = d.job_file(
         "bad.yaml",
