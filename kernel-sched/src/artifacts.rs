@@ -1,6 +1,7 @@
-//! Where the interposer and the fake CUDA driver are, and (for tests) how to build them.
+//! Where the interposer, the fake CUDA driver and the fake NVML library are, and (for
+//! tests) how to build them.
 //!
-//! Both are `cdylib`s, which `cargo test` does not build on its own: tests call
+//! They are `cdylib`s, which `cargo test` does not build on its own: tests call
 //! [`build_for_tests`], which runs `cargo build` for them once per test process.
 
 use std::path::{Path, PathBuf};
@@ -13,6 +14,9 @@ pub const INTERPOSER: &str = "libmmk_interposer.so";
 pub const FAKE_CUDA: &str = "libmmk_fake_cuda.so";
 /// The test program that launches kernels through the fake driver the way cudart does.
 pub const FAKE_APP: &str = "mmk-fake-cuda-app";
+/// The fake NVML library (`mmkd --nvml-lib`) and its inspector (crate `fake-nvml`).
+pub const FAKE_NVML: &str = "libmmk_fake_nvml.so";
+pub const FAKE_NVML_TOOL: &str = "mmk-fake-nvml";
 
 /// `name` in the directory of the running executable, or the one above it (where cargo
 /// puts libraries when the executable is a test in `deps/`).
@@ -37,8 +41,8 @@ pub enum BuildError {
     Missing(PathBuf),
 }
 
-/// Build the interposer, the fake driver and its test program with the cargo that runs the
-/// tests, into `target_dir`; returns the directory that holds them. Runs cargo once per
+/// Build the interposer, the fake driver and its test program, and the fake NVML library
+/// and its inspector with the cargo that runs the tests, into `target_dir`; returns the directory that holds them. Runs cargo once per
 /// process; later calls return the first result.
 pub fn build_for_tests(target_dir: &Path) -> Result<PathBuf, BuildError> {
     static BUILT: OnceLock<Result<PathBuf, BuildError>> = OnceLock::new();
@@ -48,7 +52,14 @@ pub fn build_for_tests(target_dir: &Path) -> Result<PathBuf, BuildError> {
             let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
             let output = Command::new(&cargo)
                 .args(["build", "--quiet", "--locked"])
-                .args(["-p", "mmk-interposer", "-p", "mmk-fake-cuda"])
+                .args([
+                    "-p",
+                    "mmk-interposer",
+                    "-p",
+                    "mmk-fake-cuda",
+                    "-p",
+                    "mmk-fake-nvml",
+                ])
                 .arg("--manifest-path")
                 .arg(&manifest)
                 .arg("--target-dir")
@@ -64,7 +75,7 @@ pub fn build_for_tests(target_dir: &Path) -> Result<PathBuf, BuildError> {
                 ));
             }
             let dir = target_dir.join("debug");
-            for name in [INTERPOSER, FAKE_CUDA, FAKE_APP] {
+            for name in [INTERPOSER, FAKE_CUDA, FAKE_APP, FAKE_NVML, FAKE_NVML_TOOL] {
                 if !dir.join(name).is_file() {
                     return Err(BuildError::Missing(dir.join(name)));
                 }

@@ -103,6 +103,18 @@ pub struct Args {
     /// How much faster than real time simulated jobs and MIG changes run [default: 1].
     #[arg(long, value_name = "X")]
     pub sim_speed: Option<f64>,
+    /// The NVML library the nvml backend loads [default: libnvidia-ml.so.1 from the
+    /// loader's path].
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// The GPUs whose MIG layout mmkd may change (indices, `all` or `none`); on the others
+    /// it uses the instances it finds [default: all] (docs/mmkd.md, "MIG on real GPUs").
+    #[arg(long, value_name = "all|none|I,J,...")]
+    pub mig_gpus: Option<String>,
+    /// Instances mmkd did not create may be destroyed like its own; without it a GPU with
+    /// such an instance keeps its layout [default: off].
+    #[arg(long)]
+    pub mig_take_over: bool,
     /// Time between SIGTERM and SIGKILL when a job is stopped [default: 10s].
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub stop_grace: Option<Duration>,
@@ -285,6 +297,9 @@ struct FileConfig {
     backend: Option<BackendChoice>,
     sim_gpus: Option<String>,
     sim_speed: Option<f64>,
+    nvml_lib: Option<PathBuf>,
+    mig_gpus: Option<String>,
+    mig_take_over: Option<bool>,
     stop_grace: Option<String>,
     planner: Option<String>,
     mps: Option<MpsChoice>,
@@ -315,6 +330,40 @@ struct FileConfig {
 }
 
 /// The resolved configuration.
+/// The GPUs whose MIG layout mmkd may change (`--mig-gpus`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum MigGpus {
+    #[default]
+    All,
+    Listed(std::collections::BTreeSet<u32>),
+}
+
+impl MigGpus {
+    /// `all`, `none` or GPU indices separated by commas.
+    pub fn parse(text: &str) -> Result<MigGpus, String> {
+        match text.trim() {
+            "all" => Ok(MigGpus::All),
+            "none" | "" => Ok(MigGpus::Listed(Default::default())),
+            list => list
+                .split(',')
+                .map(|i| {
+                    i.trim()
+                        .parse::<u32>()
+                        .map_err(|_| format!("{i:?} is not a GPU index (all, none or I,J,...)"))
+                })
+                .collect::<Result<_, _>>()
+                .map(MigGpus::Listed),
+        }
+    }
+
+    pub fn contains(&self, gpu: u32) -> bool {
+        match self {
+            MigGpus::All => true,
+            MigGpus::Listed(set) => set.contains(&gpu),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub socket: PathBuf,
@@ -323,6 +372,12 @@ pub struct Config {
     pub backend: BackendChoice,
     pub sim_gpus: Vec<GpuModel>,
     pub sim_speed: f64,
+    /// The NVML library to load; `None`: the system's.
+    pub nvml_lib: Option<PathBuf>,
+    /// The GPUs whose MIG layout mmkd may change.
+    pub mig_gpus: MigGpus,
+    /// Instances mmkd did not create may be destroyed.
+    pub mig_take_over: bool,
     pub stop_grace: Duration,
     pub planner: String,
     pub mps: MpsChoice,
@@ -427,6 +482,13 @@ impl Config {
                 message: format!("{kernel_hold_budget} is not a percentage (0 to 100)"),
             });
         }
+        let mig_gpus = match args.mig_gpus.as_deref().or(file.mig_gpus.as_deref()) {
+            None => MigGpus::All,
+            Some(text) => MigGpus::parse(text).map_err(|message| ConfigError::Invalid {
+                field: "mig_gpus",
+                message,
+            })?,
+        };
         let listen = args.listen.or(file.listen);
         let tls = match (
             args.tls_cert.or(file.tls_cert),
@@ -672,6 +734,9 @@ impl Config {
             backend: args.backend.or(file.backend).unwrap_or(BackendChoice::Auto),
             sim_gpus,
             sim_speed,
+            nvml_lib: args.nvml_lib.or(file.nvml_lib),
+            mig_gpus,
+            mig_take_over: args.mig_take_over || file.mig_take_over.unwrap_or(false),
             stop_grace,
             mps: args.mps.or(file.mps).unwrap_or(MpsChoice::Auto),
             mps_control: args
@@ -786,6 +851,20 @@ mod tests {
             err.to_string().starts_with("kernel_hold_budget: 150"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn mig_gpus_are_all_by_default_or_the_listed_ones() {
+        let c = Config::resolve(args(&[])).expect("defaults");
+        assert_eq!(c.mig_gpus, MigGpus::All);
+        assert!(!c.mig_take_over);
+        let c = Config::resolve(args(&["--mig-gpus", "0,2", "--mig-take-over"])).expect("valid");
+        assert!(c.mig_gpus.contains(2) && !c.mig_gpus.contains(1));
+        assert!(c.mig_take_over);
+        let none = Config::resolve(args(&["--mig-gpus", "none"])).expect("valid");
+        assert!(!none.mig_gpus.contains(0));
+        let err = Config::resolve(args(&["--mig-gpus", "0,x"])).expect_err("not an index");
+        assert!(err.to_string().starts_with("mig_gpus: \"x\""), "{err}");
     }
 
     #[test]

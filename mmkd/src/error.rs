@@ -26,7 +26,10 @@ impl From<BackendError> for ServiceError {
             BackendError::InUse { .. }
             | BackendError::MigDisabled { .. }
             | BackendError::InvalidPlacement { .. }
-            | BackendError::ReadOnly { .. } => ServiceError::FailedPrecondition(e.to_string()),
+            | BackendError::ReadOnly { .. }
+            | BackendError::NotHanded { .. }
+            | BackendError::Foreign { .. }
+            | BackendError::Refused { .. } => ServiceError::FailedPrecondition(e.to_string()),
             BackendError::Nvml { .. } => ServiceError::Unavailable(chain(&e)),
         }
     }

@@ -621,6 +621,30 @@ impl Store {
             .collect()
     }
 
+    /// The instances mmkd created by its journal: each completed create step (with the
+    /// instance ID the driver gave), oldest first.
+    pub async fn created_instances(&self) -> Result<Vec<StepRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, gpu_uuid, gpu_index, kind, profile_id, start_slice, instance_id FROM layout_steps \
+             WHERE kind = 'create' AND state = 'done' AND instance_id IS NOT NULL ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StepRecord {
+                    id: r.try_get("id")?,
+                    gpu_uuid: r.try_get("gpu_uuid")?,
+                    gpu_index: r.try_get("gpu_index")?,
+                    kind: r.try_get("kind")?,
+                    profile_id: r.try_get("profile_id")?,
+                    start: r.try_get("start_slice")?,
+                    instance_id: r.try_get("instance_id")?,
+                })
+            })
+            .collect()
+    }
+
     pub async fn remove_instance(&self, gpu_uuid: &str, start: u8) -> Result<()> {
         let mut conn = self.pool.acquire().await?;
         delete_instance(&mut conn, gpu_uuid, start).await

@@ -52,23 +52,33 @@ impl Daemon {
         Daemon::launch(dir, sim_gpus, extra, &[])
     }
 
+    /// A restart with extra flags and environment variables (a backend other than the
+    /// simulated node, say).
+    pub fn restart_with_env(
+        dir: tempfile::TempDir,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        Daemon::launch(dir, "", extra, env)
+    }
+
     fn launch(
         dir: tempfile::TempDir,
         sim_gpus: &str,
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Daemon {
+        // The simulated node, unless the test names a backend.
+        let backend: &[&str] = if extra.contains(&"--backend") {
+            &[]
+        } else {
+            &["--backend", "sim", "--sim-gpus", sim_gpus]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_mmkd"))
             .envs(env.iter().copied())
             .args(extra)
-            .args([
-                "--backend",
-                "sim",
-                "--sim-gpus",
-                sim_gpus,
-                "--stop-grace",
-                "2s",
-            ])
+            .args(backend)
+            .args(["--stop-grace", "2s"])
             // 100 times real time, unless the test says otherwise.
             .args(if extra.contains(&"--sim-speed") {
                 &[][..]

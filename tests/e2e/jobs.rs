@@ -550,14 +550,14 @@ async fn partitions_plan_is_a_dry_run() {
         .iter()
         .map(|p| {
             (
-                p["instance_id"].as_u64().unwrap(),
-                p["profile"].as_str().unwrap().to_owned(),
+                p["instance_id"].as_u64().expect("a number"),
+                p["profile"].as_str().expect("a string").to_owned(),
             )
         })
         .collect();
     for step in plan["steps"].as_array().expect("steps") {
         let profile = match step["kind"].as_str() {
-            Some("create") => step["profile"].as_str().unwrap().to_owned(),
+            Some("create") => step["profile"].as_str().expect("a string").to_owned(),
             _ => by_id
                 .iter()
                 .find(|(id, _)| Some(*id) == step["instance_id"].as_u64())

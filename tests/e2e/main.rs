@@ -11,6 +11,7 @@ mod k8s;
 mod ksched;
 mod learn;
 mod metrics;
+mod mig_nvml;
 mod mps;
 mod predictor;
 mod python;

@@ -2,7 +2,9 @@
 //!
 //! - [`sim::SimBackend`]: a simulated node built from the MIG catalog, with the driver's
 //!   rules (placements, `IN_USE` on a busy instance) and reconfiguration latency;
-//! - [`nvml::NvmlBackend`]: the real GPUs through NVML, read-only in this version.
+//! - [`nvml::NvmlBackend`]: the real GPUs through NVML: it creates and destroys instances
+//!   on the GPUs handed to mmkd (`--mig-gpus`) whose MIG mode the operator turned on, and
+//!   never destroys an instance it did not create unless told to (`--mig-take-over`).
 //!
 //! Calls block (as driver calls do); async code calls them through `spawn_blocking`.
 
@@ -31,6 +33,18 @@ pub enum BackendError {
     InUse { gpu: u32, instance: u32 },
     #[error("the {backend} backend does not change MIG layouts")]
     ReadOnly { backend: &'static str },
+    #[error("gpu {gpu} is not one whose layout mmkd may change (--mig-gpus)")]
+    NotHanded { gpu: u32 },
+    #[error(
+        "gpu {gpu}: instance {instance} was not created by mmkd; it is used, not destroyed (--mig-take-over)"
+    )]
+    Foreign { gpu: u32, instance: u32 },
+    #[error("gpu {gpu}: {what}: the driver refused it: {why}")]
+    Refused {
+        gpu: u32,
+        what: String,
+        why: &'static str,
+    },
     #[error("nvml: {context}")]
     Nvml {
         context: String,
@@ -59,4 +73,8 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     /// Tells the backend that a job process uses (or stopped using) an instance. Real
     /// drivers see processes themselves; the simulated node needs to be told.
     fn set_in_use(&self, _gpu: u32, _instance: u32, _in_use: bool) {}
+
+    /// Tells the backend that mmkd created this instance (in an earlier run, by its
+    /// journal), so that it may destroy it.
+    fn adopt_as_own(&self, _gpu_uuid: &str, _instance: u32) {}
 }

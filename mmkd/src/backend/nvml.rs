@@ -1,18 +1,31 @@
-//! Real GPUs through NVML (nvml-wrapper), read-only: inventory, MIG mode, profiles and
-//! their placements, and the instances that exist. mmk never toggles MIG mode.
+//! Real GPUs through NVML (nvml-wrapper): inventory, MIG mode, profiles and their
+//! placements, the instances that exist, and creating and destroying instances. mmk never
+//! toggles MIG mode: that is the operator's (docs/mmkd.md, "MIG on real GPUs").
+//!
+//! A GPU's layout changes only when its MIG mode is on, it is one of `--mig-gpus`, and every
+//! instance on it was created by mmkd (this run, or an earlier one by its journal:
+//! [`GpuBackend::adopt_as_own`]) or `--mig-take-over` is set; otherwise mmkd places jobs in
+//! the instances it finds and changes nothing there.
 //!
 //! nvml-wrapper's `possible_placements` returns an empty list (it never sets the vector's
-//! length, see shared/REFERENCE.md), and its safe API cannot list instances; those two
-//! reads call the raw functions in this module's `raw` section, the only unsafe code here.
+//! length, see shared/REFERENCE.md), and its safe API cannot list, create or destroy
+//! instances; those calls are the raw functions in this module's `raw` section, the only
+//! unsafe code here.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
+use std::path::Path;
+use std::sync::Mutex;
 
 use mmk_partitioner::{GpuModel, GpuState, Instance, Profile, catalog};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
-use nvml_wrapper_sys::bindings::NVML_GPU_INSTANCE_PROFILE_COUNT;
+use nvml_wrapper_sys::bindings::{
+    NVML_GPU_INSTANCE_PROFILE_COUNT,
+    nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES as INSUFFICIENT_RESOURCES,
+};
 
 use super::{BackendError, GpuBackend, Result};
+use crate::config::MigGpus;
 
 /// NVML profile enums of the `+me` profiles (1_SLICE_REV1, 2_SLICE_REV1).
 const MEDIA_EXTENSION_ENUMS: [u32; 2] = [7, 8];
@@ -22,6 +35,12 @@ pub struct NvmlBackend {
     nvml: Nvml,
     /// What does not change while mmkd runs: each GPU's UUID and model with its profiles.
     static_gpus: Vec<(String, GpuModel)>,
+    /// The GPUs whose layout mmkd may change.
+    mig_gpus: MigGpus,
+    /// Instances mmkd did not create may be destroyed too.
+    take_over: bool,
+    /// Instances mmkd created: (GPU UUID, GPU instance ID).
+    own: Mutex<HashSet<(String, u32)>>,
 }
 
 fn nvml_err(context: impl Into<String>) -> impl FnOnce(NvmlError) -> BackendError {
@@ -29,11 +48,58 @@ fn nvml_err(context: impl Into<String>) -> impl FnOnce(NvmlError) -> BackendErro
     move |source| BackendError::Nvml { context, source }
 }
 
+/// What an NVML refusal of an instance operation means: a busy instance, one that is gone,
+/// a placement the driver will not take, or a refusal of the node's (permissions, support)
+/// each become the backend's error kind; anything else stays an NVML error (the driver
+/// failing).
+fn refusal(
+    gpu: u32,
+    instance: Option<u32>,
+    what: String,
+) -> impl FnOnce(NvmlError) -> BackendError {
+    move |source| match (&source, instance) {
+        (NvmlError::InUse, Some(instance)) => BackendError::InUse { gpu, instance },
+        (NvmlError::NotFound, Some(instance)) => BackendError::NoSuchInstance { gpu, instance },
+        // nvml-wrapper has no variant of its own for NVML_ERROR_INSUFFICIENT_RESOURCES.
+        (NvmlError::UnexpectedVariant(INSUFFICIENT_RESOURCES), _) => BackendError::Refused {
+            gpu,
+            what,
+            why: "insufficient resources (the slices are taken)",
+        },
+        (NvmlError::InvalidArg, _) => BackendError::Refused {
+            gpu,
+            what,
+            why: "invalid argument (not a placement of the profile)",
+        },
+        (NvmlError::NoPermission, _) => BackendError::Refused {
+            gpu,
+            what,
+            why: "no permission (mmkd must run as root to change MIG layouts)",
+        },
+        (NvmlError::NotSupported, _) => BackendError::Refused {
+            gpu,
+            what,
+            why: "not supported (MIG mode off, or a GPU without MIG)",
+        },
+        _ => BackendError::Nvml {
+            context: format!("gpu {gpu}: {what}"),
+            source,
+        },
+    }
+}
+
 impl NvmlBackend {
-    /// Loads `libnvidia-ml.so.1` and reads the GPUs. Fails when the library is missing or
-    /// no GPU is found: the cue for `--backend auto` to use the simulated node.
-    pub fn new() -> Result<NvmlBackend> {
-        let nvml = Nvml::init().map_err(nvml_err("cannot load libnvidia-ml.so.1"))?;
+    /// Loads NVML (`lib`, else `libnvidia-ml.so.1`) and reads the GPUs. Fails when the
+    /// library is missing or no GPU is found: the cue for `--backend auto` to use the
+    /// simulated node.
+    pub fn new(lib: Option<&Path>, mig_gpus: MigGpus, take_over: bool) -> Result<NvmlBackend> {
+        let nvml = match lib {
+            Some(path) => Nvml::builder()
+                .lib_path(path.as_os_str())
+                .init()
+                .map_err(nvml_err(format!("cannot load {}", path.display())))?,
+            None => Nvml::init().map_err(nvml_err("cannot load libnvidia-ml.so.1"))?,
+        };
         let count = nvml.device_count().map_err(nvml_err("device count"))?;
         if count == 0 {
             return Err(BackendError::NoSuchGpu { gpu: 0 });
@@ -46,7 +112,65 @@ impl NvmlBackend {
             let uuid = d.uuid().map_err(nvml_err(format!("gpu {i} uuid")))?;
             static_gpus.push((uuid, read_model(&nvml, &d, i)?));
         }
-        Ok(NvmlBackend { nvml, static_gpus })
+        Ok(NvmlBackend {
+            nvml,
+            static_gpus,
+            mig_gpus,
+            take_over,
+            own: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn uuid(&self, gpu: u32) -> Result<&str> {
+        self.static_gpus
+            .get(gpu as usize)
+            .map(|(u, _)| u.as_str())
+            .ok_or(BackendError::NoSuchGpu { gpu })
+    }
+
+    fn is_own(&self, gpu_uuid: &str, instance: u32) -> bool {
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&(gpu_uuid.to_owned(), instance))
+    }
+
+    /// Whether mmkd may change this GPU's layout, given what is on it.
+    fn changeable(&self, gpu: u32, mig_enabled: bool, instances: &[Instance]) -> bool {
+        let Ok(uuid) = self.uuid(gpu) else {
+            return false;
+        };
+        mig_enabled
+            && self.mig_gpus.contains(gpu)
+            && (self.take_over || instances.iter().all(|i| self.is_own(uuid, i.id)))
+    }
+
+    fn device(&self, gpu: u32) -> Result<Device<'_>> {
+        self.uuid(gpu)?;
+        self.nvml
+            .device_by_index(gpu)
+            .map_err(nvml_err(format!("gpu {gpu}")))
+    }
+
+    /// A GPU whose layout may change: MIG on and handed to mmkd.
+    fn check_handed(&self, gpu: u32, d: &Device<'_>) -> Result<()> {
+        if !self.mig_gpus.contains(gpu) {
+            return Err(BackendError::NotHanded { gpu });
+        }
+        let on = d.mig_mode().map(|m| m.current == 1).unwrap_or(false);
+        if !on {
+            return Err(BackendError::MigDisabled { gpu });
+        }
+        Ok(())
+    }
+
+    /// The UUID of the MIG device of GPU instance `id`, if NVML lists one.
+    fn mig_uuid(&self, d: &Device<'_>, id: u32) -> String {
+        raw::mig_uuids(&self.nvml, d)
+            .into_iter()
+            .find(|(gi, _)| *gi == id)
+            .map(|(_, u)| u)
+            .unwrap_or_default()
     }
 }
 
@@ -157,20 +281,88 @@ impl GpuBackend for NvmlBackend {
                 uuid: uuid.clone(),
                 model: model.clone(),
                 mig_enabled,
-                // This version does not create or destroy instances on real GPUs.
-                layout_fixed: true,
+                layout_fixed: !self.changeable(index, mig_enabled, &instances),
                 instances,
             });
         }
         Ok(out)
     }
 
-    fn create_instance(&self, _gpu: u32, _profile_id: u32, _start: u8) -> Result<Instance> {
-        Err(BackendError::ReadOnly { backend: "nvml" })
+    /// A GPU instance at the placement, then its compute instance spanning it; if the
+    /// compute instance cannot be made, the GPU instance goes again.
+    fn create_instance(&self, gpu: u32, profile_id: u32, start: u8) -> Result<Instance> {
+        let d = self.device(gpu)?;
+        self.check_handed(gpu, &d)?;
+        let what = format!("create profile {profile_id} at slice {start}");
+        let gi = raw::create_gpu_instance(&self.nvml, &d, profile_id, start).map_err(refusal(
+            gpu,
+            None,
+            what.clone(),
+        ))?;
+        let info = match raw::gpu_instance_info(&self.nvml, gi) {
+            Ok(info) => info,
+            Err(e) => {
+                let _ = raw::destroy_gpu_instance(&self.nvml, gi);
+                return Err(refusal(gpu, None, what)(e));
+            }
+        };
+        if let Err(e) = raw::create_compute_instance(&self.nvml, gi) {
+            let _ = raw::destroy_gpu_instance(&self.nvml, gi);
+            return Err(refusal(gpu, None, format!("{what}: its compute instance"))(
+                e,
+            ));
+        }
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((self.uuid(gpu)?.to_owned(), info.id));
+        Ok(Instance {
+            id: info.id,
+            profile_id: info.profile_id,
+            placement: info.placement,
+            uuid: self.mig_uuid(&d, info.id),
+        })
     }
 
-    fn destroy_instance(&self, _gpu: u32, _instance: u32) -> Result<()> {
-        Err(BackendError::ReadOnly { backend: "nvml" })
+    /// Its compute instances, then the GPU instance. A busy one (a process on it) is
+    /// `InUse` and stays; one mmkd did not create stays unless `--mig-take-over`.
+    fn destroy_instance(&self, gpu: u32, instance: u32) -> Result<()> {
+        let d = self.device(gpu)?;
+        self.check_handed(gpu, &d)?;
+        let uuid = self.uuid(gpu)?.to_owned();
+        if !self.take_over && !self.is_own(&uuid, instance) {
+            return Err(BackendError::Foreign { gpu, instance });
+        }
+        let what = format!("destroy instance {instance}");
+        let gi = raw::gpu_instance_by_id(&self.nvml, &d, instance).map_err(refusal(
+            gpu,
+            Some(instance),
+            what.clone(),
+        ))?;
+        for ci in raw::compute_instances(&self.nvml, gi).map_err(refusal(
+            gpu,
+            Some(instance),
+            what.clone(),
+        ))? {
+            raw::destroy_compute_instance(&self.nvml, ci).map_err(refusal(
+                gpu,
+                Some(instance),
+                what.clone(),
+            ))?;
+        }
+        raw::destroy_gpu_instance(&self.nvml, gi).map_err(refusal(gpu, Some(instance), what))?;
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&(uuid, instance));
+        Ok(())
+    }
+
+    fn adopt_as_own(&self, gpu_uuid: &str, instance: u32) {
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((gpu_uuid.to_owned(), instance));
     }
 }
 
@@ -184,7 +376,9 @@ mod raw {
     use nvml_wrapper::error::{NvmlError, nvml_try};
     use nvml_wrapper::{Device, Nvml};
     use nvml_wrapper_sys::bindings::{
-        nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
+        NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+        nvmlComputeInstance_t, nvmlComputeInstanceProfileInfo_t, nvmlGpuInstance_t,
+        nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
     };
 
     use super::{Result, nvml_err};
@@ -222,6 +416,183 @@ mod raw {
             .collect())
     }
 
+    /// What NVML says of one GPU instance.
+    #[derive(Debug, Clone, Copy)]
+    pub struct GiInfo {
+        pub id: u32,
+        pub profile_id: u32,
+        pub placement: Placement,
+    }
+
+    /// A raw function of NVML, or the error of a library that lacks it.
+    macro_rules! sym {
+        ($nvml:expr, $name:ident) => {
+            $nvml
+                .lib()
+                .$name
+                .as_ref()
+                .map_err(|_| missing(stringify!($name)))?
+        };
+    }
+
+    /// A GPU instance of `profile_id` at memory slice `start`.
+    pub fn create_gpu_instance(
+        nvml: &Nvml,
+        d: &Device<'_>,
+        profile_id: u32,
+        start: u8,
+    ) -> std::result::Result<nvmlGpuInstance_t, NvmlError> {
+        let f = sym!(nvml, nvmlDeviceCreateGpuInstanceWithPlacement);
+        let placement = nvmlGpuInstancePlacement_t {
+            start: c_uint::from(start),
+            size: 0,
+        };
+        let mut gi: nvmlGpuInstance_t = ptr::null_mut();
+        // SAFETY: a live device of this `nvml`, a placement that outlives the call and an
+        // out pointer.
+        nvml_try(unsafe { f(d.handle(), profile_id, &placement, &mut gi) })?;
+        Ok(gi)
+    }
+
+    pub fn gpu_instance_info(
+        nvml: &Nvml,
+        gi: nvmlGpuInstance_t,
+    ) -> std::result::Result<GiInfo, NvmlError> {
+        let f = sym!(nvml, nvmlGpuInstanceGetInfo);
+        // SAFETY: an all-zero nvmlGpuInstanceInfo_t is a valid value to overwrite.
+        let mut info: nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a GPU instance handle NVML gave us, and an out pointer.
+        nvml_try(unsafe { f(gi, &mut info) })?;
+        Ok(GiInfo {
+            id: info.id,
+            profile_id: info.profileId,
+            placement: Placement {
+                start: u8::try_from(info.placement.start).unwrap_or(u8::MAX),
+                size: u8::try_from(info.placement.size).unwrap_or(u8::MAX),
+            },
+        })
+    }
+
+    /// The compute instance profile that spans a GPU instance: the largest it offers.
+    fn spanning_profile(
+        nvml: &Nvml,
+        gi: nvmlGpuInstance_t,
+    ) -> std::result::Result<nvmlComputeInstanceProfileInfo_t, NvmlError> {
+        let f = sym!(nvml, nvmlGpuInstanceGetComputeInstanceProfileInfo);
+        let mut best: Option<nvmlComputeInstanceProfileInfo_t> = None;
+        for profile in 0..NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+            // SAFETY: all-zero is a valid value of this plain struct.
+            let mut info: nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: a GPU instance handle NVML gave us, and an out pointer.
+            let rc = unsafe {
+                f(
+                    gi,
+                    profile,
+                    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                    &mut info,
+                )
+            };
+            if nvml_try(rc).is_ok() && best.is_none_or(|b| info.sliceCount > b.sliceCount) {
+                best = Some(info);
+            }
+        }
+        best.ok_or(NvmlError::NotSupported)
+    }
+
+    /// The compute instance spanning the GPU instance.
+    pub fn create_compute_instance(
+        nvml: &Nvml,
+        gi: nvmlGpuInstance_t,
+    ) -> std::result::Result<(), NvmlError> {
+        let profile = spanning_profile(nvml, gi)?;
+        let f = sym!(nvml, nvmlGpuInstanceCreateComputeInstance);
+        let mut ci: nvmlComputeInstance_t = ptr::null_mut();
+        // SAFETY: a GPU instance handle NVML gave us, and an out pointer.
+        nvml_try(unsafe { f(gi, profile.id, &mut ci) })
+    }
+
+    pub fn gpu_instance_by_id(
+        nvml: &Nvml,
+        d: &Device<'_>,
+        id: u32,
+    ) -> std::result::Result<nvmlGpuInstance_t, NvmlError> {
+        let f = sym!(nvml, nvmlDeviceGetGpuInstanceById);
+        let mut gi: nvmlGpuInstance_t = ptr::null_mut();
+        // SAFETY: a live device of this `nvml`, and an out pointer.
+        nvml_try(unsafe { f(d.handle(), id, &mut gi) })?;
+        Ok(gi)
+    }
+
+    /// Every compute instance of a GPU instance, of any profile.
+    pub fn compute_instances(
+        nvml: &Nvml,
+        gi: nvmlGpuInstance_t,
+    ) -> std::result::Result<Vec<nvmlComputeInstance_t>, NvmlError> {
+        let info = sym!(nvml, nvmlGpuInstanceGetComputeInstanceProfileInfo);
+        let list = sym!(nvml, nvmlGpuInstanceGetComputeInstances);
+        let mut out = Vec::new();
+        for profile in 0..NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+            // SAFETY: all-zero is a valid value of this plain struct.
+            let mut p: nvmlComputeInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: a GPU instance handle NVML gave us, and an out pointer.
+            let rc = unsafe {
+                info(
+                    gi,
+                    profile,
+                    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                    &mut p,
+                )
+            };
+            if nvml_try(rc).is_err() {
+                continue;
+            }
+            let mut cis: [nvmlComputeInstance_t; MAX_INSTANCES] = [ptr::null_mut(); MAX_INSTANCES];
+            let mut count: c_uint = 0;
+            // SAFETY: `cis` has room for MAX_INSTANCES, more than a GPU instance's compute
+            // slices; NVML writes `count` of them.
+            nvml_try(unsafe { list(gi, p.id, cis.as_mut_ptr(), &mut count) })?;
+            out.extend(cis.iter().take((count as usize).min(MAX_INSTANCES)));
+        }
+        Ok(out)
+    }
+
+    pub fn destroy_compute_instance(
+        nvml: &Nvml,
+        ci: nvmlComputeInstance_t,
+    ) -> std::result::Result<(), NvmlError> {
+        let f = sym!(nvml, nvmlComputeInstanceDestroy);
+        // SAFETY: a compute instance handle NVML gave us.
+        nvml_try(unsafe { f(ci) })
+    }
+
+    pub fn destroy_gpu_instance(
+        nvml: &Nvml,
+        gi: nvmlGpuInstance_t,
+    ) -> std::result::Result<(), NvmlError> {
+        let f = sym!(nvml, nvmlGpuInstanceDestroy);
+        // SAFETY: a GPU instance handle NVML gave us.
+        nvml_try(unsafe { f(gi) })
+    }
+
+    /// (GPU instance ID, MIG device UUID) of each MIG device of the GPU.
+    pub fn mig_uuids(nvml: &Nvml, d: &Device<'_>) -> Vec<(u32, String)> {
+        let mut out = Vec::new();
+        if let Ok(gi_of) = nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref() {
+            for i in 0..d.mig_device_count().unwrap_or(0) {
+                let Ok(m) = d.mig_device_by_index(i) else {
+                    continue;
+                };
+                let mut gi: c_uint = 0;
+                // SAFETY: `m` is a live MIG device handle of this `nvml`.
+                let rc = unsafe { gi_of(m.handle(), &mut gi) };
+                if let (Ok(()), Ok(uuid)) = (nvml_try(rc), m.uuid()) {
+                    out.push((gi, uuid));
+                }
+            }
+        }
+        out
+    }
+
     /// The GPU instances of a GPU with MIG on, with the UUID of each one's MIG device.
     pub fn instances(
         nvml: &Nvml,
@@ -240,20 +611,8 @@ mod raw {
             .map_err(|_| missing("nvmlGpuInstanceGetInfo"))
             .map_err(nvml_err("instance info"))?;
         // MIG device UUIDs by GPU instance ID.
-        let mut uuids = std::collections::BTreeMap::new();
-        if let Ok(gi_of) = lib.nvmlDeviceGetGpuInstanceId.as_ref() {
-            for i in 0..d.mig_device_count().unwrap_or(0) {
-                let Ok(m) = d.mig_device_by_index(i) else {
-                    continue;
-                };
-                let mut gi: c_uint = 0;
-                // SAFETY: `m` is a live MIG device handle of this `nvml`.
-                let rc = unsafe { gi_of(m.handle(), &mut gi) };
-                if let (Ok(()), Ok(uuid)) = (nvml_try(rc), m.uuid()) {
-                    uuids.insert(gi, uuid);
-                }
-            }
-        }
+        let uuids: std::collections::BTreeMap<u32, String> =
+            mig_uuids(nvml, d).into_iter().collect();
         let mut out = Vec::new();
         for &pid in profile_ids {
             let mut handles: [nvmlGpuInstance_t; MAX_INSTANCES] = [ptr::null_mut(); MAX_INSTANCES];
@@ -283,5 +642,57 @@ mod raw {
         }
         out.sort_by_key(|i| i.placement.start);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mmk_core::ServiceError;
+
+    fn mapped(e: NvmlError, instance: Option<u32>) -> BackendError {
+        refusal(1, instance, "destroy instance 7".into())(e)
+    }
+
+    #[test]
+    fn the_drivers_refusals_become_the_backends_errors_with_their_codes() {
+        let busy = mapped(NvmlError::InUse, Some(7));
+        assert!(
+            matches!(
+                busy,
+                BackendError::InUse {
+                    gpu: 1,
+                    instance: 7
+                }
+            ),
+            "{busy:?}"
+        );
+        assert!(matches!(
+            ServiceError::from(busy),
+            ServiceError::FailedPrecondition(_)
+        ));
+        let gone = mapped(NvmlError::NotFound, Some(7));
+        assert!(matches!(
+            ServiceError::from(gone),
+            ServiceError::NotFound { .. }
+        ));
+        let full = mapped(NvmlError::UnexpectedVariant(INSUFFICIENT_RESOURCES), None);
+        assert_eq!(
+            full.to_string(),
+            "gpu 1: destroy instance 7: the driver refused it: insufficient resources (the slices are taken)"
+        );
+        let root = mapped(NvmlError::NoPermission, None);
+        assert!(root.to_string().contains("must run as root"), "{root}");
+        assert!(matches!(
+            ServiceError::from(root),
+            ServiceError::FailedPrecondition(_)
+        ));
+        let off = mapped(NvmlError::NotSupported, None);
+        assert!(off.to_string().contains("MIG mode off"), "{off}");
+        let driver = mapped(NvmlError::Unknown, None);
+        assert!(matches!(
+            ServiceError::from(driver),
+            ServiceError::Unavailable(_)
+        ));
     }
 }

@@ -108,7 +108,8 @@ impl Node {
     /// that were under way are marked interrupted, and the record follows the GPUs.
     async fn reconcile_instances(&self) -> Result<(), StoreError> {
         let store = &self.inner.store;
-        for step in store.interrupt_pending_steps(now_ms()).await? {
+        let interrupted = store.interrupt_pending_steps(now_ms()).await?;
+        for step in &interrupted {
             warn!(
                 gpu = step.gpu_index,
                 kind = %step.kind,
@@ -129,6 +130,30 @@ impl Node {
                 return Ok(());
             }
         };
+        // The instances mmkd made, so that the backend may destroy them again: those its
+        // journal shows created, and one a create step was making when mmkd stopped (the
+        // driver made it; the journal did not hear back).
+        let created = store.created_instances().await?;
+        let mut own = 0;
+        for g in gpus.iter().filter(|g| g.mig_enabled) {
+            for inst in &g.instances {
+                let made = created.iter().any(|s| {
+                    s.gpu_uuid == g.uuid
+                        && s.instance_id == Some(inst.id)
+                        && s.profile_id == inst.profile_id
+                        && s.start == inst.placement.start
+                }) || interrupted.iter().any(|s| {
+                    s.kind == "create"
+                        && s.gpu_uuid == g.uuid
+                        && s.profile_id == inst.profile_id
+                        && s.start == inst.placement.start
+                });
+                if made {
+                    self.inner.backend.adopt_as_own(&g.uuid, inst.id);
+                    own += 1;
+                }
+            }
+        }
         let recorded = store.instances().await?;
         let now = now_ms();
         let (mut adopted, mut dropped) = (0, 0);
@@ -171,7 +196,7 @@ impl Node {
         }
         info!(
             adopted,
-            dropped, "instance records reconciled with the gpus"
+            dropped, own, "instance records reconciled with the gpus"
         );
         Ok(())
     }

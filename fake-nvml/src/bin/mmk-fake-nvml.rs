@@ -1,0 +1,176 @@
+//! The fake NVML node's inspector: makes the state file and reads or changes it as an
+//! operator with NVIDIA's tools would.
+//!
+//! ```text
+//! mmk-fake-nvml init STATE MODEL:COUNT[,MODEL:COUNT...] [--mig on|off]
+//! mmk-fake-nvml show STATE               # GPU instances, like `nvidia-smi mig -lgi`
+//! mmk-fake-nvml json STATE               # the whole state
+//! mmk-fake-nvml create STATE GPU PROFILE START   # a GPU and compute instance (by profile name)
+//! mmk-fake-nvml destroy STATE GPU ID
+//! mmk-fake-nvml busy STATE GPU ID on|off # a process runs on the instance (IN_USE) or not
+//! mmk-fake-nvml mig STATE GPU on|off     # MIG mode (refused while instances exist)
+//! ```
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use mmk_fake_nvml::state::{self, Locked, Node};
+
+fn run(args: &[String]) -> Result<(), String> {
+    let usage =
+        || "usage: mmk-fake-nvml init|show|json|create|destroy|busy|mig STATE ...".to_owned();
+    let (verb, path) = match args {
+        [verb, path, ..] => (verb.as_str(), Path::new(path)),
+        _ => return Err(usage()),
+    };
+    let rest = &args[2..];
+    let num = |s: &String, what: &str| {
+        s.parse::<u32>()
+            .map_err(|_| format!("{what}: not a number: {s:?}"))
+    };
+    let on_off = |s: &String| match s.as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("on or off, not {other:?}")),
+    };
+    match verb {
+        "init" => {
+            let spec = rest.first().ok_or_else(usage)?;
+            let mut gpus = Vec::new();
+            for part in spec.split(',') {
+                let (model, count) = part.split_once(':').unwrap_or((part, "1"));
+                gpus.push((model.to_owned(), num(&count.to_owned(), "count")?));
+            }
+            let mig = match rest.get(1..) {
+                Some([flag, v]) if flag == "--mig" => on_off(v)?,
+                Some([]) | None => true,
+                _ => return Err(usage()),
+            };
+            state::create(path, &Node::new(&gpus, mig)?)
+        }
+        "show" => {
+            let locked = Locked::open(path)?;
+            println!("GPU  GI  PROFILE          ID  PLACEMENT  CI  BUSY");
+            for (g, gpu) in locked.node.gpus.iter().enumerate() {
+                if !gpu.mig {
+                    println!("{g:<4} MIG off");
+                    continue;
+                }
+                for i in &gpu.instances {
+                    let name = gpu.profile_of(i).map(|p| p.name).unwrap_or_default();
+                    println!(
+                        "{g:<4} {:<3} {name:<16} {:<3} {}:{:<8} {:<3} {}",
+                        i.id,
+                        i.profile_id,
+                        i.start,
+                        i.size,
+                        i.compute.map_or("-".to_owned(), |c| c.to_string()),
+                        if i.busy { "yes" } else { "no" }
+                    );
+                }
+            }
+            Ok(())
+        }
+        "json" => {
+            let locked = Locked::open(path)?;
+            println!(
+                "{}",
+                serde_json::to_string(&locked.node).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        "create" => {
+            let [g, profile, start] = rest else {
+                return Err(usage());
+            };
+            let mut locked = Locked::open(path)?;
+            let gpu = locked
+                .node
+                .gpus
+                .get_mut(num(g, "gpu")? as usize)
+                .ok_or_else(|| format!("no gpu {g}"))?;
+            let model = gpu.model().map_err(|e| format!("{e:?}"))?;
+            let p = model
+                .profiles
+                .iter()
+                .find(|p| &p.name == profile)
+                .ok_or_else(|| format!("{} has no profile {profile:?}", model.key))?;
+            let id = gpu
+                .create(p.id, num(start, "start")?)
+                .map_err(|e| format!("create {profile} at {start}: {e:?}"))?
+                .id;
+            gpu.instance_mut(id).map_err(|e| format!("{e:?}"))?.compute = Some(0);
+            locked.save()?;
+            println!("{id}");
+            Ok(())
+        }
+        "destroy" => {
+            let [g, id] = rest else {
+                return Err(usage());
+            };
+            let mut locked = Locked::open(path)?;
+            let gpu = locked
+                .node
+                .gpus
+                .get_mut(num(g, "gpu")? as usize)
+                .ok_or_else(|| format!("no gpu {g}"))?;
+            let id = num(id, "id")?;
+            let i = gpu
+                .instance_mut(id)
+                .map_err(|e| format!("instance {id}: {e:?}"))?;
+            if i.busy {
+                return Err(format!("instance {id}: InUse"));
+            }
+            i.compute = None;
+            gpu.destroy(id)
+                .map_err(|e| format!("instance {id}: {e:?}"))?;
+            locked.save()
+        }
+        "busy" => {
+            let [g, id, v] = rest else {
+                return Err(usage());
+            };
+            let mut locked = Locked::open(path)?;
+            let gpu = locked
+                .node
+                .gpus
+                .get_mut(num(g, "gpu")? as usize)
+                .ok_or_else(|| format!("no gpu {g}"))?;
+            let id = num(id, "id")?;
+            gpu.instance_mut(id)
+                .map_err(|e| format!("instance {id}: {e:?}"))?
+                .busy = on_off(v)?;
+            locked.save()
+        }
+        "mig" => {
+            let [g, v] = rest else {
+                return Err(usage());
+            };
+            let mut locked = Locked::open(path)?;
+            let gpu = locked
+                .node
+                .gpus
+                .get_mut(num(g, "gpu")? as usize)
+                .ok_or_else(|| format!("no gpu {g}"))?;
+            if !gpu.instances.is_empty() {
+                return Err(format!(
+                    "gpu {g} has instances: MIG mode changes on an idle GPU only"
+                ));
+            }
+            gpu.mig = on_off(v)?;
+            locked.save()
+        }
+        _ => Err(usage()),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mmk-fake-nvml: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
