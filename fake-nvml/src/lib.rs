@@ -768,6 +768,91 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nvml_wrapper_sys::bindings::NVML_GPU_INSTANCE_PROFILE_COUNT;
+
+    /// (ID, instances, SMs, GiB) of every profile, read through the NVML calls as mmkd
+    /// reads them, from a fake node of one GPU of catalog model `model`, MIG off.
+    fn profiles_through_nvml(model: &str) -> Vec<(u32, u32, u32, f64)> {
+        let path =
+            std::env::temp_dir().join(format!("mmk-fake-nvml-{}-{model}.json", std::process::id()));
+        state::create(
+            &path,
+            &state::Node::new(&[(model.to_owned(), 1)], false).unwrap(),
+        )
+        .unwrap();
+        // SAFETY: this test is the only one of this binary that reads the variable.
+        unsafe { std::env::set_var(state::STATE_ENV, &path) };
+        assert_eq!(nvmlInit_v2(), SUCCESS);
+        let mut device: nvmlDevice_t = std::ptr::null_mut();
+        // SAFETY: out pointers to locals.
+        assert_eq!(
+            unsafe { nvmlDeviceGetHandleByIndex_v2(0, &mut device) },
+            SUCCESS
+        );
+        let mut out = Vec::new();
+        for e in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
+            // SAFETY: all-zero is a valid value of this plain struct.
+            let mut info: nvmlGpuInstanceProfileInfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: a handle of the fake and an out pointer.
+            if unsafe { nvmlDeviceGetGpuInstanceProfileInfo(device, e, &mut info) } == SUCCESS {
+                out.push((
+                    info.id,
+                    info.instanceCount,
+                    info.multiprocessorCount,
+                    info.memorySizeMB as f64 / 1024.0,
+                ));
+            }
+        }
+        assert_eq!(nvmlShutdown(), SUCCESS);
+        let _ = std::fs::remove_file(&path);
+        out.sort_by_key(|p| p.0);
+        out
+    }
+
+    fn same(got: &[(u32, u32, u32, f64)], read: &[(u32, u32, u32, f64)]) {
+        assert_eq!(got.len(), read.len(), "{got:?} against {read:?}");
+        for (g, r) in got.iter().zip(read) {
+            assert_eq!((g.0, g.1, g.2), (r.0, r.1, r.2), "{got:?} against {read:?}");
+            assert!((g.3 - r.3).abs() <= 0.01, "{got:?} against {read:?}");
+        }
+    }
+
+    /// The fake's profile table equals `nvidia-smi mig -lgip` as read on an H200
+    /// (experiments/2026-11-21-h200-nvidia-smi-lgip.txt) and as documented for the H100
+    /// 80GB (shared/REFERENCE.md, read with driver 580.159.04).
+    #[test]
+    fn the_profile_table_is_what_nvidia_smi_read_on_the_h200_and_h100() {
+        let record = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../experiments/2026-11-21-h200-nvidia-smi-lgip.txt");
+        let text = std::fs::read_to_string(&record).unwrap();
+        let mut h200: Vec<(u32, u32, u32, f64)> = text
+            .lines()
+            .filter(|l| l.contains(" MIG "))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let total = f[5].split('/').nth(1).unwrap();
+                (
+                    f[4].parse().unwrap(),
+                    total.parse().unwrap(),
+                    f[8].parse().unwrap(),
+                    f[6].parse().unwrap(),
+                )
+            })
+            .collect();
+        h200.sort_by_key(|p| p.0);
+        assert_eq!(h200.len(), 7, "{record:?}");
+        same(&profiles_through_nvml("h200-141gb"), &h200);
+        let h100 = [
+            (0, 1, 132, 79.25),
+            (5, 1, 64, 39.5),
+            (9, 2, 60, 39.5),
+            (14, 3, 32, 19.62),
+            (15, 4, 26, 19.62),
+            (19, 7, 16, 9.75),
+            (20, 1, 16, 9.75),
+        ];
+        same(&profiles_through_nvml("h100-80gb"), &h100);
+    }
 
     #[test]
     fn handles_say_what_they_name() {
