@@ -22,6 +22,36 @@ pub const STATE_ENV: &str = "MMK_FAKE_NVML_STATE";
 /// The library aborts the process after this many GPU instance creations (for crash tests).
 pub const ABORT_AFTER_CREATES_ENV: &str = "MMK_FAKE_NVML_ABORT_AFTER_CREATES";
 
+/// Why the state file could not be made, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{path}: {op}")]
+    Io {
+        path: String,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a fake NVML state")]
+    Parse {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "unknown GPU model {0:?} (models: a100-40gb, a100-80gb, h100-80gb, h100-94gb, h200-141gb, a30-24gb)"
+    )]
+    UnknownModel(String),
+}
+
+fn io<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> StateError + 'a {
+    move |source| StateError::Io {
+        path: path.display().to_string(),
+        op,
+        source,
+    }
+}
+
 /// Why an operation was refused, as NVML would say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -142,11 +172,11 @@ impl Gpu {
 
 impl Node {
     /// `count` GPUs of catalog model `key`, MIG mode `mig`, no instances.
-    pub fn new(gpus: &[(String, u32)], mig: bool) -> Result<Node, String> {
+    pub fn new(gpus: &[(String, u32)], mig: bool) -> Result<Node, StateError> {
         let mut out = Vec::new();
         for (key, count) in gpus {
             if !catalog::models().iter().any(|m| &m.key == key) {
-                return Err(format!("unknown GPU model {key:?}"));
+                return Err(StateError::UnknownModel(key.clone()));
             }
             for _ in 0..*count {
                 let index = out.len();
@@ -168,48 +198,59 @@ impl Node {
 #[derive(Debug)]
 pub struct Locked {
     file: File,
+    path: std::path::PathBuf,
     pub node: Node,
 }
 
 impl Locked {
     /// Opens and locks the state file at `path` and reads it.
-    pub fn open(path: &Path) -> Result<Locked, String> {
+    pub fn open(path: &Path) -> Result<Locked, StateError> {
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(io(path, "open"))?;
         // SAFETY: flock on an open descriptor of ours.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(format!(
-                "{}: lock: {}",
-                path.display(),
-                std::io::Error::last_os_error()
-            ));
+            return Err(io(path, "lock")(std::io::Error::last_os_error()));
         }
         let mut text = String::new();
-        file.read_to_string(&mut text)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let node = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(Locked { file, node })
+        file.read_to_string(&mut text).map_err(io(path, "read"))?;
+        let node = serde_json::from_str(&text).map_err(|source| StateError::Parse {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Locked {
+            file,
+            path: path.to_owned(),
+            node,
+        })
     }
 
     /// Writes the state back (the lock goes with the value).
-    pub fn save(mut self) -> Result<(), String> {
-        let text = serde_json::to_string_pretty(&self.node).map_err(|e| e.to_string())?;
+    pub fn save(mut self) -> Result<(), StateError> {
+        let text =
+            serde_json::to_string_pretty(&self.node).map_err(|source| StateError::Parse {
+                path: self.path.display().to_string(),
+                source,
+            })?;
+        let path = self.path.clone();
         self.file
             .seek(SeekFrom::Start(0))
             .and_then(|_| self.file.set_len(0))
             .and_then(|()| self.file.write_all(text.as_bytes()))
             .and_then(|()| self.file.sync_data())
-            .map_err(|e| e.to_string())
+            .map_err(io(&path, "write"))
     }
 }
 
 /// Writes a new state file.
-pub fn create(path: &Path, node: &Node) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(node).map_err(|e| e.to_string())?;
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn create(path: &Path, node: &Node) -> Result<(), StateError> {
+    let text = serde_json::to_string_pretty(node).map_err(|source| StateError::Parse {
+        path: path.display().to_string(),
+        source,
+    })?;
+    std::fs::write(path, text).map_err(io(path, "write"))
 }
 
 /// NVML's enum of a profile (`NVML_GPU_INSTANCE_PROFILE_*`), from its shape: `+me` 1g and

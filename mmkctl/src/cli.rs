@@ -307,7 +307,7 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
                     files,
                 },
         } => {
-            crate::export::check_name(&name).map_err(Failure::usage)?;
+            crate::export::check_name(&name).map_err(|e| Failure::usage(e.to_string()))?;
             let class = flag_class(online, offline);
             let specs = files
                 .iter()
@@ -328,7 +328,8 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
                     })
                     .await?
                     .into_inner();
-                layout = crate::export::after(layout, &plan.steps).map_err(Failure::server)?;
+                layout = crate::export::after(layout, &plan.steps)
+                    .map_err(|e| Failure::server(e.to_string()))?;
             }
             output::mig_parted(fmt, &crate::export::mig_parted(&layout, &name));
             Ok(())

@@ -12,6 +12,19 @@ use std::collections::BTreeMap;
 use mmk_proto::v1;
 use serde::Serialize;
 
+/// Why a layout could not be exported.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ExportError {
+    #[error("the plan changes gpu {0}, which the node does not list")]
+    NoSuchGpu(u32),
+    #[error("the plan destroys instance {instance} of gpu {gpu}, which the node does not list")]
+    NoSuchInstance { gpu: u32, instance: u32 },
+    #[error("the plan has a step of unknown kind {0}")]
+    UnknownStep(i32),
+    #[error("--name {0:?}: 1 to 64 letters, digits, '-', '_' or '.'")]
+    BadName(String),
+}
+
 /// One GPU's layout: its MIG mode and its instances (id, profile name).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuLayout {
@@ -41,26 +54,26 @@ pub fn current(resp: &v1::ListPartitionsResponse) -> Vec<GpuLayout> {
 
 /// The layout after a dry run's steps, in their order. A step naming a GPU the layout
 /// does not have is an error (the node changed between the two calls).
-pub fn after(mut gpus: Vec<GpuLayout>, steps: &[v1::LayoutStep]) -> Result<Vec<GpuLayout>, String> {
+pub fn after(
+    mut gpus: Vec<GpuLayout>,
+    steps: &[v1::LayoutStep],
+) -> Result<Vec<GpuLayout>, ExportError> {
     for s in steps {
         let Some(g) = gpus.iter_mut().find(|g| g.index == s.gpu_index) else {
-            return Err(format!(
-                "the plan changes gpu {}, which the node does not list",
-                s.gpu_index
-            ));
+            return Err(ExportError::NoSuchGpu(s.gpu_index));
         };
         match v1::layout_step::Kind::try_from(s.kind) {
             Ok(v1::layout_step::Kind::Create) => g.instances.push((0, s.profile.clone())),
             Ok(v1::layout_step::Kind::Destroy) => {
                 let Some(at) = g.instances.iter().position(|(id, _)| *id == s.instance_id) else {
-                    return Err(format!(
-                        "the plan destroys instance {} of gpu {}, which the node does not list",
-                        s.instance_id, s.gpu_index
-                    ));
+                    return Err(ExportError::NoSuchInstance {
+                        gpu: s.gpu_index,
+                        instance: s.instance_id,
+                    });
                 };
                 g.instances.remove(at);
             }
-            _ => return Err(format!("the plan has a step of unknown kind {}", s.kind)),
+            _ => return Err(ExportError::UnknownStep(s.kind)),
         }
     }
     Ok(gpus)
@@ -114,7 +127,7 @@ pub fn mig_parted(gpus: &[GpuLayout], name: &str) -> MigParted {
 }
 
 /// A config name mig-parted can select with `-c`: letters, digits, `-`, `_` and `.`.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), ExportError> {
     if !name.is_empty()
         && name.len() <= 64
         && name
@@ -123,9 +136,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
     {
         Ok(())
     } else {
-        Err(format!(
-            "--name {name:?}: 1 to 64 letters, digits, '-', '_' or '.'"
-        ))
+        Err(ExportError::BadName(name.to_owned()))
     }
 }
 
@@ -199,7 +210,13 @@ mig-configs:
             &[step(v1::layout_step::Kind::Destroy, "1g.10gb", 7)],
         )
         .unwrap_err();
-        assert!(err.contains("instance 7 of gpu 0"), "{err}");
+        assert_eq!(
+            err,
+            ExportError::NoSuchInstance {
+                gpu: 0,
+                instance: 7
+            }
+        );
         let err = after(
             now,
             &[v1::LayoutStep {
@@ -208,7 +225,7 @@ mig-configs:
             }],
         )
         .unwrap_err();
-        assert!(err.contains("gpu 3"), "{err}");
+        assert_eq!(err, ExportError::NoSuchGpu(3));
     }
 
     #[test]

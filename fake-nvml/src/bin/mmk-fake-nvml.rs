@@ -46,10 +46,11 @@ fn run(args: &[String]) -> Result<(), String> {
                 Some([]) | None => true,
                 _ => return Err(usage()),
             };
-            state::create(path, &Node::new(&gpus, mig)?)
+            let node = Node::new(&gpus, mig).map_err(|e| e.to_string())?;
+            state::create(path, &node).map_err(|e| e.to_string())
         }
         "show" => {
-            let locked = Locked::open(path)?;
+            let locked = Locked::open(path).map_err(|e| e.to_string())?;
             println!("GPU  GI  PROFILE          ID  PLACEMENT  CI  BUSY");
             for (g, gpu) in locked.node.gpus.iter().enumerate() {
                 if !gpu.mig {
@@ -72,7 +73,7 @@ fn run(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "json" => {
-            let locked = Locked::open(path)?;
+            let locked = Locked::open(path).map_err(|e| e.to_string())?;
             println!(
                 "{}",
                 serde_json::to_string(&locked.node).map_err(|e| e.to_string())?
@@ -83,7 +84,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let [g, profile, start] = rest else {
                 return Err(usage());
             };
-            let mut locked = Locked::open(path)?;
+            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
             let gpu = locked
                 .node
                 .gpus
@@ -100,7 +101,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 .map_err(|e| format!("create {profile} at {start}: {e:?}"))?
                 .id;
             gpu.instance_mut(id).map_err(|e| format!("{e:?}"))?.compute = Some(0);
-            locked.save()?;
+            locked.save().map_err(|e| e.to_string())?;
             println!("{id}");
             Ok(())
         }
@@ -108,7 +109,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let [g, id] = rest else {
                 return Err(usage());
             };
-            let mut locked = Locked::open(path)?;
+            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
             let gpu = locked
                 .node
                 .gpus
@@ -124,13 +125,13 @@ fn run(args: &[String]) -> Result<(), String> {
             i.compute = None;
             gpu.destroy(id)
                 .map_err(|e| format!("instance {id}: {e:?}"))?;
-            locked.save()
+            locked.save().map_err(|e| e.to_string())
         }
         "busy" => {
             let [g, id, v] = rest else {
                 return Err(usage());
             };
-            let mut locked = Locked::open(path)?;
+            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
             let gpu = locked
                 .node
                 .gpus
@@ -140,13 +141,13 @@ fn run(args: &[String]) -> Result<(), String> {
             gpu.instance_mut(id)
                 .map_err(|e| format!("instance {id}: {e:?}"))?
                 .busy = on_off(v)?;
-            locked.save()
+            locked.save().map_err(|e| e.to_string())
         }
         "mig" => {
             let [g, v] = rest else {
                 return Err(usage());
             };
-            let mut locked = Locked::open(path)?;
+            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
             let gpu = locked
                 .node
                 .gpus
@@ -158,7 +159,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 ));
             }
             gpu.mig = on_off(v)?;
-            locked.save()
+            locked.save().map_err(|e| e.to_string())
         }
         _ => Err(usage()),
     }
