@@ -28,7 +28,8 @@ use serde_json::{Value, json};
 use crate::profile::{files_with_prefix, record_env};
 
 use super::{
-    Launch, MEASURE_GRACE, Monitor, PREPARE_TIMEOUT, Plan, Worker, appender, class_of, header, info,
+    Launch, MEASURE_GRACE, MeasureError, Monitor, PREPARE_TIMEOUT, Plan, Worker, appender,
+    class_of, header, info,
 };
 
 /// What one pass measures, and how its worker is started.
@@ -122,7 +123,7 @@ pub fn run_pass(
     out: &Path,
     write_header: &mut bool,
     monitor: &dyn Monitor,
-) -> Result<(usize, usize), String> {
+) -> Result<(usize, usize), MeasureError> {
     let log = out.with_extension("workers.log");
     let mut append = appender(out)?;
     let (mut measured, mut failed) = (0, 0);
@@ -154,7 +155,7 @@ pub fn run_pass(
                 append(&Record::Failed(Failed {
                     mode: pass.mode(),
                     jobs: vec![job],
-                    error,
+                    error: error.to_string(),
                 }))?;
                 failed += 1;
             }
@@ -192,16 +193,17 @@ fn measure_job(
     pass: &Pass,
     job: &JobRef,
     log: &Path,
-) -> Result<(Record, BTreeMap<String, String>), String> {
-    let scratch =
-        tempfile::tempdir().map_err(|e| format!("cannot make a scratch directory: {e}"))?;
+) -> Result<(Record, BTreeMap<String, String>), MeasureError> {
+    let scratch = tempfile::tempdir().map_err(|source| MeasureError::Io {
+        op: "make",
+        path: std::env::temp_dir(),
+        source,
+    })?;
     let mut w = Worker::spawn_with(plan, 100, log, &pass.launch(scratch.path()))?;
     let about = info(&mut w)?;
     let sms = about.get("sms").and_then(|s| s.parse::<u32>().ok());
     w.send(&json!({"op": "prepare", "workload": job.workload, "batch": job.batch}))?;
-    let reply = w
-        .reply(PREPARE_TIMEOUT)
-        .map_err(|e| format!("prepare: {e}"))?;
+    let reply = w.reply(PREPARE_TIMEOUT).map_err(|e| e.in_job("prepare"))?;
     class_of(&reply)?;
     let start = mmk_kernel_sched::gate::monotonic_ns() + plan.settle.as_nanos() as u64;
     let end = start + plan.window.as_nanos() as u64;
@@ -215,7 +217,7 @@ fn measure_job(
     w.send(&req)?;
     let reply = w
         .reply(plan.settle + plan.window + MEASURE_GRACE)
-        .map_err(|e| format!("measure: {e}"))?;
+        .map_err(|e| e.in_job("measure"))?;
     let iters = reply
         .get("iters")
         .and_then(Value::as_array)
@@ -225,11 +227,19 @@ fn measure_job(
     match pass {
         Pass::Kernels { .. } => {
             let mut records = Vec::new();
-            for path in files_with_prefix(scratch.path(), "trace-")? {
+            for path in
+                files_with_prefix(scratch.path(), "trace-").map_err(MeasureError::Kernels)?
+            {
                 let text =
                     mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
-                        .map_err(|e| format!("{}: {e}", path.display()))?;
-                records.extend(trace::parse(&text).map_err(|e| format!("trace: {e}"))?);
+                        .map_err(|source| MeasureError::Input {
+                            path: path.clone(),
+                            source,
+                        })?;
+                records.extend(
+                    trace::parse(&text)
+                        .map_err(|e| MeasureError::Kernels(format!("{}: {e}", path.display())))?,
+                );
             }
             let k = kernel_stats(job.clone(), &records, start, end, iters, sms)?;
             Ok((Record::Kernels(k), about))
@@ -237,12 +247,13 @@ fn measure_job(
         Pass::Deep { ncu, .. } => {
             let path = scratch.path().join("ncu.csv");
             let text = mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES).map_err(|e| {
-                format!(
+                MeasureError::Kernels(format!(
                     "{} wrote no report ({e}): is it installed, and may it read the GPU's counters?",
                     ncu.display()
-                )
+                ))
             })?;
-            let rows = parse_ncu_rows(&text, &NCU_METRICS)?;
+            let rows = parse_ncu_rows(&text, &NCU_METRICS)
+                .map_err(|e| MeasureError::Kernels(format!("ncu's report: {e}")))?;
             Ok((Record::Deep(deep_stats(job.clone(), &rows)?), about))
         }
     }
@@ -256,16 +267,16 @@ pub fn kernel_stats(
     end: u64,
     iters: u32,
     gpu_sms: Option<u32>,
-) -> Result<Kernels, String> {
+) -> Result<Kernels, MeasureError> {
     let inside: Vec<&TraceRecord> = records
         .iter()
         .filter(|r| (start..=end).contains(&r.launch_ns))
         .collect();
     if inside.is_empty() {
-        return Err(format!(
+        return Err(MeasureError::Kernels(format!(
             "the trace has no launch inside the window ({} launches in all): does the worker run under the interposer?",
             records.len()
-        ));
+        )));
     }
     let distinct = inside
         .iter()
@@ -373,7 +384,10 @@ impl Weighted {
 }
 
 /// ncu's launches as a [`Deep`] record.
-pub fn deep_stats(job: JobRef, rows: &[mmk_kernel_sched::profile::NcuRow]) -> Result<Deep, String> {
+pub fn deep_stats(
+    job: JobRef,
+    rows: &[mmk_kernel_sched::profile::NcuRow],
+) -> Result<Deep, MeasureError> {
     let mut all = Weighted::default();
     let mut by_name: HashMap<&str, Weighted> = HashMap::new();
     for r in rows {
@@ -388,10 +402,10 @@ pub fn deep_stats(job: JobRef, rows: &[mmk_kernel_sched::profile::NcuRow]) -> Re
         by_name.entry(&r.name).or_default().add(&r.metrics, t);
     }
     if all.launches == 0 {
-        return Err(
+        return Err(MeasureError::Kernels(
             "ncu profiled no kernel with a run time: does the worker start the profiler when asked (\"profile\": true, docs/measure.md)?"
                 .into(),
-        );
+        ));
     }
     let mut top: Vec<(&str, Weighted)> = by_name.into_iter().collect();
     top.sort_by(|a, b| b.1.time.total_cmp(&a.1.time).then(a.0.cmp(b.0)));
@@ -489,7 +503,10 @@ mod tests {
         assert_eq!(k.time_by_duration[2], 0.0);
         assert!((k.time_by_duration[3] - 2000.0 / total).abs() < 1e-12);
         let e = kernel_stats(job(), &recs[..1], 1_000 * us, 2_000 * us, 0, None).unwrap_err();
-        assert!(e.contains("no launch inside the window (1 launches"), "{e}");
+        assert!(
+            matches!(&e, MeasureError::Kernels(why) if why.contains("no launch inside the window (1 launches")),
+            "{e}"
+        );
     }
 
     fn row(name: &str, t: f64, occ: f64, ipc: f64, l2: f64, dram: Option<f64>) -> NcuRow {
@@ -529,6 +546,9 @@ mod tests {
         assert!((d.top[0].time_frac - 600.0 / 700.0).abs() < 1e-12);
         assert_eq!(d.top[1].l2_hit_frac, Some(0.4));
         let e = deep_stats(job(), &[]).unwrap_err();
-        assert!(e.contains("\"profile\": true"), "{e}");
+        assert!(
+            matches!(&e, MeasureError::Kernels(why) if why.contains("\"profile\": true")),
+            "{e}"
+        );
     }
 }

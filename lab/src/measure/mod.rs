@@ -165,8 +165,85 @@ impl Group {
     }
 }
 
-fn job_ref(field: &str, s: &str) -> Result<(String, u32), String> {
-    let bad = || format!("{field}: {s:?} is not NAME/BATCH (for example resnet50-inf/32)");
+/// Why a plan, a monitor, a worker or the measurement file failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// The plan file; the message names the field (`pairs.splits[0][1]: 0 is outside
+    /// 1..=100`).
+    #[error("{0}")]
+    Plan(String),
+    #[error("NVML: {context}")]
+    Nvml {
+        context: String,
+        #[source]
+        source: nvml_wrapper::error::NvmlError,
+    },
+    /// No GPU metrics for a window (`--no-gpm`, or NVML could not start).
+    #[error("{0}")]
+    NoGpm(String),
+    /// A worker that could not start, went away or answered what it should not; the
+    /// message names it by its share.
+    #[error("{0}")]
+    Worker(String),
+    /// What went wrong in one job of a run (`resnet50-inf/32: prepare`).
+    #[error("{job}: {cause}")]
+    Job {
+        job: String,
+        cause: Box<MeasureError>,
+    },
+    #[error("cannot {op} {path}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}")]
+    Input {
+        path: PathBuf,
+        #[source]
+        source: mmk_cli::input::InputError,
+    },
+    #[error("{path}")]
+    Records {
+        path: PathBuf,
+        #[source]
+        source: measured::MeasuredError,
+    },
+    #[error("a record cannot be written as JSON")]
+    Json(#[source] serde_json::Error),
+    /// Kernel statistics (ncu's report, traces); the message says which.
+    #[error("{0}")]
+    Kernels(String),
+}
+
+fn nvml_error(
+    context: impl Into<String>,
+) -> impl FnOnce(nvml_wrapper::error::NvmlError) -> MeasureError {
+    let context = context.into();
+    move |source| MeasureError::Nvml { context, source }
+}
+
+/// A measurement error as the command reports it, with its causes.
+fn failure(e: MeasureError) -> Failure {
+    Failure::usage(mmk_core::error::chain(&e))
+}
+
+impl MeasureError {
+    fn in_job(self, job: impl Into<String>) -> MeasureError {
+        MeasureError::Job {
+            job: job.into(),
+            cause: Box::new(self),
+        }
+    }
+}
+
+fn job_ref(field: &str, s: &str) -> Result<(String, u32), MeasureError> {
+    let bad = || {
+        MeasureError::Plan(format!(
+            "{field}: {s:?} is not NAME/BATCH (for example resnet50-inf/32)"
+        ))
+    };
     let (name, batch) = s.rsplit_once('/').ok_or_else(bad)?;
     let batch: u32 = batch.trim().parse().map_err(|_| bad())?;
     let name = name.trim();
@@ -176,36 +253,44 @@ fn job_ref(field: &str, s: &str) -> Result<(String, u32), String> {
     Ok((name.to_owned(), batch))
 }
 
-fn share(field: &str, s: u32) -> Result<u32, String> {
+fn share(field: &str, s: u32) -> Result<u32, MeasureError> {
     if (1..=100).contains(&s) {
         Ok(s)
     } else {
-        Err(format!("{field}: {s} is outside 1..=100"))
+        Err(MeasureError::Plan(format!(
+            "{field}: {s} is outside 1..=100"
+        )))
     }
 }
 
-fn duration(field: &str, s: &Option<String>, default: Duration) -> Result<Duration, String> {
+fn duration(field: &str, s: &Option<String>, default: Duration) -> Result<Duration, MeasureError> {
     match s {
         None => Ok(default),
         Some(s) => match humantime::parse_duration(s) {
             Ok(d) if !d.is_zero() && d <= Duration::from_secs(600) => Ok(d),
-            Ok(_) => Err(format!("{field}: {s} must be above 0 and at most 10m")),
-            Err(e) => Err(format!("{field}: {s:?} is not a duration ({e})")),
+            Ok(_) => Err(MeasureError::Plan(format!(
+                "{field}: {s} must be above 0 and at most 10m"
+            ))),
+            Err(e) => Err(MeasureError::Plan(format!(
+                "{field}: {s:?} is not a duration ({e})"
+            ))),
         },
     }
 }
 
 impl Plan {
-    pub fn parse(text: &str, dir: &Path) -> Result<Plan, String> {
+    pub fn parse(text: &str, dir: &Path) -> Result<Plan, MeasureError> {
         let raw: RawPlan = serde_saphyr::from_str(text).map_err(|e| {
             let e = e.without_snippet();
-            match e.location() {
+            MeasureError::Plan(match e.location() {
                 Some(l) => format!("line {}: {}", l.line(), first_line(&e.to_string())),
                 None => first_line(&e.to_string()),
-            }
+            })
         })?;
         if raw.worker.is_empty() || raw.worker[0].trim().is_empty() {
-            return Err("worker: the worker's command is required".into());
+            return Err(MeasureError::Plan(
+                "worker: the worker's command is required".into(),
+            ));
         }
         let window = duration("window", &raw.window, Duration::from_millis(1500))?;
         let settle = duration("settle", &raw.settle, Duration::from_millis(300))?;
@@ -218,7 +303,9 @@ impl Plan {
                 .map(|(i, j)| job_ref(&format!("alone.jobs[{i}]"), j))
                 .collect::<Result<Vec<_>, _>>()?;
             if jobs.is_empty() || a.shares.is_empty() {
-                return Err("alone: needs at least one share and one job".into());
+                return Err(MeasureError::Plan(
+                    "alone: needs at least one share and one job".into(),
+                ));
             }
             for (i, s) in a.shares.iter().enumerate() {
                 groups.push(Group {
@@ -237,7 +324,9 @@ impl Plan {
                 ]);
             }
             if pairs.is_empty() || p.splits.is_empty() {
-                return Err("pairs: needs at least one split and one pair".into());
+                return Err(MeasureError::Plan(
+                    "pairs: needs at least one split and one pair".into(),
+                ));
             }
             for (i, [a, b]) in p.splits.iter().enumerate() {
                 groups.push(Group {
@@ -254,7 +343,9 @@ impl Plan {
             groups.extend(parse_groups(&g)?);
         }
         if groups.is_empty() {
-            return Err("the plan measures nothing: give alone, pairs or groups".into());
+            return Err(MeasureError::Plan(
+                "the plan measures nothing: give alone, pairs or groups".into(),
+            ));
         }
         Ok(Plan {
             file: String::new(),
@@ -272,23 +363,25 @@ impl Plan {
 }
 
 /// The plan's `groups`: every group has as many jobs as every split has shares.
-fn parse_groups(g: &RawGroups) -> Result<Vec<Group>, String> {
+fn parse_groups(g: &RawGroups) -> Result<Vec<Group>, MeasureError> {
     if g.jobs.is_empty() || g.splits.is_empty() {
-        return Err("groups: needs at least one split and one group of jobs".into());
+        return Err(MeasureError::Plan(
+            "groups: needs at least one split and one group of jobs".into(),
+        ));
     }
     let size = g.jobs[0].len();
     if !(3..=MAX_GROUP).contains(&size) {
-        return Err(format!(
+        return Err(MeasureError::Plan(format!(
             "groups.jobs[0]: {size} jobs; a group has 3 to {MAX_GROUP} (two are pairs)"
-        ));
+        )));
     }
     let mut runs = Vec::new();
     for (i, jobs) in g.jobs.iter().enumerate() {
         if jobs.len() != size {
-            return Err(format!(
+            return Err(MeasureError::Plan(format!(
                 "groups.jobs[{i}]: {} jobs, but groups.jobs[0] has {size}: every group of a plan has as many",
                 jobs.len()
-            ));
+            )));
         }
         runs.push(
             jobs.iter()
@@ -302,10 +395,10 @@ fn parse_groups(g: &RawGroups) -> Result<Vec<Group>, String> {
         .enumerate()
         .map(|(i, split)| {
             if split.len() != size {
-                return Err(format!(
+                return Err(MeasureError::Plan(format!(
                     "groups.splits[{i}]: {} shares for groups of {size} jobs",
                     split.len()
-                ));
+                )));
             }
             Ok(Group {
                 mode: Mode::Group,
@@ -332,7 +425,7 @@ pub trait Monitor {
     fn gpu(&self) -> Option<GpuInfo>;
     /// Waits until `end_ns` (CLOCK_MONOTONIC) and returns the GPM metrics between
     /// `start_ns` and `end_ns`.
-    fn window(&self, start_ns: u64, end_ns: u64) -> Result<Gpm, String>;
+    fn window(&self, start_ns: u64, end_ns: u64) -> Result<Gpm, MeasureError>;
     /// GPU memory a process uses, if the driver tells.
     fn process_memory(&self, pid: u32) -> Option<u64>;
 }
@@ -354,9 +447,9 @@ impl Monitor for NoMonitor {
     fn gpu(&self) -> Option<GpuInfo> {
         None
     }
-    fn window(&self, _start_ns: u64, end_ns: u64) -> Result<Gpm, String> {
+    fn window(&self, _start_ns: u64, end_ns: u64) -> Result<Gpm, MeasureError> {
         sleep_until(end_ns);
-        Err(self.reason.clone())
+        Err(MeasureError::NoGpm(self.reason.clone()))
     }
     fn process_memory(&self, _pid: u32) -> Option<u64> {
         None
@@ -378,10 +471,10 @@ impl std::fmt::Debug for NvmlMonitor {
 }
 
 impl NvmlMonitor {
-    pub fn new(index: u32) -> Result<NvmlMonitor, String> {
-        let nvml = nvml_wrapper::Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+    pub fn new(index: u32) -> Result<NvmlMonitor, MeasureError> {
+        let nvml = nvml_wrapper::Nvml::init().map_err(nvml_error("init"))?;
         nvml.device_by_index(index)
-            .map_err(|e| format!("NVML: GPU {index}: {e}"))?;
+            .map_err(nvml_error(format!("GPU {index}")))?;
         Ok(NvmlMonitor { nvml, index })
     }
 }
@@ -398,19 +491,19 @@ impl Monitor for NvmlMonitor {
         })
     }
 
-    fn window(&self, start_ns: u64, end_ns: u64) -> Result<Gpm, String> {
+    fn window(&self, start_ns: u64, end_ns: u64) -> Result<Gpm, MeasureError> {
         use nvml_wrapper::enums::gpm::GpmMetricId as M;
         let d = self
             .nvml
             .device_by_index(self.index)
-            .map_err(|e| format!("NVML: {e}"))?;
+            .map_err(nvml_error(format!("GPU {}", self.index)))?;
         sleep_until(start_ns);
         let first = d.gpm_sample();
         sleep_until(end_ns);
         let second = d.gpm_sample();
         let (first, second) = (
-            first.map_err(|e| format!("GPM sample: {e}"))?,
-            second.map_err(|e| format!("GPM sample: {e}"))?,
+            first.map_err(nvml_error("GPM sample"))?,
+            second.map_err(nvml_error("GPM sample"))?,
         );
         let ids = [
             M::SmUtil,
@@ -421,7 +514,7 @@ impl Monitor for NvmlMonitor {
             M::Fp16Util,
         ];
         let got = nvml_wrapper::gpm::gpm_metrics_get(&self.nvml, &first, &second, &ids)
-            .map_err(|e| format!("GPM metrics: {e}"))?;
+            .map_err(nvml_error("GPM metrics"))?;
         let v = |i: usize| {
             got.get(i)
                 .and_then(|r| r.as_ref().ok())
@@ -478,16 +571,25 @@ struct Launch {
 }
 
 impl Worker {
-    fn spawn(plan: &Plan, share: u32, log: &Path) -> Result<Worker, String> {
+    fn spawn(plan: &Plan, share: u32, log: &Path) -> Result<Worker, MeasureError> {
         Worker::spawn_with(plan, share, log, &Launch::default())
     }
 
-    fn spawn_with(plan: &Plan, share: u32, log: &Path, how: &Launch) -> Result<Worker, String> {
+    fn spawn_with(
+        plan: &Plan,
+        share: u32,
+        log: &Path,
+        how: &Launch,
+    ) -> Result<Worker, MeasureError> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
-            .map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+            .map_err(|source| MeasureError::Io {
+                op: "open",
+                path: log.to_path_buf(),
+                source,
+            })?;
         let mut argv: Vec<OsString> = how.prefix.clone();
         argv.extend(plan.worker.iter().map(OsString::from));
         let mut cmd = Command::new(&argv[0]);
@@ -503,10 +605,16 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("cannot start the worker {:?}: {e}", argv[0]))?;
+            .map_err(|e| {
+                MeasureError::Worker(format!("cannot start the worker {:?}: {e}", argv[0]))
+            })?;
         let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
             (Some(i), Some(o)) => (i, o),
-            _ => return Err("the worker's pipes were not made".into()),
+            _ => {
+                return Err(MeasureError::Worker(
+                    "the worker's pipes were not made".into(),
+                ));
+            }
         };
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -530,53 +638,56 @@ impl Worker {
         })
     }
 
-    fn send(&mut self, req: &Value) -> Result<(), String> {
+    fn send(&mut self, req: &Value) -> Result<(), MeasureError> {
         writeln!(self.stdin, "{req}")
             .and_then(|()| self.stdin.flush())
-            .map_err(|e| format!("the worker at {} % is gone ({e})", self.share))
+            .map_err(|e| {
+                MeasureError::Worker(format!("the worker at {} % is gone ({e})", self.share))
+            })
     }
 
-    fn reply(&mut self, timeout: Duration) -> Result<Map<String, Value>, String> {
+    fn reply(&mut self, timeout: Duration) -> Result<Map<String, Value>, MeasureError> {
         let line = match self.lines.recv_timeout(timeout) {
             Ok(l) => l,
             Err(RecvTimeoutError::Timeout) => {
-                return Err(format!(
+                return Err(MeasureError::Worker(format!(
                     "the worker at {} % did not answer within {}",
                     self.share,
                     humantime::format_duration(timeout)
-                ));
+                )));
             }
             Err(RecvTimeoutError::Disconnected) => {
                 let status = self.child.try_wait().ok().flatten();
-                return Err(format!(
+                return Err(MeasureError::Worker(format!(
                     "the worker at {} % exited{} (its log says why)",
                     self.share,
                     status.map(|s| format!(" ({s})")).unwrap_or_default()
-                ));
+                )));
             }
         };
         let v: Value = serde_json::from_str(&line).map_err(|e| {
-            format!(
+            MeasureError::Worker(format!(
                 "the worker at {} % answered {:?}, not JSON ({e})",
                 self.share,
                 truncate(&line)
-            )
+            ))
         })?;
         let Value::Object(m) = v else {
-            return Err(format!(
+            return Err(MeasureError::Worker(format!(
                 "the worker at {} % answered {}, not an object",
                 self.share,
                 truncate(&line)
-            ));
+            )));
         };
         if m.get("ok") == Some(&Value::Bool(true)) {
             Ok(m)
         } else {
-            Err(m
-                .get("error")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("the worker answered {}", truncate(&line))))
+            Err(MeasureError::Worker(
+                m.get("error")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("the worker answered {}", truncate(&line))),
+            ))
         }
     }
 
@@ -610,11 +721,11 @@ fn job_result(
     job: JobRef,
     class: JobClass,
     reply: &Map<String, Value>,
-) -> Result<JobResult, String> {
+) -> Result<JobResult, MeasureError> {
     let iters = reply
         .get("iters")
         .and_then(Value::as_array)
-        .ok_or("the measure reply has no iters list")?;
+        .ok_or_else(|| MeasureError::Worker("the measure reply has no iters list".into()))?;
     let mut d: Vec<f64> = Vec::with_capacity(iters.len());
     for it in iters {
         let secs = it
@@ -622,7 +733,12 @@ fn job_result(
             .and_then(|a| a.get(1))
             .and_then(Value::as_f64)
             .filter(|s| s.is_finite() && *s > 0.0)
-            .ok_or_else(|| format!("iters: {} is not [END, SECONDS]", truncate(&it.to_string())))?;
+            .ok_or_else(|| {
+                MeasureError::Worker(format!(
+                    "iters: {} is not [END, SECONDS]",
+                    truncate(&it.to_string())
+                ))
+            })?;
         d.push(secs);
     }
     d.sort_by(f64::total_cmp);
@@ -643,13 +759,13 @@ fn job_result(
     })
 }
 
-fn class_of(reply: &Map<String, Value>) -> Result<JobClass, String> {
+fn class_of(reply: &Map<String, Value>) -> Result<JobClass, MeasureError> {
     match reply.get("class").and_then(Value::as_str) {
         Some("online") => Ok(JobClass::Online),
         Some("offline") => Ok(JobClass::Offline),
-        other => Err(format!(
+        other => Err(MeasureError::Worker(format!(
             "the prepare reply's class is {other:?}, not online or offline"
-        )),
+        ))),
     }
 }
 
@@ -676,7 +792,7 @@ pub fn sweep(
     out: &Path,
     done: &HashSet<(Mode, Vec<JobRef>)>,
     write_header: &mut bool,
-) -> Result<Summary, String> {
+) -> Result<Summary, MeasureError> {
     let started = Instant::now();
     let log = out.with_extension("workers.log");
     let mut append = appender(out)?;
@@ -741,7 +857,7 @@ pub fn sweep(
                     append(&Record::Failed(Failed {
                         mode: g.mode,
                         jobs: refs,
-                        error,
+                        error: error.to_string(),
                     }))?;
                     s.failed += 1;
                 }
@@ -763,23 +879,31 @@ pub fn sweep(
 }
 
 /// Appends records to `out`, each synced to disk before the next run.
-fn appender(out: &Path) -> Result<impl FnMut(&Record) -> Result<(), String>, String> {
+fn appender(out: &Path) -> Result<impl FnMut(&Record) -> Result<(), MeasureError>, MeasureError> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(out)
-        .map_err(|e| format!("cannot open {}: {e}", out.display()))?;
+        .map_err(|source| MeasureError::Io {
+            op: "open",
+            path: out.to_path_buf(),
+            source,
+        })?;
     let out = out.to_path_buf();
-    Ok(move |r: &Record| -> Result<(), String> {
-        let line = serde_json::to_string(r).map_err(|e| e.to_string())?;
+    Ok(move |r: &Record| -> Result<(), MeasureError> {
+        let line = serde_json::to_string(r).map_err(MeasureError::Json)?;
         writeln!(file, "{line}")
             .and_then(|()| file.sync_data())
-            .map_err(|e| format!("cannot write {}: {e}", out.display()))
+            .map_err(|source| MeasureError::Io {
+                op: "write",
+                path: out.clone(),
+                source,
+            })
     })
 }
 
 /// What the worker says of itself (`{"op": "info"}`).
-fn info(w: &mut Worker) -> Result<BTreeMap<String, String>, String> {
+fn info(w: &mut Worker) -> Result<BTreeMap<String, String>, MeasureError> {
     w.send(&json!({"op": "info"}))?;
     Ok(w.reply(INFO_TIMEOUT)?
         .into_iter()
@@ -813,7 +937,7 @@ fn measure_run(
     refs: &[JobRef],
     workers: &mut [Worker],
     monitor: &dyn Monitor,
-) -> Result<Run, String> {
+) -> Result<Run, MeasureError> {
     // Build and warm every job first; then all measure over the same window.
     for (w, (name, batch)) in workers.iter_mut().zip(run) {
         w.send(&json!({"op": "prepare", "workload": name, "batch": batch}))?;
@@ -822,8 +946,8 @@ fn measure_run(
     for (w, r) in workers.iter_mut().zip(refs) {
         let m = w
             .reply(PREPARE_TIMEOUT)
-            .map_err(|e| format!("{}: prepare: {e}", r.label()))?;
-        let class = class_of(&m).map_err(|e| format!("{}: {e}", r.label()))?;
+            .map_err(|e| e.in_job(format!("{}: prepare", r.label())))?;
+        let class = class_of(&m).map_err(|e| e.in_job(r.label()))?;
         prepared.push((class, m.get("mem_bytes").and_then(Value::as_u64)));
     }
     let start = monotonic_ns() + plan.settle.as_nanos() as u64;
@@ -839,15 +963,15 @@ fn measure_run(
     for ((w, r), (class, mem)) in workers.iter_mut().zip(refs).zip(prepared) {
         let m = w
             .reply(MEASURE_GRACE)
-            .map_err(|e| format!("{}: measure: {e}", r.label()))?;
-        let mut j = job_result(r.clone(), class, &m).map_err(|e| format!("{}: {e}", r.label()))?;
+            .map_err(|e| e.in_job(format!("{}: measure", r.label())))?;
+        let mut j = job_result(r.clone(), class, &m).map_err(|e| e.in_job(r.label()))?;
         j.mem_bytes = mem;
         j.process_mem_bytes = monitor.process_memory(w.child.id());
         jobs.push(j);
     }
     let (gpm, gpm_error) = match gpm {
         Ok(g) => (Some(g), None),
-        Err(e) => (None, Some(e)),
+        Err(e) => (None, Some(e.to_string())),
     };
     Ok(Run {
         mode: g.mode,
@@ -886,10 +1010,17 @@ struct Done {
     deep: HashSet<JobRef>,
 }
 
-fn done_runs(path: &Path) -> Result<Done, String> {
-    let text = mmk_cli::input::read_capped_text(path, mmk_cli::input::MAX_DATA_BYTES)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let recs = measured::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+fn done_runs(path: &Path) -> Result<Done, MeasureError> {
+    let text = mmk_cli::input::read_capped_text(path, mmk_cli::input::MAX_DATA_BYTES).map_err(
+        |source| MeasureError::Input {
+            path: path.to_path_buf(),
+            source,
+        },
+    )?;
+    let recs = measured::parse(&text).map_err(|source| MeasureError::Records {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut done = Done::default();
     for r in recs {
         match r {
@@ -1018,7 +1149,7 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
         )));
     }
     let done = if exists {
-        done_runs(&args.out).map_err(Failure::usage)?
+        done_runs(&args.out).map_err(failure)?
     } else {
         Done::default()
     };
@@ -1042,7 +1173,9 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
             Ok(m) => Box::new(m),
             Err(e) => {
                 eprintln!("mmk-lab: warning: no GPM metrics ({e}); the runs give no dataset rows");
-                Box::new(NoMonitor { reason: e })
+                Box::new(NoMonitor {
+                    reason: e.to_string(),
+                })
             }
         }
     };
@@ -1062,7 +1195,7 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
         &done.runs,
         &mut write_header,
     )
-    .map_err(Failure::usage)?;
+    .map_err(failure)?;
     for pass in &passes {
         let done = match pass.mode() {
             Mode::Kernels => &done.kernels,
@@ -1082,7 +1215,7 @@ pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
             &mut write_header,
             monitor.as_ref(),
         )
-        .map_err(Failure::usage)?;
+        .map_err(failure)?;
         s.planned += pass_jobs.len();
         s.measured += measured;
         s.failed += failed;
@@ -1149,7 +1282,10 @@ mod tests {
                 share_pct: 40
             }
         );
-        let bad = |t: &str| Plan::parse(t, Path::new("/x")).unwrap_err();
+        let bad = |t: &str| match Plan::parse(t, Path::new("/x")) {
+            Err(MeasureError::Plan(why)) => why,
+            other => panic!("not a plan error: {other:?}"),
+        };
         assert_eq!(
             bad("worker: [w]\nalone:\n  shares: [10]\n  jobs: [a/1, b]\n"),
             "alone.jobs[1]: \"b\" is not NAME/BATCH (for example resnet50-inf/32)"
@@ -1199,7 +1335,7 @@ done
         fn gpu(&self) -> Option<GpuInfo> {
             None
         }
-        fn window(&self, _s: u64, end_ns: u64) -> Result<Gpm, String> {
+        fn window(&self, _s: u64, end_ns: u64) -> Result<Gpm, MeasureError> {
             sleep_until(end_ns);
             Ok(Gpm {
                 sm_util_pct: Some(50.0),
@@ -1275,7 +1411,10 @@ done
                 share_pct: 30
             }
         );
-        let bad = |t: &str| Plan::parse(t, Path::new("/x")).unwrap_err();
+        let bad = |t: &str| match Plan::parse(t, Path::new("/x")) {
+            Err(MeasureError::Plan(why)) => why,
+            other => panic!("not a plan error: {other:?}"),
+        };
         assert_eq!(
             bad("worker: [w]\ngroups:\n  splits: [[50, 50]]\n  jobs: [[a/1, b/2]]\n"),
             "groups.jobs[0]: 2 jobs; a group has 3 to 8 (two are pairs)"
