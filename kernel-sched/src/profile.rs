@@ -161,6 +161,21 @@ pub enum ProfileError {
     Kernel { index: usize, message: String },
 }
 
+/// Why `ncu --csv --page raw` output could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NcuError {
+    #[error("ncu output has no CSV header (was it run with --csv --page raw?)")]
+    NoHeader,
+    #[error("ncu output has no {0:?} column")]
+    NoColumn(String),
+    #[error("ncu CSV line {line}: {metric} is not a number: {value:?}")]
+    NotANumber {
+        line: usize,
+        metric: String,
+        value: String,
+    },
+}
+
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
@@ -353,26 +368,24 @@ pub struct NcuRow {
 /// or among its lines, are skipped), keeping the `Kernel Name` and the `metrics` columns of each
 /// launch. A missing column or a value that is not a number is an error naming it; ncu's
 /// `n/a` is left out of that launch's metrics.
-pub fn parse_ncu_rows(text: &str, metrics: &[&str]) -> Result<Vec<NcuRow>, String> {
+pub fn parse_ncu_rows(text: &str, metrics: &[&str]) -> Result<Vec<NcuRow>, NcuError> {
     let mut lines = text
         .lines()
         .skip_while(|l| !l.starts_with('"'))
         .filter(|l| !l.trim().is_empty() && !l.starts_with("=="));
-    let header = lines
-        .next()
-        .ok_or("ncu output has no CSV header (was it run with --csv --page raw?)")?;
+    let header = lines.next().ok_or(NcuError::NoHeader)?;
     let header = split_csv(header);
     let col = |name: &str| {
         header
             .iter()
             .position(|h| h == name)
-            .ok_or_else(|| format!("ncu output has no {name:?} column"))
+            .ok_or_else(|| NcuError::NoColumn(name.to_owned()))
     };
     let name_col = col("Kernel Name")?;
     let cols = metrics
         .iter()
         .map(|m| Ok((*m, col(m)?)))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, NcuError>>()?;
     let mut rows = Vec::new();
     for (i, line) in lines.enumerate() {
         let f = split_csv(line);
@@ -391,12 +404,10 @@ pub fn parse_ncu_rows(text: &str, metrics: &[&str]) -> Result<Vec<NcuRow>, Strin
             if v == "n/a" {
                 continue;
             }
-            let v = v.parse::<f64>().map_err(|_| {
-                format!(
-                    "ncu CSV line {}: {metric} is not a number: {:?}",
-                    i + 2,
-                    get(c)
-                )
+            let v = v.parse::<f64>().map_err(|_| NcuError::NotANumber {
+                line: i + 2,
+                metric: metric.to_owned(),
+                value: get(c).to_owned(),
             })?;
             row.metrics.insert(metric.to_owned(), v);
         }
@@ -410,7 +421,7 @@ pub fn parse_ncu_rows(text: &str, metrics: &[&str]) -> Result<Vec<NcuRow>, Strin
 /// `gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed` into an intensity per
 /// kernel name (mangled, as `--print-kernel-base mangled` writes it). A name measured several
 /// times gets the mean of its throughputs.
-pub fn parse_ncu_csv(text: &str) -> Result<HashMap<String, Intensity>, String> {
+pub fn parse_ncu_csv(text: &str) -> Result<HashMap<String, Intensity>, NcuError> {
     const COMPUTE: &str = "sm__throughput.avg.pct_of_peak_sustained_elapsed";
     const MEMORY: &str = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed";
     let mut sums: HashMap<String, (f64, f64, u32)> = HashMap::new();
@@ -558,10 +569,16 @@ mod tests {
         let mut p = Profile::from_trace("resnet", Class::Online, &two_requests()).unwrap();
         assert_eq!(p.apply_intensity(&m), 2);
         let err = parse_ncu_csv("\"ID\",\"Kernel Name\"\n").unwrap_err();
-        assert!(err.contains("sm__throughput"), "{err}");
+        assert_eq!(
+            err,
+            NcuError::NoColumn("sm__throughput.avg.pct_of_peak_sustained_elapsed".into())
+        );
         let bad = csv.replace("88.1", "lots");
         assert!(
-            parse_ncu_csv(&bad).unwrap_err().contains("line 3"),
+            matches!(
+                parse_ncu_csv(&bad).unwrap_err(),
+                NcuError::NotANumber { line: 3, .. }
+            ),
             "the CSV's own line"
         );
     }
