@@ -442,18 +442,14 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
         if count.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        // SAFETY: checked non-null.
-        let room = unsafe { *count } as usize;
-        // SAFETY: the caller's count.
+        // SAFETY: checked non-null; `count` is an output, as in NVML.
         unsafe { *count = p.starts.len() as c_uint };
         if placements.is_null() {
             return Ok(());
         }
-        if room < p.starts.len() {
-            return Err(INSUFFICIENT_SIZE);
-        }
         for (i, s) in p.starts.iter().enumerate() {
-            // SAFETY: `placements` holds `room` entries, at least `starts.len()`.
+            // SAFETY: the caller's array holds a profile's maximum count of placements,
+            // as NVML asks.
             unsafe {
                 placements.add(i).write(nvmlGpuInstancePlacement_t {
                     start: u32::from(*s),
@@ -568,8 +564,18 @@ pub unsafe extern "C" fn nvmlDeviceCreateGpuInstanceWithPlacement(
             return Err(INVALID_ARGUMENT);
         }
         // SAFETY: checked non-null; the caller's placement.
-        let start = unsafe { (*placement).start };
-        let id = gpu(n, g)?.create(profile_id, start).map_err(code)?.id;
+        let (start, size) = unsafe { ((*placement).start, (*placement).size) };
+        let gp = gpu(n, g)?;
+        let slices = gp
+            .model()
+            .map_err(code)?
+            .profile(profile_id)
+            .map(|p| u32::from(p.memory_slices));
+        if slices != Some(size) {
+            // A placement is {start, size} as the possible placements give it.
+            return Err(INVALID_ARGUMENT);
+        }
+        let id = gp.create(profile_id, start).map_err(code)?.id;
         // SAFETY: checked non-null.
         unsafe { put(gi, encode(Handle::GpuInstance(g, id)) as nvmlGpuInstance_t) }
     }));

@@ -74,8 +74,6 @@ pub struct Gpu {
     pub model: String,
     pub uuid: String,
     pub mig: bool,
-    /// The next GPU instance ID the driver hands out (IDs are not derived from placements).
-    pub next_id: u32,
     /// Instances made so far: part of each MIG device's UUID, so a new one never reuses an
     /// old one's.
     pub serial: u32,
@@ -103,7 +101,8 @@ impl Gpu {
             .ok_or(Refused::Unknown)
     }
 
-    /// Creates a GPU instance of `profile_id` at memory slice `start`.
+    /// Creates a GPU instance of `profile_id` at memory slice `start`, with the lowest
+    /// free ID (so an ID comes back once its instance is gone, as on the driver).
     pub fn create(&mut self, profile_id: u32, start: u32) -> Result<&GpuInstance, Refused> {
         if !self.mig {
             return Err(Refused::NotSupported);
@@ -121,8 +120,9 @@ impl Gpu {
             .collect();
         placed.push((profile_id, start));
         layout::validate(&model, &placed).map_err(|_| Refused::InsufficientResources)?;
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = (1..)
+            .find(|id| self.instances.iter().all(|i| i.id != *id))
+            .unwrap_or(u32::MAX);
         self.serial += 1;
         let gpu_tag = &self.uuid[self.uuid.len().saturating_sub(8)..];
         self.instances.push(GpuInstance {
@@ -184,7 +184,6 @@ impl Node {
                     model: key.clone(),
                     uuid: format!("GPU-f4ce0000-0000-4000-8000-{index:012x}"),
                     mig,
-                    next_id: 1,
                     serial: 0,
                     instances: Vec::new(),
                 });
@@ -304,7 +303,8 @@ mod tests {
         assert_eq!(g.destroy(2), Ok(()));
         assert_eq!(g.destroy(2), Err(Refused::NotFound));
         let again = g.create(9, 4).unwrap();
-        assert_eq!(again.id, 3, "IDs are not reused");
+        assert_eq!(again.id, 2, "the lowest free ID");
+        assert_ne!(again.uuid, "", "a new MIG device UUID");
         g.mig = false;
         assert_eq!(g.create(19, 0).err(), Some(Refused::NotSupported));
     }

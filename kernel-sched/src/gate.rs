@@ -260,7 +260,9 @@ pub struct WaitOutcome {
 /// How much of its time one offline process may spend held: a bucket that fills at
 /// [`GateConfig::hold_budget_pct`] of the time that passes, up to [`HoldBudget::BURST`],
 /// and that every hold empties by as long as it lasted. A launch that its policy would hold
-/// after the bucket is empty goes at once (counted as forced). So an offline job is never
+/// after the bucket is empty goes at once (counted as forced); 0 % holds nothing. Waits at
+/// `mmk`'s depth cap are for offline work already in flight and neither spend the bucket
+/// nor end when it is empty. So an offline job is never
 /// held more than about that share of its time, however busy the online jobs beside it
 /// are: against a light online job the gate holds what the policy says; against a busy one
 /// it holds for the online job's isolated requests first and lets the training run in the
@@ -297,6 +299,9 @@ impl HoldBudget {
         self.at_ns = Some(now_ns);
         if pct >= 100 {
             return None;
+        }
+        if pct == 0 {
+            return Some(Duration::ZERO);
         }
         if let Some(since) = since {
             let refill = since.saturating_mul(u64::from(pct)) / 100;
@@ -859,7 +864,8 @@ impl Gate {
     ) -> WaitOutcome {
         let h = &self.seg().header;
         let max_hold = Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed));
-        // What this process may still be held (the hard bound applies as well).
+        // What this process may still be held in `Hold` decisions; a wait at the depth cap
+        // (`Queued`, for offline work already in flight) is bounded by the hard bound alone.
         let allowed = budget
             .available(h.hold_budget_pct.load(Ordering::Relaxed), monotonic_ns())
             .map_or(max_hold, |left| left.min(max_hold));
@@ -899,7 +905,7 @@ impl Gate {
                 Decision::Hold { recheck } => (recheck, true),
                 Decision::Queued { recheck } => (recheck, false),
             };
-            if waited >= allowed {
+            if waited >= max_hold || (starves && starving >= allowed) {
                 break WaitOutcome {
                     waited,
                     forced: true,
@@ -914,8 +920,14 @@ impl Gate {
             if starves {
                 hold_began = Some(now);
             }
+            let left = if starves {
+                allowed.saturating_sub(starving)
+            } else {
+                max_hold
+            };
             let sleep = recheck
-                .min(allowed - waited)
+                .min(left)
+                .min(max_hold - waited)
                 .min(LIVENESS_CHECK)
                 .max(Duration::from_micros(1));
             let woken = futex_wait(&h.epoch, epoch, sleep);
@@ -929,7 +941,8 @@ impl Gate {
         if registered {
             h.waiters.fetch_sub(1, Ordering::AcqRel);
         }
-        budget.spend(outcome.waited);
+        // `starving` took in every hold at the top of the loop's last turn.
+        budget.spend(starving);
         if !outcome.waited.is_zero() || outcome.forced {
             let s = &self.seg().slots[slot.0];
             let ns = nanos(outcome.waited);
@@ -1476,6 +1489,47 @@ mod tests {
         });
         let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
         assert!(outcome.waited >= Duration::from_millis(20), "{outcome:?}");
+        // 0 %: nothing is held, from the first launch on.
+        g.configure(&GateConfig {
+            hold_budget_pct: 0,
+            ..g.config()
+        });
+        let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &offline(132));
+        assert!(
+            outcome.forced && outcome.waited < Duration::from_millis(5),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_wait_at_the_depth_cap_spends_no_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = Arc::new(gate(&dir, PolicyKind::Mmk));
+        let me = std::process::id();
+        let on = g.join(me, Class::Online, 1.0).unwrap();
+        let off = g.join(1, Class::Offline, 1.0).unwrap();
+        // An online job is present, idle; one offline kernel in flight is the cap.
+        let _ = on;
+        g.begin(off, &sm(10));
+        let waiter = {
+            let other = Gate::open(g.path()).unwrap();
+            std::thread::spawn(move || {
+                let mut policy = Mmk {
+                    base: Duration::from_millis(1),
+                    offline_depth: 1,
+                };
+                let mut budget = HoldBudget::new();
+                let outcome = other.admit(off, &mut policy, &mut budget, &offline(10));
+                (outcome, budget.available(10, monotonic_ns()))
+            })
+        };
+        // 80 ms at the cap: more than the whole bucket (50 ms), yet not forced by it.
+        std::thread::sleep(Duration::from_millis(80));
+        g.end(off, &sm(10), monotonic_ns());
+        let (outcome, left) = waiter.join().unwrap();
+        assert!(!outcome.forced, "{outcome:?}");
+        assert!(outcome.waited >= Duration::from_millis(80), "{outcome:?}");
+        assert_eq!(left, Some(HoldBudget::BURST), "the bucket is still full");
     }
 
     #[test]

@@ -528,13 +528,19 @@ impl Sim<'_> {
             let forced = match decision {
                 Decision::Launch => false,
                 Decision::LaunchStarved => true,
-                Decision::Hold { .. } | Decision::Queued { .. } if waited >= allowed => true,
+                Decision::Hold { .. } if starving >= allowed => true,
+                Decision::Hold { .. } | Decision::Queued { .. } if waited >= max_hold => true,
                 Decision::Hold { recheck } | Decision::Queued { recheck } => {
                     self.ids += 1;
                     let token = self.ids;
                     let recheck = u64::try_from(recheck.as_nanos())
                         .unwrap_or(u64::MAX)
-                        .min(allowed - waited)
+                        .min(max_hold - waited)
+                        .min(if matches!(decision, Decision::Hold { .. }) {
+                            allowed.saturating_sub(starving)
+                        } else {
+                            u64::MAX
+                        })
                         .max(1);
                     let hold_began = matches!(decision, Decision::Hold { .. }).then_some(self.now);
                     self.state[j].cpu = Cpu::Held {
@@ -547,7 +553,7 @@ impl Sim<'_> {
                     return;
                 }
             };
-            self.state[j].budget.spend(Duration::from_nanos(waited));
+            self.state[j].budget.spend(Duration::from_nanos(starving));
             let r = &mut self.state[j].result;
             if waited > 0 || forced {
                 r.held += 1;

@@ -260,18 +260,6 @@ async fn choose_backend(config: &Config) -> anyhow::Result<Arc<dyn GpuBackend>> 
     if let Some(b) = nvml {
         let gpus = b.gpus()?;
         info!(backend = "nvml", gpus = gpus.len(), models = %gpus.iter().map(|g| g.model.product_name.as_str()).collect::<Vec<_>>().join(","), "backend: nvml (real GPUs)");
-        for g in &gpus {
-            let layout = if !g.mig_enabled {
-                "MIG off: jobs get the whole GPU (MIG mode is the operator's to change)"
-            } else if !config.mig_gpus.contains(g.index) {
-                "MIG on, not in --mig-gpus: mmkd uses its instances and changes nothing"
-            } else if g.layout_fixed {
-                "MIG on, with instances mmkd did not create: used, the layout kept (--mig-take-over)"
-            } else {
-                "MIG on: mmkd creates and destroys its instances"
-            };
-            info!(gpu = g.index, uuid = %g.uuid, instances = g.instances.len(), "{layout}");
-        }
         return Ok(Arc::new(b));
     }
     let b = SimBackend::new(

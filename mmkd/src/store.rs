@@ -621,12 +621,18 @@ impl Store {
             .collect()
     }
 
-    /// The instances mmkd created by its journal: each completed create step (with the
-    /// instance ID the driver gave), oldest first.
+    /// The instances mmkd created by its journal and has not destroyed since: each completed
+    /// create step (with the instance ID the driver gave) that no later completed destroy at
+    /// the same GPU and slice undid, oldest first.
     pub async fn created_instances(&self) -> Result<Vec<StepRecord>> {
         let rows = sqlx::query(
-            "SELECT id, gpu_uuid, gpu_index, kind, profile_id, start_slice, instance_id FROM layout_steps \
-             WHERE kind = 'create' AND state = 'done' AND instance_id IS NOT NULL ORDER BY id",
+            "SELECT c.id, c.gpu_uuid, c.gpu_index, c.kind, c.profile_id, c.start_slice, c.instance_id \
+             FROM layout_steps c \
+             WHERE c.kind = 'create' AND c.state = 'done' AND c.instance_id IS NOT NULL \
+             AND NOT EXISTS (SELECT 1 FROM layout_steps d WHERE d.kind = 'destroy' \
+               AND d.state = 'done' AND d.gpu_uuid = c.gpu_uuid \
+               AND d.start_slice = c.start_slice AND d.id > c.id) \
+             ORDER BY c.id",
         )
         .fetch_all(&self.pool)
         .await?;

@@ -286,14 +286,32 @@ async fn an_instance_made_just_before_a_crash_is_mmkds_after_the_restart() {
     );
     let mut c = d.clients().await;
     let j = wait_state(&mut c, 1, v1::JobState::Running).await;
-    assert_eq!(j.assignment.expect("placed").profile, "3g.40gb");
-    assert_eq!(fake.instances()[0].len(), 1, "no second instance");
+    let a = j.assignment.expect("placed");
+    assert_eq!(a.profile, "3g.40gb");
+    assert!(a.device_uuid.starts_with("MIG-"), "{}", a.device_uuid);
+    assert_eq!(
+        fake.instances()[0],
+        vec![(9, 0, true)],
+        "no second instance, and the one the crash left half made has its compute instance"
+    );
     // mmkd's own: a job that needs the whole GPU gets it once the first is gone.
     assert!(d.ctl(&["jobs", "cancel", "1"]).status.success());
     wait_state(&mut c, 1, v1::JobState::Cancelled).await;
     let whole = d.submit("--offline", &job("whole", 70));
     let j = wait_state(&mut c, whole, v1::JobState::Running).await;
     assert_eq!(j.assignment.expect("placed").profile, "7g.80gb");
+
+    // With mmkd down, the operator destroys that instance and makes the same one again
+    // (same profile, place and ID, a new MIG device): it is not mmkd's.
+    let dir = d.kill_9();
+    fake.tool(&["destroy", "0", "1"]);
+    assert_eq!(fake.tool(&["create", "0", "7g.80gb", "0"]).trim(), "1");
+    let d = Daemon::restart_with_env(dir, &fake.flags(&[]), &fake.env());
+    let startup = d.startup.join("\n");
+    assert!(
+        startup.contains("instances mmkd did not create: used, the layout kept"),
+        "{startup}"
+    );
 }
 
 #[test]

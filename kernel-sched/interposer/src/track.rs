@@ -52,6 +52,19 @@ fn group_ns() -> u64 {
         .map_or(0, |us| us * 1_000)
 }
 
+/// The calling thread's ID when `stream` is the per-thread default stream (each thread has
+/// its own), else 0. (A null stream reached through a `_ptsz` entry point is a per-thread
+/// stream too, which the hooks cannot tell from the legacy one: a program built with
+/// per-thread default streams should not share events.)
+fn per_thread_key(stream: CUstream) -> u64 {
+    if stream as usize == CU_STREAM_PER_THREAD {
+        // SAFETY: gettid has no arguments and cannot fail.
+        u64::try_from(unsafe { libc::gettid() }).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
 /// Launches whose completion someone waits for: one event behind the last of them.
 #[derive(Debug)]
 pub struct Pending {
@@ -64,6 +77,9 @@ pub struct Pending {
     /// The gate slot, what `begin` counted for the launch the event is behind, and for
     /// the launches before it that the event covers too, to give back on completion.
     pub gate: Option<(SlotId, Charge, Vec<Charge>)>,
+    /// With events shared: the thread whose per-thread default stream `stream` names (0
+    /// for any other stream), part of the stream's key.
+    pub thread: u64,
     /// Record mode: the event recorded before the launch, and the line to finish.
     pub record: Option<(CUevent, Box<TraceRecord>)>,
 }
@@ -100,8 +116,9 @@ pub struct Tracker {
     outstanding: AtomicUsize,
     /// Free events: (context, event, timing).
     pool: Mutex<Vec<(usize, usize, bool)>>,
-    /// Per (context, stream) with tracked launches in flight, when launches share events.
-    streams: Mutex<HashMap<(usize, usize), StreamTrack>>,
+    /// Per (context, stream, thread) with tracked launches in flight, when launches share
+    /// events; the thread only for a per-thread default stream, which is each thread's own.
+    streams: Mutex<HashMap<(usize, usize, u64), StreamTrack>>,
     /// [`group_ns`]; 0: an event per launch.
     group_ns: u64,
     refs: Mutex<Vec<Reference>>,
@@ -192,11 +209,15 @@ impl Tracker {
                 stream,
                 gate: Some((slot, charge, Vec::new())),
                 record: None,
+                thread: 0,
             }
         } else {
             let now = now_ns();
+            let thread = per_thread_key(stream);
             let mut streams = lock(&self.streams);
-            let st = streams.entry((ctx as usize, stream as usize)).or_default();
+            let st = streams
+                .entry((ctx as usize, stream as usize, thread))
+                .or_default();
             if st.outstanding > 0 && now.saturating_sub(st.newest_ns) < self.group_ns {
                 st.tail.push(charge);
                 return true;
@@ -214,6 +235,7 @@ impl Tracker {
                 stream,
                 gate: Some((slot, charge, std::mem::take(&mut st.tail))),
                 record: None,
+                thread,
             }
         };
         process.stats.events.fetch_add(1, Ordering::Relaxed);
@@ -233,9 +255,10 @@ impl Tracker {
         d: &Driver,
         ctx: CUcontext,
         stream: CUstream,
+        thread: u64,
     ) -> Vec<Charge> {
         let mut streams = lock(&self.streams);
-        let key = (ctx as usize, stream as usize);
+        let key = (ctx as usize, stream as usize, thread);
         let Some(st) = streams.get_mut(&key) else {
             return Vec::new();
         };
@@ -273,6 +296,7 @@ impl Tracker {
                         .as_ref()
                         .map(|(_, slot)| (*slot, last, charges)),
                     record: None,
+                    thread,
                 });
                 return Vec::new();
             }
@@ -294,7 +318,7 @@ impl Tracker {
         };
         let mut streams = lock(&self.streams);
         let mut pending = Vec::new();
-        for (&(ctx, s), st) in streams.iter_mut() {
+        for (&(ctx, s, thread), st) in streams.iter_mut() {
             if s != stream as usize || st.tail.is_empty() {
                 continue;
             }
@@ -315,6 +339,7 @@ impl Tracker {
                             .as_ref()
                             .map(|(_, slot)| (*slot, last, charges)),
                         record: None,
+                        thread,
                     });
                 }
                 None => {
@@ -482,7 +507,7 @@ impl Tracker {
                 process.end_in_gate(Some((slot, charge)));
             }
             if grouped {
-                let uncovered = self.stream_done(process, d, p.ctx, p.stream);
+                let uncovered = self.stream_done(process, d, p.ctx, p.stream, p.thread);
                 process
                     .stats
                     .early

@@ -77,4 +77,10 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     /// Tells the backend that mmkd created this instance (in an earlier run, by its
     /// journal), so that it may destroy it.
     fn adopt_as_own(&self, _gpu_uuid: &str, _instance: u32) {}
+
+    /// What mmkd does with this GPU's layout, for the log at start; `None` when there is
+    /// nothing to say (the simulated node changes every layout).
+    fn layout_note(&self, _gpu: &GpuState) -> Option<&'static str> {
+        None
+    }
 }

@@ -294,11 +294,19 @@ impl GpuBackend for NvmlBackend {
         let d = self.device(gpu)?;
         self.check_handed(gpu, &d)?;
         let what = format!("create profile {profile_id} at slice {start}");
-        let gi = raw::create_gpu_instance(&self.nvml, &d, profile_id, start).map_err(refusal(
-            gpu,
-            None,
-            what.clone(),
-        ))?;
+        let size = self
+            .static_gpus
+            .get(gpu as usize)
+            .and_then(|(_, m)| m.profile(profile_id))
+            .map(|p| p.memory_slices)
+            .ok_or_else(|| BackendError::InvalidPlacement {
+                gpu,
+                profile: profile_id,
+                start,
+                why: "the GPU has no such profile".into(),
+            })?;
+        let gi = raw::create_gpu_instance(&self.nvml, &d, profile_id, start, size)
+            .map_err(refusal(gpu, None, what.clone()))?;
         let info = match raw::gpu_instance_info(&self.nvml, gi) {
             Ok(info) => info,
             Err(e) => {
@@ -358,11 +366,52 @@ impl GpuBackend for NvmlBackend {
         Ok(())
     }
 
+    /// Claims an instance mmkd made in an earlier run; one whose compute instance a crash
+    /// kept from being made gets it now.
     fn adopt_as_own(&self, gpu_uuid: &str, instance: u32) {
         self.own
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert((gpu_uuid.to_owned(), instance));
+        let Some(gpu) = self.static_gpus.iter().position(|(u, _)| u == gpu_uuid) else {
+            return;
+        };
+        let gpu = gpu as u32;
+        let finish = || -> std::result::Result<bool, NvmlError> {
+            let d = self.nvml.device_by_index(gpu)?;
+            let gi = raw::gpu_instance_by_id(&self.nvml, &d, instance)?;
+            if !raw::compute_instances(&self.nvml, gi)?.is_empty() {
+                return Ok(false);
+            }
+            raw::create_compute_instance(&self.nvml, gi)?;
+            Ok(true)
+        };
+        match finish() {
+            Ok(true) => tracing::info!(
+                gpu,
+                instance,
+                "made the compute instance of a GPU instance mmkd created before it stopped"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                gpu,
+                instance,
+                error = %e,
+                "cannot make the compute instance of a GPU instance mmkd created; jobs do not go there"
+            ),
+        }
+    }
+
+    fn layout_note(&self, gpu: &GpuState) -> Option<&'static str> {
+        Some(if !gpu.mig_enabled {
+            "MIG off: jobs get the whole GPU (MIG mode is the operator's to change)"
+        } else if !self.mig_gpus.contains(gpu.index) {
+            "MIG on, not in --mig-gpus: mmkd uses its instances and changes nothing"
+        } else if gpu.layout_fixed {
+            "MIG on, with instances mmkd did not create: used, the layout kept (--mig-take-over)"
+        } else {
+            "MIG on: mmkd creates and destroys its instances"
+        })
     }
 }
 
@@ -383,8 +432,10 @@ mod raw {
 
     use super::{Result, nvml_err};
 
-    /// The most instances of one profile a GPU can hold (seven 1g on 7-slice GPUs).
-    const MAX_INSTANCES: usize = 8;
+    /// Room for the instances of one profile on a GPU (seven 1g on 7-slice GPUs) or the
+    /// compute instances of a GPU instance, with a margin: NVML writes as many as there
+    /// are without being told the room.
+    const MAX_INSTANCES: usize = 16;
 
     fn missing(name: &str) -> NvmlError {
         NvmlError::FailedToLoadSymbol(name.to_owned())
@@ -435,17 +486,19 @@ mod raw {
         };
     }
 
-    /// A GPU instance of `profile_id` at memory slice `start`.
+    /// A GPU instance of `profile_id` at the placement (`start`, `size` memory slices, as
+    /// the possible placements give them).
     pub fn create_gpu_instance(
         nvml: &Nvml,
         d: &Device<'_>,
         profile_id: u32,
         start: u8,
+        size: u8,
     ) -> std::result::Result<nvmlGpuInstance_t, NvmlError> {
         let f = sym!(nvml, nvmlDeviceCreateGpuInstanceWithPlacement);
         let placement = nvmlGpuInstancePlacement_t {
             start: c_uint::from(start),
-            size: 0,
+            size: c_uint::from(size),
         };
         let mut gi: nvmlGpuInstance_t = ptr::null_mut();
         // SAFETY: a live device of this `nvml`, a placement that outlives the call and an

@@ -324,10 +324,14 @@ impl Node {
             match assignment(&gpus, p.slot, p.mps_share) {
                 Some(a) => self.launch(job, a, &gpus).await?,
                 None => {
-                    let why = failed.as_ref().map_or_else(
-                        || "waiting: the planned partition does not exist".to_owned(),
-                        |e| format!("waiting: reconfiguration failed ({e})"),
-                    );
+                    let why = match (failed.as_ref(), no_device(&gpus, p.slot)) {
+                        (_, Some(instance)) => format!(
+                            "waiting: gpu {} instance {instance} has no compute instance, so no MIG device to run on",
+                            p.slot.gpu
+                        ),
+                        (Some(e), None) => format!("waiting: reconfiguration failed ({e})"),
+                        (None, None) => "waiting: the planned partition does not exist".to_owned(),
+                    };
                     store.set_reason(job.id, &why, now_ms()).await?;
                 }
             }
@@ -741,6 +745,17 @@ fn gpu_uuid(node: &NodeState, gpu: u32) -> String {
 }
 
 /// The assignment of a slot on the GPUs as they are now; `None` when it does not exist.
+/// The instance at `slot` when it exists but has no MIG device (a GPU instance without a
+/// compute instance): a job placed there would see no GPU.
+fn no_device(gpus: &[GpuState], slot: Slot) -> Option<u32> {
+    let g = gpus.iter().find(|g| g.index == slot.gpu)?;
+    let pid = slot.profile_id?;
+    g.instances
+        .iter()
+        .find(|i| i.profile_id == pid && i.placement.start == slot.start && i.uuid.is_empty())
+        .map(|i| i.id)
+}
+
 fn assignment(gpus: &[GpuState], slot: Slot, mps_share: u8) -> Option<Assignment> {
     let g = gpus.iter().find(|g| g.index == slot.gpu)?;
     match slot.profile_id {
@@ -756,7 +771,8 @@ fn assignment(gpus: &[GpuState], slot: Slot, mps_share: u8) -> Option<Assignment
             let inst = g
                 .instances
                 .iter()
-                .find(|i| i.profile_id == pid && i.placement.start == slot.start)?;
+                .find(|i| i.profile_id == pid && i.placement.start == slot.start)
+                .filter(|i| !i.uuid.is_empty())?;
             Some(Assignment {
                 slot,
                 gpu_uuid: g.uuid.clone(),

@@ -131,30 +131,49 @@ impl Node {
             }
         };
         // The instances mmkd made, so that the backend may destroy them again: those its
-        // journal shows created, and one a create step was making when mmkd stopped (the
-        // driver made it; the journal did not hear back).
+        // journal shows created and not destroyed since, still with the MIG device UUID it
+        // recorded (one the operator destroyed and made again at the same place has a new
+        // one), and one a create step was making when mmkd stopped (the driver made it; the
+        // journal did not hear back).
         let created = store.created_instances().await?;
+        let recorded = store.instances().await?;
         let mut own = 0;
         for g in gpus.iter().filter(|g| g.mig_enabled) {
             for inst in &g.instances {
-                let made = created.iter().any(|s| {
-                    s.gpu_uuid == g.uuid
-                        && s.instance_id == Some(inst.id)
-                        && s.profile_id == inst.profile_id
-                        && s.start == inst.placement.start
-                }) || interrupted.iter().any(|s| {
-                    s.kind == "create"
-                        && s.gpu_uuid == g.uuid
-                        && s.profile_id == inst.profile_id
-                        && s.start == inst.placement.start
+                let same_device = recorded.iter().any(|r| {
+                    r.gpu_uuid == g.uuid
+                        && r.instance.id == inst.id
+                        && r.instance.placement.start == inst.placement.start
+                        && (r.instance.uuid.is_empty() || r.instance.uuid == inst.uuid)
                 });
+                let made = (same_device
+                    && created.iter().any(|s| {
+                        s.gpu_uuid == g.uuid
+                            && s.instance_id == Some(inst.id)
+                            && s.profile_id == inst.profile_id
+                            && s.start == inst.placement.start
+                    }))
+                    || interrupted.iter().any(|s| {
+                        s.kind == "create"
+                            && s.gpu_uuid == g.uuid
+                            && s.profile_id == inst.profile_id
+                            && s.start == inst.placement.start
+                    });
                 if made {
                     self.inner.backend.adopt_as_own(&g.uuid, inst.id);
                     own += 1;
                 }
             }
         }
-        let recorded = store.instances().await?;
+        // Each GPU's layout as mmkd now treats it (its own instances known).
+        let backend = Arc::clone(&self.inner.backend);
+        if let Ok(Ok(now_gpus)) = tokio::task::spawn_blocking(move || backend.gpus()).await {
+            for g in &now_gpus {
+                if let Some(note) = self.inner.backend.layout_note(g) {
+                    info!(gpu = g.index, uuid = %g.uuid, instances = g.instances.len(), "{note}");
+                }
+            }
+        }
         let now = now_ms();
         let (mut adopted, mut dropped) = (0, 0);
         // Records of instances the GPUs do not have go first (records are keyed by GPU
