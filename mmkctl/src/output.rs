@@ -393,6 +393,8 @@ pub struct KernelGateOut {
     pub error: Option<String>,
     pub policy: String,
     pub device_wait: bool,
+    /// Each offline process is held at most this share of its time (%); 100: no budget.
+    pub hold_budget_pct: u32,
     /// Over every process that has used the gate since it was made.
     pub launches: u64,
     pub held: u64,
@@ -421,6 +423,7 @@ fn gate_out(g: &v1::KernelGate) -> KernelGateOut {
         error: (!g.error.is_empty()).then(|| g.error.clone()),
         policy: g.policy.clone(),
         device_wait: g.device_wait,
+        hold_budget_pct: g.hold_budget_pct,
         launches: g.launches,
         held: g.held,
         held_us: g.held_us,

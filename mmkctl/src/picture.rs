@@ -178,9 +178,15 @@ fn gate_lines(out: &mut String, k: &KernelGateOut) {
         (true, "passthrough") => ", device wait (no effect under passthrough)",
         (true, _) => ", device wait",
     };
+    // The budget limits holds; `passthrough` holds nothing.
+    let budget = if k.policy == "passthrough" || k.hold_budget_pct >= 100 {
+        String::new()
+    } else {
+        format!(", hold budget {} %", k.hold_budget_pct)
+    };
     let _ = writeln!(
         out,
-        "      kernel gate {}{wait}: {} launches, {} held ({}), {} forced",
+        "      kernel gate {}{wait}{budget}: {} launches, {} held ({}), {} forced",
         k.policy,
         k.launches,
         k.held,
@@ -291,6 +297,7 @@ mod tests {
             error: None,
             policy: "mmk".into(),
             device_wait: true,
+            hold_budget_pct: 10,
             launches: 465_405,
             held: 774,
             held_us: 901_607,
@@ -329,7 +336,7 @@ mod tests {
         let pic = gpu(&g);
         assert!(
             pic.contains(
-                "\n      kernel gate mmk, device wait: 465405 launches, 774 held (901.6 ms), 20 forced\n\
+                "\n      kernel gate mmk, device wait, hold budget 10 %: 465405 launches, 774 held (901.6 ms), 20 forced\n\
                  \x20       pid 825      offline 465000 launches, 774 held (longest 4.9 ms), 20 forced, 3 in flight\n\
                  \x20       pid 830      -       0 launches, 0 held (longest 0 us), 0 forced, 0 in flight\n"
             ),
@@ -342,6 +349,7 @@ mod tests {
             error: Some("gate /x/g0.gate is not an mmk gate (bad magic or size 10 bytes)".into()),
             policy: String::new(),
             device_wait: false,
+            hold_budget_pct: 0,
             launches: 0,
             held: 0,
             held_us: 0,
