@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use nvml_wrapper_sys::bindings::{
     nvmlComputeInstance_t, nvmlComputeInstanceProfileInfo_t, nvmlDevice_t, nvmlDeviceAttributes_t,
     nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
-    nvmlGpuInstanceProfileInfo_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlReturn_t,
+    nvmlGpuInstanceProfileInfo_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlProcessInfo_t, nvmlReturn_t,
 };
 
 use state::{Gpu, GpuInstance, Locked, Refused, profile_enum};
@@ -710,6 +710,62 @@ pub unsafe extern "C" fn nvmlComputeInstanceDestroy(ci: nvmlComputeInstance_t) -
         }
         if i.compute.take().is_none() {
             return Err(NOT_FOUND);
+        }
+        Ok(())
+    }))
+}
+
+// ---- processes ----
+
+/// The compute processes on a GPU (all of them, with their GPU instance) or on a MIG
+/// device (those in its GPU instance), with the GPU memory each holds. With `infos` null,
+/// or too few entries, only the count (`INSUFFICIENT_SIZE` when there are any).
+///
+/// # Safety
+/// `count` is valid for a read and a write; `infos` is null or valid for `*count` entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    ret(with_state(false, |n| {
+        let (g, only) = match decode(device as usize) {
+            Some(Handle::Device(g)) => (g, None),
+            Some(Handle::MigDevice(g, id)) => (g, Some(id)),
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        let list: Vec<state::GpuProcess> = gpu(n, g)?
+            .processes
+            .iter()
+            .filter(|p| only.is_none() || p.instance == only)
+            .cloned()
+            .collect();
+        if count.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        // SAFETY: checked non-null; the caller's count of entries.
+        let room = unsafe { *count } as usize;
+        // SAFETY: as above.
+        unsafe { *count = list.len() as c_uint };
+        if infos.is_null() || room < list.len() {
+            return if list.is_empty() {
+                Ok(())
+            } else {
+                Err(INSUFFICIENT_SIZE)
+            };
+        }
+        for (k, p) in list.iter().enumerate() {
+            let none = u32::MAX;
+            // SAFETY: `infos` holds `room` entries, at least `list.len()`.
+            unsafe {
+                infos.add(k).write(nvmlProcessInfo_t {
+                    pid: p.pid,
+                    usedGpuMemory: p.bytes,
+                    gpuInstanceId: p.instance.unwrap_or(none),
+                    computeInstanceId: p.instance.map_or(none, |_| 0),
+                })
+            };
         }
         Ok(())
     }))

@@ -78,6 +78,17 @@ pub struct Gpu {
     /// old one's.
     pub serial: u32,
     pub instances: Vec<GpuInstance>,
+    /// Processes with GPU memory (the inspector's `proc`).
+    #[serde(default)]
+    pub processes: Vec<GpuProcess>,
+}
+
+/// A process that holds GPU memory: on the whole GPU, or in GPU instance `instance`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub instance: Option<u32>,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -186,6 +197,7 @@ impl Node {
                     mig,
                     serial: 0,
                     instances: Vec::new(),
+                    processes: Vec::new(),
                 });
             }
         }

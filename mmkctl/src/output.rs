@@ -804,6 +804,8 @@ pub struct LearnedOut {
     /// The planner uses it.
     pub confident: bool,
     pub updated_at: Option<String>,
+    /// The most GPU memory its processes held at once; null when the driver does not tell.
+    pub memory_peak_mib: Option<u64>,
 }
 
 pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
@@ -826,6 +828,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
             launches: p.launches,
             confident: p.confident,
             updated_at: time(p.updated_at.as_ref()),
+            memory_peak_mib: (p.memory_peak_mib > 0).then_some(p.memory_peak_mib),
         })
         .collect();
     if fmt == Format::Json {
@@ -839,7 +842,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
         return;
     }
     outln!(
-        "{:<16} {:<7} {:>4} {:>8} {:>6} {:>6} {:>5} {:>9} {:>9} {:<4} SIGNATURE",
+        "{:<16} {:<7} {:>4} {:>8} {:>6} {:>6} {:>5} {:>9} {:>9} {:>8} {:<4} SIGNATURE",
         "NAME",
         "CLASS",
         "RUNS",
@@ -849,6 +852,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
         "BUSY",
         "KERNEL",
         "LAUNCH/",
+        "MEM",
         "USED"
     );
     let us = |v: Option<f64>| match v {
@@ -858,7 +862,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
     };
     for p in &out {
         outln!(
-            "{:<16} {:<7} {:>4} {:>8} {:>5.1}% {:>5.1}% {:>4.0}% {:>9} {:>9} {:<4} {}",
+            "{:<16} {:<7} {:>4} {:>8} {:>5.1}% {:>5.1}% {:>4.0}% {:>9} {:>9} {:>8} {:<4} {}",
             clip(&p.name, 16),
             p.class,
             p.runs,
@@ -868,6 +872,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
             p.busy * 100.0,
             us(p.kernel_us),
             us(p.launch_interval_us),
+            p.memory_peak_mib.map_or_else(|| "-".to_owned(), format_mib),
             if p.confident { "yes" } else { "no" },
             p.signature
         );

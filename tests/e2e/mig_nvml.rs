@@ -344,3 +344,40 @@ fn the_fakes_profiles_match_the_catalog_and_refuse_bad_placements() {
     );
     let _ = Path::new(&fake.lib);
 }
+
+/// The GPU memory NVML reports for a job's process is its learned profile's peak.
+#[tokio::test]
+async fn the_memory_nvml_reports_for_a_jobs_process_is_learned() {
+    use mmk_kernel_sched::artifacts::{FAKE_APP, INTERPOSER};
+
+    let fake = FakeNvml::new("a100-80gb:1");
+    let bin = built();
+    let interposer = bin.join(INTERPOSER).display().to_string();
+    let d = fake.start(&["--interposer", &interposer]);
+    let lib = crate::ksched::fake_driver_in(&bin, d.path());
+    let yaml = format!(
+        "name: holder\ngpu_memory: 4GiB\ncommand:\n  args: [{app}, --kernels, '600', --duration-us, '5000', --gap-us, '5000', --blocks, '54', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
+        app = bin.join(FAKE_APP).display(),
+        lib = lib.display(),
+    );
+    let mut c = d.clients().await;
+    let id = d.submit("--offline", &yaml);
+    wait_state(&mut c, id, v1::JobState::Running).await;
+    // The job's process, as its partition's gate lists it, holds 2 GiB in its instance.
+    let (pid, instance) = crate::harness::wait_for("the job's process in its gate", || {
+        let parts = d.ctl_json(&["partitions", "show"]);
+        let part = parts[0]["partitions"].as_array()?.first()?.clone();
+        let pid = part["gate"]["processes"].as_array()?.first()?["pid"].as_u64()?;
+        Some((pid, part["instance_id"].as_u64()?))
+    });
+    fake.tool(&["proc", "0", &pid.to_string(), "2048", &instance.to_string()]);
+    wait_state(&mut c, id, v1::JobState::Succeeded).await;
+    let profile = crate::harness::wait_for("the learned profile", || {
+        let v = d.ctl_json(&["profiles"]);
+        let p = v.as_array()?.first()?.clone();
+        (p["runs"] == 1).then_some(p)
+    });
+    assert_eq!(profile["memory_peak_mib"], 2048, "{profile}");
+    let table = text(&d.ctl(&["profiles"]).stdout);
+    assert!(table.contains(" 2GiB "), "{table}");
+}

@@ -9,6 +9,8 @@
 //! mmk-fake-nvml destroy STATE GPU ID
 //! mmk-fake-nvml busy STATE GPU ID on|off # a process runs on the instance (IN_USE) or not
 //! mmk-fake-nvml mig STATE GPU on|off     # MIG mode (refused while instances exist)
+//! mmk-fake-nvml proc STATE GPU PID MIB [ID] # a process holds MIB of GPU memory (0: none),
+//!                                        # on the whole GPU or in GPU instance ID
 //! ```
 
 use std::path::Path;
@@ -159,6 +161,30 @@ fn run(args: &[String]) -> Result<(), String> {
                 ));
             }
             gpu.mig = on_off(v)?;
+            locked.save().map_err(|e| e.to_string())
+        }
+        "proc" => {
+            let (g, pid, mib, instance) = match rest {
+                [g, pid, mib] => (g, pid, mib, None),
+                [g, pid, mib, id] => (g, pid, mib, Some(num(id, "id")?)),
+                _ => return Err(usage()),
+            };
+            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
+            let gpu = locked
+                .node
+                .gpus
+                .get_mut(num(g, "gpu")? as usize)
+                .ok_or_else(|| format!("no gpu {g}"))?;
+            let pid = num(pid, "pid")?;
+            let bytes = u64::from(num(mib, "MiB")?) * 1024 * 1024;
+            gpu.processes.retain(|p| p.pid != pid);
+            if bytes > 0 {
+                gpu.processes.push(mmk_fake_nvml::state::GpuProcess {
+                    pid,
+                    instance,
+                    bytes,
+                });
+            }
             locked.save().map_err(|e| e.to_string())
         }
         _ => Err(usage()),

@@ -78,6 +78,12 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     /// journal), so that it may destroy it.
     fn adopt_as_own(&self, _gpu_uuid: &str, _instance: u32) {}
 
+    /// GPU memory held by each process with a compute context, as (pid, bytes) summed
+    /// over the node's GPUs; empty where the backend cannot tell (the simulated node).
+    fn process_memory(&self) -> Vec<(u32, u64)> {
+        Vec::new()
+    }
+
     /// What mmkd does with this GPU's layout, for the log at start; `None` when there is
     /// nothing to say (the simulated node changes every layout).
     fn layout_note(&self, _gpu: &GpuState) -> Option<&'static str> {

@@ -402,6 +402,36 @@ impl GpuBackend for NvmlBackend {
         }
     }
 
+    /// Per process, the memory NVML reports: on a GPU with MIG on, from each MIG device
+    /// (the parent does not count memory per instance), else from the GPU.
+    fn process_memory(&self) -> Vec<(u32, u64)> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let mut by_pid: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        let mut add = |d: &Device<'_>| {
+            for p in d.running_compute_processes().unwrap_or_default() {
+                if let UsedGpuMemory::Used(bytes) = p.used_gpu_memory {
+                    let e = by_pid.entry(p.pid).or_default();
+                    *e = e.saturating_add(bytes);
+                }
+            }
+        };
+        for index in 0..self.static_gpus.len() as u32 {
+            let Ok(d) = self.nvml.device_by_index(index) else {
+                continue;
+            };
+            if d.mig_mode().map(|m| m.current == 1).unwrap_or(false) {
+                for i in 0..d.mig_device_count().unwrap_or(0) {
+                    if let Ok(m) = d.mig_device_by_index(i) {
+                        add(&m);
+                    }
+                }
+            } else {
+                add(&d);
+            }
+        }
+        by_pid.into_iter().collect()
+    }
+
     fn layout_note(&self, gpu: &GpuState) -> Option<&'static str> {
         Some(if !gpu.mig_enabled {
             "MIG off: jobs get the whole GPU (MIG mode is the operator's to change)"

@@ -57,6 +57,11 @@ pub struct Observed {
     pub completed: u64,
     /// Runs that added to it.
     pub runs: u64,
+    /// The most GPU memory its processes held at once, as the driver reported it (NVML's
+    /// per-process memory, read once a second); 0: not known (the simulated node, or a
+    /// driver that does not tell).
+    #[serde(default)]
+    pub mem_peak_bytes: u64,
 }
 
 impl Default for Observed {
@@ -70,6 +75,7 @@ impl Default for Observed {
             launches: 0,
             completed: 0,
             runs: 0,
+            mem_peak_bytes: 0,
         }
     }
 }
@@ -135,6 +141,7 @@ impl Observed {
         self.launches = self.launches.saturating_add(other.launches);
         self.completed = self.completed.saturating_add(other.completed);
         self.runs = self.runs.saturating_add(other.runs);
+        self.mem_peak_bytes = self.mem_peak_bytes.max(other.mem_peak_bytes);
         if self.samples > MAX_SAMPLES {
             self.scale(MAX_SAMPLES as f64 / self.samples as f64);
         }

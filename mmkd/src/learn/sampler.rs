@@ -101,15 +101,30 @@ struct Shared {
 }
 
 /// The sampler thread and how to tell it which jobs run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Sampler {
     shared: Arc<Shared>,
     reports: mpsc::UnboundedSender<Seen>,
     identify: Identify,
+    memory: Option<ProcessMemory>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("memory", &self.memory.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Who a process is: the job id its environment names and the uid it runs as.
 pub type Identify = fn(pid: u32) -> Option<(u64, u32)>;
+
+/// GPU memory held per process, as (pid, bytes): the GPU backend's, read once a second.
+pub type ProcessMemory = Arc<dyn Fn() -> Vec<(u32, u64)> + Send + Sync>;
+
+/// How often the processes' GPU memory is read.
+const MEMORY_EVERY: Duration = Duration::from_secs(1);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -117,16 +132,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Sampler {
     /// Starts the thread; what it sees comes out of the receiver.
-    pub fn start() -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
-        Sampler::start_with(identify)
+    /// `memory`: where the processes' GPU memory is read from (the GPU backend), if
+    /// anywhere.
+    pub fn start(
+        memory: Option<ProcessMemory>,
+    ) -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
+        Sampler::start_with(identify, memory)
     }
 
-    fn start_with(identify: Identify) -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
+    fn start_with(
+        identify: Identify,
+        memory: Option<ProcessMemory>,
+    ) -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let sampler = Sampler {
             shared: Arc::default(),
             reports: tx,
             identify,
+            memory,
         };
         let running = sampler.clone();
         let handle = std::thread::Builder::new()
@@ -232,6 +255,7 @@ impl Sampler {
         let mut owners: HashMap<u32, Option<u64>> = HashMap::new();
         let mut rng = Jitter::new();
         let mut last_reap = Instant::now();
+        let mut last_memory: Option<Instant> = None;
         loop {
             {
                 let mut jobs = lock(&self.shared.jobs);
@@ -249,8 +273,19 @@ impl Sampler {
                 return;
             }
             std::thread::sleep(Duration::from_micros(rng.period_us()));
+            // The driver is asked without the jobs' lock held.
+            let memory = match &self.memory {
+                Some(read) if last_memory.is_none_or(|t| t.elapsed() >= MEMORY_EVERY) => {
+                    last_memory = Some(Instant::now());
+                    Some(read())
+                }
+                _ => None,
+            };
             let mut jobs = lock(&self.shared.jobs);
             self.sample(&mut jobs, &mut gates, &mut owners);
+            if let Some(memory) = memory {
+                peak_memory(&mut jobs, &owners, &memory);
+            }
             if last_reap.elapsed() >= REAP_EVERY {
                 // A process that died with kernels in flight would look busy until a
                 // held launch noticed it: drop such slots (what the gate itself does).
@@ -385,6 +420,27 @@ impl Sampler {
     }
 }
 
+/// Each watched job's GPU memory now, summed over its processes in its gate, raises its
+/// observed peak.
+fn peak_memory(
+    jobs: &mut HashMap<u64, Watched>,
+    owners: &HashMap<u32, Option<u64>>,
+    memory: &[(u32, u64)],
+) {
+    let mut now: HashMap<u64, u64> = HashMap::new();
+    for &(pid, bytes) in memory {
+        if let Some(Some(job)) = owners.get(&pid) {
+            let e = now.entry(*job).or_default();
+            *e = e.saturating_add(bytes);
+        }
+    }
+    for (job, bytes) in now {
+        if let Some(w) = jobs.get_mut(&job) {
+            w.observed.mem_peak_bytes = w.observed.mem_peak_bytes.max(bytes);
+        }
+    }
+}
+
 /// The job process `pid` says it belongs to (`MMK_JOB_ID` in its environment), and the
 /// uid it runs as.
 fn identify(pid: u32) -> Option<(u64, u32)> {
@@ -469,7 +525,7 @@ mod tests {
             ..Charge::default()
         };
         gate.begin(stranger, &big);
-        let (sampler, mut rx, handle) = Sampler::start_with(job_seven);
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None);
         sampler.watch(JOB, test_watch(JobClass::Offline, path, 108));
         let charge = Charge {
             sm: 27,
@@ -504,6 +560,48 @@ mod tests {
         assert!((o.seconds - 2.0).abs() < 0.5, "{}", o.seconds);
     }
 
+    /// The driver's memory per process, read once a second, gives the job's peak: its own
+    /// processes' sum, not a stranger's.
+    #[tokio::test]
+    async fn a_jobs_peak_gpu_memory_is_what_the_driver_reports_for_its_processes() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let gate =
+            Gate::create(&path, &GateConfig::new(132, PolicyKind::Passthrough)).expect("gate");
+        let me = std::process::id();
+        let slot = gate.join(me, Class::Offline, 1.0).expect("slot");
+        let _stranger = gate.join(1, Class::Offline, 1.0).expect("slot");
+        let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = Arc::clone(&calls);
+        let memory: ProcessMemory = Arc::new(move || {
+            // 3 GiB at first, 5 GiB from the second read on; pid 1 is not the job's.
+            let n = counted.fetch_add(1, Ordering::Relaxed);
+            let gib = if n == 0 { 3 } else { 5 };
+            vec![(me, gib << 30), (1, 40 << 30)]
+        });
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, Some(memory));
+        sampler.watch(JOB, test_watch(JobClass::Offline, path, 132));
+        let charge = Charge {
+            sm: 10,
+            ..Charge::default()
+        };
+        let until = Instant::now() + Duration::from_millis(2_500);
+        while Instant::now() < until {
+            gate.begin(slot, &charge);
+            std::thread::sleep(Duration::from_millis(5));
+            gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+        }
+        sampler.unwatch(JOB, true);
+        sampler.stop();
+        handle.join().expect("sampler");
+        let seen = rx.recv().await.expect("a report");
+        assert!(
+            calls.load(Ordering::Relaxed) >= 2,
+            "read about once a second"
+        );
+        assert_eq!(seen.observed.mem_peak_bytes, 5 << 30);
+    }
+
     /// An online job beside an offline kernel that stays in flight: all its busy time is
     /// time beside offline work; alone, none is.
     #[tokio::test]
@@ -516,7 +614,7 @@ mod tests {
             .join(std::process::id(), Class::Online, 1.0)
             .expect("slot");
         let offline = gate.join(1, Class::Offline, 1.0).expect("slot");
-        let (sampler, _rx, handle) = Sampler::start_with(job_seven);
+        let (sampler, _rx, handle) = Sampler::start_with(job_seven, None);
         sampler.watch(JOB, test_watch(JobClass::Online, path, 132));
         let charge = Charge {
             sm: 10,
@@ -550,7 +648,7 @@ mod tests {
         let path = dir.path().join("g.gate");
         let gate =
             Gate::create(&path, &GateConfig::new(132, PolicyKind::Passthrough)).expect("gate");
-        let (sampler, _rx, handle) = Sampler::start_with(job_seven);
+        let (sampler, _rx, handle) = Sampler::start_with(job_seven, None);
         let watch = test_watch(JobClass::Offline, path, 132);
         let charge = Charge {
             sm: 10,

@@ -122,7 +122,9 @@ impl Node {
     ) -> Result<(Node, JoinHandle<()>), StoreError> {
         let (events, _) = broadcast::channel(1024);
         let learned = Profiles::new(load_profiles(&store).await?);
-        let (sampler, reports, sampling) = Sampler::start();
+        let memory_of = Arc::clone(&backend);
+        let (sampler, reports, sampling) =
+            Sampler::start(Some(Arc::new(move || memory_of.process_memory())));
         let node = Node {
             inner: Arc::new(Inner {
                 store,
