@@ -771,6 +771,20 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     }))
 }
 
+/// MPS clients: the fake does not tell them from other processes, so the same list.
+///
+/// # Safety
+/// As for [`nvmlDeviceGetComputeRunningProcesses_v3`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { nvmlDeviceGetComputeRunningProcesses_v3(device, count, infos) }
+}
+
 // ---- MIG devices: one per GPU instance with a compute instance ----
 
 /// # Safety

@@ -393,8 +393,9 @@ pub struct KernelGateOut {
     pub error: Option<String>,
     pub policy: String,
     pub device_wait: bool,
-    /// Each offline process is held at most this share of its time (%); 100: no budget.
-    pub hold_budget_pct: u32,
+    /// Each offline process is held at most this share of its time (%); 100: no budget;
+    /// null from an mmkd without a hold budget.
+    pub hold_budget_pct: Option<u32>,
     /// Over every process that has used the gate since it was made.
     pub launches: u64,
     pub held: u64,

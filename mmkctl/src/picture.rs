@@ -179,10 +179,9 @@ fn gate_lines(out: &mut String, k: &KernelGateOut) {
         (true, _) => ", device wait",
     };
     // The budget limits holds; `passthrough` holds nothing.
-    let budget = if k.policy == "passthrough" || k.hold_budget_pct >= 100 {
-        String::new()
-    } else {
-        format!(", hold budget {} %", k.hold_budget_pct)
+    let budget = match k.hold_budget_pct {
+        Some(pct) if pct < 100 && k.policy != "passthrough" => format!(", hold budget {pct} %"),
+        _ => String::new(),
     };
     let _ = writeln!(
         out,
@@ -297,7 +296,7 @@ mod tests {
             error: None,
             policy: "mmk".into(),
             device_wait: true,
-            hold_budget_pct: 10,
+            hold_budget_pct: Some(10),
             launches: 465_405,
             held: 774,
             held_us: 901_607,
@@ -349,7 +348,7 @@ mod tests {
             error: Some("gate /x/g0.gate is not an mmk gate (bad magic or size 10 bytes)".into()),
             policy: String::new(),
             device_wait: false,
-            hold_budget_pct: 0,
+            hold_budget_pct: None,
             launches: 0,
             held: 0,
             held_us: 0,

@@ -372,7 +372,7 @@ fn gate_to_proto(v: &GateView) -> v1::KernelGate {
             error: String::new(),
             policy: s.config.policy.to_string(),
             device_wait: s.config.device_wait,
-            hold_budget_pct: s.config.hold_budget_pct,
+            hold_budget_pct: Some(s.config.hold_budget_pct),
             launches: s.totals.launches,
             held: s.totals.held,
             held_us: us(s.totals.held_ns),

@@ -403,16 +403,27 @@ impl GpuBackend for NvmlBackend {
     }
 
     /// Per process, the memory NVML reports: on a GPU with MIG on, from each MIG device
-    /// (the parent does not count memory per instance), else from the GPU.
+    /// (the parent does not count memory per instance), else from the GPU; from the lists
+    /// of compute processes and of MPS clients (jobs run as MPS clients, which the first
+    /// list may show only as their MPS server), a process in both counted once.
     fn process_memory(&self) -> Vec<(u32, u64)> {
         use nvml_wrapper::enums::device::UsedGpuMemory;
         let mut by_pid: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
         let mut add = |d: &Device<'_>| {
-            for p in d.running_compute_processes().unwrap_or_default() {
+            let mut here: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+            let lists = [
+                d.running_compute_processes().unwrap_or_default(),
+                d.mps_running_compute_processes().unwrap_or_default(),
+            ];
+            for p in lists.into_iter().flatten() {
                 if let UsedGpuMemory::Used(bytes) = p.used_gpu_memory {
-                    let e = by_pid.entry(p.pid).or_default();
-                    *e = e.saturating_add(bytes);
+                    let e = here.entry(p.pid).or_default();
+                    *e = (*e).max(bytes);
                 }
+            }
+            for (pid, bytes) in here {
+                let e = by_pid.entry(pid).or_default();
+                *e = e.saturating_add(bytes);
             }
         };
         for index in 0..self.static_gpus.len() as u32 {

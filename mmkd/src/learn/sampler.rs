@@ -80,6 +80,8 @@ struct Watched {
     observed: Observed,
     /// Last counters seen per process.
     counters: HashMap<u32, Counters>,
+    /// The job's processes in its gate at the last sample.
+    in_gate: Vec<u32>,
     /// What the job's processes did over its runs (`mmkd --metrics`, `mmkctl top`).
     totals: JobTotals,
     last_sample: Option<Instant>,
@@ -98,6 +100,9 @@ struct Shared {
     carried: Mutex<HashMap<u64, JobTotals>>,
     wake: Condvar,
     stop: AtomicBool,
+    /// The latest reading of the processes' GPU memory, not yet applied: read on a thread
+    /// of its own, so that a slow driver does not hold up the samples.
+    memory: Mutex<Option<Vec<(u32, u64)>>>,
 }
 
 /// The sampler thread and how to tell it which jobs run.
@@ -156,6 +161,13 @@ impl Sampler {
             .name("mmk-sampler".into())
             .spawn(move || running.run())
             .expect("a thread can be started at mmkd's start");
+        if let Some(read) = sampler.memory.clone() {
+            let shared = Arc::clone(&sampler.shared);
+            // A reader that cannot start leaves profiles without memory, nothing else.
+            let _ = std::thread::Builder::new()
+                .name("mmk-memory".into())
+                .spawn(move || read_memory(&shared, &read));
+        }
         (sampler, rx, handle)
     }
 
@@ -169,6 +181,7 @@ impl Sampler {
                 watch,
                 observed: Observed::default(),
                 counters: HashMap::new(),
+                in_gate: Vec::new(),
                 totals,
                 last_sample: None,
                 last_flush: now,
@@ -255,7 +268,6 @@ impl Sampler {
         let mut owners: HashMap<u32, Option<u64>> = HashMap::new();
         let mut rng = Jitter::new();
         let mut last_reap = Instant::now();
-        let mut last_memory: Option<Instant> = None;
         loop {
             {
                 let mut jobs = lock(&self.shared.jobs);
@@ -273,18 +285,11 @@ impl Sampler {
                 return;
             }
             std::thread::sleep(Duration::from_micros(rng.period_us()));
-            // The driver is asked without the jobs' lock held.
-            let memory = match &self.memory {
-                Some(read) if last_memory.is_none_or(|t| t.elapsed() >= MEMORY_EVERY) => {
-                    last_memory = Some(Instant::now());
-                    Some(read())
-                }
-                _ => None,
-            };
+            let memory = lock(&self.shared.memory).take();
             let mut jobs = lock(&self.shared.jobs);
             self.sample(&mut jobs, &mut gates, &mut owners);
             if let Some(memory) = memory {
-                peak_memory(&mut jobs, &owners, &memory);
+                peak_memory(&mut jobs, &memory);
             }
             if last_reap.elapsed() >= REAP_EVERY {
                 // A process that died with kernels in flight would look busy until a
@@ -315,6 +320,9 @@ impl Sampler {
         owners: &mut HashMap<u32, Option<u64>>,
     ) {
         let now = Instant::now();
+        for w in jobs.values_mut() {
+            w.in_gate.clear();
+        }
         gates.retain(|path, _| jobs.values().any(|w| &w.watch.gate == path));
         let mut seen_pids = Vec::new();
         // Per job with a process in its gate: the SMs its kernels in flight ask for, and
@@ -363,6 +371,7 @@ impl Sampler {
                 if w.watch.gate != path {
                     continue;
                 }
+                w.in_gate.push(slot.pid);
                 let e = state.entry(job).or_default();
                 // What the kernels ask for; an interposer that does not say (0 with
                 // kernels in flight) is taken at what they fill.
@@ -420,24 +429,27 @@ impl Sampler {
     }
 }
 
-/// Each watched job's GPU memory now, summed over its processes in its gate, raises its
-/// observed peak.
-fn peak_memory(
-    jobs: &mut HashMap<u64, Watched>,
-    owners: &HashMap<u32, Option<u64>>,
-    memory: &[(u32, u64)],
-) {
-    let mut now: HashMap<u64, u64> = HashMap::new();
-    for &(pid, bytes) in memory {
-        if let Some(Some(job)) = owners.get(&pid) {
-            let e = now.entry(*job).or_default();
-            *e = e.saturating_add(bytes);
+/// Reads the processes' GPU memory once a second while mmkd runs and jobs are watched,
+/// leaving the latest reading for the sampler.
+fn read_memory(shared: &Shared, read: &ProcessMemory) {
+    while !shared.stop.load(Ordering::Acquire) {
+        if !lock(&shared.jobs).is_empty() {
+            let now = read();
+            *lock(&shared.memory) = Some(now);
         }
+        std::thread::sleep(MEMORY_EVERY);
     }
-    for (job, bytes) in now {
-        if let Some(w) = jobs.get_mut(&job) {
-            w.observed.mem_peak_bytes = w.observed.mem_peak_bytes.max(bytes);
-        }
+}
+
+/// Each watched job's GPU memory now, summed over its processes in its own gate (as the
+/// last sample found them), raises its observed peak.
+fn peak_memory(jobs: &mut HashMap<u64, Watched>, memory: &[(u32, u64)]) {
+    for w in jobs.values_mut() {
+        let now = memory
+            .iter()
+            .filter(|(pid, _)| w.in_gate.contains(pid))
+            .fold(0u64, |a, (_, bytes)| a.saturating_add(*bytes));
+        w.observed.mem_peak_bytes = w.observed.mem_peak_bytes.max(now);
     }
 }
 
@@ -574,9 +586,9 @@ mod tests {
         let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = Arc::clone(&calls);
         let memory: ProcessMemory = Arc::new(move || {
-            // 3 GiB at first, 5 GiB from the second read on; pid 1 is not the job's.
+            // 5 GiB at first, 3 GiB from the second read on; pid 1 is not the job's.
             let n = counted.fetch_add(1, Ordering::Relaxed);
-            let gib = if n == 0 { 3 } else { 5 };
+            let gib = if n == 0 { 5 } else { 3 };
             vec![(me, gib << 30), (1, 40 << 30)]
         });
         let (sampler, mut rx, handle) = Sampler::start_with(job_seven, Some(memory));
