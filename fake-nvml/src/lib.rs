@@ -159,6 +159,17 @@ fn device_of(d: nvmlDevice_t) -> Result<usize, nvmlReturn_t> {
     }
 }
 
+/// The GPU a device handle names, which must have MIG on (`NOT_SUPPORTED` otherwise, as
+/// the driver answers MIG calls on a GPU without it).
+fn mig_gpu(n: &mut state::Node, device: nvmlDevice_t) -> Result<(usize, &mut Gpu), nvmlReturn_t> {
+    let g = device_of(device)?;
+    let gp = gpu(n, g)?;
+    if !gp.mig {
+        return Err(NOT_SUPPORTED);
+    }
+    Ok((g, gp))
+}
+
 fn instance_of(gi: nvmlGpuInstance_t) -> Result<(usize, u32), nvmlReturn_t> {
     match decode(gi as usize) {
         Some(Handle::GpuInstance(g, id)) => Ok((g, id)),
@@ -474,11 +485,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstances(
     count: *mut c_uint,
 ) -> nvmlReturn_t {
     ret(with_state(false, |n| {
-        let g = device_of(device)?;
-        let gp = gpu(n, g)?;
-        if !gp.mig {
-            return Err(NOT_SUPPORTED);
-        }
+        let (g, gp) = mig_gpu(n, device)?;
         let ids: Vec<u32> = gp
             .instances
             .iter()
@@ -511,11 +518,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
     gi: *mut nvmlGpuInstance_t,
 ) -> nvmlReturn_t {
     ret(with_state(false, |n| {
-        let g = device_of(device)?;
-        let gp = gpu(n, g)?;
-        if !gp.mig {
-            return Err(NOT_SUPPORTED);
-        }
+        let (g, gp) = mig_gpu(n, device)?;
         gp.instance(id).map_err(code)?;
         // SAFETY: the caller's out pointer.
         unsafe { put(gi, encode(Handle::GpuInstance(g, id)) as nvmlGpuInstance_t) }
@@ -811,11 +814,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     mig: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
     ret(with_state(false, |n| {
-        let g = device_of(device)?;
-        let gp = gpu(n, g)?;
-        if !gp.mig {
-            return Err(NOT_SUPPORTED);
-        }
+        let (g, gp) = mig_gpu(n, device)?;
         let i = gp
             .instances
             .iter()

@@ -198,6 +198,27 @@ pub enum ExportFormat {
     MigParted,
 }
 
+/// The job files of `partitions plan` and `export`, read and checked.
+fn read_specs(
+    files: &[PathBuf],
+    class: Option<JobClass>,
+) -> Result<Vec<mmk_core::JobSpec>, Failure> {
+    files.iter().map(|f| read_spec(f, class)).collect()
+}
+
+/// A dry run of `specs` on the node.
+async fn plan_jobs(
+    c: &mut crate::client::Clients,
+    specs: &[mmk_core::JobSpec],
+) -> Result<v1::PlanJobsResponse, Failure> {
+    Ok(c.partitions
+        .plan_jobs(v1::PlanJobsRequest {
+            specs: specs.iter().map(spec_to_proto).collect(),
+        })
+        .await?
+        .into_inner())
+}
+
 fn parse_state(s: &str) -> Result<JobState, String> {
     s.parse()
 }
@@ -281,19 +302,9 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
                     files,
                 },
         } => {
-            let class = flag_class(online, offline);
-            let specs = files
-                .iter()
-                .map(|f| read_spec(f, class))
-                .collect::<Result<Vec<_>, _>>()?;
+            let specs = read_specs(&files, flag_class(online, offline))?;
             let mut c = connect(&target).await?;
-            let resp = c
-                .partitions
-                .plan_jobs(v1::PlanJobsRequest {
-                    specs: specs.iter().map(spec_to_proto).collect(),
-                })
-                .await?
-                .into_inner();
+            let resp = plan_jobs(&mut c, &specs).await?;
             output::plan(fmt, &files, &resp);
             Ok(())
         }
@@ -308,11 +319,7 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
                 },
         } => {
             crate::export::check_name(&name).map_err(|e| Failure::usage(e.to_string()))?;
-            let class = flag_class(online, offline);
-            let specs = files
-                .iter()
-                .map(|f| read_spec(f, class))
-                .collect::<Result<Vec<_>, _>>()?;
+            let specs = read_specs(&files, flag_class(online, offline))?;
             let mut c = connect(&target).await?;
             let now = c
                 .partitions
@@ -321,13 +328,7 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
                 .into_inner();
             let mut layout = crate::export::current(&now);
             if !specs.is_empty() {
-                let plan = c
-                    .partitions
-                    .plan_jobs(v1::PlanJobsRequest {
-                        specs: specs.iter().map(spec_to_proto).collect(),
-                    })
-                    .await?
-                    .into_inner();
+                let plan = plan_jobs(&mut c, &specs).await?;
                 layout = crate::export::after(layout, &plan.steps)
                     .map_err(|e| Failure::server(e.to_string()))?;
             }

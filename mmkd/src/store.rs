@@ -606,19 +606,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        rows.iter()
-            .map(|r| {
-                Ok(StepRecord {
-                    id: r.try_get("id")?,
-                    gpu_uuid: r.try_get("gpu_uuid")?,
-                    gpu_index: r.try_get("gpu_index")?,
-                    kind: r.try_get("kind")?,
-                    profile_id: r.try_get("profile_id")?,
-                    start: r.try_get("start_slice")?,
-                    instance_id: r.try_get("instance_id")?,
-                })
-            })
-            .collect()
+        rows.iter().map(step_of).collect()
     }
 
     /// The instances mmkd created by its journal and has not destroyed since: each completed
@@ -636,19 +624,7 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(StepRecord {
-                    id: r.try_get("id")?,
-                    gpu_uuid: r.try_get("gpu_uuid")?,
-                    gpu_index: r.try_get("gpu_index")?,
-                    kind: r.try_get("kind")?,
-                    profile_id: r.try_get("profile_id")?,
-                    start: r.try_get("start_slice")?,
-                    instance_id: r.try_get("instance_id")?,
-                })
-            })
-            .collect()
+        rows.iter().map(step_of).collect()
     }
 
     pub async fn remove_instance(&self, gpu_uuid: &str, start: u8) -> Result<()> {
@@ -894,6 +870,19 @@ async fn upsert_instance(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// A `layout_steps` row (its id, GPU, kind, profile, start slice and instance ID).
+fn step_of(r: &SqliteRow) -> Result<StepRecord> {
+    Ok(StepRecord {
+        id: r.try_get("id")?,
+        gpu_uuid: r.try_get("gpu_uuid")?,
+        gpu_index: r.try_get("gpu_index")?,
+        kind: r.try_get("kind")?,
+        profile_id: r.try_get("profile_id")?,
+        start: r.try_get("start_slice")?,
+        instance_id: r.try_get("instance_id")?,
+    })
 }
 
 async fn delete_instance(conn: &mut SqliteConnection, gpu_uuid: &str, start: u8) -> Result<()> {

@@ -20,7 +20,7 @@ use mmk_fake_nvml::state::{self, Locked, Node};
 
 fn run(args: &[String]) -> Result<(), String> {
     let usage =
-        || "usage: mmk-fake-nvml init|show|json|create|destroy|busy|mig STATE ...".to_owned();
+        || "usage: mmk-fake-nvml init|show|json|create|destroy|busy|mig|proc STATE ...".to_owned();
     let (verb, path) = match args {
         [verb, path, ..] => (verb.as_str(), Path::new(path)),
         _ => return Err(usage()),
@@ -86,24 +86,21 @@ fn run(args: &[String]) -> Result<(), String> {
             let [g, profile, start] = rest else {
                 return Err(usage());
             };
-            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
-            let gpu = locked
-                .node
-                .gpus
-                .get_mut(num(g, "gpu")? as usize)
-                .ok_or_else(|| format!("no gpu {g}"))?;
-            let model = gpu.model().map_err(|e| format!("{e:?}"))?;
-            let p = model
-                .profiles
-                .iter()
-                .find(|p| &p.name == profile)
-                .ok_or_else(|| format!("{} has no profile {profile:?}", model.key))?;
-            let id = gpu
-                .create(p.id, num(start, "start")?)
-                .map_err(|e| format!("create {profile} at {start}: {e:?}"))?
-                .id;
-            gpu.instance_mut(id).map_err(|e| format!("{e:?}"))?.compute = Some(0);
-            locked.save().map_err(|e| e.to_string())?;
+            let start = num(start, "start")?;
+            let id = change_gpu(path, num(g, "gpu")?, |gpu| {
+                let model = gpu.model().map_err(|e| format!("{e:?}"))?;
+                let p = model
+                    .profiles
+                    .iter()
+                    .find(|p| &p.name == profile)
+                    .ok_or_else(|| format!("{} has no profile {profile:?}", model.key))?;
+                let id = gpu
+                    .create(p.id, start)
+                    .map_err(|e| format!("create {profile} at {start}: {e:?}"))?
+                    .id;
+                gpu.instance_mut(id).map_err(|e| format!("{e:?}"))?.compute = Some(0);
+                Ok(id)
+            })?;
             println!("{id}");
             Ok(())
         }
@@ -111,57 +108,44 @@ fn run(args: &[String]) -> Result<(), String> {
             let [g, id] = rest else {
                 return Err(usage());
             };
-            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
-            let gpu = locked
-                .node
-                .gpus
-                .get_mut(num(g, "gpu")? as usize)
-                .ok_or_else(|| format!("no gpu {g}"))?;
             let id = num(id, "id")?;
-            let i = gpu
-                .instance_mut(id)
-                .map_err(|e| format!("instance {id}: {e:?}"))?;
-            if i.busy {
-                return Err(format!("instance {id}: InUse"));
-            }
-            i.compute = None;
-            gpu.destroy(id)
-                .map_err(|e| format!("instance {id}: {e:?}"))?;
-            locked.save().map_err(|e| e.to_string())
+            change_gpu(path, num(g, "gpu")?, |gpu| {
+                let i = gpu
+                    .instance_mut(id)
+                    .map_err(|e| format!("instance {id}: {e:?}"))?;
+                if i.busy {
+                    return Err(format!("instance {id}: InUse"));
+                }
+                i.compute = None;
+                gpu.destroy(id).map_err(|e| format!("instance {id}: {e:?}"))
+            })
         }
         "busy" => {
             let [g, id, v] = rest else {
                 return Err(usage());
             };
-            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
-            let gpu = locked
-                .node
-                .gpus
-                .get_mut(num(g, "gpu")? as usize)
-                .ok_or_else(|| format!("no gpu {g}"))?;
-            let id = num(id, "id")?;
-            gpu.instance_mut(id)
-                .map_err(|e| format!("instance {id}: {e:?}"))?
-                .busy = on_off(v)?;
-            locked.save().map_err(|e| e.to_string())
+            let (id, busy) = (num(id, "id")?, on_off(v)?);
+            change_gpu(path, num(g, "gpu")?, |gpu| {
+                gpu.instance_mut(id)
+                    .map_err(|e| format!("instance {id}: {e:?}"))?
+                    .busy = busy;
+                Ok(())
+            })
         }
         "mig" => {
             let [g, v] = rest else {
                 return Err(usage());
             };
-            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
-            let gpu = locked
-                .node
-                .gpus
-                .get_mut(num(g, "gpu")? as usize)
-                .ok_or_else(|| format!("no gpu {g}"))?;
-            if !gpu.instances.is_empty() {
-                return Err(format!(
-                    "gpu {g} has instances: MIG mode changes on an idle GPU only"
-                ));
-            }
-            gpu.mig = on_off(v)?;
-            locked.save().map_err(|e| e.to_string())
+            let on = on_off(v)?;
+            change_gpu(path, num(g, "gpu")?, |gpu| {
+                if !gpu.instances.is_empty() {
+                    return Err(format!(
+                        "gpu {g} has instances: MIG mode changes on an idle GPU only"
+                    ));
+                }
+                gpu.mig = on;
+                Ok(())
+            })
         }
         "proc" => {
             let (g, pid, mib, instance) = match rest {
@@ -169,26 +153,40 @@ fn run(args: &[String]) -> Result<(), String> {
                 [g, pid, mib, id] => (g, pid, mib, Some(num(id, "id")?)),
                 _ => return Err(usage()),
             };
-            let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
-            let gpu = locked
-                .node
-                .gpus
-                .get_mut(num(g, "gpu")? as usize)
-                .ok_or_else(|| format!("no gpu {g}"))?;
             let pid = num(pid, "pid")?;
             let bytes = u64::from(num(mib, "MiB")?) * 1024 * 1024;
-            gpu.processes.retain(|p| p.pid != pid);
-            if bytes > 0 {
-                gpu.processes.push(mmk_fake_nvml::state::GpuProcess {
-                    pid,
-                    instance,
-                    bytes,
-                });
-            }
-            locked.save().map_err(|e| e.to_string())
+            change_gpu(path, num(g, "gpu")?, |gpu| {
+                gpu.processes.retain(|p| p.pid != pid);
+                if bytes > 0 {
+                    gpu.processes.push(state::GpuProcess {
+                        pid,
+                        instance,
+                        bytes,
+                    });
+                }
+                Ok(())
+            })
         }
         _ => Err(usage()),
     }
+}
+
+/// Changes GPU `g` of the state at `path` with `f`, and writes the state back when `f`
+/// succeeds.
+fn change_gpu<T>(
+    path: &Path,
+    g: u32,
+    f: impl FnOnce(&mut state::Gpu) -> Result<T, String>,
+) -> Result<T, String> {
+    let mut locked = Locked::open(path).map_err(|e| e.to_string())?;
+    let gpu = locked
+        .node
+        .gpus
+        .get_mut(g as usize)
+        .ok_or_else(|| format!("no gpu {g}"))?;
+    let out = f(gpu)?;
+    locked.save().map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 fn main() -> ExitCode {

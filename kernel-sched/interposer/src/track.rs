@@ -65,6 +65,34 @@ fn per_thread_key(stream: CUstream) -> u64 {
     }
 }
 
+/// An event `done` was just recorded on the stream of `st` behind its tail: it covers
+/// those launches now (it is behind the last of them).
+fn cover_tail(
+    process: &Process,
+    st: &mut StreamTrack,
+    done: CUevent,
+    ctx: CUcontext,
+    stream: CUstream,
+    thread: u64,
+) -> Pending {
+    st.outstanding += 1;
+    st.newest_ns = now_ns();
+    process.stats.events.fetch_add(1, Ordering::Relaxed);
+    let mut charges = std::mem::take(&mut st.tail);
+    let last = charges.pop().unwrap_or_default();
+    Pending {
+        done,
+        ctx,
+        stream,
+        gate: process
+            .gate
+            .as_ref()
+            .map(|(_, slot)| (*slot, last, charges)),
+        record: None,
+        thread,
+    }
+}
+
 /// Launches whose completion someone waits for: one event behind the last of them.
 #[derive(Debug)]
 pub struct Pending {
@@ -203,6 +231,7 @@ impl Tracker {
             let Some(done) = self.record(d, ctx, stream, false) else {
                 return false;
             };
+            process.stats.events.fetch_add(1, Ordering::Relaxed);
             Pending {
                 done,
                 ctx,
@@ -227,18 +256,9 @@ impl Tracker {
             let Some(done) = self.record(d, ctx, stream, false) else {
                 return false;
             };
-            st.outstanding += 1;
-            st.newest_ns = now;
-            Pending {
-                done,
-                ctx,
-                stream,
-                gate: Some((slot, charge, std::mem::take(&mut st.tail))),
-                record: None,
-                thread,
-            }
+            st.tail.push(charge);
+            cover_tail(process, st, done, ctx, stream, thread)
         };
-        process.stats.events.fetch_add(1, Ordering::Relaxed);
         self.push(process, pending);
         true
     }
@@ -281,23 +301,9 @@ impl Tracker {
                 // Another stream's capture took this one in (an event wait) between the
                 // look and the record: the event is the graph's now, never to be reused.
             } else {
-                st.outstanding = 1;
-                st.newest_ns = now_ns();
-                let mut charges = std::mem::take(&mut st.tail);
-                let last = charges.pop().unwrap_or_default();
-                process.stats.events.fetch_add(1, Ordering::Relaxed);
+                let pending = cover_tail(process, st, done, ctx, stream, thread);
                 self.outstanding.fetch_add(1, Ordering::AcqRel);
-                lock(&self.queue).push(Pending {
-                    done,
-                    ctx,
-                    stream,
-                    gate: process
-                        .gate
-                        .as_ref()
-                        .map(|(_, slot)| (*slot, last, charges)),
-                    record: None,
-                    thread,
-                });
+                lock(&self.queue).push(pending);
                 return Vec::new();
             }
         }
@@ -323,26 +329,10 @@ impl Tracker {
                 continue;
             }
             let ctx = ctx as CUcontext;
-            let mut charges = std::mem::take(&mut st.tail);
             match self.record(d, ctx, stream, false) {
-                Some(done) => {
-                    st.outstanding += 1;
-                    st.newest_ns = now_ns();
-                    process.stats.events.fetch_add(1, Ordering::Relaxed);
-                    let last = charges.pop().unwrap_or_default();
-                    pending.push(Pending {
-                        done,
-                        ctx,
-                        stream,
-                        gate: process
-                            .gate
-                            .as_ref()
-                            .map(|(_, slot)| (*slot, last, charges)),
-                        record: None,
-                        thread,
-                    });
-                }
+                Some(done) => pending.push(cover_tail(process, st, done, ctx, stream, thread)),
                 None => {
+                    let charges = std::mem::take(&mut st.tail);
                     process
                         .stats
                         .early

@@ -137,7 +137,7 @@ impl Node {
         // journal did not hear back).
         let created = store.created_instances().await?;
         let recorded = store.instances().await?;
-        let mut own = 0;
+        let mut own: Vec<(String, u32)> = Vec::new();
         for g in gpus.iter().filter(|g| g.mig_enabled) {
             for inst in &g.instances {
                 let same_device = recorded.iter().any(|r| {
@@ -160,11 +160,23 @@ impl Node {
                             && s.start == inst.placement.start
                     });
                 if made {
-                    self.inner.backend.adopt_as_own(&g.uuid, inst.id);
-                    own += 1;
+                    own.push((g.uuid.clone(), inst.id));
                 }
             }
         }
+        // Claiming may make a compute instance: driver calls, off the async runtime.
+        let backend = Arc::clone(&self.inner.backend);
+        let claims = own.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || {
+            for (gpu_uuid, instance) in &claims {
+                backend.adopt_as_own(gpu_uuid, *instance);
+            }
+        })
+        .await
+        {
+            warn!(error = %e, "claiming mmkd's own instances failed");
+        }
+        let own = own.len();
         // Each GPU's layout as mmkd now treats it (its own instances known).
         let backend = Arc::clone(&self.inner.backend);
         if let Ok(Ok(now_gpus)) = tokio::task::spawn_blocking(move || backend.gpus()).await {
