@@ -59,10 +59,11 @@ pub mod env {
     /// The completion poller's shortest sleep in us (1 to 10000; default 10): how soon the
     /// gate sees a completion, against how often the poller queries the driver.
     pub const POLL_US: &str = "MMK_KSCHED_POLL_US";
-    /// Launches on one stream within this many us of its newest outstanding tracking event
-    /// share the next event instead of getting one each (0 to 10000; default 0, an event
-    /// per launch): fewer driver calls on the launch path, for measuring what they cost.
-    pub const GROUP_US: &str = "MMK_KSCHED_GROUP_US";
+    /// Who records the completion-tracking events: `poller` (the default: the poller
+    /// thread records one behind each stream's newest launches, and the launch path makes
+    /// no driver call for tracking) or `launch` (the launching thread records one behind
+    /// every launch; for measuring what that costs).
+    pub const EVENTS: &str = "MMK_KSCHED_EVENTS";
 }
 
 /// What the interposer does to the priority of the streams a job creates

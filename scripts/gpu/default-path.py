@@ -18,7 +18,8 @@ warm the service asks, and the time until its process runs is recorded.
                paper has it; 0: the gate tracks every launch but never holds one)
   default-policy-P  the same with --kernel-policy P
   CONFIG-pollN   CONFIG with MMK_KSCHED_POLL_US=N for mmkd and the jobs
-  CONFIG-groupN  CONFIG with MMK_KSCHED_GROUP_US=N (launches share tracking events)
+  CONFIG-perlaunch  CONFIG with MMK_KSCHED_EVENTS=launch (each launch records its own
+                 tracking event, on the launching thread)
   default-tuned  the same with the gate settings of the best measured co-location
                (--kernel-device-wait, --kernel-offline-depth 8, --kernel-base 1500us,
                --kernel-gemm-slice 8000, the gates in /dev/shm)
@@ -161,6 +162,15 @@ def pair(m, d, out, serve, seconds):
         r["planned_as"] = {"online": sj.get("planner_profile"),
                            "offline": tj.get("planner_profile")}
         procs[1].wait(timeout=seconds + 300)
+        # What the kernel gates counted meanwhile (launches, holds, forced launches).
+        try:
+            r["gates"] = [{k: s.get(k) for k in ("class", "launches", "held", "held_us",
+                                                  "forced", "max_held_us")}
+                          for g in m.ctl("partitions", "show")
+                          for p in g.get("partitions", [])
+                          for s in ((p.get("gate") or {}).get("processes") or [])]
+        except (RuntimeError, ValueError, AttributeError, TypeError) as e:
+            r["gates"] = str(e)
         procs[0].send_signal(signal.SIGTERM)
         procs[0].wait(timeout=120)
         r["reasons"] = {n: (m.job(n) or {}).get("reason") for n in ("train", "serve")}
@@ -225,15 +235,16 @@ def main():
                 r["train_steps_per_s"] = steps_per_s(to, t0, t1)
             else:
                 # Suffixes "-pollN" (the interposer's poller sleeps at least N us) and
-                # "-groupN" (launches within N us share a tracking event), in any order.
+                # "-perlaunch" (an event per launch), in any order.
                 extra = {}
-                for suffix, var in (("-poll", "MMK_KSCHED_POLL_US"),
-                                    ("-group", "MMK_KSCHED_GROUP_US")):
-                    if suffix in c:
-                        head, _, rest = c.rpartition(suffix)
-                        us, _, more = rest.partition("-")
-                        c = head + (f"-{more}" if more else "")
-                        extra[var] = us
+                if "-perlaunch" in c:
+                    c = c.replace("-perlaunch", "")
+                    extra["MMK_KSCHED_EVENTS"] = "launch"
+                if "-poll" in c:
+                    head, _, rest = c.rpartition("-poll")
+                    us, _, more = rest.partition("-")
+                    c = head + (f"-{more}" if more else "")
+                    extra["MMK_KSCHED_POLL_US"] = us
                 flags = {
                     "mps": ["--planner", "first-fit", "--kernel-policy", "off"],
                     "default": [],

@@ -1,16 +1,19 @@
 //! Completion tracking without blocking the caller: events are recorded behind tracked
-//! launches, and one poller thread per process queries the events, tells the gate what
-//! completed and writes record-mode trace lines.
+//! launches, and one poller thread per process records and queries them, tells the gate
+//! what completed and writes record-mode trace lines.
 //!
-//! By default each tracked launch gets an event of its own. With `MMK_KSCHED_GROUP_US=N`
-//! (for measuring), launches share them: work on one stream completes in order, so one
-//! event covers every launch before it on its stream, and a launch made while its stream's
-//! newest event is outstanding and was recorded less than N us ago gets none: the next
-//! event recorded on the stream covers it. When the stream's events have all completed with
-//! such launches left, the poller records one more behind them, unless the stream is being
-//! captured (then they count as complete at once, `early` in the stats). A stream that is
-//! destroyed or starts a capture first gets an event behind them on the caller's thread.
-//! Record mode keeps an event pair per launch, for its per-kernel times.
+//! A tracked launch costs its thread no driver call: it joins its stream's tail, the
+//! launches that no event covers yet. On each pass the poller records an event behind the
+//! tail of every stream that has no event outstanding. Work on one stream completes in
+//! order, so that event covers the whole tail: when it completes, every launch in it counts
+//! as complete. A stream being captured gets no event; its tail counts as complete at once
+//! (`early` in the stats). A stream that is destroyed or starts a capture first gets an
+//! event behind its tail on the caller's thread. While launches keep coming the poller
+//! does not wait on its condition variable, so that a launch need not wake it.
+//!
+//! With `MMK_KSCHED_EVENTS=launch` (for measuring what it costs) each launch gets an event
+//! of its own, recorded by the launching thread. Record mode keeps an event pair per
+//! launch, for its per-kernel times.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -30,6 +33,11 @@ use crate::stats::now_ns;
 const POLL_MIN: Duration = Duration::from_micros(10);
 const POLL_MAX: Duration = Duration::from_micros(100);
 
+/// How long the poller keeps passing at [`POLL_MAX`] with nothing to track before it waits
+/// to be woken: a service's next request usually comes sooner, and then its launches need
+/// not wake the poller.
+const LINGER_NS: u64 = 50_000_000;
+
 /// The poller's shortest and longest sleep: [`POLL_MIN`] and [`POLL_MAX`], or the
 /// shortest from `MMK_KSCHED_POLL_US` (for measuring what polling costs).
 fn poll_interval() -> (Duration, Duration) {
@@ -41,15 +49,10 @@ fn poll_interval() -> (Duration, Duration) {
     (shortest, POLL_MAX.max(shortest))
 }
 
-/// `MMK_KSCHED_GROUP_US`: how long after its stream's newest outstanding event a tracked
-/// launch goes without an event of its own (see the module docs); 0, the default, gives
-/// every launch one.
-fn group_ns() -> u64 {
-    std::env::var(mmk_kernel_sched::env::GROUP_US)
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&us| us <= 10_000)
-        .map_or(0, |us| us * 1_000)
+/// `MMK_KSCHED_EVENTS=launch`: each tracked launch gets an event of its own, recorded by
+/// the launching thread (see the module docs).
+fn events_per_launch() -> bool {
+    std::env::var(mmk_kernel_sched::env::EVENTS).is_ok_and(|v| v == "launch")
 }
 
 /// The calling thread's ID when `stream` is the per-thread default stream (each thread has
@@ -65,31 +68,15 @@ fn per_thread_key(stream: CUstream) -> u64 {
     }
 }
 
-/// An event `done` was just recorded on the stream of `st` behind its tail: it covers
-/// those launches now (it is behind the last of them).
-fn cover_tail(
-    process: &Process,
-    st: &mut StreamTrack,
-    done: CUevent,
-    ctx: CUcontext,
-    stream: CUstream,
-    thread: u64,
-) -> Pending {
-    st.outstanding += 1;
-    st.newest_ns = now_ns();
-    process.stats.events.fetch_add(1, Ordering::Relaxed);
-    let mut charges = std::mem::take(&mut st.tail);
-    let last = charges.pop().unwrap_or_default();
-    Pending {
-        done,
-        ctx,
-        stream,
-        gate: process
-            .gate
-            .as_ref()
-            .map(|(_, slot)| (*slot, last, charges)),
-        record: None,
-        thread,
+/// Launches that no event can cover count as complete now (`early` in the stats).
+fn complete_early(process: &Process, charges: Vec<Charge>) {
+    process
+        .stats
+        .early
+        .fetch_add(charges.len() as u64, Ordering::Relaxed);
+    let slot = process.gate.as_ref().map(|(_, slot)| *slot);
+    for charge in charges {
+        process.end_in_gate(slot.map(|slot| (slot, charge)));
     }
 }
 
@@ -105,8 +92,8 @@ pub struct Pending {
     /// The gate slot, what `begin` counted for the launch the event is behind, and for
     /// the launches before it that the event covers too, to give back on completion.
     pub gate: Option<(SlotId, Charge, Vec<Charge>)>,
-    /// With events shared: the thread whose per-thread default stream `stream` names (0
-    /// for any other stream), part of the stream's key.
+    /// The thread whose per-thread default stream `stream` names (0 for any other
+    /// stream), part of the stream's key.
     pub thread: u64,
     /// Record mode: the event recorded before the launch, and the line to finish.
     pub record: Option<(CUevent, Box<TraceRecord>)>,
@@ -117,8 +104,6 @@ pub struct Pending {
 struct StreamTrack {
     /// Tracking events recorded on the stream and not yet seen complete.
     outstanding: u32,
-    /// When the newest of them was recorded (ns).
-    newest_ns: u64,
     /// Launches after the newest event, which no event covers yet.
     tail: Vec<Charge>,
 }
@@ -144,11 +129,13 @@ pub struct Tracker {
     outstanding: AtomicUsize,
     /// Free events: (context, event, timing).
     pool: Mutex<Vec<(usize, usize, bool)>>,
-    /// Per (context, stream, thread) with tracked launches in flight, when launches share
-    /// events; the thread only for a per-thread default stream, which is each thread's own.
+    /// Per (context, stream, thread) with tracked launches in flight; the thread only for a
+    /// per-thread default stream, which is each thread's own.
     streams: Mutex<HashMap<(usize, usize, u64), StreamTrack>>,
-    /// [`group_ns`]; 0: an event per launch.
-    group_ns: u64,
+    /// Launches in the streams' tails, which no event covers yet.
+    uncovered: AtomicUsize,
+    /// [`events_per_launch`].
+    per_launch: bool,
     refs: Mutex<Vec<Reference>>,
 }
 
@@ -157,10 +144,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Tracker {
-    /// A tracker that shares events as `MMK_KSCHED_GROUP_US` says.
+    /// A tracker that records events as `MMK_KSCHED_EVENTS` says.
     pub fn from_env() -> Tracker {
         Tracker {
-            group_ns: group_ns(),
+            per_launch: events_per_launch(),
             ..Tracker::default()
         }
     }
@@ -214,10 +201,10 @@ impl Tracker {
         Some(event)
     }
 
-    /// Track a launch on `stream` that the gate counted as `charge` in `slot`: an event
-    /// behind it, or none while the stream's newest event is outstanding and younger than
-    /// [`GROUP`] (the next event covers it). False when no event could be recorded: the
-    /// caller gives the charge back at once.
+    /// Track a launch on `stream` that the gate counted as `charge` in `slot`: it joins the
+    /// stream's tail for the poller to cover (or, with `MMK_KSCHED_EVENTS=launch`, gets an
+    /// event of its own now). False when no event could be recorded: the caller gives the
+    /// charge back at once.
     pub fn track(
         &self,
         process: &'static Process,
@@ -227,87 +214,128 @@ impl Tracker {
         slot: SlotId,
         charge: Charge,
     ) -> bool {
-        let pending = if self.group_ns == 0 {
+        if self.per_launch {
             let Some(done) = self.record(d, ctx, stream, false) else {
                 return false;
             };
             process.stats.events.fetch_add(1, Ordering::Relaxed);
-            Pending {
-                done,
-                ctx,
-                stream,
-                gate: Some((slot, charge, Vec::new())),
-                record: None,
-                thread: 0,
-            }
-        } else {
-            let now = now_ns();
-            let thread = per_thread_key(stream);
-            let mut streams = lock(&self.streams);
-            let st = streams
-                .entry((ctx as usize, stream as usize, thread))
-                .or_default();
-            if st.outstanding > 0 && now.saturating_sub(st.newest_ns) < self.group_ns {
-                st.tail.push(charge);
-                return true;
-            }
-            // Recorded under the lock, so that no launch joins the tail this event has
-            // taken after the event.
-            let Some(done) = self.record(d, ctx, stream, false) else {
-                return false;
-            };
-            st.tail.push(charge);
-            cover_tail(process, st, done, ctx, stream, thread)
-        };
-        self.push(process, pending);
+            self.push(
+                process,
+                Pending {
+                    done,
+                    ctx,
+                    stream,
+                    gate: Some((slot, charge, Vec::new())),
+                    record: None,
+                    thread: 0,
+                },
+            );
+            return true;
+        }
+        lock(&self.streams)
+            .entry((ctx as usize, stream as usize, per_thread_key(stream)))
+            .or_default()
+            .tail
+            .push(charge);
+        // SeqCst, as the poller's `idle` store and its read of this count: either it sees
+        // this launch before it waits, or this side sees it waiting and wakes it.
+        self.uncovered.fetch_add(1, Ordering::SeqCst);
+        self.run_poller(process);
         true
     }
 
-    /// A tracking event of `stream` completed, with `ctx` current. When it was the
-    /// stream's last one and launches came after it that no event covers, one more event
-    /// goes behind them (from the poller: the stream is neither destroyed nor captured
-    /// while the lock is held, see [`Tracker::before_stream_change`]). Returns what is left
-    /// uncovered, to count as complete now: nothing, unless the stream is being captured or
-    /// the event cannot be recorded.
-    fn stream_done(
+    /// `st`'s tail, which the caller covers or counts as complete: no longer uncovered.
+    fn take_tail(&self, st: &mut StreamTrack) -> Vec<Charge> {
+        let tail = std::mem::take(&mut st.tail);
+        self.uncovered.fetch_sub(tail.len(), Ordering::AcqRel);
+        tail
+    }
+
+    /// An event `done` was just recorded on the stream of `st` behind its tail: it covers
+    /// those launches now (it is behind the last of them).
+    fn cover_tail(
         &self,
         process: &Process,
-        d: &Driver,
-        ctx: CUcontext,
-        stream: CUstream,
-        thread: u64,
-    ) -> Vec<Charge> {
-        let mut streams = lock(&self.streams);
-        let key = (ctx as usize, stream as usize, thread);
-        let Some(st) = streams.get_mut(&key) else {
-            return Vec::new();
-        };
-        st.outstanding = st.outstanding.saturating_sub(1);
-        if st.outstanding > 0 {
+        st: &mut StreamTrack,
+        done: CUevent,
+        key: (CUcontext, CUstream, u64),
+    ) -> Pending {
+        st.outstanding += 1;
+        process.stats.events.fetch_add(1, Ordering::Relaxed);
+        let mut charges = self.take_tail(st);
+        let last = charges.pop().unwrap_or_default();
+        let (ctx, stream, thread) = key;
+        Pending {
+            done,
+            ctx,
+            stream,
+            gate: process
+                .gate
+                .as_ref()
+                .map(|(_, slot)| (*slot, last, charges)),
+            record: None,
+            thread,
+        }
+    }
+
+    /// Record an event behind the tail of every stream that has none outstanding (from the
+    /// poller, or from the exiting thread). Tails that cannot be covered (the stream is
+    /// being captured, or the record failed) count as complete now. Returns the events
+    /// recorded, already counted in `outstanding`, for the caller to query.
+    fn cover_tails(&self, process: &Process, d: &Driver) -> Vec<Pending> {
+        if self.uncovered.load(Ordering::Acquire) == 0 {
             return Vec::new();
         }
-        // The per-thread default stream named from the poller would be the poller's own:
-        // the legacy stream waits for the job thread's one instead.
-        let target = if stream as usize == CU_STREAM_PER_THREAD {
-            std::ptr::null_mut()
-        } else {
-            stream
-        };
-        if !st.tail.is_empty()
-            && !d.capturing(target)
-            && let Some(done) = self.record(d, ctx, target, false)
-        {
-            if d.capturing(target) {
-                // Another stream's capture took this one in (an event wait) between the
-                // look and the record: the event is the graph's now, never to be reused.
+        let mut covered = Vec::new();
+        let mut streams = lock(&self.streams);
+        let mut current: CUcontext = std::ptr::null_mut();
+        for (&(ctx, stream, thread), st) in streams.iter_mut() {
+            if st.outstanding > 0 || st.tail.is_empty() {
+                continue;
+            }
+            let (ctx, stream) = (ctx as CUcontext, stream as CUstream);
+            if ctx != current
+                && let Some(set) = d.ctx_set_current
+            {
+                // SAFETY: the context the launches were made in; it is alive while they
+                // are (a destroyed one fails the record below).
+                unsafe { set(ctx) };
+                current = ctx;
+            }
+            // The per-thread default stream named from here would be this thread's own: the
+            // legacy stream waits for the job thread's one instead.
+            let target = if stream as usize == CU_STREAM_PER_THREAD {
+                std::ptr::null_mut()
             } else {
-                let pending = cover_tail(process, st, done, ctx, stream, thread);
-                self.outstanding.fetch_add(1, Ordering::AcqRel);
-                lock(&self.queue).push(pending);
-                return Vec::new();
+                stream
+            };
+            // The stream is neither destroyed nor starts a capture while the lock is held
+            // (see `before_stream_change`); another stream's capture can take it in (an
+            // event wait) at any time, so it is asked again after the record.
+            let done = (!d.capturing(target))
+                .then(|| self.record(d, ctx, target, false))
+                .flatten();
+            match done {
+                Some(done) if !d.capturing(target) => {
+                    covered.push(self.cover_tail(process, st, done, (ctx, stream, thread)));
+                }
+                // Taken into a capture between the look and the record: the event is the
+                // graph's now, never to be reused.
+                Some(_) | None => complete_early(process, self.take_tail(st)),
             }
         }
-        streams.remove(&key).map(|st| st.tail).unwrap_or_default()
+        streams.retain(|_, st| st.outstanding > 0 || !st.tail.is_empty());
+        drop(streams);
+        self.outstanding.fetch_add(covered.len(), Ordering::AcqRel);
+        covered
+    }
+
+    /// A tracking event of a stream completed: one fewer outstanding there, so that the
+    /// next pass covers what came after it.
+    fn stream_done(&self, ctx: CUcontext, stream: CUstream, thread: u64) {
+        if let Some(st) = lock(&self.streams).get_mut(&(ctx as usize, stream as usize, thread)) {
+            st.outstanding = st.outstanding.saturating_sub(1);
+        }
     }
 
     /// Before `stream` is destroyed or starts a capture (`change`, run under the lock): the
@@ -319,7 +347,7 @@ impl Tracker {
         stream: CUstream,
         change: impl FnOnce() -> R,
     ) -> R {
-        let Some(d) = crate::real::driver().filter(|_| self.group_ns > 0) else {
+        let Some(d) = crate::real::driver().filter(|_| !self.per_launch) else {
             return change();
         };
         let mut streams = lock(&self.streams);
@@ -330,18 +358,10 @@ impl Tracker {
             }
             let ctx = ctx as CUcontext;
             match self.record(d, ctx, stream, false) {
-                Some(done) => pending.push(cover_tail(process, st, done, ctx, stream, thread)),
-                None => {
-                    let charges = std::mem::take(&mut st.tail);
-                    process
-                        .stats
-                        .early
-                        .fetch_add(charges.len() as u64, Ordering::Relaxed);
-                    let slot = process.gate.as_ref().map(|(_, slot)| *slot);
-                    for charge in charges {
-                        process.end_in_gate(slot.map(|slot| (slot, charge)));
-                    }
+                Some(done) => {
+                    pending.push(self.cover_tail(process, st, done, (ctx, stream, thread)));
                 }
+                None => complete_early(process, self.take_tail(st)),
             }
         }
         let result = change();
@@ -360,6 +380,11 @@ impl Tracker {
     pub fn push(&self, process: &'static Process, pending: Pending) {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         lock(&self.queue).push(pending);
+        self.run_poller(process);
+    }
+
+    /// Start the poller, or wake it if it waits.
+    fn run_poller(&self, process: &'static Process) {
         if !self.started.swap(true, Ordering::AcqRel) {
             let spawned = std::thread::Builder::new()
                 .name("mmk-ksched-poll".into())
@@ -368,7 +393,10 @@ impl Tracker {
                 self.started.store(false, Ordering::Release);
             }
         }
-        if self.idle.load(Ordering::Acquire) {
+        if self.idle.load(Ordering::SeqCst) {
+            // Under the queue's lock, which the poller holds from its last look until it
+            // waits: the wakeup cannot fall between the two.
+            let _queue = lock(&self.queue);
             self.wake.notify_one();
         }
     }
@@ -407,43 +435,58 @@ impl Tracker {
         // SAFETY: prctl on the calling thread with a valid option.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1_000u64) };
         // The job may capture a graph in global mode while this thread queries events.
-        if let Some(d) = crate::real::driver() {
+        let driver = crate::real::driver();
+        if let Some(d) = driver {
             d.relax_capture_mode();
         }
         let (shortest, longest) = poll_interval();
         let mut interval = shortest;
+        // Since when nothing has been left to track.
+        let mut quiet_since: Option<u64> = None;
         loop {
-            let batch = {
-                let mut queue = lock(&self.queue);
-                while queue.is_empty() {
-                    self.idle.store(true, Ordering::Release);
-                    queue = self
-                        .wake
-                        .wait(queue)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                self.idle.store(false, Ordering::Release);
-                std::mem::take(&mut *queue)
-            };
+            let batch = std::mem::take(&mut *lock(&self.queue));
             let before = batch.len();
             let mut left = self.poll_once(process, batch);
             if left.len() < before {
                 interval = shortest;
+            }
+            if let Some(d) = driver {
+                left.extend(self.cover_tails(process, d));
             }
             if !left.is_empty()
                 && let Some((gate, _)) = &process.gate
             {
                 process.device.check_starved(process, gate);
             }
+            let busy = !left.is_empty() || self.uncovered.load(Ordering::Acquire) > 0;
             if !left.is_empty() {
-                {
-                    let mut queue = lock(&self.queue);
-                    left.append(&mut queue);
-                    *queue = left;
-                }
+                let mut queue = lock(&self.queue);
+                left.append(&mut queue);
+                *queue = left;
+            }
+            if busy {
+                quiet_since = None;
                 std::thread::sleep(interval);
                 interval = (interval * 2).min(longest);
+                continue;
             }
+            let now = now_ns();
+            if now.saturating_sub(*quiet_since.get_or_insert(now)) < LINGER_NS {
+                std::thread::sleep(longest);
+                continue;
+            }
+            // Quiet for a while: wait for a launch or a pending event to wake us.
+            quiet_since = None;
+            interval = shortest;
+            let mut queue = lock(&self.queue);
+            self.idle.store(true, Ordering::SeqCst);
+            while queue.is_empty() && self.uncovered.load(Ordering::SeqCst) == 0 {
+                queue = self
+                    .wake
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            self.idle.store(false, Ordering::Release);
         }
     }
 
@@ -491,20 +534,12 @@ impl Tracker {
     }
 
     fn finish_one(&self, process: &Process, d: &Driver, p: Pending) {
-        let grouped = self.group_ns > 0 && p.record.is_none();
         if let Some((slot, last, before)) = p.gate {
             for charge in before.into_iter().chain([last]) {
                 process.end_in_gate(Some((slot, charge)));
             }
-            if grouped {
-                let uncovered = self.stream_done(process, d, p.ctx, p.stream, p.thread);
-                process
-                    .stats
-                    .early
-                    .fetch_add(uncovered.len() as u64, Ordering::Relaxed);
-                for charge in uncovered {
-                    process.end_in_gate(Some((slot, charge)));
-                }
+            if !self.per_launch && p.record.is_none() {
+                self.stream_done(p.ctx, p.stream, p.thread);
             }
         }
         match p.record {
@@ -542,6 +577,10 @@ impl Tracker {
     /// hands), so the trace and the gate are complete.
     pub fn drain(&self, process: &Process, limit: Duration) {
         let deadline = now_ns() + limit.as_nanos() as u64;
+        if let Some(d) = crate::real::driver() {
+            let mut covered = d.relaxed(|| self.cover_tails(process, d));
+            lock(&self.queue).append(&mut covered);
+        }
         while self.outstanding.load(Ordering::Acquire) > 0 && now_ns() < deadline {
             let batch = std::mem::take(&mut *lock(&self.queue));
             let mut left = match crate::real::driver() {
