@@ -892,15 +892,14 @@ mod tests {
         }
     }
 
-    /// The fake's profile table equals `nvidia-smi mig -lgip` as read on an H200
-    /// (experiments/2026-11-21-h200-nvidia-smi-lgip.txt) and as documented for the H100
-    /// 80GB (shared/REFERENCE.md, read with driver 580.159.04).
-    #[test]
-    fn the_profile_table_is_what_nvidia_smi_read_on_the_h200_and_h100() {
-        let record = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../experiments/2026-11-21-h200-nvidia-smi-lgip.txt");
-        let text = std::fs::read_to_string(&record).unwrap();
-        let mut h200: Vec<(u32, u32, u32, f64)> = text
+    /// A record in experiments/ (`nvidia-smi mig -lgip` on a GPU): per profile its ID,
+    /// instances at most, SMs and memory (GiB), by ID.
+    fn read_lgip(record: &str) -> Vec<(u32, u32, u32, f64)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../experiments")
+            .join(record);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut read: Vec<(u32, u32, u32, f64)> = text
             .lines()
             .filter(|l| l.contains(" MIG "))
             .map(|l| {
@@ -914,19 +913,52 @@ mod tests {
                 )
             })
             .collect();
-        h200.sort_by_key(|p| p.0);
-        assert_eq!(h200.len(), 7, "{record:?}");
-        same(&profiles_through_nvml("h200-141gb"), &h200);
-        let h100 = [
-            (0, 1, 132, 79.25),
-            (5, 1, 64, 39.5),
-            (9, 2, 60, 39.5),
-            (14, 3, 32, 19.62),
-            (15, 4, 26, 19.62),
-            (19, 7, 16, 9.75),
-            (20, 1, 16, 9.75),
-        ];
-        same(&profiles_through_nvml("h100-80gb"), &h100);
+        read.sort_by_key(|p| p.0);
+        assert_eq!(read.len(), 7, "{path:?}");
+        read
+    }
+
+    /// The fake's profile table equals `nvidia-smi mig -lgip` as read on an H200 and on an
+    /// H100 80GB (driver 580.159.04, MIG off).
+    #[test]
+    fn the_profile_table_is_what_nvidia_smi_read_on_the_h200_and_h100() {
+        same(
+            &profiles_through_nvml("h200-141gb"),
+            &read_lgip("2026-11-21-h200-nvidia-smi-lgip.txt"),
+        );
+        same(
+            &profiles_through_nvml("h100-80gb"),
+            &read_lgip("2026-11-26-h100-nvml-backend/nvidia-smi-mig-lgip.txt"),
+        );
+    }
+
+    /// The H100 80GB's placements in the catalog (which the fake serves) are what
+    /// `nvidia-smi mig -lgipp` read there: `GPU  0 Profile ID 9 Placements: {0,4}:4`.
+    #[test]
+    fn the_h100_placements_are_what_nvidia_smi_read() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../experiments/2026-11-26-h100-nvml-backend/nvidia-smi-mig-lgipp.txt");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let model = mmk_partitioner::catalog::model("h100-80gb").unwrap();
+        let mut seen = 0;
+        for line in text.lines().filter(|l| l.contains("Profile ID")) {
+            let (head, placements) = line.split_once(':').unwrap();
+            let id: u32 = head.split_whitespace().nth(4).unwrap().parse().unwrap();
+            let (starts, size) = placements.trim().rsplit_once(':').unwrap();
+            let starts: Vec<u8> = starts
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(',')
+                .map(|s| s.parse().unwrap())
+                .collect();
+            let p = model.profile(id).unwrap();
+            assert_eq!(
+                (&p.starts, p.memory_slices),
+                (&starts, size.parse().unwrap()),
+                "profile {id}: {line}"
+            );
+            seen += 1;
+        }
+        assert_eq!(seen, model.profiles.len(), "{path:?}");
     }
 
     #[test]
