@@ -53,6 +53,18 @@ pub enum PredictorCommand {
     },
     /// The model's hyper-parameters and feature importances.
     Explain { model: PathBuf },
+    /// The model's errors on measured runs when each job's profile comes from the workload
+    /// table (named), from its own launches (learned), from nothing (the prior), or from
+    /// GPM alone (the reference) (docs/predictor.md).
+    Sources {
+        /// Measurement files from `mmk-lab measure` (runs alone and in pairs, and
+        /// `kernels` records); several are read as one.
+        #[arg(required = true)]
+        raw: Vec<PathBuf>,
+        /// A model file [default: the forest built into mmkd].
+        #[arg(long, value_name = "MODEL")]
+        model: Option<PathBuf>,
+    },
 }
 
 fn load_data(path: &Path) -> Result<Dataset, Failure> {
@@ -199,6 +211,7 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
             }
             Ok(())
         }
+        PredictorCommand::Sources { raw, model } => sources(fmt, &raw, model.as_deref()),
         PredictorCommand::Explain { model } => {
             let m = load_model(&model)?;
             let imp = m.importances().map_err(|e| Failure::usage(e.to_string()))?;
@@ -229,6 +242,50 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+fn sources(fmt: Format, raw: &[PathBuf], model: Option<&Path>) -> Result<(), Failure> {
+    let m = match model {
+        Some(path) => load_model(path)?,
+        None => mmk_predictor::shipped::load().map_err(|e| Failure::usage(source_chain(&e)))?,
+    };
+    let mut records = Vec::new();
+    for path in raw {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+        records.extend(
+            mmk_predictor::measured::parse(&text)
+                .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?,
+        );
+    }
+    let c =
+        mmk_predictor::sources::compare(&records, &m).map_err(|e| Failure::usage(e.to_string()))?;
+    match fmt {
+        Format::Json => json(&c),
+        Format::Table => {
+            for l in &c.left_out {
+                outln!("left out: {l}");
+            }
+            let rows = c.scores.first().map_or(0, |s| s.overall.rows);
+            outln!(
+                "{} jobs, {rows} configurations; relative error (absolute error)",
+                c.jobs.len()
+            );
+            outln!("PROFILE   ALL                 ONLINE              OFFLINE");
+            let cell =
+                |e: &eval::Errors| format!("{:>6.2} % ({:.4})", e.rel_error_pct, e.abs_error);
+            for s in &c.scores {
+                outln!(
+                    "{:<9} {:<19} {:<19} {}",
+                    s.source.as_str(),
+                    cell(&s.overall),
+                    cell(&s.online),
+                    cell(&s.offline)
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 fn print_eval(model: &Path, own: &eval::Errors, table: &[ModelScore]) {

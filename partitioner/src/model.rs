@@ -53,6 +53,21 @@ impl JobProfile {
         }
     }
 
+    /// A job whose SM demand mmkd learned from its own launches (`sm_mean`, the
+    /// time-weighted mean of what its kernels in flight asked for, idle time included, as
+    /// a fraction of the GPU), with a bandwidth demand scaled from its class's prior by the
+    /// same ratio (mmk does not measure bandwidth yet).
+    pub fn learned(class: JobClass, sm_mean: f64) -> JobProfile {
+        let prior = JobProfile::prior(class);
+        let sm = sm_mean.clamp(0.01, 1.0);
+        JobProfile {
+            class,
+            sm_demand: sm,
+            bw_demand: (prior.bw_demand * sm / prior.sm_demand).clamp(0.01, 1.0),
+            solo_latency_ms: None,
+        }
+    }
+
     /// A job that asked for its partition to itself (`exclusive`): it keeps every SM busy
     /// and half the memory bandwidth, the pessimistic reading.
     pub fn exclusive(class: JobClass) -> JobProfile {

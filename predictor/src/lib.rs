@@ -15,6 +15,8 @@
 //!   partitioner's [`mmk_partitioner::PerfModel`].
 //! - [`eval`]: the forest against linear regression, SVR and k-nearest neighbours on a
 //!   held-out split (the paper's Table IV), overall and per workload.
+//! - [`sources`]: the model's errors with each source of a job's profile (the workload
+//!   table, learned from the job's launches, the prior) on a measurement file.
 
 pub mod dataset;
 pub mod eval;
@@ -23,6 +25,7 @@ pub mod forest;
 pub mod groundtruth;
 pub mod measured;
 pub mod shipped;
+pub mod sources;
 pub mod truth;
 
 pub use dataset::{Dataset, DatasetError, Row};

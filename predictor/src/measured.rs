@@ -39,7 +39,7 @@ use crate::features::{Features, KernelFeatures};
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The highest normalized performance the dataset takes (docs/predictor.md).
-const MAX_PERF: f64 = 1.5;
+pub const MAX_PERF: f64 = 1.5;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

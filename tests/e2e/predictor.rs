@@ -305,3 +305,62 @@ fn the_h200_dataset_imports_and_trains_a_forest_closer_to_it_than_the_analytic_m
     // Trained on the GPU's numbers, the forest is closer to them than the stand-in model.
     assert!(rf < analytic / 2.0, "forest {rf} %, analytic {analytic} %");
 }
+
+/// `predictor sources` on the H200 dataset's runs with the built-in forest: every source's
+/// errors, learned profiles no further off than the table's names; a file that is not a
+/// measurement is refused with its name and line.
+#[test]
+fn predictor_sources_scores_each_source_of_the_profiles() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gpu/h200-2026-11-21");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let raw = |f: &str| data.join(f).display().to_string();
+    let c = json(&mmkctl(
+        d,
+        &[
+            "predictor",
+            "sources",
+            &raw("raw-alone.jsonl"),
+            &raw("raw-pairs.jsonl"),
+            &raw("raw-kernels.jsonl"),
+            "--output",
+            "json",
+        ],
+    ));
+    assert_eq!(c["jobs"].as_array().map(Vec::len), Some(28));
+    let rel = |source: &str| {
+        c["scores"]
+            .as_array()
+            .expect("scores")
+            .iter()
+            .find(|s| s["source"] == source)
+            .and_then(|s| s["overall"]["rel_error_pct"].as_f64())
+            .unwrap_or_else(|| panic!("no {source} in {c}"))
+    };
+    assert!(rel("learned") <= rel("named"), "{c}");
+    assert!(rel("gpm") > 0.0 && rel("prior") > 0.0, "{c}");
+    let table = mmkctl(
+        d,
+        &[
+            "predictor",
+            "sources",
+            &raw("raw-alone.jsonl"),
+            &raw("raw-kernels.jsonl"),
+        ],
+    );
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    assert!(
+        text(&table.stdout).contains("PROFILE"),
+        "{}",
+        text(&table.stdout)
+    );
+
+    std::fs::write(d.join("bad.jsonl"), "{\"kind\":\"run\"}\n").expect("write");
+    let bad = mmkctl(d, &["predictor", "sources", "bad.jsonl"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad.stderr).contains("bad.jsonl: line 1"),
+        "{}",
+        text(&bad.stderr)
+    );
+}

@@ -263,18 +263,9 @@ pub struct Learned {
 }
 
 impl Learned {
-    /// What the planner assumes of a job with this profile: its measured SM demand, and a
-    /// bandwidth demand scaled from the class's prior by the same ratio (mmk does not
-    /// measure bandwidth yet).
+    /// What the planner assumes of a job with this profile ([`JobProfile::learned`]).
     pub fn job_profile(&self, class: JobClass) -> JobProfile {
-        let prior = JobProfile::prior(class);
-        let sm = self.observed.sm_mean().clamp(0.01, 1.0);
-        JobProfile {
-            class,
-            sm_demand: sm,
-            bw_demand: (prior.bw_demand * sm / prior.sm_demand).clamp(0.01, 1.0),
-            solo_latency_ms: None,
-        }
+        JobProfile::learned(class, self.observed.sm_mean())
     }
 
     /// "learned (age 3m 20s, 4,210 samples)", for `mmkctl jobs get`.
