@@ -8,7 +8,10 @@
 //! the state file under its lock, so a change the inspector makes is seen at once. Structs
 //! are nvml-wrapper-sys's, so the layouts are NVML's.
 //!
-//! Not faked: anything mmkd does not call (events, clocks, utilization, processes).
+//! GPM reports one figure, the DRAM bandwidth use the inspector's `gpm` sets per GPU (the
+//! same for each of its GPU instances); without it the GPU has no GPM.
+//!
+//! Not faked: anything mmkd does not call (events, clocks, utilization).
 
 #![allow(non_snake_case)]
 
@@ -20,7 +23,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use nvml_wrapper_sys::bindings::{
     nvmlComputeInstance_t, nvmlComputeInstanceProfileInfo_t, nvmlDevice_t, nvmlDeviceAttributes_t,
-    nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
+    nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL, nvmlGpmMetricsGet_t, nvmlGpmSample_t,
+    nvmlGpmSupport_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstancePlacement_t,
     nvmlGpuInstanceProfileInfo_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlProcessInfo_t, nvmlReturn_t,
 };
 
@@ -786,6 +790,139 @@ pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
 ) -> nvmlReturn_t {
     // SAFETY: the caller's arguments, passed on.
     unsafe { nvmlDeviceGetComputeRunningProcesses_v3(device, count, infos) }
+}
+
+// ---- GPM: samples of a GPU or a GPU instance, and the DRAM bandwidth between two ----
+
+/// What a GPM sample handle points at: the partition it was taken of, if it was.
+#[derive(Debug, Default)]
+struct GpmSample {
+    of: Option<(usize, Option<u32>)>,
+}
+
+fn gpm_sample<'a>(s: nvmlGpmSample_t) -> Result<&'a mut GpmSample, nvmlReturn_t> {
+    // SAFETY: every sample handle the fake gives out is a `Box<GpmSample>` until
+    // `nvmlGpmSampleFree`; null is refused.
+    unsafe { s.cast::<GpmSample>().as_mut() }.ok_or(INVALID_ARGUMENT)
+}
+
+/// The DRAM bandwidth the GPU's GPM reports, or `NOT_SUPPORTED` without GPM.
+fn gpm_pct(n: &mut state::Node, g: usize) -> Result<f64, nvmlReturn_t> {
+    gpu(n, g)?.gpm_dram_bw_pct.ok_or(NOT_SUPPORTED)
+}
+
+/// # Safety
+/// `support` is null or valid for a read and a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
+    device: nvmlDevice_t,
+    support: *mut nvmlGpmSupport_t,
+) -> nvmlReturn_t {
+    ret(with_state(false, |n| {
+        let has = gpm_pct(n, device_of(device)?).is_ok();
+        if support.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        // SAFETY: checked non-null; the caller's struct.
+        unsafe { (*support).isSupportedDevice = c_uint::from(has) };
+        Ok(())
+    }))
+}
+
+/// # Safety
+/// `sample` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut nvmlGpmSample_t) -> nvmlReturn_t {
+    let handle = Box::into_raw(Box::<GpmSample>::default()).cast();
+    // SAFETY: the caller's out pointer, or null (refused).
+    let r = unsafe { put(sample, handle) };
+    if r.is_err() {
+        // SAFETY: just made by `Box::into_raw`, given to nobody.
+        drop(unsafe { Box::from_raw(handle.cast::<GpmSample>()) });
+    }
+    ret(r)
+}
+
+/// # Safety
+/// `sample` came from [`nvmlGpmSampleAlloc`] and is not used after this.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmSampleFree(sample: nvmlGpmSample_t) -> nvmlReturn_t {
+    if sample.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: as the caller promises, a box of ours freed once.
+    drop(unsafe { Box::from_raw(sample.cast::<GpmSample>()) });
+    SUCCESS
+}
+
+/// # Safety
+/// `sample` came from [`nvmlGpmSampleAlloc`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmSampleGet(
+    device: nvmlDevice_t,
+    sample: nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    ret(with_state(false, |n| {
+        let g = device_of(device)?;
+        gpm_pct(n, g)?;
+        gpm_sample(sample)?.of = Some((g, None));
+        Ok(())
+    }))
+}
+
+/// # Safety
+/// `sample` came from [`nvmlGpmSampleAlloc`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmMigSampleGet(
+    device: nvmlDevice_t,
+    gpu_instance_id: c_uint,
+    sample: nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    ret(with_state(false, |n| {
+        let (g, gp) = mig_gpu(n, device)?;
+        gp.instance_mut(gpu_instance_id).map_err(code)?;
+        gpm_pct(n, g)?;
+        gpm_sample(sample)?.of = Some((g, Some(gpu_instance_id)));
+        Ok(())
+    }))
+}
+
+static DRAM_BW_SHORT: &std::ffi::CStr = c"dram_bw_util";
+static DRAM_BW_LONG: &std::ffi::CStr = c"DRAM bandwidth utilization";
+static PERCENT: &std::ffi::CStr = c"%";
+
+/// Two samples of one partition: `NVML_GPM_METRIC_DRAM_BW_UTIL` is the GPU's
+/// `gpm_dram_bw_pct`; any other metric is `NOT_SUPPORTED`.
+///
+/// # Safety
+/// `request` is null or valid for a read and a write, its samples from
+/// [`nvmlGpmSampleAlloc`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) -> nvmlReturn_t {
+    // SAFETY: the caller's struct, or null (refused).
+    let Some(r) = (unsafe { request.as_mut() }) else {
+        return INVALID_ARGUMENT;
+    };
+    ret(with_state(false, |n| {
+        let (a, b) = (gpm_sample(r.sample1)?.of, gpm_sample(r.sample2)?.of);
+        let (Some(part), true) = (a, a == b) else {
+            return Err(INVALID_ARGUMENT);
+        };
+        let pct = gpm_pct(n, part.0)?;
+        let count = (r.numMetrics as usize).min(r.metrics.len());
+        for m in &mut r.metrics[..count] {
+            if m.metricId == nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL {
+                m.nvmlReturn = SUCCESS;
+                m.value = pct;
+                m.metricInfo.shortName = DRAM_BW_SHORT.as_ptr().cast_mut();
+                m.metricInfo.longName = DRAM_BW_LONG.as_ptr().cast_mut();
+                m.metricInfo.unit = PERCENT.as_ptr().cast_mut();
+            } else {
+                m.nvmlReturn = NOT_SUPPORTED;
+            }
+        }
+        Ok(())
+    }))
 }
 
 // ---- MIG devices: one per GPU instance with a compute instance ----

@@ -81,6 +81,10 @@ pub struct Gpu {
     /// Processes with GPU memory (the inspector's `proc`).
     #[serde(default)]
     pub processes: Vec<GpuProcess>,
+    /// GPM: the DRAM bandwidth use (percent) that the GPU and each of its GPU instances
+    /// report between two samples (the inspector's `gpm`); `None`: no GPM on this GPU.
+    #[serde(default)]
+    pub gpm_dram_bw_pct: Option<f64>,
 }
 
 /// A process that holds GPU memory: on the whole GPU, or in GPU instance `instance`.
@@ -198,6 +202,7 @@ impl Node {
                     serial: 0,
                     instances: Vec::new(),
                     processes: Vec::new(),
+                    gpm_dram_bw_pct: None,
                 });
             }
         }

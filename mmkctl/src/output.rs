@@ -807,6 +807,9 @@ pub struct LearnedOut {
     pub updated_at: Option<String>,
     /// The most GPU memory its processes held at once; null when the driver does not tell.
     pub memory_peak_mib: Option<u64>,
+    /// The share of its partition's DRAM bandwidth it used alone there; null until
+    /// measured (GPUs with GPM only).
+    pub dram_bw: Option<f64>,
 }
 
 pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
@@ -830,6 +833,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
             confident: p.confident,
             updated_at: time(p.updated_at.as_ref()),
             memory_peak_mib: (p.memory_peak_mib > 0).then_some(p.memory_peak_mib),
+            dram_bw: p.dram_bw.filter(|b| b.is_finite()),
         })
         .collect();
     if fmt == Format::Json {
@@ -843,7 +847,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
         return;
     }
     outln!(
-        "{:<16} {:<7} {:>4} {:>8} {:>6} {:>6} {:>5} {:>9} {:>9} {:>8} {:<4} SIGNATURE",
+        "{:<16} {:<7} {:>4} {:>8} {:>6} {:>6} {:>5} {:>5} {:>9} {:>9} {:>8} {:<4} SIGNATURE",
         "NAME",
         "CLASS",
         "RUNS",
@@ -851,6 +855,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
         "SM",
         "SM-P95",
         "BUSY",
+        "BW",
         "KERNEL",
         "LAUNCH/",
         "MEM",
@@ -863,7 +868,7 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
     };
     for p in &out {
         outln!(
-            "{:<16} {:<7} {:>4} {:>8} {:>5.1}% {:>5.1}% {:>4.0}% {:>9} {:>9} {:>8} {:<4} {}",
+            "{:<16} {:<7} {:>4} {:>8} {:>5.1}% {:>5.1}% {:>4.0}% {:>5} {:>9} {:>9} {:>8} {:<4} {}",
             clip(&p.name, 16),
             p.class,
             p.runs,
@@ -871,6 +876,8 @@ pub fn profiles(fmt: Format, r: &v1::ListProfilesResponse) {
             p.sm_mean * 100.0,
             p.sm_p95 * 100.0,
             p.busy * 100.0,
+            p.dram_bw
+                .map_or_else(|| "-".to_owned(), |b| format!("{:.0}%", b * 100.0)),
             us(p.kernel_us),
             us(p.launch_interval_us),
             p.memory_peak_mib.map_or_else(|| "-".to_owned(), format_mib),

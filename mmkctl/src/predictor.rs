@@ -271,12 +271,12 @@ fn sources(fmt: Format, raw: &[PathBuf], model: Option<&Path>) -> Result<(), Fai
                 "{} jobs, {rows} configurations; relative error (absolute error)",
                 c.jobs.len()
             );
-            outln!("PROFILE   ALL                 ONLINE              OFFLINE");
+            outln!("PROFILE     ALL                 ONLINE              OFFLINE");
             let cell =
                 |e: &eval::Errors| format!("{:>6.2} % ({:.4})", e.rel_error_pct, e.abs_error);
             for s in &c.scores {
                 outln!(
-                    "{:<9} {:<19} {:<19} {}",
+                    "{:<11} {:<19} {:<19} {}",
                     s.source.as_str(),
                     cell(&s.overall),
                     cell(&s.online),

@@ -689,6 +689,7 @@ fn profile_to_proto(p: &crate::learn::Learned) -> v1::LearnedProfile {
         created_at: Some(mmk_proto::timestamp(p.created_at)),
         updated_at: Some(mmk_proto::timestamp(p.updated_at)),
         memory_peak_mib: o.mem_peak_bytes.div_ceil(1024 * 1024),
+        dram_bw: o.bw_mean(),
     }
 }
 

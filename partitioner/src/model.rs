@@ -53,17 +53,21 @@ impl JobProfile {
         }
     }
 
-    /// A job whose SM demand mmkd learned from its own launches (`sm_mean`, the
+    /// A job whose demands mmkd learned: `sm_mean` from its own launches (the
     /// time-weighted mean of what its kernels in flight asked for, idle time included, as
-    /// a fraction of the GPU), with a bandwidth demand scaled from its class's prior by the
-    /// same ratio (mmk does not measure bandwidth yet).
-    pub fn learned(class: JobClass, sm_mean: f64) -> JobProfile {
+    /// a fraction of the GPU), `bw_mean` from the driver while it ran alone in its
+    /// partition (NVML GPM's DRAM bandwidth use, as a fraction of the partition's). Without
+    /// a measured bandwidth, its class's prior scaled by the SM demand's ratio.
+    pub fn learned(class: JobClass, sm_mean: f64, bw_mean: Option<f64>) -> JobProfile {
         let prior = JobProfile::prior(class);
         let sm = sm_mean.clamp(0.01, 1.0);
         JobProfile {
             class,
             sm_demand: sm,
-            bw_demand: (prior.bw_demand * sm / prior.sm_demand).clamp(0.01, 1.0),
+            bw_demand: bw_mean
+                .filter(|b| b.is_finite())
+                .unwrap_or(prior.bw_demand * sm / prior.sm_demand)
+                .clamp(0.01, 1.0),
             solo_latency_ms: None,
         }
     }

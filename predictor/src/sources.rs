@@ -2,8 +2,10 @@
 //!
 //! The planner asks the model about a job from its profile, its SM and bandwidth demand
 //! ([`JobProfile`]), and that profile comes from one of three places: the workload table,
-//! for a job that names a workload (`named`); what mmkd learned from the job's own
-//! launches (`learned`, [`JobProfile::learned`]); or nothing (the class's `prior`). This
+//! for a job that names a workload (`named`); what mmkd learned of the job
+//! ([`JobProfile::learned`]: its SM demand from its own launches, and its DRAM bandwidth
+//! from NVML GPM while it ran alone, `learned-bw`, or without GPM the prior's scaled,
+//! `learned`); or nothing (the class's `prior`). This
 //! asks the model the planner's question for every measured configuration of a
 //! measurement file (each job alone at its share, and each job of a pair or group beside
 //! the others at theirs, on the whole GPU) with the jobs' profiles from each source, and
@@ -14,7 +16,9 @@
 //! record mode, alone at 100 %): the SMs its kernels asked for while they ran, as a
 //! fraction of the GPU (at most 1), times the share of the time they ran. That is what
 //! mmkd's sampler averages (the demand of the kernels in flight, idle time counted as 0),
-//! measured by timing each kernel rather than by sampling the gate.
+//! measured by timing each kernel rather than by sampling the gate. Its measured
+//! bandwidth (`learned-bw`) is GPM's with the job alone at 100 %, which is what mmkd reads
+//! while a job runs alone in its partition.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -28,21 +32,29 @@ use crate::measured::{JobResult, MAX_PERF, MeasuredError, Mode, Record, Run};
 
 /// Where a job's profile comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Source {
     Named,
     Learned,
+    LearnedBw,
     Prior,
     Gpm,
 }
 
 impl Source {
-    pub const ALL: [Source; 4] = [Source::Named, Source::Learned, Source::Prior, Source::Gpm];
+    pub const ALL: [Source; 5] = [
+        Source::Named,
+        Source::Learned,
+        Source::LearnedBw,
+        Source::Prior,
+        Source::Gpm,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Named => "named",
             Source::Learned => "learned",
+            Source::LearnedBw => "learned-bw",
             Source::Prior => "prior",
             Source::Gpm => "gpm",
         }
@@ -69,7 +81,7 @@ pub struct Comparison {
 }
 
 /// A job's profile from each source, in the order of [`Source::ALL`].
-type Profiles = [JobProfile; 4];
+type Profiles = [JobProfile; 5];
 
 /// The workload of the table a measured workload is (`resnet50-inf` is
 /// `resnet50-inference`).
@@ -148,7 +160,8 @@ pub fn compare(records: &[Record], model: &dyn PerfModel) -> Result<Comparison, 
             (Some((mean_s, gpm)), Some(&sm_mean), Some(w)) => {
                 let p = [
                     JobProfile::of_workload(w, c),
-                    JobProfile::learned(c, sm_mean),
+                    JobProfile::learned(c, sm_mean, None),
+                    JobProfile::learned(c, sm_mean, Some(gpm.bw_demand)),
                     JobProfile::prior(c),
                     *gpm,
                 ];
@@ -166,7 +179,7 @@ pub fn compare(records: &[Record], model: &dyn PerfModel) -> Result<Comparison, 
         gpu_memory_slices: 8,
     };
     let mut actual: Vec<(JobClass, f64)> = Vec::new();
-    let mut predicted: [Vec<f64>; 4] = Default::default();
+    let mut predicted: [Vec<f64>; 5] = Default::default();
     for run in &runs {
         for (i, j) in run.jobs.iter().enumerate() {
             let others: Vec<&JobResult> = run
@@ -260,6 +273,7 @@ mod tests {
         assert_eq!(c.jobs.len(), 28, "{:?}", c.left_out);
         let score = |s: Source| c.scores.iter().find(|x| x.source == s).unwrap();
         let (named, learned) = (score(Source::Named), score(Source::Learned));
+        let with_bw = score(Source::LearnedBw);
         // 28 jobs alone at six shares, and both jobs of 38 pairs at four splits.
         assert!(named.overall.rows > 400, "{:?}", named.overall);
         assert!(
@@ -267,6 +281,12 @@ mod tests {
             "learned {:?} against named {:?}",
             learned.overall,
             named.overall
+        );
+        assert!(
+            with_bw.overall.rel_error_pct <= learned.overall.rel_error_pct,
+            "with bandwidth {:?} against without {:?}",
+            with_bw.overall,
+            learned.overall
         );
     }
 

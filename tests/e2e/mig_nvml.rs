@@ -345,12 +345,14 @@ fn the_fakes_profiles_match_the_catalog_and_refuse_bad_placements() {
     let _ = Path::new(&fake.lib);
 }
 
-/// The GPU memory NVML reports for a job's process is its learned profile's peak.
+/// The GPU memory NVML reports for a job's process is its learned profile's peak, and the
+/// DRAM bandwidth GPM reports for its MIG instance, where it runs alone, its bandwidth.
 #[tokio::test]
-async fn the_memory_nvml_reports_for_a_jobs_process_is_learned() {
+async fn the_memory_and_bandwidth_nvml_reports_for_a_job_are_learned() {
     use mmk_kernel_sched::artifacts::{FAKE_APP, INTERPOSER};
 
-    let fake = FakeNvml::new("a100-80gb:1");
+    let fake = FakeNvml::new("h100-80gb:1");
+    fake.tool(&["gpm", "0", "37"]);
     let bin = built();
     let interposer = bin.join(INTERPOSER).display().to_string();
     let d = fake.start(&["--interposer", &interposer]);
@@ -378,6 +380,9 @@ async fn the_memory_nvml_reports_for_a_jobs_process_is_learned() {
         (p["runs"] == 1).then_some(p)
     });
     assert_eq!(profile["memory_peak_mib"], 2048, "{profile}");
+    let bw = profile["dram_bw"].as_f64().expect("bandwidth measured");
+    assert!((bw - 0.37).abs() < 1e-9, "{profile}");
     let table = text(&d.ctl(&["profiles"]).stdout);
     assert!(table.contains(" 2GiB "), "{table}");
+    assert!(table.contains(" 37% "), "{table}");
 }

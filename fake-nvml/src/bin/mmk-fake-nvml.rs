@@ -11,6 +11,8 @@
 //! mmk-fake-nvml mig STATE GPU on|off     # MIG mode (refused while instances exist)
 //! mmk-fake-nvml proc STATE GPU PID MIB [ID] # a process holds MIB of GPU memory (0: none),
 //!                                        # on the whole GPU or in GPU instance ID
+//! mmk-fake-nvml gpm STATE GPU PCT|off    # GPM: the DRAM bandwidth use (percent) the GPU
+//!                                        # and its instances report, or no GPM
 //! ```
 
 use std::path::Path;
@@ -19,8 +21,9 @@ use std::process::ExitCode;
 use mmk_fake_nvml::state::{self, Locked, Node};
 
 fn run(args: &[String]) -> Result<(), String> {
-    let usage =
-        || "usage: mmk-fake-nvml init|show|json|create|destroy|busy|mig|proc STATE ...".to_owned();
+    let usage = || {
+        "usage: mmk-fake-nvml init|show|json|create|destroy|busy|mig|proc|gpm STATE ...".to_owned()
+    };
     let (verb, path) = match args {
         [verb, path, ..] => (verb.as_str(), Path::new(path)),
         _ => return Err(usage()),
@@ -144,6 +147,24 @@ fn run(args: &[String]) -> Result<(), String> {
                     ));
                 }
                 gpu.mig = on;
+                Ok(())
+            })
+        }
+        "gpm" => {
+            let [g, v] = rest else {
+                return Err(usage());
+            };
+            let pct = match v.as_str() {
+                "off" => None,
+                v => Some(
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|p| (0.0..=100.0).contains(p))
+                        .ok_or_else(|| format!("a percentage or off, not {v:?}"))?,
+                ),
+            };
+            change_gpu(path, num(g, "gpu")?, |gpu| {
+                gpu.gpm_dram_bw_pct = pct;
                 Ok(())
             })
         }

@@ -84,6 +84,14 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// The share of each partition's DRAM bandwidth used since the last call (NVML GPM,
+    /// Hopper and newer), as (GPU, GPU instance with MIG on, fraction 0..1); a partition
+    /// appears from the second call on. Empty where the backend cannot tell (the simulated
+    /// node, GPUs without GPM).
+    fn dram_bandwidth(&self) -> Vec<(u32, Option<u32>, f64)> {
+        Vec::new()
+    }
+
     /// What mmkd does with this GPU's layout, for the log at start; `None` when there is
     /// nothing to say (the simulated node changes every layout).
     fn layout_note(&self, _gpu: &GpuState) -> Option<&'static str> {

@@ -9,10 +9,10 @@
 //!
 //! nvml-wrapper's `possible_placements` returns an empty list (it never sets the vector's
 //! length, see shared/REFERENCE.md), and its safe API cannot list, create or destroy
-//! instances; those calls are the raw functions in this module's `raw` section, the only
-//! unsafe code here.
+//! instances; those calls are the raw functions in this module's `raw` section, which with
+//! the GPM samples kept between two readings (`gpm_sample`) is the only unsafe code here.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -41,6 +41,43 @@ pub struct NvmlBackend {
     take_over: bool,
     /// Instances mmkd created: (GPU UUID, GPU instance ID).
     own: Mutex<HashSet<(String, u32)>>,
+    /// The GPM samples [`GpuBackend::dram_bandwidth`] compares against.
+    gpm: Mutex<GpmSamples>,
+}
+
+/// Each partition's last GPM sample, as the driver's handle, by (GPU, GPU instance with
+/// MIG on); and whether each GPU has GPM (asked once).
+#[derive(Debug, Default)]
+struct GpmSamples {
+    last: HashMap<(u32, Option<u32>), usize>,
+    supported: HashMap<u32, bool>,
+}
+
+impl Drop for NvmlBackend {
+    fn drop(&mut self) {
+        let samples = self
+            .gpm
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (_, handle) in samples.last.drain() {
+            // SAFETY: a sample of this `nvml`, kept by `into_handle` and freed only here.
+            drop(unsafe { gpm_sample(&self.nvml, handle) });
+        }
+    }
+}
+
+/// The sample behind a handle that `GpmSample::into_handle` gave; dropping it frees it.
+///
+/// # Safety
+/// `handle` came from `into_handle` on a sample of `nvml` and has not been freed.
+unsafe fn gpm_sample(nvml: &Nvml, handle: usize) -> nvml_wrapper::gpm::GpmSample<'_> {
+    // SAFETY: as the caller promises.
+    unsafe {
+        nvml_wrapper::gpm::GpmSample::from_handle(
+            nvml,
+            handle as nvml_wrapper_sys::bindings::nvmlGpmSample_t,
+        )
+    }
 }
 
 fn nvml_err(context: impl Into<String>) -> impl FnOnce(NvmlError) -> BackendError {
@@ -118,6 +155,7 @@ impl NvmlBackend {
             mig_gpus,
             take_over,
             own: Mutex::new(HashSet::new()),
+            gpm: Mutex::default(),
         })
     }
 
@@ -441,6 +479,80 @@ impl GpuBackend for NvmlBackend {
             }
         }
         by_pid.into_iter().collect()
+    }
+
+    /// GPM's DRAM bandwidth use of each GPU (MIG off) or GPU instance (MIG on) between
+    /// this call's sample and the last one's.
+    fn dram_bandwidth(&self) -> Vec<(u32, Option<u32>, f64)> {
+        use nvml_wrapper::enums::gpm::GpmMetricId;
+        let mut samples = self
+            .gpm
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        for index in 0..self.static_gpus.len() as u32 {
+            let Ok(d) = self.nvml.device_by_index(index) else {
+                continue;
+            };
+            let supported = *samples
+                .supported
+                .entry(index)
+                .or_insert_with(|| d.gpm_support().unwrap_or(false));
+            if !supported {
+                continue;
+            }
+            let parts: Vec<Option<u32>> = if d.mig_mode().map(|m| m.current == 1).unwrap_or(false) {
+                raw::mig_uuids(&self.nvml, &d)
+                    .into_iter()
+                    .map(|(gi, _)| Some(gi))
+                    .collect()
+            } else {
+                vec![None]
+            };
+            for part in parts {
+                let sample = match part {
+                    None => d.gpm_sample(),
+                    Some(gi) => d.gpm_mig_sample(gi),
+                };
+                let Ok(sample) = sample else {
+                    continue;
+                };
+                let key = (index, part);
+                seen.insert(key);
+                if let Some(handle) = samples.last.remove(&key) {
+                    // SAFETY: stored below by `into_handle`, not freed since.
+                    let before = unsafe { gpm_sample(&self.nvml, handle) };
+                    let got = nvml_wrapper::gpm::gpm_metrics_get(
+                        &self.nvml,
+                        &before,
+                        &sample,
+                        &[GpmMetricId::DramBwUtil],
+                    );
+                    if let Ok(got) = got
+                        && let Some(Ok(m)) = got.first()
+                        && m.value.is_finite()
+                    {
+                        out.push((index, part, (m.value / 100.0).clamp(0.0, 1.0)));
+                    }
+                }
+                samples.last.insert(key, sample.into_handle() as usize);
+            }
+        }
+        // A partition gone (its instance destroyed): its sample goes too.
+        let gone: Vec<(u32, Option<u32>)> = samples
+            .last
+            .keys()
+            .filter(|k| !seen.contains(k))
+            .copied()
+            .collect();
+        for key in gone {
+            if let Some(handle) = samples.last.remove(&key) {
+                // SAFETY: stored by `into_handle`, not freed since.
+                drop(unsafe { gpm_sample(&self.nvml, handle) });
+            }
+        }
+        out
     }
 
     fn layout_note(&self, gpu: &GpuState) -> Option<&'static str> {

@@ -32,6 +32,8 @@ pub const HIST_BINS: usize = 101;
 /// A profile with fewer samples than this, or less time, is shown but not planned on.
 pub const MIN_SAMPLES: u64 = 1500;
 pub const MIN_SECONDS: f64 = 3.0;
+/// Windows of a job alone in its partition before its measured bandwidth is used.
+pub const MIN_BW_WINDOWS: u64 = 3;
 /// Past this many samples (about an hour of running), older samples weigh less: a
 /// profile follows a job that changes.
 pub const MAX_SAMPLES: u64 = 1_500_000;
@@ -62,6 +64,13 @@ pub struct Observed {
     /// driver that does not tell).
     #[serde(default)]
     pub mem_peak_bytes: u64,
+    /// Windows of about a second in which the job ran alone in its partition and the
+    /// driver said how much of the partition's DRAM bandwidth was used (NVML GPM, Hopper
+    /// and newer), and the sum of those fractions; 0: none yet.
+    #[serde(default)]
+    pub bw_windows: u64,
+    #[serde(default)]
+    pub bw_sum: f64,
 }
 
 impl Default for Observed {
@@ -76,6 +85,8 @@ impl Default for Observed {
             completed: 0,
             runs: 0,
             mem_peak_bytes: 0,
+            bw_windows: 0,
+            bw_sum: 0.0,
         }
     }
 }
@@ -93,6 +104,8 @@ pub enum ObservedError {
     Busy { busy: u64, samples: u64 },
     #[error("seconds is {0}")]
     Seconds(f64),
+    #[error("a bandwidth sum of {sum} over {windows} windows")]
+    Bandwidth { sum: f64, windows: u64 },
 }
 
 impl Observed {
@@ -120,6 +133,12 @@ impl Observed {
         if !self.seconds.is_finite() || self.seconds < 0.0 {
             return Err(ObservedError::Seconds(self.seconds));
         }
+        if !self.bw_sum.is_finite() || self.bw_sum < 0.0 || self.bw_sum > self.bw_windows as f64 {
+            return Err(ObservedError::Bandwidth {
+                sum: self.bw_sum,
+                windows: self.bw_windows,
+            });
+        }
         Ok(())
     }
 
@@ -142,6 +161,8 @@ impl Observed {
         self.completed = self.completed.saturating_add(other.completed);
         self.runs = self.runs.saturating_add(other.runs);
         self.mem_peak_bytes = self.mem_peak_bytes.max(other.mem_peak_bytes);
+        self.bw_windows = self.bw_windows.saturating_add(other.bw_windows);
+        self.bw_sum += other.bw_sum;
         if self.samples > MAX_SAMPLES {
             self.scale(MAX_SAMPLES as f64 / self.samples as f64);
         }
@@ -158,6 +179,26 @@ impl Observed {
         self.seconds *= f;
         self.launches = s(self.launches);
         self.completed = s(self.completed);
+        if self.bw_windows > 0 {
+            let windows = s(self.bw_windows).max(1);
+            self.bw_sum *= windows as f64 / self.bw_windows as f64;
+            self.bw_windows = windows;
+        }
+    }
+
+    /// One window of about a second with the job alone in its partition, in which it used
+    /// `frac` of the partition's DRAM bandwidth.
+    pub fn bandwidth(&mut self, frac: f64) {
+        if frac.is_finite() {
+            self.bw_windows += 1;
+            self.bw_sum += frac.clamp(0.0, 1.0);
+        }
+    }
+
+    /// The mean share of its partition's DRAM bandwidth the job used alone, once measured
+    /// over [`MIN_BW_WINDOWS`] windows.
+    pub fn bw_mean(&self) -> Option<f64> {
+        (self.bw_windows >= MIN_BW_WINDOWS).then(|| self.bw_sum / self.bw_windows as f64)
     }
 
     /// Time-weighted mean SM demand, as a fraction of the GPU.
@@ -265,7 +306,7 @@ pub struct Learned {
 impl Learned {
     /// What the planner assumes of a job with this profile ([`JobProfile::learned`]).
     pub fn job_profile(&self, class: JobClass) -> JobProfile {
-        JobProfile::learned(class, self.observed.sm_mean())
+        JobProfile::learned(class, self.observed.sm_mean(), self.observed.bw_mean())
     }
 
     /// "learned (age 3m 20s, 4,210 samples)", for `mmkctl jobs get`.
@@ -468,6 +509,40 @@ mod tests {
         assert!((big.sm_mean() - 0.25).abs() < 1e-3);
     }
 
+    /// The bandwidth measured alone is used once three windows have it, and replaces the
+    /// prior's scaled guess in the planner's profile; runs add up, scaling keeps the mean.
+    #[test]
+    fn a_measured_bandwidth_is_used_after_three_windows() {
+        let mut o = half_busy(2000);
+        let learned = |o: &Observed| Learned {
+            signature: "s".into(),
+            owner_uid: None,
+            name: "train".into(),
+            class: JobClass::Offline,
+            observed: o.clone(),
+            created_at: 0,
+            updated_at: 0,
+        };
+        let guessed = learned(&o).job_profile(JobClass::Offline).bw_demand;
+        o.bandwidth(0.6);
+        o.bandwidth(0.8);
+        assert_eq!(o.bw_mean(), None);
+        assert_eq!(
+            learned(&o).job_profile(JobClass::Offline).bw_demand,
+            guessed
+        );
+        o.bandwidth(f64::NAN);
+        o.bandwidth(1.3);
+        assert_eq!(o.bw_windows, 3);
+        assert!((o.bw_mean().expect("measured") - 0.8).abs() < 1e-9);
+        assert!((learned(&o).job_profile(JobClass::Offline).bw_demand - 0.8).abs() < 1e-9);
+        let mut big = o.clone();
+        big.scale(1000.0);
+        big.merge(&o);
+        assert_eq!(big.check(), Ok(()));
+        assert!((big.bw_mean().expect("measured") - 0.8).abs() < 1e-6);
+    }
+
     #[test]
     fn a_bad_stored_profile_says_what_is_wrong() {
         let mut o = half_busy(10);
@@ -482,6 +557,10 @@ mod tests {
         let mut o = half_busy(10);
         o.version = 9;
         assert_eq!(o.check(), Err(ObservedError::Version(9)));
+        let mut o = half_busy(10);
+        o.bw_windows = 2;
+        o.bw_sum = 2.5;
+        assert!(matches!(o.check(), Err(ObservedError::Bandwidth { .. })));
     }
 
     #[test]

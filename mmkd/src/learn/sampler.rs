@@ -69,6 +69,9 @@ pub struct Watch {
     pub class: JobClass,
     /// Its partition's gate.
     pub gate: PathBuf,
+    /// Its partition: the GPU, and the GPU instance with MIG on (as
+    /// [`Readings::bandwidth`] names them).
+    pub partition: (u32, Option<u32>),
     pub gpu_sms: u32,
     /// The uid its processes run as.
     pub uid: u32,
@@ -88,6 +91,9 @@ struct Watched {
     last_flush: Instant,
     /// The job's first report of this run counts the run.
     counted_run: bool,
+    /// Since the last reading of the device: whether its processes were alone in its gate
+    /// at every sample that found them there (`None`: no sample did).
+    alone: Option<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -100,9 +106,9 @@ struct Shared {
     carried: Mutex<HashMap<u64, JobTotals>>,
     wake: Condvar,
     stop: AtomicBool,
-    /// The latest reading of the processes' GPU memory, not yet applied: read on a thread
-    /// of its own, so that a slow driver does not hold up the samples.
-    memory: Mutex<Option<Vec<(u32, u64)>>>,
+    /// The latest reading of the device, not yet applied: read on a thread of its own, so
+    /// that a slow driver does not hold up the samples.
+    readings: Mutex<Option<Readings>>,
 }
 
 /// The sampler thread and how to tell it which jobs run.
@@ -111,13 +117,13 @@ pub struct Sampler {
     shared: Arc<Shared>,
     reports: mpsc::UnboundedSender<Seen>,
     identify: Identify,
-    memory: Option<ProcessMemory>,
+    device: Option<ReadDevice>,
 }
 
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sampler")
-            .field("memory", &self.memory.is_some())
+            .field("device", &self.device.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -125,11 +131,21 @@ impl std::fmt::Debug for Sampler {
 /// Who a process is: the job id its environment names and the uid it runs as.
 pub type Identify = fn(pid: u32) -> Option<(u64, u32)>;
 
-/// GPU memory held per process, as (pid, bytes): the GPU backend's, read once a second.
-pub type ProcessMemory = Arc<dyn Fn() -> Vec<(u32, u64)> + Send + Sync>;
+/// What the GPU backend says, read once a second.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Readings {
+    /// GPU memory held per process, as (pid, bytes).
+    pub memory: Vec<(u32, u64)>,
+    /// The share of each partition's DRAM bandwidth used since the last reading, as (GPU,
+    /// GPU instance with MIG on, fraction).
+    pub bandwidth: Vec<(u32, Option<u32>, f64)>,
+}
 
-/// How often the processes' GPU memory is read.
-const MEMORY_EVERY: Duration = Duration::from_secs(1);
+/// Reads the device: the GPU backend's `process_memory` and `dram_bandwidth`.
+pub type ReadDevice = Arc<dyn Fn() -> Readings + Send + Sync>;
+
+/// How often the device is read.
+const DEVICE_EVERY: Duration = Duration::from_secs(1);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -137,36 +153,37 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Sampler {
     /// Starts the thread; what it sees comes out of the receiver.
-    /// `memory`: where the processes' GPU memory is read from (the GPU backend), if
-    /// anywhere.
+    /// `device`: where the processes' GPU memory and the partitions' bandwidth are read
+    /// from (the GPU backend), if anywhere.
     pub fn start(
-        memory: Option<ProcessMemory>,
+        device: Option<ReadDevice>,
     ) -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
-        Sampler::start_with(identify, memory)
+        Sampler::start_with(identify, device)
     }
 
     fn start_with(
         identify: Identify,
-        memory: Option<ProcessMemory>,
+        device: Option<ReadDevice>,
     ) -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let sampler = Sampler {
             shared: Arc::default(),
             reports: tx,
             identify,
-            memory,
+            device,
         };
         let running = sampler.clone();
         let handle = std::thread::Builder::new()
             .name("mmk-sampler".into())
             .spawn(move || running.run())
             .expect("a thread can be started at mmkd's start");
-        if let Some(read) = sampler.memory.clone() {
+        if let Some(read) = sampler.device.clone() {
             let shared = Arc::clone(&sampler.shared);
-            // A reader that cannot start leaves profiles without memory, nothing else.
+            // A reader that cannot start leaves profiles without memory and bandwidth,
+            // nothing else.
             let _ = std::thread::Builder::new()
-                .name("mmk-memory".into())
-                .spawn(move || read_memory(&shared, &read));
+                .name("mmk-device".into())
+                .spawn(move || read_device(&shared, &read));
         }
         (sampler, rx, handle)
     }
@@ -186,6 +203,7 @@ impl Sampler {
                 last_sample: None,
                 last_flush: now,
                 counted_run: false,
+                alone: None,
             },
         );
         self.shared.wake.notify_one();
@@ -285,11 +303,12 @@ impl Sampler {
                 return;
             }
             std::thread::sleep(Duration::from_micros(rng.period_us()));
-            let memory = lock(&self.shared.memory).take();
+            let readings = lock(&self.shared.readings).take();
             let mut jobs = lock(&self.shared.jobs);
             self.sample(&mut jobs, &mut gates, &mut owners);
-            if let Some(memory) = memory {
-                peak_memory(&mut jobs, &memory);
+            if let Some(r) = readings {
+                peak_memory(&mut jobs, &r.memory);
+                bandwidth(&mut jobs, &r.bandwidth);
             }
             if last_reap.elapsed() >= REAP_EVERY {
                 // A process that died with kernels in flight would look busy until a
@@ -358,18 +377,32 @@ impl Sampler {
             {
                 offline_busy.push(path.clone());
             }
-            for slot in slots {
+            // The watched job each slot belongs to; one job's processes alone in the gate
+            // leave it alone in its partition.
+            let slot_owners: Vec<Option<u64>> = slots
+                .iter()
+                .map(|slot| {
+                    *owners.entry(slot.pid).or_insert_with(|| {
+                        let (job, uid) = (self.identify)(slot.pid)?;
+                        jobs.get(&job).filter(|w| w.watch.uid == uid).map(|_| job)
+                    })
+                })
+                .collect();
+            let only = match slot_owners.split_first() {
+                Some((first, rest)) if rest.iter().all(|o| o == first) => *first,
+                _ => None,
+            };
+            for (slot, owner) in slots.into_iter().zip(slot_owners) {
                 seen_pids.push(slot.pid);
-                let owner = *owners.entry(slot.pid).or_insert_with(|| {
-                    let (job, uid) = (self.identify)(slot.pid)?;
-                    jobs.get(&job).filter(|w| w.watch.uid == uid).map(|_| job)
-                });
                 let Some(job) = owner else { continue };
                 let Some(w) = jobs.get_mut(&job) else {
                     continue;
                 };
                 if w.watch.gate != path {
                     continue;
+                }
+                if w.in_gate.is_empty() {
+                    w.alone = Some(w.alone.unwrap_or(true) && only == Some(job));
                 }
                 w.in_gate.push(slot.pid);
                 let e = state.entry(job).or_default();
@@ -429,15 +462,30 @@ impl Sampler {
     }
 }
 
-/// Reads the processes' GPU memory once a second while mmkd runs and jobs are watched,
-/// leaving the latest reading for the sampler.
-fn read_memory(shared: &Shared, read: &ProcessMemory) {
+/// Reads the device once a second while mmkd runs and jobs are watched, leaving the
+/// latest reading for the sampler.
+fn read_device(shared: &Shared, read: &ReadDevice) {
     while !shared.stop.load(Ordering::Acquire) {
         if !lock(&shared.jobs).is_empty() {
             let now = read();
-            *lock(&shared.memory) = Some(now);
+            *lock(&shared.readings) = Some(now);
         }
-        std::thread::sleep(MEMORY_EVERY);
+        std::thread::sleep(DEVICE_EVERY);
+    }
+}
+
+/// A reading of the partitions' bandwidth closes a window: each watched job that was
+/// alone in its partition at every sample of the window gets its partition's share;
+/// every job's next window starts.
+fn bandwidth(jobs: &mut HashMap<u64, Watched>, readings: &[(u32, Option<u32>, f64)]) {
+    for w in jobs.values_mut() {
+        if w.alone.take() == Some(true)
+            && let Some(&(_, _, frac)) = readings
+                .iter()
+                .find(|(gpu, gi, _)| (*gpu, *gi) == w.watch.partition)
+        {
+            w.observed.bandwidth(frac);
+        }
     }
 }
 
@@ -509,6 +557,7 @@ mod tests {
             name: "x".into(),
             class,
             gate,
+            partition: (0, None),
             gpu_sms,
             uid: rustix::process::getuid().as_raw(),
         }
@@ -585,11 +634,14 @@ mod tests {
         let _stranger = gate.join(1, Class::Offline, 1.0).expect("slot");
         let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = Arc::clone(&calls);
-        let memory: ProcessMemory = Arc::new(move || {
+        let memory: ReadDevice = Arc::new(move || {
             // 5 GiB at first, 3 GiB from the second read on; pid 1 is not the job's.
             let n = counted.fetch_add(1, Ordering::Relaxed);
             let gib = if n == 0 { 5 } else { 3 };
-            vec![(me, gib << 30), (1, 40 << 30)]
+            Readings {
+                memory: vec![(me, gib << 30), (1, 40 << 30)],
+                bandwidth: Vec::new(),
+            }
         });
         let (sampler, mut rx, handle) = Sampler::start_with(job_seven, Some(memory));
         sampler.watch(JOB, test_watch(JobClass::Offline, path, 132));
@@ -612,6 +664,60 @@ mod tests {
             "read about once a second"
         );
         assert_eq!(seen.observed.mem_peak_bytes, 5 << 30);
+    }
+
+    /// The device's bandwidth reading of a job's partition counts for the job when its
+    /// processes were alone in the gate over the window, and not when another process was
+    /// there too; another partition's reading never counts.
+    #[tokio::test]
+    async fn a_jobs_bandwidth_is_its_partitions_while_it_runs_alone() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let gate =
+            Gate::create(&path, &GateConfig::new(132, PolicyKind::Passthrough)).expect("gate");
+        let slot = gate
+            .join(std::process::id(), Class::Offline, 1.0)
+            .expect("slot");
+        let device: ReadDevice = Arc::new(|| Readings {
+            memory: Vec::new(),
+            bandwidth: vec![(1, None, 0.9), (0, None, 0.4), (0, Some(3), 0.7)],
+        });
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, Some(device));
+        let charge = Charge {
+            sm: 10,
+            ..Charge::default()
+        };
+        let run = |ms: u64| {
+            let until = Instant::now() + Duration::from_millis(ms);
+            while Instant::now() < until {
+                gate.begin(slot, &charge);
+                std::thread::sleep(Duration::from_millis(5));
+                gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+            }
+        };
+        sampler.watch(JOB, test_watch(JobClass::Offline, path.clone(), 132));
+        run(2_600);
+        sampler.unwatch(JOB, true);
+        let alone = rx.recv().await.expect("a report").observed;
+        assert!(
+            (2..=3).contains(&alone.bw_windows),
+            "a reading a second: {}",
+            alone.bw_windows
+        );
+        assert!(
+            (alone.bw_sum / alone.bw_windows as f64 - 0.4).abs() < 1e-9,
+            "{alone:?}"
+        );
+        // pid 1, not the job's, joins the partition.
+        let _stranger = gate.join(1, Class::Offline, 1.0).expect("slot");
+        sampler.watch(JOB, test_watch(JobClass::Offline, path, 132));
+        run(2_600);
+        sampler.unwatch(JOB, true);
+        sampler.stop();
+        handle.join().expect("sampler");
+        let shared = rx.recv().await.expect("a report").observed;
+        assert!(shared.samples > 0);
+        assert_eq!(shared.bw_windows, 0, "{shared:?}");
     }
 
     /// An online job beside an offline kernel that stays in flight: all its busy time is

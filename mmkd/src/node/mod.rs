@@ -40,7 +40,7 @@ pub use service::MAX_REQUEST_ID;
 
 use crate::backend::GpuBackend;
 use crate::job::{Change, JobRecord};
-use crate::learn::sampler::Sampler;
+use crate::learn::sampler::{Readings, Sampler};
 use crate::learn::{Learned, Profiles, Seen};
 use crate::metrics::NodeMetrics;
 use crate::mps::Mps;
@@ -122,9 +122,11 @@ impl Node {
     ) -> Result<(Node, JoinHandle<()>), StoreError> {
         let (events, _) = broadcast::channel(1024);
         let learned = Profiles::new(load_profiles(&store).await?);
-        let memory_of = Arc::clone(&backend);
-        let (sampler, reports, sampling) =
-            Sampler::start(Some(Arc::new(move || memory_of.process_memory())));
+        let device = Arc::clone(&backend);
+        let (sampler, reports, sampling) = Sampler::start(Some(Arc::new(move || Readings {
+            memory: device.process_memory(),
+            bandwidth: device.dram_bandwidth(),
+        })));
         let node = Node {
             inner: Arc::new(Inner {
                 store,

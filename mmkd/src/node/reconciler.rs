@@ -632,6 +632,7 @@ impl Node {
                 name: job.spec.name.clone(),
                 class: job.spec.class,
                 gate: k.gate.clone(),
+                partition: (a.slot.gpu, a.slot.profile_id.map(|_| a.instance_id)),
                 gpu_sms,
                 uid,
             },
