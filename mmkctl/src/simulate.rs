@@ -78,6 +78,10 @@ pub struct SimulateArgs {
     /// Also write the generated trace (CSV), to replay it later with --trace.
     #[arg(long, value_name = "FILE")]
     pub save_trace: Option<PathBuf>,
+    /// Also write each job's times under each policy (CSV: arrival, start, finish, JCT,
+    /// solo time, wait, JCT over solo time).
+    #[arg(long, value_name = "FILE")]
+    pub jobs_out: Option<PathBuf>,
 }
 
 pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
@@ -125,9 +129,9 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             "--trace replays one trace: several --interval or --seed values generate several",
         ));
     }
-    if sweep && (a.svg.is_some() || a.save_trace.is_some()) {
+    if sweep && (a.svg.is_some() || a.save_trace.is_some() || a.jobs_out.is_some()) {
         return Err(Failure::usage(
-            "--svg and --save-trace need one generated trace: give one --interval and one --seed",
+            "--svg, --save-trace and --jobs-out need one trace: give one --interval and one --seed",
         ));
     }
     if gpus == 0 || gpus > 64 {
@@ -285,10 +289,15 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let runs = run_policies(&t, &cfg, &a.policies, &plain, scheduled.as_ref(), "")?;
-    if let Some(path) = &a.svg {
-        let rs: Vec<&RunResult> = runs.iter().map(|(r, _)| r).collect();
-        std::fs::write(path, report::cdf_svg(&rs))
-            .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
+    let rs: Vec<&RunResult> = runs.iter().map(|(r, _)| r).collect();
+    for (path, text) in [
+        (&a.svg, report::cdf_svg as fn(&[&RunResult]) -> String),
+        (&a.jobs_out, report::jobs_csv),
+    ] {
+        if let Some(path) = path {
+            std::fs::write(path, text(&rs))
+                .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
+        }
     }
     let sums: Vec<(Summary, f64)> = runs.iter().map(|(r, s)| (Summary::of(r), *s)).collect();
     let report = Report {

@@ -24,6 +24,8 @@ fn simulate_compares_every_policy_reproducibly() {
         "cdf.svg",
         "--save-trace",
         "trace.csv",
+        "--jobs-out",
+        "jobs.csv",
     ];
     let out = mmkctl(d, &args);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -61,6 +63,26 @@ fn simulate_compares_every_policy_reproducibly() {
     assert!((0.765..0.775).contains(&offline), "{effect}");
     let svg = std::fs::read_to_string(d.join("cdf.svg")).expect("svg");
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 5);
+    // A row per job and policy, whose JCTs average to the report's.
+    let jobs = std::fs::read_to_string(d.join("jobs.csv")).expect("jobs.csv");
+    assert!(jobs.starts_with("policy,id,workload,class,arrival_s,start_s,finish_s,jct_s,"));
+    let mmk: Vec<f64> = jobs
+        .lines()
+        .filter(|l| l.starts_with("mmk,"))
+        .map(|l| {
+            l.split(',')
+                .nth(7)
+                .and_then(|v| v.parse().ok())
+                .expect("jct")
+        })
+        .collect();
+    assert_eq!((jobs.lines().count(), mmk.len()), (1 + 5 * 30, 30));
+    let mean = mmk.iter().sum::<f64>() / 30.0;
+    let reported = policies[4]["avg_jct_s"].as_f64().expect("jct");
+    assert!(
+        (mean - reported).abs() < 0.01 * reported,
+        "{mean} against {reported}"
+    );
 
     // The same seed, or the saved trace, gives the same numbers.
     let again: serde_json::Value = serde_json::from_slice(&mmkctl(d, &args).stdout).expect("JSON");
@@ -282,7 +304,7 @@ fn simulate_sweeps_arrival_rates_over_seeds() {
         ),
         (
             ["--svg", "c.svg"],
-            "mmkctl: --svg and --save-trace need one generated trace: give one --interval and one --seed",
+            "mmkctl: --svg, --save-trace and --jobs-out need one trace: give one --interval and one --seed",
         ),
     ] {
         let mut args = vec!["simulate", "--seed", "1,2"];
