@@ -384,6 +384,21 @@ pub struct Converted {
     pub skipped: Vec<String>,
 }
 
+/// The runs among `records`; none is [`MeasuredError::NoRuns`].
+pub(crate) fn runs_of(records: &[Record]) -> Result<Vec<&Run>, MeasuredError> {
+    let runs: Vec<&Run> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Run(run) => Some(run),
+            _ => None,
+        })
+        .collect();
+    if runs.is_empty() {
+        return Err(MeasuredError::NoRuns);
+    }
+    Ok(runs)
+}
+
 /// What a job uses alone at one share.
 #[derive(Debug, Clone, Copy)]
 struct Use {
@@ -396,16 +411,7 @@ struct Use {
 /// reference (alone at 100 % with GPM metrics), or that finished fewer than 2 iterations,
 /// gives no row; the reason is in [`Converted::skipped`].
 pub fn to_dataset(records: &[Record]) -> Result<Converted, MeasuredError> {
-    let runs: Vec<&Run> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Run(run) => Some(run),
-            _ => None,
-        })
-        .collect();
-    if runs.is_empty() {
-        return Err(MeasuredError::NoRuns);
-    }
+    let runs = runs_of(records)?;
     // A job is (workload, batch); its reference and its use at each share measured.
     type Key = (String, u32);
     let key = JobRef::key;

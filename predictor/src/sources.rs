@@ -28,7 +28,7 @@ use mmk_partitioner::{CoRunner, JobProfile, PartitionShape, PerfModel};
 use serde::Serialize;
 
 use crate::eval::Errors;
-use crate::measured::{JobResult, MAX_PERF, MeasuredError, Mode, Record, Run};
+use crate::measured::{JobResult, MAX_PERF, MeasuredError, Mode, Record, runs_of};
 
 /// Where a job's profile comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -97,16 +97,7 @@ fn table_workload(name: &str) -> Option<&'static Workload> {
 /// each needs a run alone at 100 % with GPM metrics, a [`Kernels`] record and a workload
 /// of the table; a configuration with a job that lacks one is left out, and said so.
 pub fn compare(records: &[Record], model: &dyn PerfModel) -> Result<Comparison, MeasuredError> {
-    let runs: Vec<&Run> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Run(run) => Some(run),
-            _ => None,
-        })
-        .collect();
-    if runs.is_empty() {
-        return Err(MeasuredError::NoRuns);
-    }
+    let runs = runs_of(records)?;
     type Key = (String, u32);
     let key = |j: &JobResult| j.job.key();
     let label = |k: &Key| format!("{}-b{}", k.0, k.1);

@@ -100,6 +100,24 @@ pub struct RunResult {
     pub plans: u64,
 }
 
+impl RunResult {
+    /// A run of `policy` with nothing in it yet.
+    pub fn empty(policy: &str) -> RunResult {
+        RunResult {
+            policy: policy.to_owned(),
+            jobs: Vec::new(),
+            reconfigurations: 0,
+            moves: 0,
+            stp_integral: 0.0,
+            online_run_s: 0.0,
+            slo_miss_s: 0.0,
+            job_run_s: 0.0,
+            mixed_run_s: 0.0,
+            plans: 0,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Run {
     remaining: f64,
@@ -155,18 +173,7 @@ pub fn simulate(
     let mut active: Vec<JobDemand> = Vec::new();
     let mut runs: HashMap<u64, Run> = HashMap::new();
     let mut done: Vec<JobOutcome> = Vec::with_capacity(total);
-    let mut result = RunResult {
-        policy: planner.name().to_owned(),
-        jobs: Vec::new(),
-        reconfigurations: 0,
-        moves: 0,
-        stp_integral: 0.0,
-        online_run_s: 0.0,
-        slo_miss_s: 0.0,
-        job_run_s: 0.0,
-        mixed_run_s: 0.0,
-        plans: 0,
-    };
+    let mut result = RunResult::empty(planner.name());
     let mut next = 0;
     let mut now = 0.0_f64;
     let mut dirty = false;

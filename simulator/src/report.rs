@@ -209,7 +209,6 @@ mod tests {
     #[test]
     fn a_jobs_row_has_its_times_and_its_wait() {
         let r = RunResult {
-            policy: "mmk".into(),
             jobs: vec![JobOutcome {
                 id: 3,
                 workload: "bert-train",
@@ -219,14 +218,8 @@ mod tests {
                 finish_s: 110.0,
                 solo_s: 50.0,
             }],
-            reconfigurations: 0,
-            moves: 0,
-            stp_integral: 0.0,
-            online_run_s: 0.0,
-            slo_miss_s: 0.0,
-            job_run_s: 0.0,
-            mixed_run_s: 0.0,
             plans: 1,
+            ..RunResult::empty("mmk")
         };
         let csv = jobs_csv(&[&r]);
         let mut lines = csv.lines();
