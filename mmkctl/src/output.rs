@@ -807,7 +807,7 @@ pub struct LearnedOut {
     pub updated_at: Option<String>,
     /// The most GPU memory its processes held at once; null when the driver does not tell.
     pub memory_peak_mib: Option<u64>,
-    /// The share of its partition's DRAM bandwidth it used alone there; null until
+    /// The share of the GPU's DRAM bandwidth it used alone in its partition; null until
     /// measured (GPUs with GPM only).
     pub dram_bw: Option<f64>,
 }

@@ -56,7 +56,7 @@ impl JobProfile {
     /// A job whose demands mmkd learned: `sm_mean` from its own launches (the
     /// time-weighted mean of what its kernels in flight asked for, idle time included, as
     /// a fraction of the GPU), `bw_mean` from the driver while it ran alone in its
-    /// partition (NVML GPM's DRAM bandwidth use, as a fraction of the partition's). Without
+    /// partition (NVML GPM's DRAM bandwidth use, as a fraction of the GPU's). Without
     /// a measured bandwidth, its class's prior scaled by the SM demand's ratio.
     pub fn learned(class: JobClass, sm_mean: f64, bw_mean: Option<f64>) -> JobProfile {
         let prior = JobProfile::prior(class);

@@ -346,7 +346,8 @@ fn the_fakes_profiles_match_the_catalog_and_refuse_bad_placements() {
 }
 
 /// The GPU memory NVML reports for a job's process is its learned profile's peak, and the
-/// DRAM bandwidth GPM reports for its MIG instance, where it runs alone, its bandwidth.
+/// DRAM bandwidth GPM reports for its MIG instance, where it runs alone, its bandwidth (as
+/// a share of the GPU's).
 #[tokio::test]
 async fn the_memory_and_bandwidth_nvml_reports_for_a_job_are_learned() {
     use mmk_kernel_sched::artifacts::{FAKE_APP, INTERPOSER};
@@ -366,12 +367,15 @@ async fn the_memory_and_bandwidth_nvml_reports_for_a_job_are_learned() {
     let id = d.submit("--offline", &yaml);
     wait_state(&mut c, id, v1::JobState::Running).await;
     // The job's process, as its partition's gate lists it, holds 2 GiB in its instance.
-    let (pid, instance) = crate::harness::wait_for("the job's process in its gate", || {
-        let parts = d.ctl_json(&["partitions", "show"]);
-        let part = parts[0]["partitions"].as_array()?.first()?.clone();
-        let pid = part["gate"]["processes"].as_array()?.first()?["pid"].as_u64()?;
-        Some((pid, part["instance_id"].as_u64()?))
-    });
+    let (pid, instance, mem_frac) =
+        crate::harness::wait_for("the job's process in its gate", || {
+            let parts = d.ctl_json(&["partitions", "show"]);
+            let part = parts[0]["partitions"].as_array()?.first()?.clone();
+            let pid = part["gate"]["processes"].as_array()?.first()?["pid"].as_u64()?;
+            // The instance's share of the GPU's memory slices, and so of its bandwidth.
+            let frac = part["size_slices"].as_f64()? / parts[0]["memory_slices"].as_f64()?;
+            Some((pid, part["instance_id"].as_u64()?, frac))
+        });
     fake.tool(&["proc", "0", &pid.to_string(), "2048", &instance.to_string()]);
     wait_state(&mut c, id, v1::JobState::Succeeded).await;
     let profile = crate::harness::wait_for("the learned profile", || {
@@ -380,9 +384,11 @@ async fn the_memory_and_bandwidth_nvml_reports_for_a_job_are_learned() {
         (p["runs"] == 1).then_some(p)
     });
     assert_eq!(profile["memory_peak_mib"], 2048, "{profile}");
+    // 37 % of its instance's bandwidth, as a share of the GPU's.
     let bw = profile["dram_bw"].as_f64().expect("bandwidth measured");
-    assert!((bw - 0.37).abs() < 1e-9, "{profile}");
+    assert!(mem_frac < 1.0, "a MIG instance: {mem_frac}");
+    assert!((bw - 0.37 * mem_frac).abs() < 1e-9, "{profile}");
     let table = text(&d.ctl(&["profiles"]).stdout);
     assert!(table.contains(" 2GiB "), "{table}");
-    assert!(table.contains(" 37% "), "{table}");
+    assert!(table.contains(&format!(" {:.0}% ", bw * 100.0)), "{table}");
 }

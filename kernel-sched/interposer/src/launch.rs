@@ -286,7 +286,6 @@ fn after(p: &'static Process, api: Api, shape: &Shape, ticket: Ticket, rc: CUres
                 stream: shape.stream,
                 gate: gate.map(|(slot, charge)| (slot, charge, Vec::new())),
                 record: ticket.record,
-                thread: 0,
             },
         ),
         None => {

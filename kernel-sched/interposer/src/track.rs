@@ -9,7 +9,10 @@
 //! as complete. A stream being captured gets no event; its tail counts as complete at once
 //! (`early` in the stats). A stream that is destroyed or starts a capture first gets an
 //! event behind its tail on the caller's thread. While launches keep coming the poller
-//! does not wait on its condition variable, so that a launch need not wake it.
+//! does not wait on its condition variable, so that a launch need not wake it. A launch
+//! on a thread's per-thread default stream gets an event of its own, recorded by that
+//! thread: the poller cannot name another thread's per-thread stream, and an event on the
+//! legacy stream in its place would hold back every blocking stream.
 //!
 //! With `MMK_KSCHED_EVENTS=launch` (for measuring what it costs) each launch gets an event
 //! of its own, recorded by the launching thread. Record mode keeps an event pair per
@@ -55,19 +58,6 @@ fn events_per_launch() -> bool {
     std::env::var(mmk_kernel_sched::env::EVENTS).is_ok_and(|v| v == "launch")
 }
 
-/// The calling thread's ID when `stream` is the per-thread default stream (each thread has
-/// its own), else 0. (A null stream reached through a `_ptsz` entry point is a per-thread
-/// stream too, which the hooks cannot tell from the legacy one: a program built with
-/// per-thread default streams should not share events.)
-fn per_thread_key(stream: CUstream) -> u64 {
-    if stream as usize == CU_STREAM_PER_THREAD {
-        // SAFETY: gettid has no arguments and cannot fail.
-        u64::try_from(unsafe { libc::gettid() }).unwrap_or(0)
-    } else {
-        0
-    }
-}
-
 /// Launches that no event can cover count as complete now (`early` in the stats).
 fn complete_early(process: &Process, charges: Vec<Charge>) {
     process
@@ -92,9 +82,6 @@ pub struct Pending {
     /// The gate slot, what `begin` counted for the launch the event is behind, and for
     /// the launches before it that the event covers too, to give back on completion.
     pub gate: Option<(SlotId, Charge, Vec<Charge>)>,
-    /// The thread whose per-thread default stream `stream` names (0 for any other
-    /// stream), part of the stream's key.
-    pub thread: u64,
     /// Record mode: the event recorded before the launch, and the line to finish.
     pub record: Option<(CUevent, Box<TraceRecord>)>,
 }
@@ -129,9 +116,8 @@ pub struct Tracker {
     outstanding: AtomicUsize,
     /// Free events: (context, event, timing).
     pool: Mutex<Vec<(usize, usize, bool)>>,
-    /// Per (context, stream, thread) with tracked launches in flight; the thread only for a
-    /// per-thread default stream, which is each thread's own.
-    streams: Mutex<HashMap<(usize, usize, u64), StreamTrack>>,
+    /// Per (context, stream) with tracked launches in flight.
+    streams: Mutex<HashMap<(usize, usize), StreamTrack>>,
     /// Launches in the streams' tails, which no event covers yet.
     uncovered: AtomicUsize,
     /// [`events_per_launch`].
@@ -214,7 +200,7 @@ impl Tracker {
         slot: SlotId,
         charge: Charge,
     ) -> bool {
-        if self.per_launch {
+        if self.per_launch || stream as usize == CU_STREAM_PER_THREAD {
             let Some(done) = self.record(d, ctx, stream, false) else {
                 return false;
             };
@@ -227,19 +213,22 @@ impl Tracker {
                     stream,
                     gate: Some((slot, charge, Vec::new())),
                     record: None,
-                    thread: 0,
                 },
             );
             return true;
         }
-        lock(&self.streams)
-            .entry((ctx as usize, stream as usize, per_thread_key(stream)))
-            .or_default()
-            .tail
-            .push(charge);
-        // SeqCst, as the poller's `idle` store and its read of this count: either it sees
-        // this launch before it waits, or this side sees it waiting and wakes it.
-        self.uncovered.fetch_add(1, Ordering::SeqCst);
+        {
+            let mut streams = lock(&self.streams);
+            streams
+                .entry((ctx as usize, stream as usize))
+                .or_default()
+                .tail
+                .push(charge);
+            // Under the lock, so that the count never falls behind a tail someone takes.
+            // SeqCst, as the poller's `idle` store and its read of this count: either it
+            // sees this launch before it waits, or this side sees it waiting and wakes it.
+            self.uncovered.fetch_add(1, Ordering::SeqCst);
+        }
         self.run_poller(process);
         true
     }
@@ -251,20 +240,22 @@ impl Tracker {
         tail
     }
 
-    /// An event `done` was just recorded on the stream of `st` behind its tail: it covers
-    /// those launches now (it is behind the last of them).
+    /// An event `done` was just recorded on `stream` behind the tail `st`: it covers those
+    /// launches now (it is behind the last of them). Counted in `outstanding` here, under
+    /// the streams' lock, before the tail leaves `uncovered`.
     fn cover_tail(
         &self,
         process: &Process,
         st: &mut StreamTrack,
         done: CUevent,
-        key: (CUcontext, CUstream, u64),
+        ctx: CUcontext,
+        stream: CUstream,
     ) -> Pending {
         st.outstanding += 1;
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
         process.stats.events.fetch_add(1, Ordering::Relaxed);
         let mut charges = self.take_tail(st);
         let last = charges.pop().unwrap_or_default();
-        let (ctx, stream, thread) = key;
         Pending {
             done,
             ctx,
@@ -274,7 +265,6 @@ impl Tracker {
                 .as_ref()
                 .map(|(_, slot)| (*slot, last, charges)),
             record: None,
-            thread,
         }
     }
 
@@ -289,7 +279,7 @@ impl Tracker {
         let mut covered = Vec::new();
         let mut streams = lock(&self.streams);
         let mut current: CUcontext = std::ptr::null_mut();
-        for (&(ctx, stream, thread), st) in streams.iter_mut() {
+        for (&(ctx, stream), st) in streams.iter_mut() {
             if st.outstanding > 0 || st.tail.is_empty() {
                 continue;
             }
@@ -302,22 +292,15 @@ impl Tracker {
                 unsafe { set(ctx) };
                 current = ctx;
             }
-            // The per-thread default stream named from here would be this thread's own: the
-            // legacy stream waits for the job thread's one instead.
-            let target = if stream as usize == CU_STREAM_PER_THREAD {
-                std::ptr::null_mut()
-            } else {
-                stream
-            };
             // The stream is neither destroyed nor starts a capture while the lock is held
             // (see `before_stream_change`); another stream's capture can take it in (an
             // event wait) at any time, so it is asked again after the record.
-            let done = (!d.capturing(target))
-                .then(|| self.record(d, ctx, target, false))
+            let done = (!d.capturing(stream))
+                .then(|| self.record(d, ctx, stream, false))
                 .flatten();
             match done {
-                Some(done) if !d.capturing(target) => {
-                    covered.push(self.cover_tail(process, st, done, (ctx, stream, thread)));
+                Some(done) if !d.capturing(stream) => {
+                    covered.push(self.cover_tail(process, st, done, ctx, stream));
                 }
                 // Taken into a capture between the look and the record: the event is the
                 // graph's now, never to be reused.
@@ -325,15 +308,13 @@ impl Tracker {
             }
         }
         streams.retain(|_, st| st.outstanding > 0 || !st.tail.is_empty());
-        drop(streams);
-        self.outstanding.fetch_add(covered.len(), Ordering::AcqRel);
         covered
     }
 
     /// A tracking event of a stream completed: one fewer outstanding there, so that the
     /// next pass covers what came after it.
-    fn stream_done(&self, ctx: CUcontext, stream: CUstream, thread: u64) {
-        if let Some(st) = lock(&self.streams).get_mut(&(ctx as usize, stream as usize, thread)) {
+    fn stream_done(&self, ctx: CUcontext, stream: CUstream) {
+        if let Some(st) = lock(&self.streams).get_mut(&(ctx as usize, stream as usize)) {
             st.outstanding = st.outstanding.saturating_sub(1);
         }
     }
@@ -352,22 +333,35 @@ impl Tracker {
         };
         let mut streams = lock(&self.streams);
         let mut pending = Vec::new();
-        for (&(ctx, s, thread), st) in streams.iter_mut() {
+        let caller = Tracker::current_ctx(d);
+        for (&(ctx, s), st) in streams.iter_mut() {
             if s != stream as usize || st.tail.is_empty() {
                 continue;
             }
             let ctx = ctx as CUcontext;
+            // The event is made in the stream's context, which need not be the caller's.
+            if ctx != caller
+                && let Some(set) = d.ctx_set_current
+            {
+                // SAFETY: the context the launches were made in, alive while they are.
+                unsafe { set(ctx) };
+            }
             match self.record(d, ctx, stream, false) {
-                Some(done) => {
-                    pending.push(self.cover_tail(process, st, done, (ctx, stream, thread)));
-                }
+                Some(done) => pending.push(self.cover_tail(process, st, done, ctx, stream)),
                 None => complete_early(process, self.take_tail(st)),
+            }
+            if ctx != caller
+                && let Some(set) = d.ctx_set_current
+            {
+                // SAFETY: the caller's own context, current when it called.
+                unsafe { set(caller) };
             }
         }
         let result = change();
         drop(streams);
-        for p in pending {
-            self.push(process, p);
+        if !pending.is_empty() {
+            lock(&self.queue).append(&mut pending);
+            self.run_poller(process);
         }
         result
     }
@@ -539,7 +533,7 @@ impl Tracker {
                 process.end_in_gate(Some((slot, charge)));
             }
             if !self.per_launch && p.record.is_none() {
-                self.stream_done(p.ctx, p.stream, p.thread);
+                self.stream_done(p.ctx, p.stream);
             }
         }
         match p.record {
@@ -577,14 +571,18 @@ impl Tracker {
     /// hands), so the trace and the gate are complete.
     pub fn drain(&self, process: &Process, limit: Duration) {
         let deadline = now_ns() + limit.as_nanos() as u64;
-        if let Some(d) = crate::real::driver() {
-            let mut covered = d.relaxed(|| self.cover_tails(process, d));
-            lock(&self.queue).append(&mut covered);
-        }
-        while self.outstanding.load(Ordering::Acquire) > 0 && now_ns() < deadline {
+        while (self.outstanding.load(Ordering::Acquire) > 0
+            || self.uncovered.load(Ordering::Acquire) > 0)
+            && now_ns() < deadline
+        {
+            // A tail behind an event still outstanding is covered once that completes.
             let batch = std::mem::take(&mut *lock(&self.queue));
             let mut left = match crate::real::driver() {
-                Some(d) => d.relaxed(|| self.poll_once(process, batch)),
+                Some(d) => d.relaxed(|| {
+                    let mut left = self.poll_once(process, batch);
+                    left.extend(self.cover_tails(process, d));
+                    left
+                }),
                 None => self.poll_once(process, batch),
             };
             if !left.is_empty() {

@@ -505,7 +505,10 @@ impl GpuBackend for NvmlBackend {
             let parts: Vec<Option<u32>> = if d.mig_mode().map(|m| m.current == 1).unwrap_or(false) {
                 raw::mig_uuids(&self.nvml, &d)
                     .into_iter()
-                    .map(|(gi, _)| Some(gi))
+                    .map(|(gi, _)| gi)
+                    .collect::<BTreeSet<u32>>()
+                    .into_iter()
+                    .map(Some)
                     .collect()
             } else {
                 vec![None]

@@ -65,8 +65,8 @@ pub struct Observed {
     #[serde(default)]
     pub mem_peak_bytes: u64,
     /// Windows of about a second in which the job ran alone in its partition and the
-    /// driver said how much of the partition's DRAM bandwidth was used (NVML GPM, Hopper
-    /// and newer), and the sum of those fractions; 0: none yet.
+    /// driver said how much DRAM bandwidth the partition used (NVML GPM, Hopper and newer),
+    /// and the sum of those, as fractions of the GPU's bandwidth; 0: none yet.
     #[serde(default)]
     pub bw_windows: u64,
     #[serde(default)]
@@ -181,13 +181,14 @@ impl Observed {
         self.completed = s(self.completed);
         if self.bw_windows > 0 {
             let windows = s(self.bw_windows).max(1);
-            self.bw_sum *= windows as f64 / self.bw_windows as f64;
+            self.bw_sum =
+                (self.bw_sum * windows as f64 / self.bw_windows as f64).min(windows as f64);
             self.bw_windows = windows;
         }
     }
 
     /// One window of about a second with the job alone in its partition, in which it used
-    /// `frac` of the partition's DRAM bandwidth.
+    /// `frac` of the GPU's DRAM bandwidth.
     pub fn bandwidth(&mut self, frac: f64) {
         if frac.is_finite() {
             self.bw_windows += 1;
@@ -195,8 +196,8 @@ impl Observed {
         }
     }
 
-    /// The mean share of its partition's DRAM bandwidth the job used alone, once measured
-    /// over [`MIN_BW_WINDOWS`] windows.
+    /// The mean share of the GPU's DRAM bandwidth the job used alone in its partition, once
+    /// measured over [`MIN_BW_WINDOWS`] windows.
     pub fn bw_mean(&self) -> Option<f64> {
         (self.bw_windows >= MIN_BW_WINDOWS).then(|| self.bw_sum / self.bw_windows as f64)
     }

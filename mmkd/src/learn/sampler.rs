@@ -70,8 +70,10 @@ pub struct Watch {
     /// Its partition's gate.
     pub gate: PathBuf,
     /// Its partition: the GPU, and the GPU instance with MIG on (as
-    /// [`Readings::bandwidth`] names them).
+    /// [`Readings::bandwidth`] names them), and the partition's share of the GPU's memory
+    /// slices (and so of its DRAM bandwidth).
     pub partition: (u32, Option<u32>),
+    pub partition_mem_frac: f64,
     pub gpu_sms: u32,
     /// The uid its processes run as.
     pub uid: u32,
@@ -434,8 +436,10 @@ impl Sampler {
         owners.retain(|pid, _| seen_pids.contains(pid));
         for (id, w) in jobs.iter_mut() {
             let Some(&(sm, busy)) = state.get(id) else {
-                // No process of the job in its gate yet (or any more): nothing to weigh.
+                // No process of the job in its gate yet (or any more): nothing to weigh,
+                // and the bandwidth of this window is not the job's alone.
                 w.last_sample = None;
+                w.alone = Some(false);
                 continue;
             };
             // What its kernels ask for (blocks over blocks per SM), not what its partition
@@ -463,11 +467,20 @@ impl Sampler {
 }
 
 /// Reads the device once a second while mmkd runs and jobs are watched, leaving the
-/// latest reading for the sampler.
+/// latest reading for the sampler. A bandwidth reading spans the time since the previous
+/// one: after a pause (no job watched, a slow driver) it is dropped.
 fn read_device(shared: &Shared, read: &ReadDevice) {
+    let mut last: Option<Instant> = None;
     while !shared.stop.load(Ordering::Acquire) {
-        if !lock(&shared.jobs).is_empty() {
-            let now = read();
+        if lock(&shared.jobs).is_empty() {
+            last = None;
+        } else {
+            let mut now = read();
+            let at = Instant::now();
+            if last.is_none_or(|t| at.duration_since(t) > DEVICE_EVERY * 3 / 2) {
+                now.bandwidth.clear();
+            }
+            last = Some(at);
             *lock(&shared.readings) = Some(now);
         }
         std::thread::sleep(DEVICE_EVERY);
@@ -475,8 +488,8 @@ fn read_device(shared: &Shared, read: &ReadDevice) {
 }
 
 /// A reading of the partitions' bandwidth closes a window: each watched job that was
-/// alone in its partition at every sample of the window gets its partition's share;
-/// every job's next window starts.
+/// alone in its partition at every sample of the window gets what its partition used, as
+/// a share of the GPU's bandwidth; every job's next window starts.
 fn bandwidth(jobs: &mut HashMap<u64, Watched>, readings: &[(u32, Option<u32>, f64)]) {
     for w in jobs.values_mut() {
         if w.alone.take() == Some(true)
@@ -484,7 +497,8 @@ fn bandwidth(jobs: &mut HashMap<u64, Watched>, readings: &[(u32, Option<u32>, f6
                 .iter()
                 .find(|(gpu, gi, _)| (*gpu, *gi) == w.watch.partition)
         {
-            w.observed.bandwidth(frac);
+            w.observed
+                .bandwidth(frac * w.watch.partition_mem_frac.clamp(0.0, 1.0));
         }
     }
 }
@@ -558,6 +572,7 @@ mod tests {
             class,
             gate,
             partition: (0, None),
+            partition_mem_frac: 1.0,
             gpu_sms,
             uid: rustix::process::getuid().as_raw(),
         }

@@ -633,6 +633,14 @@ impl Node {
                 class: job.spec.class,
                 gate: k.gate.clone(),
                 partition: (a.slot.gpu, a.slot.profile_id.map(|_| a.instance_id)),
+                partition_mem_frac: gpus
+                    .iter()
+                    .find(|g| g.index == a.slot.gpu)
+                    .and_then(|g| {
+                        let p = g.model.profile(a.slot.profile_id?)?;
+                        Some(f64::from(p.memory_slices) / f64::from(g.model.memory_slices.max(1)))
+                    })
+                    .unwrap_or(1.0),
                 gpu_sms,
                 uid,
             },
