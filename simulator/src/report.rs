@@ -18,10 +18,13 @@ pub struct Summary {
     pub p99_jct_s: f64,
     /// Last finish minus first arrival.
     pub makespan_s: f64,
-    /// Time-averaged sum of the running jobs' normalized performance over the makespan.
+    /// System throughput: the summed normalized performance (speed over speed alone on a
+    /// whole GPU) of the jobs a GPU runs, averaged over the time GPUs run jobs. One job
+    /// alone on a whole GPU is 1; two that share one at 0.6 each, 1.2.
     pub stp: f64,
-    /// Of the time online jobs ran, the share in which they missed their latency SLO
-    /// (percent); none when no online job with an SLO ran.
+    /// Of the time online jobs were in the system (arrival to finish), the share in which
+    /// they missed their latency SLO (percent): waiting, starting or down, or running too
+    /// slowly; none when there was no online job with an SLO.
     pub slo_miss_pct: Option<f64>,
     /// Of the time jobs ran, the share beside a job of the other class in the same
     /// partition (percent): where a kernel scheduler acts.
@@ -48,8 +51,8 @@ impl Summary {
             p50_jct_s: quantile(&jct, 0.5),
             p99_jct_s: quantile(&jct, 0.99),
             makespan_s: makespan,
-            stp: if makespan > 0.0 {
-                r.stp_integral / makespan
+            stp: if r.gpu_busy_s > 0.0 {
+                r.stp_integral / r.gpu_busy_s
             } else {
                 0.0
             },
