@@ -1,8 +1,10 @@
-"""The tables of docs/simulate.md from this folder's sweeps: python3 tables.py."""
+"""The tables of docs/simulate.md from a folder's sweeps: python3 tables.py [FOLDER]
+(this script's folder by default)."""
 import json
 import os
+import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 NAMES = {"default": "Default", "mps": "MPS", "miso": "MISO", "miger": "MIGER", "mmk": "MMK"}
 
 

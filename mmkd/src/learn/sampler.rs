@@ -258,6 +258,9 @@ impl Sampler {
     }
 
     pub fn stop(&self) {
+        // Under the jobs' lock, which the sampler holds from its look at `stop` until it
+        // waits: the wakeup cannot fall between the two.
+        let _jobs = lock(&self.shared.jobs);
         self.shared.stop.store(true, Ordering::Release);
         self.shared.wake.notify_one();
     }
