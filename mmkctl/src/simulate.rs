@@ -134,8 +134,8 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             "--svg, --save-trace and --jobs-out need one trace: give one --interval and one --seed",
         ));
     }
-    if gpus == 0 || gpus > 64 {
-        return Err(Failure::usage("--gpus must be between 1 and 64"));
+    if gpus == 0 || gpus > 128 {
+        return Err(Failure::usage("--gpus must be between 1 and 128"));
     }
     for p in &a.policies {
         if !PLANNERS.contains(&p.as_str()) {

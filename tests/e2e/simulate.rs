@@ -322,4 +322,10 @@ fn simulate_sweeps_arrival_rates_over_seeds() {
         text(&out.stderr).trim(),
         "mmkctl: --interval must be greater than zero (got 0)"
     );
+    let out = mmkctl(d, &["simulate", "--gpus", "129"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "mmkctl: --gpus must be between 1 and 128"
+    );
 }
