@@ -49,6 +49,12 @@ impl Workload {
         self.batch_sizes[0]
     }
 
+    /// The name `mmk-lab measure` records this workload under (`resnet50-inf` for
+    /// `resnet50-inference`; a training workload keeps its name).
+    pub fn measured_name(&self) -> String {
+        self.name.replace("-inference", "-inf")
+    }
+
     /// Nominal solo duration for a batch size: linear in the batch relative to the default.
     pub fn nominal_duration_ms(&self, batch: u32) -> u64 {
         let base = u64::from(self.nominal_secs) * 1000;
@@ -111,6 +117,11 @@ pub const WORKLOADS: &[Workload] = &[
 /// Looks a workload up by name.
 pub fn find(name: &str) -> Option<&'static Workload> {
     WORKLOADS.iter().find(|w| w.name == name)
+}
+
+/// The workload a measurement records as `measured` ([`Workload::measured_name`]).
+pub fn find_measured(measured: &str) -> Option<&'static Workload> {
+    WORKLOADS.iter().find(|w| w.measured_name() == measured)
 }
 
 /// The known names, for error messages.

@@ -60,8 +60,8 @@ pub mod env {
     /// gate sees a completion, against how often the poller queries the driver.
     pub const POLL_US: &str = "MMK_KSCHED_POLL_US";
     /// Who records the completion-tracking events: `poller` (the default: the poller
-    /// thread records one behind each stream's newest launches, and the launch path makes
-    /// no driver call for tracking) or `launch` (the launching thread records one behind
+    /// thread records one behind each stream's newest launches, and the launch path records
+    /// none) or `launch` (the launching thread records one behind
     /// every launch; for measuring what that costs).
     pub const EVENTS: &str = "MMK_KSCHED_EVENTS";
 }

@@ -23,7 +23,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use mmk_core::JobClass;
-use mmk_core::workload::{self, Workload};
+use mmk_core::workload;
 use mmk_partitioner::{CoRunner, JobProfile, PartitionShape, PerfModel};
 use serde::Serialize;
 
@@ -83,15 +83,6 @@ pub struct Comparison {
 /// A job's profile from each source, in the order of [`Source::ALL`].
 type Profiles = [JobProfile; 5];
 
-/// The workload of the table a measured workload is (`resnet50-inf` is
-/// `resnet50-inference`).
-fn table_workload(name: &str) -> Option<&'static Workload> {
-    workload::find(name).or_else(|| {
-        name.strip_suffix("-inf")
-            .and_then(|base| workload::find(&format!("{base}-inference")))
-    })
-}
-
 /// Asks `model` about every measured configuration of `records` with each source's
 /// profiles (see the module docs). Only jobs that every source knows are asked about:
 /// each needs a run alone at 100 % with GPM metrics, a [`Kernels`] record and a workload
@@ -144,7 +135,11 @@ pub fn compare(records: &[Record], model: &dyn PerfModel) -> Result<Comparison, 
     let all: BTreeSet<&Key> = class.keys().collect();
     for k in all {
         let c = class[k];
-        let why = match (reference.get(k), kernels.get(k), table_workload(&k.0)) {
+        let why = match (
+            reference.get(k),
+            kernels.get(k),
+            workload::find_measured(&k.0),
+        ) {
             (None, _, _) => "no run alone at 100 % with GPM metrics",
             (_, None, _) => "no kernels record (learned profile)",
             (_, _, None) => "no workload of that name in the table",
@@ -163,6 +158,7 @@ pub fn compare(records: &[Record], model: &dyn PerfModel) -> Result<Comparison, 
         left_out.push(format!("{}: {why}", label(k)));
     }
 
+    // Every run had the whole GPU (MIG off); the model sees only the fractions, 1 and 1.
     let whole = PartitionShape {
         sm_count: 132,
         gpu_sm_count: 132,

@@ -309,7 +309,7 @@ pub fn measured_truth()
     let truth = MeasuredTruth::from_texts([ALONE, PAIRS]).map_err(ExperimentError::Measurements)?;
     let mut profiles = HashMap::new();
     for w in workload::WORKLOADS {
-        let stem = w.name.replace("-inference", "-inf");
+        let stem = w.measured_name();
         let batch = w.default_batch();
         if let Some(j) = truth
             .jobs()

@@ -2,7 +2,8 @@
 //! launches, and one poller thread per process records and queries them, tells the gate
 //! what completed and writes record-mode trace lines.
 //!
-//! A tracked launch costs its thread no driver call: it joins its stream's tail, the
+//! A tracked launch costs its thread no driver call but reading its current context (a
+//! thread-local read in the driver): it joins its stream's tail, the
 //! launches that no event covers yet. On each pass the poller records an event behind the
 //! tail of every stream that has no event outstanding. Work on one stream completes in
 //! order, so that event covers the whole tail: when it completes, every launch in it counts
@@ -379,7 +380,8 @@ impl Tracker {
 
     /// Start the poller, or wake it if it waits.
     fn run_poller(&self, process: &'static Process) {
-        if !self.started.swap(true, Ordering::AcqRel) {
+        // A load first: this runs on every launch, and a swap would write the shared line.
+        if !self.started.load(Ordering::Acquire) && !self.started.swap(true, Ordering::AcqRel) {
             let spawned = std::thread::Builder::new()
                 .name("mmk-ksched-poll".into())
                 .spawn(move || process.tracker.poll_forever(process));
