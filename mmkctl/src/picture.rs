@@ -180,6 +180,7 @@ fn gate_lines(out: &mut String, k: &KernelGateOut) {
     };
     // The budget limits holds; `passthrough` holds nothing.
     let budget = match k.hold_budget_pct {
+        Some(0) if k.policy != "passthrough" => ", hold budget 0 % (tracks, holds nothing)".into(),
         Some(pct) if pct < 100 && k.policy != "passthrough" => format!(", hold budget {pct} %"),
         _ => String::new(),
     };

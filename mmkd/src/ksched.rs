@@ -135,7 +135,7 @@ impl KernelSched {
             offline_depth: 0,
             gemm_slice_mflop: 0,
             device_wait: None,
-            hold_budget_pct: mmk_kernel_sched::DEFAULT_HOLD_BUDGET_PCT,
+            hold_budget_pct: crate::config::DEFAULT_KERNEL_HOLD_BUDGET,
             dir: PathBuf::new(),
             tuned: Arc::default(),
         }
@@ -150,7 +150,7 @@ impl KernelSched {
             offline_depth: 0,
             gemm_slice_mflop: 0,
             device_wait: None,
-            hold_budget_pct: mmk_kernel_sched::DEFAULT_HOLD_BUDGET_PCT,
+            hold_budget_pct: crate::config::DEFAULT_KERNEL_HOLD_BUDGET,
             dir,
             tuned: Arc::default(),
         }
@@ -500,7 +500,8 @@ mod tests {
                 config.gemm_slice_mflop,
                 config.hold_budget_pct
             ),
-            (0, Duration::from_micros(29), 0, 10)
+            (0, Duration::from_micros(29), 0, 0),
+            "no holds unless the operator asks"
         );
     }
 

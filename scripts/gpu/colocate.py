@@ -1,8 +1,12 @@
 """The co-location benchmark's two jobs (scripts/gpu/ksched-colocate.sh runs them).
 
   python3 colocate.py serve --batch 4 --interval-ms 20 --seconds 20 --out serve.json
+                           [--model resnet50|bert|llm] [--load F]
                            [--stream default|side] [--graph] [--gpu-time]
-      ResNet-50 inference. After a warm-up, requests arrive as a Poisson process; each
+      ResNet-50 inference (`--model bert`: BERT-base, sequences of 128; `--model llm`: a
+      350M-parameter GPT-2-style decoder generating 8 tokens after a 32-token prompt; all
+      with random weights). `--load F` measures a request alone after the warm-up and sets
+      the mean arrival interval so that the service is busy F of the time. After a warm-up, requests arrive as a Poisson process; each
       request's latency runs from its arrival to the end of its inference (queueing
       included). Writes the latencies and the measured window (CLOCK_MONOTONIC seconds).
       `--stream side` runs the model on a stream of its own (torch.cuda.Stream(), made at
@@ -14,9 +18,10 @@
       event before and after each request's work on its stream and writes the time between
       them (`gpu_s`): the latency less that is the wait before the work started on the GPU
       (Python, the launch, and another context's time slice or its switch).
-  python3 colocate.py train --seconds 40 --out train.json [--kind bert|spin|copy|idle]
-                           [--kernel-us US] [--sync-each]
-      BERT-base masked-LM training steps (batch 8 x 128, AdamW), back to back; writes when
+  python3 colocate.py train --seconds 40 --out train.json
+                           [--kind bert|resnet152|spin|copy|idle] [--kernel-us US] [--sync-each]
+      BERT-base masked-LM training steps (batch 8 x 128, AdamW), back to back
+      (`--kind resnet152`: ResNet-152, batch 32, SGD); writes when
       each step ended (CLOCK_MONOTONIC seconds). `--kind spin` and `--kind copy` replace it
       with a synthetic offline job of one kernel, repeated, of about US us each (measured
       at warm-up and written as `kernel_us`): `spin` is torch.cuda._sleep (one thread that
@@ -49,30 +54,77 @@ def on_sigint(*_):
     stop = True
 
 
-def serve(args):
-    import torchvision
+def service(args):
+    """The request of `--model`: a function that runs one on the current stream."""
+    if args.model == "resnet50":
+        import torchvision
 
-    model = torchvision.models.resnet50().cuda().eval()
-    x = torch.randn(args.batch, 3, 224, 224, device="cuda")
+        model = torchvision.models.resnet50().cuda().eval()
+        x = torch.randn(args.batch, 3, 224, 224, device="cuda")
+        return lambda: model(x)
+    if args.model == "bert":
+        from transformers import BertConfig, BertModel
+
+        config = BertConfig()
+        model = BertModel(config).cuda().eval()
+        ids = torch.randint(0, config.vocab_size, (args.batch, 128), device="cuda")
+        return lambda: model(input_ids=ids)
+    # llm: a GPT-2-medium-sized decoder (24 layers, 1024 wide, about 350M parameters) with
+    # random weights in fp16; a request is a 32-token prompt and 8 new tokens, greedy,
+    # one forward pass per token on the KV cache.
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=24, n_embd=1024, n_head=16)
+    model = GPT2LMHeadModel(config).cuda().half().eval()
+    prompt = torch.randint(0, config.vocab_size, (args.batch, 32), device="cuda")
+
+    def generate():
+        out = model(input_ids=prompt, use_cache=True)
+        for _ in range(7):
+            token = out.logits[:, -1:].argmax(-1)
+            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+        return out.logits
+    return generate
+
+
+def serve(args):
+    request = service(args)
     stream = torch.cuda.Stream() if args.stream == "side" else torch.cuda.current_stream()
     torch.cuda.set_stream(stream)
+    warm = 5 if args.model == "llm" else 30
     with torch.no_grad():
-        for _ in range(30):
-            model(x)
+        for _ in range(warm):
+            request()
     torch.cuda.synchronize()
     if args.graph:
         graph = torch.cuda.CUDAGraph()
         with torch.no_grad(), torch.cuda.graph(graph):
-            model(x)
+            request()
         run = graph.replay
+        for _ in range(warm):
+            run()
     else:
         def run():
             with torch.no_grad():
-                model(x)
-    for _ in range(30):
-        run()
+                request()
     torch.cuda.synchronize()
-    print("serve: warm", file=sys.stderr, flush=True)
+    if args.load:
+        # The mean time of a request alone, with the service busy `--load` of the time (a
+        # pause after each request; a GPU left idle between requests runs them slower than
+        # back to back), and the mean arrival interval that keeps it so.
+        took = 0.0
+        for _ in range(2):
+            n, busy = 10 if args.model == "llm" else 40, 0.0
+            for _ in range(n):
+                t = time.monotonic()
+                run()
+                torch.cuda.synchronize()
+                busy += time.monotonic() - t
+                time.sleep(took * (1 - args.load) / args.load)
+            took = busy / n
+        args.interval_ms = took * 1e3 / args.load
+    print(f"serve: warm ({args.model}, a request every {args.interval_ms:.2f} ms)",
+          file=sys.stderr, flush=True)
     rng = random.Random(args.seed)
     lat, gpu = [], []
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if args.gpu_time else None
@@ -97,26 +149,40 @@ def serve(args):
             gpu.append(ev[0].elapsed_time(ev[1]) / 1e3)
     t1 = time.monotonic()
     json.dump({"t0": t0, "t1": t1, "t0_unix": t0_unix, "t1_unix": t0_unix + (t1 - t0), "latencies_s": lat, "batch": args.batch,
-               "interval_ms": args.interval_ms, "stream": args.stream, "graph": args.graph,
+               "model": args.model, "interval_ms": args.interval_ms, "stream": args.stream, "graph": args.graph,
                "stream_priority": stream.priority, **({"gpu_s": gpu} if ev else {})},
               open(args.out, "w"))
 
 
 def train(args):
-    from transformers import BertConfig, BertForMaskedLM
+    if args.kind == "resnet152":
+        import torchvision
 
-    config = BertConfig()
-    model = BertForMaskedLM(config).cuda().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, config.vocab_size, (8, 128), device="cuda")
+        model = torchvision.models.resnet152().cuda().train()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = torch.randn(32, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (32,), device="cuda")
+
+        def loss():
+            return torch.nn.functional.cross_entropy(model(x), y)
+    else:
+        from transformers import BertConfig, BertForMaskedLM
+
+        config = BertConfig()
+        model = BertForMaskedLM(config).cuda().train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        ids = torch.randint(0, config.vocab_size, (8, 128), device="cuda")
+
+        def loss():
+            return model(input_ids=ids, labels=ids).loss
     ends = []
 
     def step():
-        out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
+        out = loss()
+        out.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        out.loss.item()
+        out.item()
 
     for _ in range(5):
         step()
@@ -207,12 +273,17 @@ def main():
     p.add_argument("--stream", choices=["default", "side"], default="default")
     p.add_argument("--graph", action="store_true")
     p.add_argument("--gpu-time", action="store_true")
-    p.add_argument("--kind", choices=["bert", "spin", "copy", "idle"], default="bert")
+    p.add_argument("--model", choices=["resnet50", "bert", "llm"], default="resnet50")
+    p.add_argument("--load", type=float, default=0.0)
+    p.add_argument("--kind", choices=["bert", "resnet152", "spin", "copy", "idle"],
+                   default="bert")
     p.add_argument("--kernel-us", type=float, default=100.0)
     p.add_argument("--sync-each", action="store_true")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    if args.mode == "train" and args.kind != "bert":
+    if not 0 <= args.load < 1:
+        p.error("--load must be in [0, 1)")
+    if args.mode == "train" and args.kind not in ("bert", "resnet152"):
         if args.kernel_us <= 0:
             p.error("--kernel-us must be > 0")
         train_synthetic(args)

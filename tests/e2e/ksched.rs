@@ -71,7 +71,10 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
     assert_eq!(g["path"], gate_path.display().to_string());
     assert_eq!(g["error"], serde_json::Value::Null);
     assert_eq!(g["policy"], "mmk");
-    assert_eq!(g["hold_budget_pct"], 10, "the default hold budget");
+    assert_eq!(
+        g["hold_budget_pct"], 0,
+        "the default hold budget: track, hold nothing"
+    );
     assert_eq!(g["launches"], 25);
     assert_eq!(g["held"], 0, "one online job: nothing to hold");
     assert_eq!(g["processes"], serde_json::json!([]));
@@ -79,7 +82,7 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(
         table.contains(
-            "\n      kernel gate mmk, hold budget 10 %: 25 launches, 0 held (0 us), 0 forced\n"
+            "\n      kernel gate mmk, hold budget 0 % (tracks, holds nothing): 25 launches, 0 held (0 us), 0 forced\n"
         ),
         "{table}"
     );

@@ -249,9 +249,13 @@ impl Observed {
         (self.launches > 0).then(|| self.seconds * 1e6 / self.launches as f64)
     }
 
-    /// Enough has been seen to plan on it.
+    /// Enough has been seen to plan on it. A job whose launches were counted but none
+    /// tracked to its end (a gate under `passthrough` tracks nothing) showed no demand
+    /// because none was measured, not because it had none: never confident.
     pub fn confident(&self) -> bool {
-        self.samples >= MIN_SAMPLES && self.seconds >= MIN_SECONDS
+        self.samples >= MIN_SAMPLES
+            && self.seconds >= MIN_SECONDS
+            && (self.launches == 0 || self.completed > 0)
     }
 }
 
@@ -493,6 +497,12 @@ mod tests {
         assert!((o.launch_interval_us().expect("launches") - 4000.0).abs() < 1e-6);
         assert!(o.confident());
         assert!(!half_busy(100).confident());
+        // Launches counted, none tracked (passthrough): no demand was measured.
+        let mut untracked = half_busy(2000);
+        (untracked.completed, untracked.busy_samples) = (0, 0);
+        untracked.hist.iter_mut().for_each(|n| *n = 0);
+        untracked.hist[0] = untracked.samples;
+        assert!(!untracked.confident());
     }
 
     #[test]
