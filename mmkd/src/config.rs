@@ -346,9 +346,14 @@ pub enum MigGpus {
     Listed(std::collections::BTreeSet<u32>),
 }
 
+/// A `--mig-gpus` entry that is not a GPU index.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0:?} is not a GPU index (all, none or I,J,...)")]
+pub struct NotAGpuIndex(pub String);
+
 impl MigGpus {
     /// `all`, `none` or GPU indices separated by commas.
-    pub fn parse(text: &str) -> Result<MigGpus, String> {
+    pub fn parse(text: &str) -> Result<MigGpus, NotAGpuIndex> {
         match text.trim() {
             "all" => Ok(MigGpus::All),
             "none" | "" => Ok(MigGpus::Listed(Default::default())),
@@ -357,7 +362,7 @@ impl MigGpus {
                 .map(|i| {
                     i.trim()
                         .parse::<u32>()
-                        .map_err(|_| format!("{i:?} is not a GPU index (all, none or I,J,...)"))
+                        .map_err(|_| NotAGpuIndex(i.to_owned()))
                 })
                 .collect::<Result<_, _>>()
                 .map(MigGpus::Listed),
@@ -469,9 +474,9 @@ impl Config {
             .sim_gpus
             .or(file.sim_gpus)
             .unwrap_or_else(|| DEFAULT_SIM_GPUS.to_owned());
-        let sim_gpus = parse_sim_gpus(&sim_text).map_err(|message| ConfigError::Invalid {
+        let sim_gpus = parse_sim_gpus(&sim_text).map_err(|e| ConfigError::Invalid {
             field: "sim_gpus",
-            message,
+            message: e.to_string(),
         })?;
         let sim_speed = args.sim_speed.or(file.sim_speed).unwrap_or(1.0);
         if !(sim_speed.is_finite() && (0.001..=1e9).contains(&sim_speed)) {
@@ -492,9 +497,9 @@ impl Config {
         }
         let mig_gpus = match args.mig_gpus.as_deref().or(file.mig_gpus.as_deref()) {
             None => MigGpus::All,
-            Some(text) => MigGpus::parse(text).map_err(|message| ConfigError::Invalid {
+            Some(text) => MigGpus::parse(text).map_err(|e| ConfigError::Invalid {
                 field: "mig_gpus",
-                message,
+                message: e.to_string(),
             })?,
         };
         let listen = args.listen.or(file.listen);

@@ -362,9 +362,9 @@ fn gate_to_proto(v: &GateView) -> v1::KernelGate {
     let path = v.path.display().to_string();
     let us = |ns: u64| ns / 1_000;
     match &v.state {
-        Err(e) => v1::KernelGate {
+        Err(_) => v1::KernelGate {
             path,
-            error: e.clone(),
+            error: v.error_text().unwrap_or_default(),
             ..v1::KernelGate::default()
         },
         Ok(s) => v1::KernelGate {

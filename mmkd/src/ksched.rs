@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use mmk_kernel_sched::{Gate, GateConfig, PolicyKind, Profile, SlotStats, Totals};
+use mmk_kernel_sched::{Gate, GateConfig, GateError, PolicyKind, Profile, SlotStats, Totals};
 use tracing::{info, warn};
 
 use crate::job::Assignment;
@@ -271,17 +271,21 @@ impl KernelSched {
         let path = self.gate_path(key);
         let state = match path.try_exists() {
             Ok(false) => return None,
-            Err(e) => Err(format!("{}: {e}", path.display())),
-            Ok(true) => Gate::open(&path)
-                .map(|gate| GateState {
-                    config: gate.config(),
-                    totals: gate.totals(),
-                    processes: gate.live_slots(),
-                })
-                // With its sources: an I/O error's reason is its source.
-                .map_err(|e| format!("{:#}", anyhow::Error::new(e))),
+            Err(source) => Err(GateError::Io {
+                path: path.clone(),
+                op: "look for it",
+                source,
+            }),
+            Ok(true) => Gate::open(&path).map(|gate| GateState {
+                config: gate.config(),
+                totals: gate.totals(),
+                processes: gate.live_slots(),
+            }),
         };
-        Some(GateView { path, state })
+        Some(GateView {
+            path,
+            state: state.map_err(Arc::new),
+        })
     }
 
     /// Remove a partition's gate (its instance is going away).
@@ -307,7 +311,18 @@ impl KernelSched {
 pub struct GateView {
     pub path: PathBuf,
     /// The gate, or why it could not be read.
-    pub state: Result<GateState, String>,
+    pub state: Result<GateState, Arc<GateError>>,
+}
+
+impl GateView {
+    /// Why the gate could not be read, with its sources (an I/O error's reason is its
+    /// source); `None` when it was.
+    pub fn error_text(&self) -> Option<String> {
+        self.state
+            .as_ref()
+            .err()
+            .map(|e| format!("{:#}", anyhow::Error::new(Arc::clone(e))))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -563,7 +578,7 @@ mod tests {
         let bad = k.gate_path("g1i3");
         std::fs::write(&bad, b"not a gate").unwrap();
         let view = k.read_gate("g1i3").expect("a file is there");
-        let why = view.state.expect_err("not a gate");
+        let why = view.error_text().expect("not a gate");
         assert!(why.contains("g1i3.gate"), "{why}");
         assert_eq!(std::fs::read(&bad).unwrap(), b"not a gate");
 
@@ -572,8 +587,8 @@ mod tests {
         let why = k
             .read_gate("g2")
             .expect("a path is there")
-            .state
-            .expect_err("a dir");
+            .error_text()
+            .expect("a dir");
         assert!(
             why.contains("g2.gate") && why.contains("directory"),
             "{why}"

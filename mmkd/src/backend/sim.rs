@@ -74,9 +74,22 @@ const STATE_VERSION: u32 = 1;
 /// way a crash lands between a change on the GPU and mmkd's record of it.
 pub const ABORT_AFTER_CREATES_ENV: &str = "MMK_SIM_ABORT_AFTER_CREATES";
 
+/// A `--sim-gpus` value mmkd cannot use.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SimGpusError {
+    #[error("{part:?}: the count must be 1..=64")]
+    Count { part: String },
+    #[error("unknown GPU model {key:?}; known: {known}")]
+    Model { key: String, known: String },
+    #[error("no GPUs given; write MODEL:N like a100-80gb:1")]
+    Empty,
+    #[error("{0} GPUs; a node has at most 64")]
+    TooMany(usize),
+}
+
 /// Parses `--sim-gpus`: `MODEL:N[,MODEL:N]` (`a100-80gb:2,h100-80gb:1`); `:N` may be left
 /// out for one GPU.
-pub fn parse_sim_gpus(text: &str) -> std::result::Result<Vec<GpuModel>, String> {
+pub fn parse_sim_gpus(text: &str) -> std::result::Result<Vec<GpuModel>, SimGpusError> {
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (key, count) = match part.split_once(':') {
@@ -85,23 +98,23 @@ pub fn parse_sim_gpus(text: &str) -> std::result::Result<Vec<GpuModel>, String> 
                 n.parse::<u32>()
                     .ok()
                     .filter(|n| (1..=64).contains(n))
-                    .ok_or_else(|| format!("{part:?}: the count must be 1..=64"))?,
+                    .ok_or_else(|| SimGpusError::Count {
+                        part: part.to_owned(),
+                    })?,
             ),
             None => (part, 1),
         };
-        let model = catalog::model(key).ok_or_else(|| {
-            format!(
-                "unknown GPU model {key:?}; known: {}",
-                catalog::keys().join(", ")
-            )
+        let model = catalog::model(key).ok_or_else(|| SimGpusError::Model {
+            key: key.to_owned(),
+            known: catalog::keys().join(", "),
         })?;
         out.extend(std::iter::repeat_n(model, count as usize));
     }
     if out.is_empty() {
-        return Err("no GPUs given; write MODEL:N like a100-80gb:1".into());
+        return Err(SimGpusError::Empty);
     }
     if out.len() > 64 {
-        return Err(format!("{} GPUs; a node has at most 64", out.len()));
+        return Err(SimGpusError::TooMany(out.len()));
     }
     Ok(out)
 }
@@ -365,13 +378,19 @@ mod tests {
         let m = parse_sim_gpus("a100-80gb:2, h100-80gb").expect("valid");
         let keys: Vec<_> = m.iter().map(|g| g.key.as_str()).collect();
         assert_eq!(keys, ["a100-80gb", "a100-80gb", "h100-80gb"]);
-        assert!(
-            parse_sim_gpus("v100:1")
-                .unwrap_err()
-                .contains("unknown GPU model")
+        assert!(matches!(
+            parse_sim_gpus("v100:1"),
+            Err(SimGpusError::Model { key, .. }) if key == "v100"
+        ));
+        assert_eq!(
+            parse_sim_gpus("a100-80gb:0").unwrap_err().to_string(),
+            "\"a100-80gb:0\": the count must be 1..=64"
         );
-        assert!(parse_sim_gpus("a100-80gb:0").is_err());
-        assert!(parse_sim_gpus("").is_err());
+        assert_eq!(parse_sim_gpus(""), Err(SimGpusError::Empty));
+        assert_eq!(
+            parse_sim_gpus("a100-80gb:64,a30-24gb:1"),
+            Err(SimGpusError::TooMany(65))
+        );
     }
 
     #[test]
