@@ -866,8 +866,10 @@ impl Gate {
         let max_hold = Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed));
         // What this process may still be held in `Hold` decisions; a wait at the depth cap
         // (`Queued`, for offline work already in flight) is bounded by the hard bound alone.
+        let pct = h.hold_budget_pct.load(Ordering::Relaxed);
+        let nothing_held = pct == 0;
         let allowed = budget
-            .available(h.hold_budget_pct.load(Ordering::Relaxed), monotonic_ns())
+            .available(pct, monotonic_ns())
             .map_or(max_hold, |left| left.min(max_hold));
         let mut start: Option<Instant> = None;
         // Time spent in `Hold` (not `Queued`) decisions, and when the current one began.
@@ -905,6 +907,14 @@ impl Gate {
                 Decision::Hold { recheck } => (recheck, true),
                 Decision::Queued { recheck } => (recheck, false),
             };
+            if starves && nothing_held {
+                // A budget of 0 % holds nothing: the launch goes as if the policy had let
+                // it, and is neither held nor forced.
+                break WaitOutcome {
+                    waited,
+                    forced: false,
+                };
+            }
             if waited >= max_hold || (starves && starving >= allowed) {
                 break WaitOutcome {
                     waited,
@@ -1495,15 +1505,19 @@ mod tests {
         });
         let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
         assert!(outcome.waited >= Duration::from_millis(20), "{outcome:?}");
-        // 0 %: nothing is held, from the first launch on.
+        // 0 %: nothing is held, from the first launch on, and nothing counted as held.
         g.configure(&GateConfig {
             hold_budget_pct: 0,
             ..g.config()
         });
+        let before = g.totals();
         let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &offline(132));
-        assert!(
-            outcome.forced && outcome.waited < Duration::from_millis(5),
-            "{outcome:?}"
+        assert!(!outcome.forced && outcome.waited.is_zero(), "{outcome:?}");
+        let after = g.totals();
+        assert_eq!(
+            (after.held, after.forced),
+            (before.held, before.forced),
+            "a launch that went at once was not held"
         );
     }
 

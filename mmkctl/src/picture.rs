@@ -180,7 +180,10 @@ fn gate_lines(out: &mut String, k: &KernelGateOut) {
     };
     // The budget limits holds; `passthrough` holds nothing.
     let budget = match k.hold_budget_pct {
-        Some(0) if k.policy != "passthrough" => ", hold budget 0 % (tracks, holds nothing)".into(),
+        // The budget bounds holds on the CPU; a device wait still holds on the GPU.
+        Some(0) if k.policy != "passthrough" && !k.device_wait => {
+            ", hold budget 0 % (tracks, holds nothing)".into()
+        }
         Some(pct) if pct < 100 && k.policy != "passthrough" => format!(", hold budget {pct} %"),
         _ => String::new(),
     };
@@ -286,6 +289,35 @@ mod tests {
         assert!(
             pic.contains("\n      MPS daemon pid 4242, restarted 1x\n"),
             "{pic}"
+        );
+    }
+
+    #[test]
+    fn a_budget_of_zero_says_the_gate_holds_nothing_unless_it_waits_on_the_gpu() {
+        let mut k = KernelGateOut {
+            path: "/dev/shm/mmk/g0.gate".into(),
+            error: None,
+            policy: "mmk".into(),
+            device_wait: false,
+            hold_budget_pct: Some(0),
+            launches: 25,
+            held: 0,
+            held_us: 0,
+            forced: 0,
+            processes: vec![],
+        };
+        let mut out = String::new();
+        gate_lines(&mut out, &k);
+        assert_eq!(
+            out,
+            "      kernel gate mmk, hold budget 0 % (tracks, holds nothing): 25 launches, 0 held (0 us), 0 forced\n"
+        );
+        k.device_wait = true;
+        let mut out = String::new();
+        gate_lines(&mut out, &k);
+        assert_eq!(
+            out,
+            "      kernel gate mmk, device wait, hold budget 0 %: 25 launches, 0 held (0 us), 0 forced\n"
         );
     }
 

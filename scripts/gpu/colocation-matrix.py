@@ -27,7 +27,9 @@ Per training and shared configuration the training starts once, and each service
 beside it in turn; the training's throughput is counted over each service's window.
 Per pair and configuration: the service's p50 and p99 over alone, the training's
 throughput over alone and over plain MPS's, and the system throughput (the service's
-requests served per second over alone plus the training's steps per second over alone).
+requests served per second over alone plus the training's steps per second over alone;
+the service's arrivals are fixed, so its part is about 1 unless it fell behind, and the
+figure moves with the training's).
 
 `--record` also runs each job alone once more (after the alone runs) under the interposer in record mode
 (MMK_KSCHED_RECORD, `--record-seconds`), for `mmk-lab ksim`; the traces are packed into
@@ -328,15 +330,17 @@ def merge(out, files, rename=()):
         for config, cs in q["configs"].items():
             merged = {"calls": len(cs)}
             for k, v in cs[-1].items():
-                nums = [c[k] for c in cs if isinstance(c.get(k), (int, float))]
-                merged[k] = statistics.fmean(nums) if len(nums) == len(cs) and not \
-                    isinstance(v, bool) else v
+                # A figure some calls lack (train_vs_mps without plain MPS in that call) is
+                # the mean of those that have it; the rest is the last call's.
+                nums = [c[k] for c in cs if isinstance(c.get(k), (int, float))
+                        and not isinstance(c.get(k), bool)]
+                merged[k] = statistics.fmean(nums) if nums else v
             configs[config] = merged
         pairs.append({"online": q["online"], "offline": q["offline"], "alone": q["alone"],
                       "configs": configs})
     merged = {"gpu": runs[0]["gpu"], "driver": runs[0]["driver"],
               "date": max(r["date"] for r in runs), "command": [r["command"] for r in runs],
-              "pairs": pairs, "configs": summarize_pairs(pairs)}
+              "renamed": names, "pairs": pairs, "configs": summarize_pairs(pairs)}
     os.makedirs(out, exist_ok=True)
     path = f"{out}/colocation-matrix-{short(merged['gpu'])}.json"
     json.dump(merged, open(path, "w"), indent=1)
@@ -376,6 +380,8 @@ def main():
     a = ap.parse_args()
     if a.merge:
         return merge(a.out, a.merge, a.rename)
+    if a.bin is None:
+        ap.error("BIN_DIR is needed unless --merge")
     bin_dir, out = os.path.abspath(a.bin), os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="mmk-matrix-")

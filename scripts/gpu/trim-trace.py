@@ -24,8 +24,11 @@ def main():
     end = len(rows)
     if a.end_at_gap:
         start, stop = header.index("start_ns"), header.index("end_ns")
-        end = max(i + 1 for i in range(len(rows) - 1)
-                  if int(rows[i + 1][start]) - int(rows[i][stop]) > 1_000_000)
+        gaps = [i + 1 for i in range(len(rows) - 1)
+                if int(rows[i + 1][start]) - int(rows[i][stop]) > 1_000_000]
+        if not gaps:
+            raise SystemExit(f"{a.trace}: the GPU never idled over 1 ms; no request ends")
+        end = gaps[-1]
     names = {}
     with open(a.out, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")

@@ -96,6 +96,11 @@ struct Watched {
     /// Since the last reading of the device: whether its processes were alone in its gate
     /// at every sample that found them there (`None`: no sample did).
     alone: Option<bool>,
+    /// This run's launches were counted, and whether any was seen to end: a gate that
+    /// tracks nothing (`passthrough`) counts launches but never their ends, and a job
+    /// sampled there would look as if it asked for no SMs.
+    launched: bool,
+    tracked: bool,
 }
 
 #[derive(Debug, Default)]
@@ -199,6 +204,8 @@ impl Sampler {
             Watched {
                 watch,
                 observed: Observed::default(),
+                launched: false,
+                tracked: false,
                 counters: HashMap::new(),
                 in_gate: Vec::new(),
                 totals,
@@ -428,8 +435,11 @@ impl Sampler {
                     d
                 };
                 let launches = forward(&mut last.launches, slot.launches);
+                let completed = forward(&mut last.completed, slot.completed);
                 w.observed.launches += launches;
-                w.observed.completed += forward(&mut last.completed, slot.completed);
+                w.observed.completed += completed;
+                w.launched |= launches > 0;
+                w.tracked |= completed > 0;
                 w.totals.launches += launches;
                 w.totals.kernel_ns += forward(&mut last.busy_ns, slot.busy_ns);
                 w.totals.held_ns += forward(&mut last.held_ns, slot.held_ns);
@@ -445,6 +455,11 @@ impl Sampler {
                 w.alone = Some(false);
                 continue;
             };
+            if w.launched && !w.tracked {
+                // Launches counted, none seen to end: its demand is not measured here.
+                w.last_sample = None;
+                continue;
+            }
             // What its kernels ask for (blocks over blocks per SM), not what its partition
             // lets them have: a job measured in a small partition is not taken for a small
             // job. Kernels queued behind each other add up, so at most the whole GPU.
@@ -637,6 +652,32 @@ mod tests {
         assert_eq!(o.sm_p95(), 0.25);
         assert_eq!(o.launches, 200);
         assert!((o.seconds - 2.0).abs() < 0.5, "{}", o.seconds);
+    }
+
+    /// Launches counted but never seen to end (a gate that tracks nothing) are no
+    /// measurement of the job's demand: no profile is reported, while its launches still
+    /// count in its totals.
+    #[tokio::test]
+    async fn launches_nobody_tracked_make_no_profile() {
+        // (`rx` stays open while the sampler lives: ask, do not wait.)
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let gate =
+            Gate::create(&path, &GateConfig::new(98, PolicyKind::Passthrough)).expect("gate");
+        let slot = gate
+            .join(std::process::id(), Class::Offline, 1.0)
+            .expect("slot");
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None);
+        sampler.watch(JOB, test_watch(JobClass::Offline, path, 108));
+        for _ in 0..50 {
+            gate.count(slot);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sampler.unwatch(JOB, true);
+        assert_eq!(sampler.totals()[&JOB].launches, 50);
+        sampler.stop();
+        handle.join().expect("sampler");
+        assert!(rx.try_recv().is_err(), "no profile from untracked launches");
     }
 
     /// The driver's memory per process, read once a second, gives the job's peak: its own

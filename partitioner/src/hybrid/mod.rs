@@ -239,22 +239,30 @@ impl Hybrid {
 }
 
 /// What decides a GPU's best layout, without its index: model, mode, instances (with
-/// their driver IDs) and the jobs in them.
-fn signature(gpu: &GpuState, plan: &GpuPlan) -> String {
-    let parts: Vec<String> = plan
+/// their driver IDs) and the jobs in them, and the instances the plan destroys.
+type Signature<'a> = (
+    &'a str,
+    bool,
+    bool,
+    Vec<(Option<u32>, u8, Option<u32>, Vec<(usize, u8)>)>,
+    &'a [(crate::plan::Slot, u32)],
+);
+
+fn signature<'a>(gpu: &'a GpuState, plan: &'a GpuPlan) -> Signature<'a> {
+    let parts = plan
         .parts
         .iter()
         .map(|p| {
-            let members: Vec<(usize, u8)> = p.members.iter().map(|m| (m.job, m.share)).collect();
-            format!(
-                "{:?}@{}#{:?}{:?}",
-                p.slot.profile_id, p.slot.start, p.existing, members
-            )
+            let members = p.members.iter().map(|m| (m.job, m.share)).collect();
+            (p.slot.profile_id, p.slot.start, p.existing, members)
         })
         .collect();
-    format!(
-        "{}|{}|{}|{:?}|{:?}",
-        gpu.model.key, gpu.mig_enabled, gpu.layout_fixed, parts, plan.destroyed
+    (
+        &gpu.model.key,
+        gpu.mig_enabled,
+        gpu.layout_fixed,
+        parts,
+        &plan.destroyed,
     )
 }
 
@@ -300,7 +308,7 @@ impl Planner for Hybrid {
         while !p.waiting.is_empty() {
             let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
             // GPUs in the same state get the same answer: compute it once per round.
-            let mut seen: BTreeMap<String, Option<(f64, GpuPlan, Vec<usize>)>> = BTreeMap::new();
+            let mut seen: BTreeMap<Signature, Option<(f64, GpuPlan, Vec<usize>)>> = BTreeMap::new();
             for (gi, gpu) in node.gpus.iter().enumerate() {
                 let key = signature(gpu, &p.plans[gi]);
                 let answer = match seen.get(&key) {
