@@ -551,6 +551,6 @@ fn ksim_orders_the_matrix_configurations_as_the_gpu_did() {
     }
     assert!(
         p99_checked >= 2,
-        "the simulator told the p99s apart for the BERT service"
+        "the simulator told the p99s apart in at least two pairs"
     );
 }
