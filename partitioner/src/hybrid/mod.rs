@@ -266,17 +266,6 @@ fn signature<'a>(gpu: &'a GpuState, plan: &'a GpuPlan) -> Signature<'a> {
     )
 }
 
-/// A plan computed for another GPU in the same state, moved to `gpu`.
-fn on_gpu(mut plan: GpuPlan, gpu: u32) -> GpuPlan {
-    for p in &mut plan.parts {
-        p.slot.gpu = gpu;
-    }
-    for (s, _) in &mut plan.destroyed {
-        s.gpu = gpu;
-    }
-    plan
-}
-
 impl Planner for Hybrid {
     fn name(&self) -> &'static str {
         self.name
@@ -307,27 +296,21 @@ impl Planner for Hybrid {
         }
         while !p.waiting.is_empty() {
             let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
-            // GPUs in the same state get the same answer: compute it once per round.
-            let mut seen: BTreeMap<Signature, Option<(f64, GpuPlan, Vec<usize>)>> = BTreeMap::new();
+            // GPUs in the same state get the same answer: only the first of them is asked,
+            // since a later one's equal gain never beats it.
+            let mut seen: BTreeSet<Signature> = BTreeSet::new();
             for (gi, gpu) in node.gpus.iter().enumerate() {
-                let key = signature(gpu, &p.plans[gi]);
-                let answer = match seen.get(&key) {
-                    Some(a) => a
-                        .clone()
-                        .map(|(g, plan, j)| (g, on_gpu(plan, gpu.index), j)),
-                    None => {
-                        let a = self.best_layout(
-                            gpu,
-                            jobs,
-                            &p.plans[gi],
-                            &p.waiting,
-                            &p.kinds,
-                            &mut p.slo_blocked,
-                        );
-                        seen.insert(key, a.clone());
-                        a
-                    }
-                };
+                if !seen.insert(signature(gpu, &p.plans[gi])) {
+                    continue;
+                }
+                let answer = self.best_layout(
+                    gpu,
+                    jobs,
+                    &p.plans[gi],
+                    &p.waiting,
+                    &p.kinds,
+                    &mut p.slo_blocked,
+                );
                 if let Some((gain, plan, placed)) = answer
                     && gain > 1e-9
                     && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9)
