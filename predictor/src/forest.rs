@@ -126,8 +126,11 @@ pub struct Predictor {
     forest: Forest,
     /// Answers to questions asked before: a planning pass asks the same ones for every
     /// candidate layout. Keyed by the encoded features' bits; cleared when full.
-    memo: Mutex<FastMap<Vec<u64>, f64>>,
+    memo: Mutex<FastMap<MemoKey, f64>>,
 }
+
+/// The encoded features' bits.
+type MemoKey = [u64; FEATURE_NAMES.len()];
 
 /// Entries the memo holds before it starts over.
 const MEMO_MAX: usize = 1 << 16;
@@ -274,7 +277,10 @@ impl Predictor {
     /// [`FEATURE_NAMES`]' width).
     pub fn predict_one(&self, f: &Features) -> Option<f64> {
         let row = f.to_vec();
-        let key: Vec<u64> = row.iter().map(|v| v.to_bits()).collect();
+        let mut key: MemoKey = [0; FEATURE_NAMES.len()];
+        for (k, v) in key.iter_mut().zip(&row) {
+            *k = v.to_bits();
+        }
         if let Some(v) = self
             .memo
             .lock()
