@@ -63,7 +63,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 APP = os.path.join(HERE, "colocate.py")
 dp = import_module("default-path")
-pct = dp.pct
+pct, log = dp.pct, dp.log
 
 SERVICES = {"resnet50": ["--model", "resnet50", "--batch", "4"],
             "bert": ["--model", "bert", "--batch", "8"],
@@ -80,10 +80,6 @@ def mmk_flags(config):
         return ["--kernel-policy", "mmk", "--kernel-hold-budget",
                 config.removeprefix("mmk-budget")]
     return None
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
 
 
 def serve_cmd(name, seconds, out, interval_ms=None, load=None):
