@@ -1,12 +1,12 @@
-//! Where the interposer, the fake CUDA driver and the fake NVML library are, and (for
-//! tests) how to build them.
+//! Where the interposer, the fake CUDA driver and the fake NVML library are.
 //!
-//! They are `cdylib`s, which `cargo test` does not build on its own: tests call
-//! [`build_for_tests`], which runs `cargo build` for them once per test process.
+//! They are `cdylib`s (each also an `rlib`, so that cargo builds and places the shared
+//! library whenever it builds the package's integration tests), and the fakes come with
+//! test programs. `cargo build --workspace` and `cargo test --workspace` put all of them in
+//! `target/<profile>/`, next to `mmkd`; tests find them there with [`built_for_tests`] and
+//! never run cargo themselves.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use std::path::PathBuf;
 
 /// The interposer that mmkd puts in a job's `LD_PRELOAD`.
 pub const INTERPOSER: &str = "libmmk_interposer.so";
@@ -17,6 +17,9 @@ pub const FAKE_APP: &str = "mmk-fake-cuda-app";
 /// The fake NVML library (`mmkd --nvml-lib`) and its inspector (crate `fake-nvml`).
 pub const FAKE_NVML: &str = "libmmk_fake_nvml.so";
 pub const FAKE_NVML_TOOL: &str = "mmk-fake-nvml";
+
+/// Everything the end-to-end tests need.
+pub const ALL: [&str; 5] = [INTERPOSER, FAKE_CUDA, FAKE_APP, FAKE_NVML, FAKE_NVML_TOOL];
 
 /// `name` in the directory of the running executable, or the one above it (where cargo
 /// puts libraries when the executable is a test in `deps/`).
@@ -30,57 +33,61 @@ pub fn find_next_to_exe(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Why the test artifacts could not be built.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum BuildError {
-    #[error("running {cargo}: {why}")]
-    Spawn { cargo: String, why: String },
-    #[error("cargo build of the interposer failed:\n{0}")]
-    Failed(String),
-    #[error("{} is missing after the build", .0.display())]
-    Missing(PathBuf),
+/// Where the test artifacts are: the running test's `target/<profile>/`, where cargo puts
+/// programs, and its `deps/`, where it puts a shared library built with a package's tests
+/// (and from where `cargo build` copies it up).
+#[derive(Debug, Clone)]
+pub struct Built {
+    dir: PathBuf,
 }
 
-/// Build the interposer, the fake driver and its test program, and the fake NVML library
-/// and its inspector with the cargo that runs the tests, into `target_dir`; returns the directory that holds them. Runs cargo once per
-/// process; later calls return the first result.
-pub fn build_for_tests(target_dir: &Path) -> Result<PathBuf, BuildError> {
-    static BUILT: OnceLock<Result<PathBuf, BuildError>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-            let output = Command::new(&cargo)
-                .args(["build", "--quiet", "--locked"])
-                .args([
-                    "-p",
-                    "mmk-interposer",
-                    "-p",
-                    "mmk-fake-cuda",
-                    "-p",
-                    "mmk-fake-nvml",
-                ])
-                .arg("--manifest-path")
-                .arg(&manifest)
-                .arg("--target-dir")
-                .arg(target_dir)
-                .output()
-                .map_err(|e| BuildError::Spawn {
-                    cargo: cargo.to_string_lossy().into_owned(),
-                    why: e.to_string(),
-                })?;
-            if !output.status.success() {
-                return Err(BuildError::Failed(
-                    String::from_utf8_lossy(&output.stderr).into_owned(),
-                ));
-            }
-            let dir = target_dir.join("debug");
-            for name in [INTERPOSER, FAKE_CUDA, FAKE_APP, FAKE_NVML, FAKE_NVML_TOOL] {
-                if !dir.join(name).is_file() {
-                    return Err(BuildError::Missing(dir.join(name)));
-                }
-            }
-            Ok(dir)
+impl Built {
+    /// The path of artifact `name`: the shared library in `deps/` (always the last one
+    /// cargo built), a program (or a library no test build touched) in the directory above.
+    pub fn join(&self, name: &str) -> PathBuf {
+        let fresh = self.dir.join("deps").join(name);
+        if name.ends_with(".so") && fresh.is_file() {
+            fresh
+        } else {
+            self.dir.join(name)
+        }
+    }
+}
+
+/// Some of the artifacts a test needs are not built.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "{} not built (looked in {dir} and its deps/); `cargo test --workspace` builds them, \
+     or `cargo build -p mmk-interposer -p mmk-fake-cuda -p mmk-fake-nvml`",
+    missing.join(", ")
+)]
+pub struct NotBuilt {
+    pub missing: Vec<String>,
+    pub dir: String,
+}
+
+/// The built artifacts `names` (see [`ALL`]) for the running test. They are what the last
+/// cargo build left; a test run of the whole workspace builds them before any test runs.
+pub fn built_for_tests(names: &[&str]) -> Result<Built, NotBuilt> {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // A test runs from target/<profile>/deps/; a program from target/<profile>/.
+    let dir = match exe.parent() {
+        Some(d) if d.ends_with("deps") => d.parent().unwrap_or(d).to_path_buf(),
+        Some(d) => d.to_path_buf(),
+        None => PathBuf::new(),
+    };
+    let built = Built { dir };
+    let missing: Vec<String> = names
+        .iter()
+        .filter(|n| !built.join(n).is_file())
+        .map(|n| (*n).to_owned())
+        .collect();
+    if missing.is_empty() {
+        Ok(built)
+    } else {
+        Err(NotBuilt {
+            missing,
+            dir: built.dir.display().to_string(),
         })
-        .clone()
+    }
 }

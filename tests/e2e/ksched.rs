@@ -3,16 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use mmk_kernel_sched::artifacts::{self, FAKE_APP, FAKE_CUDA, INTERPOSER};
+use mmk_kernel_sched::artifacts::{self, Built, FAKE_APP, FAKE_CUDA, INTERPOSER};
 use mmk_kernel_sched::{Gate, PolicyKind, Profile};
 use mmk_proto::v1;
 
 use crate::harness::{Daemon, lab_in, mmkctl_in, text, wait_state};
 
 /// The interposer, the fake driver and its test program, built once for the test binary.
-pub(crate) fn built() -> PathBuf {
-    artifacts::build_for_tests(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("ksched"))
-        .expect("the interposer builds")
+pub(crate) fn built() -> Built {
+    artifacts::built_for_tests(&artifacts::ALL).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test]
@@ -115,7 +114,7 @@ async fn a_managed_job_launches_through_its_partitions_gate() {
 }
 
 /// The fake driver as `libcuda.so.1` and `libcudart.so.13` in `dir/lib`.
-pub(crate) fn fake_driver_in(bin: &Path, dir: &Path) -> PathBuf {
+pub(crate) fn fake_driver_in(bin: &Built, dir: &Path) -> PathBuf {
     let lib = dir.join("lib");
     std::fs::create_dir_all(&lib).expect("lib dir");
     std::fs::copy(bin.join(FAKE_CUDA), lib.join("libcuda.so.1")).expect("copy");

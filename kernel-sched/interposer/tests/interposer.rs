@@ -4,22 +4,23 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use mmk_kernel_sched::artifacts::{self, FAKE_APP, FAKE_CUDA, INTERPOSER};
+use mmk_kernel_sched::artifacts::{self, Built, FAKE_APP, FAKE_CUDA, INTERPOSER};
 use mmk_kernel_sched::trace;
 use mmk_kernel_sched::{Class, Gate, GateConfig, PolicyKind, SlotStats};
 use serde_json::Value;
 
-/// The built interposer, fake driver and test program (cargo builds them once).
-fn built() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
+/// The built interposer, fake driver and test program (`cargo test --workspace` builds
+/// them before any test runs).
+fn built() -> &'static Built {
+    static DIR: OnceLock<Built> = OnceLock::new();
     DIR.get_or_init(|| {
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ksched");
-        artifacts::build_for_tests(&target).unwrap()
+        artifacts::built_for_tests(&[INTERPOSER, FAKE_CUDA, FAKE_APP])
+            .unwrap_or_else(|e| panic!("{e}"))
     })
 }
 
