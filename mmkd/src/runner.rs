@@ -141,6 +141,8 @@ pub struct Runner {
     log_max: u64,
     sim_speed: f64,
     grace: Duration,
+    /// How long a job's end waits for its output ([`DRAIN_WAIT`]).
+    drain_wait: Duration,
     exits: mpsc::UnboundedSender<Exit>,
     running: Arc<Mutex<HashMap<u64, Running>>>,
     /// The kernel scheduler: the partitions' gates and the interposer jobs preload.
@@ -164,10 +166,19 @@ impl Runner {
             log_max: joblog::DEFAULT_JOB_LOG_MAX,
             sim_speed,
             grace,
+            drain_wait: DRAIN_WAIT,
             ksched: crate::ksched::KernelSched::off(),
             exits,
             running: Arc::default(),
         }
+    }
+
+    /// Wait `d` instead of [`DRAIN_WAIT`] for a job's output at its end (tests that do not
+    /// wait seconds for it).
+    #[cfg(test)]
+    fn with_drain_wait(mut self, d: Duration) -> Runner {
+        self.drain_wait = d;
+        self
     }
 
     /// Keep each job's logs under `bytes` on disk.
@@ -220,6 +231,7 @@ impl Runner {
                 let (mut child, drained) = self.spawn(l, c)?;
                 let pid = child.id().ok_or(StartError::Vanished)?;
                 let grace = self.grace;
+                let drain_wait = self.drain_wait;
                 let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let group_gone = Arc::clone(&gone);
                 let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
@@ -230,7 +242,7 @@ impl Runner {
                         end_group(pid as i32, grace).await;
                         group_gone.store(true, std::sync::atomic::Ordering::Release);
                         // Everything the job wrote is in its logs before its end is told.
-                        drained.wait(DRAIN_WAIT).await;
+                        drained.wait(drain_wait).await;
                         match status {
                             Ok(st) => {
                                 use std::os::unix::process::ExitStatusExt;
@@ -713,6 +725,8 @@ mod tests {
         // with a note, so that no thread writes the log file after the run.
         let dir = tempfile::tempdir().expect("tempdir");
         let (r, mut rx) = runner(dir.path());
+        let drain_wait = Duration::from_millis(500);
+        let r = r.with_drain_wait(drain_wait);
         // The main process waits until the other is in its own session (it makes `mark`
         // after setsid), or the end of the group would take it too.
         // It writes without a pause, so that the copier always has data waiting.
@@ -720,7 +734,7 @@ mod tests {
                       while [ ! -e mark ]; do sleep 0.05; done; echo started";
         r.start(&launch(8, cmd(&["/bin/sh", "-c", script])))
             .expect("started");
-        let exit = tokio::time::timeout(DRAIN_WAIT + Duration::from_secs(10), rx.recv())
+        let exit = tokio::time::timeout(drain_wait + Duration::from_secs(10), rx.recv())
             .await
             .expect("the end is reported after the drain wait")
             .expect("exit");

@@ -17,6 +17,10 @@ warm the service asks, and the time until its process runs is recorded.
   default-budgetN  the same with --kernel-hold-budget N (100: no budget, Listing 1 as the
                paper has it; 0: the gate tracks every launch but never holds one)
   default-policy-P  the same with --kernel-policy P
+  mps-policy-P  plain MPS's planner (both jobs at 100 %) with the kernel scheduler's policy P
+               (passthrough: the interposer in both jobs, online streams at the greatest
+               priority, nothing tracked or held)
+  ideal-interposer  the service alone with the interposer preloaded and no gate
   CONFIG-pollN   CONFIG with MMK_KSCHED_POLL_US=N for mmkd and the jobs
   CONFIG-perlaunch  CONFIG with MMK_KSCHED_EVENTS=launch (each launch records its own
                  tracking event, on the launching thread)
@@ -218,9 +222,13 @@ def main():
             so, to = f"{d}/serve.json", f"{d}/train.json"
             r = {}
             t = time.time()
-            if c == "ideal":
-                subprocess.run(serve + ["--seconds", str(a.seconds), "--out", so], env=env,
-                               check=True, capture_output=True)
+            if c in ("ideal", "ideal-interposer"):
+                # ideal-interposer: the same with the interposer preloaded and no gate (it
+                # counts launches, holds and tracks nothing): what the hooks alone cost.
+                pre = ({"LD_PRELOAD": f"{bin_dir}/libmmk_interposer.so"}
+                       if c == "ideal-interposer" else {})
+                subprocess.run(serve + ["--seconds", str(a.seconds), "--out", so],
+                               env=env | pre, check=True, capture_output=True)
                 _, r = serve_result(so)
             elif c == "train-alone":
                 p = subprocess.Popen([sys.executable, APP, "train", "--seconds", "600", "--out", to],
@@ -256,6 +264,8 @@ def main():
                 }.get(c)
                 if flags is None and c.startswith("default-budget"):
                     flags = ["--kernel-hold-budget", c.removeprefix("default-budget")]
+                if flags is None and c.startswith("mps-policy-"):
+                    flags = ["--planner", "first-fit", "--kernel-policy", c.removeprefix("mps-policy-")]
                 if flags is None and c.startswith("default-policy-"):
                     flags = ["--kernel-policy", c.removeprefix("default-policy-")]
                 if flags is None:

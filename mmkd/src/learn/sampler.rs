@@ -28,6 +28,28 @@ pub const FLUSH: Duration = Duration::from_secs(10);
 const MEAN_PERIOD_US: u64 = 2000;
 /// Slots of processes that died are dropped this often.
 const REAP_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the sampler does its periodic work. mmkd runs on [`Periods::default`]; a test
+/// shortens them instead of waiting seconds for a report or a reading of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Periods {
+    /// What a watched job has seen is reported at least this often.
+    pub flush: Duration,
+    /// Slots of processes that died are dropped this often.
+    pub reap: Duration,
+    /// The device (memory per process, bandwidth per partition) is read this often.
+    pub device: Duration,
+}
+
+impl Default for Periods {
+    fn default() -> Periods {
+        Periods {
+            flush: FLUSH,
+            reap: REAP_EVERY,
+            device: DEVICE_EVERY,
+        }
+    }
+}
 /// A gap between two samples longer than this (the thread was not scheduled) counts as
 /// this much time.
 const MAX_STEP: Duration = Duration::from_millis(50);
@@ -125,12 +147,14 @@ pub struct Sampler {
     reports: mpsc::UnboundedSender<Seen>,
     identify: Identify,
     device: Option<ReadDevice>,
+    periods: Periods,
 }
 
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sampler")
             .field("device", &self.device.is_some())
+            .field("periods", &self.periods)
             .finish_non_exhaustive()
     }
 }
@@ -151,7 +175,7 @@ pub struct Readings {
 /// Reads the device: the GPU backend's `process_memory` and `dram_bandwidth`.
 pub type ReadDevice = Arc<dyn Fn() -> Readings + Send + Sync>;
 
-/// How often the device is read.
+/// How often the device is read (by default).
 const DEVICE_EVERY: Duration = Duration::from_secs(1);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -165,12 +189,13 @@ impl Sampler {
     pub fn start(
         device: Option<ReadDevice>,
     ) -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
-        Sampler::start_with(identify, device)
+        Sampler::start_with(identify, device, Periods::default())
     }
 
     fn start_with(
         identify: Identify,
         device: Option<ReadDevice>,
+        periods: Periods,
     ) -> (Sampler, mpsc::UnboundedReceiver<Seen>, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let sampler = Sampler {
@@ -178,6 +203,7 @@ impl Sampler {
             reports: tx,
             identify,
             device,
+            periods,
         };
         let running = sampler.clone();
         let handle = std::thread::Builder::new()
@@ -190,7 +216,7 @@ impl Sampler {
             // nothing else.
             let _ = std::thread::Builder::new()
                 .name("mmk-device".into())
-                .spawn(move || read_device(&shared, &read));
+                .spawn(move || read_device(&shared, &read, periods.device));
         }
         (sampler, rx, handle)
     }
@@ -322,7 +348,7 @@ impl Sampler {
                 peak_memory(&mut jobs, &r.memory);
                 bandwidth(&mut jobs, &r.bandwidth);
             }
-            if last_reap.elapsed() >= REAP_EVERY {
+            if last_reap.elapsed() >= self.periods.reap {
                 // A process that died with kernels in flight would look busy until a
                 // held launch noticed it: drop such slots (what the gate itself does).
                 for g in gates.values() {
@@ -332,7 +358,7 @@ impl Sampler {
             }
             let due: Vec<u64> = jobs
                 .iter()
-                .filter(|(_, w)| w.last_flush.elapsed() >= FLUSH)
+                .filter(|(_, w)| w.last_flush.elapsed() >= self.periods.flush)
                 .map(|(id, _)| *id)
                 .collect();
             for id in due {
@@ -487,7 +513,7 @@ impl Sampler {
 /// Reads the device once a second while mmkd runs and jobs are watched, leaving the
 /// latest reading for the sampler. A bandwidth reading spans the time since the previous
 /// one: after a pause (no job watched, a slow driver) it is dropped.
-fn read_device(shared: &Shared, read: &ReadDevice) {
+fn read_device(shared: &Shared, read: &ReadDevice, every: Duration) {
     let mut last: Option<Instant> = None;
     while !shared.stop.load(Ordering::Acquire) {
         if lock(&shared.jobs).is_empty() {
@@ -495,13 +521,13 @@ fn read_device(shared: &Shared, read: &ReadDevice) {
         } else {
             let mut now = read();
             let at = Instant::now();
-            if last.is_none_or(|t| at.duration_since(t) > DEVICE_EVERY * 3 / 2) {
+            if last.is_none_or(|t| at.duration_since(t) > every * 3 / 2) {
                 now.bandwidth.clear();
             }
             last = Some(at);
             *lock(&shared.readings) = Some(now);
         }
-        std::thread::sleep(DEVICE_EVERY);
+        std::thread::sleep(every);
     }
 }
 
@@ -597,6 +623,13 @@ mod tests {
     }
 
     /// Every process is job 7 of this test's user, except pid 1.
+    /// The device read every 100 ms instead of every second.
+    const FAST: Periods = Periods {
+        flush: FLUSH,
+        reap: REAP_EVERY,
+        device: Duration::from_millis(100),
+    };
+
     fn job_seven(pid: u32) -> Option<(u64, u32)> {
         (pid != 1).then(|| (JOB, rustix::process::getuid().as_raw()))
     }
@@ -619,7 +652,7 @@ mod tests {
             ..Charge::default()
         };
         gate.begin(stranger, &big);
-        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None);
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None, Periods::default());
         sampler.watch(JOB, test_watch(JobClass::Offline, path, 108));
         let charge = Charge {
             sm: 27,
@@ -654,6 +687,46 @@ mod tests {
         assert!((o.seconds - 2.0).abs() < 0.5, "{}", o.seconds);
     }
 
+    /// A job that runs on is reported every flush period, not only at its end; only its
+    /// first report counts the run.
+    #[tokio::test]
+    async fn a_running_job_is_reported_every_flush_period() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let gate =
+            Gate::create(&path, &GateConfig::new(98, PolicyKind::Passthrough)).expect("gate");
+        let slot = gate
+            .join(std::process::id(), Class::Offline, 1.0)
+            .expect("slot");
+        let periods = Periods {
+            flush: Duration::from_millis(150),
+            ..Periods::default()
+        };
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None, periods);
+        sampler.watch(JOB, test_watch(JobClass::Offline, path, 108));
+        let charge = Charge {
+            sm: 27,
+            ..Charge::default()
+        };
+        let until = Instant::now() + Duration::from_millis(700);
+        while Instant::now() < until {
+            gate.begin(slot, &charge);
+            std::thread::sleep(Duration::from_millis(5));
+            gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+        }
+        // Still running: what was reported so far came from the flush period alone.
+        let mut runs = Vec::new();
+        while let Ok(seen) = rx.try_recv() {
+            runs.push(seen.observed.runs);
+        }
+        assert!(runs.len() >= 2, "reports while it ran: {runs:?}");
+        assert_eq!(runs[0], 1, "{runs:?}");
+        assert!(runs[1..].iter().all(|&r| r == 0), "{runs:?}");
+        sampler.unwatch(JOB, true);
+        sampler.stop();
+        handle.join().expect("sampler");
+    }
+
     /// Launches counted but never seen to end (a gate that tracks nothing) are no
     /// measurement of the job's demand: no profile is reported, while its launches still
     /// count in its totals.
@@ -667,7 +740,7 @@ mod tests {
         let slot = gate
             .join(std::process::id(), Class::Offline, 1.0)
             .expect("slot");
-        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None);
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None, Periods::default());
         sampler.watch(JOB, test_watch(JobClass::Offline, path, 108));
         for _ in 0..50 {
             gate.count(slot);
@@ -702,13 +775,13 @@ mod tests {
                 bandwidth: Vec::new(),
             }
         });
-        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, Some(memory));
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, Some(memory), FAST);
         sampler.watch(JOB, test_watch(JobClass::Offline, path, 132));
         let charge = Charge {
             sm: 10,
             ..Charge::default()
         };
-        let until = Instant::now() + Duration::from_millis(2_500);
+        let until = Instant::now() + FAST.device * 5 / 2;
         while Instant::now() < until {
             gate.begin(slot, &charge);
             std::thread::sleep(Duration::from_millis(5));
@@ -720,7 +793,7 @@ mod tests {
         let seen = rx.recv().await.expect("a report");
         assert!(
             calls.load(Ordering::Relaxed) >= 2,
-            "read about once a second"
+            "read about once a period"
         );
         assert_eq!(seen.observed.mem_peak_bytes, 5 << 30);
     }
@@ -741,13 +814,15 @@ mod tests {
             memory: Vec::new(),
             bandwidth: vec![(1, None, 0.9), (0, None, 0.4), (0, Some(3), 0.7)],
         });
-        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, Some(device));
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, Some(device), FAST);
         let charge = Charge {
             sm: 10,
             ..Charge::default()
         };
-        let run = |ms: u64| {
-            let until = Instant::now() + Duration::from_millis(ms);
+        // Five or six periods of the device reader (one fewer window, the first reading
+        // opening the first).
+        let run = || {
+            let until = Instant::now() + FAST.device * 6;
             while Instant::now() < until {
                 gate.begin(slot, &charge);
                 std::thread::sleep(Duration::from_millis(5));
@@ -755,12 +830,12 @@ mod tests {
             }
         };
         sampler.watch(JOB, test_watch(JobClass::Offline, path.clone(), 132));
-        run(2_600);
+        run();
         sampler.unwatch(JOB, true);
         let alone = rx.recv().await.expect("a report").observed;
         assert!(
-            (2..=3).contains(&alone.bw_windows),
-            "a reading a second: {}",
+            (2..=6).contains(&alone.bw_windows),
+            "a reading a period: {}",
             alone.bw_windows
         );
         assert!(
@@ -770,7 +845,7 @@ mod tests {
         // pid 1, not the job's, joins the partition.
         let _stranger = gate.join(1, Class::Offline, 1.0).expect("slot");
         sampler.watch(JOB, test_watch(JobClass::Offline, path, 132));
-        run(2_600);
+        run();
         sampler.unwatch(JOB, true);
         sampler.stop();
         handle.join().expect("sampler");
@@ -791,7 +866,7 @@ mod tests {
             .join(std::process::id(), Class::Online, 1.0)
             .expect("slot");
         let offline = gate.join(1, Class::Offline, 1.0).expect("slot");
-        let (sampler, _rx, handle) = Sampler::start_with(job_seven, None);
+        let (sampler, _rx, handle) = Sampler::start_with(job_seven, None, Periods::default());
         sampler.watch(JOB, test_watch(JobClass::Online, path, 132));
         let charge = Charge {
             sm: 10,
@@ -825,7 +900,7 @@ mod tests {
         let path = dir.path().join("g.gate");
         let gate =
             Gate::create(&path, &GateConfig::new(132, PolicyKind::Passthrough)).expect("gate");
-        let (sampler, _rx, handle) = Sampler::start_with(job_seven, None);
+        let (sampler, _rx, handle) = Sampler::start_with(job_seven, None, Periods::default());
         let watch = test_watch(JobClass::Offline, path, 132);
         let charge = Charge {
             sm: 10,
