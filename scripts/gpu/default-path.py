@@ -22,6 +22,8 @@ warm the service asks, and the time until its process runs is recorded.
                priority, nothing tracked or held)
   ideal-interposer  the service alone with the interposer preloaded and no gate
   CONFIG-pollN   CONFIG with MMK_KSCHED_POLL_US=N for mmkd and the jobs
+  CONFIG-hooksonly  CONFIG with MMK_KSCHED_OFF=1 for mmkd and the jobs: the interposer is
+                 preloaded but passes every call straight through (no gate, no count)
   CONFIG-perlaunch  CONFIG with MMK_KSCHED_EVENTS=launch (each launch records its own
                  tracking event, on the launching thread)
   default-tuned  the same with the gate settings of the best measured co-location
@@ -245,6 +247,9 @@ def main():
                 # Suffixes "-pollN" (the interposer's poller sleeps at least N us) and
                 # "-perlaunch" (an event per launch), in any order.
                 extra = {}
+                if "-hooksonly" in c:
+                    c = c.replace("-hooksonly", "")
+                    extra["MMK_KSCHED_OFF"] = "1"
                 if "-perlaunch" in c:
                     c = c.replace("-perlaunch", "")
                     extra["MMK_KSCHED_EVENTS"] = "launch"
