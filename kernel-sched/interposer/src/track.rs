@@ -3,8 +3,10 @@
 //! what completed and writes record-mode trace lines.
 //!
 //! A tracked launch costs its thread no driver call but reading its current context (a
-//! thread-local read in the driver): it joins its stream's tail, the
-//! launches that no event covers yet. On each pass the poller records an event behind the
+//! thread-local read in the driver): it is queued for its stream's tail, the launches that
+//! no event covers yet, under a lock that the poller never holds across a driver call (a
+//! launch that waited for the poller's event records and capture queries cost an eager
+//! service its tail). On each pass the poller records an event behind the
 //! tail of every stream that has no event outstanding. Work on one stream completes in
 //! order, so that event covers the whole tail: when it completes, every launch in it counts
 //! as complete. A stream being captured gets no event; its tail counts as complete at once
@@ -117,9 +119,14 @@ pub struct Tracker {
     outstanding: AtomicUsize,
     /// Free events: (context, event, timing).
     pool: Mutex<Vec<(usize, usize, bool)>>,
-    /// Per (context, stream) with tracked launches in flight.
+    /// Per (context, stream) with tracked launches in flight. The poller holds it across
+    /// driver calls (it records events behind the tails), so launches never take it.
     streams: Mutex<HashMap<(usize, usize), StreamTrack>>,
-    /// Launches in the streams' tails, which no event covers yet.
+    /// Launches made since the poller last looked, per (context, stream): they join their
+    /// stream's tail at its next pass ([`Tracker::absorb`]). A launch holds this lock for
+    /// a push; nobody holds it across a driver call.
+    incoming: Mutex<Vec<((usize, usize), Charge)>>,
+    /// Launches in `incoming` and in the streams' tails, which no event covers yet.
     uncovered: AtomicUsize,
     /// [`events_per_launch`].
     per_launch: bool,
@@ -219,12 +226,8 @@ impl Tracker {
             return true;
         }
         {
-            let mut streams = lock(&self.streams);
-            streams
-                .entry((ctx as usize, stream as usize))
-                .or_default()
-                .tail
-                .push(charge);
+            let mut incoming = lock(&self.incoming);
+            incoming.push(((ctx as usize, stream as usize), charge));
             // Under the lock, so that the count never falls behind a tail someone takes.
             // SeqCst, as the poller's `idle` store and its read of this count: either it
             // sees this launch before it waits, or this side sees it waiting and wakes it.
@@ -232,6 +235,15 @@ impl Tracker {
         }
         self.run_poller(process);
         true
+    }
+
+    /// Move the launches made since the last look into their streams' tails (the caller
+    /// holds the streams' lock; they stay uncovered).
+    fn absorb(&self, streams: &mut HashMap<(usize, usize), StreamTrack>) {
+        let arrived = std::mem::take(&mut *lock(&self.incoming));
+        for (key, charge) in arrived {
+            streams.entry(key).or_default().tail.push(charge);
+        }
     }
 
     /// `st`'s tail, which the caller covers or counts as complete: no longer uncovered.
@@ -279,6 +291,7 @@ impl Tracker {
         }
         let mut covered = Vec::new();
         let mut streams = lock(&self.streams);
+        self.absorb(&mut streams);
         let mut current: CUcontext = std::ptr::null_mut();
         for (&(ctx, stream), st) in streams.iter_mut() {
             if st.outstanding > 0 || st.tail.is_empty() {
@@ -333,6 +346,7 @@ impl Tracker {
             return change();
         };
         let mut streams = lock(&self.streams);
+        self.absorb(&mut streams);
         let mut pending = Vec::new();
         let caller = Tracker::current_ctx(d);
         for (&(ctx, s), st) in streams.iter_mut() {
