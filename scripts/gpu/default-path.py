@@ -22,6 +22,8 @@ warm the service asks, and the time until its process runs is recorded.
                priority, nothing tracked or held)
   ideal-interposer  the service alone with the interposer preloaded and no gate
   CONFIG-pollN   CONFIG with MMK_KSCHED_POLL_US=N for mmkd and the jobs
+  CONFIG-altso  CONFIG with BIN_DIR/alt/libmmk_interposer.so as the interposer (another
+                 build's, to compare two builds of it in one call)
   CONFIG-hooksonly  CONFIG with MMK_KSCHED_OFF=1 for mmkd and the jobs: the interposer is
                  preloaded but passes every call straight through (no gate, no count)
   CONFIG-perlaunch  CONFIG with MMK_KSCHED_EVENTS=launch (each launch records its own
@@ -247,6 +249,8 @@ def main():
                 # Suffixes "-pollN" (the interposer's poller sleeps at least N us) and
                 # "-perlaunch" (an event per launch), in any order.
                 extra = {}
+                alt_so = "-altso" in c
+                c = c.replace("-altso", "")
                 if "-hooksonly" in c:
                     c = c.replace("-hooksonly", "")
                     extra["MMK_KSCHED_OFF"] = "1"
@@ -275,6 +279,8 @@ def main():
                     flags = ["--kernel-policy", c.removeprefix("default-policy-")]
                 if flags is None:
                     raise SystemExit(f"{c}: not a configuration")
+                if alt_so:
+                    flags = flags + ["--interposer", f"{bin_dir}/alt/libmmk_interposer.so"]
                 m = Mmkd(bin_dir, d, flags,
                          env | dict(kv.split("=", 1) for kv in a.env) | extra,
                          f"{out}/mmkd-{name}.log")
