@@ -2,9 +2,9 @@
 //!
 //! They are `cdylib`s (each also an `rlib`, so that cargo builds and places the shared
 //! library whenever it builds the package's integration tests), and the fakes come with
-//! test programs. `cargo build --workspace` and `cargo test --workspace` put all of them in
-//! `target/<profile>/`, next to `mmkd`; tests find them there with [`built_for_tests`] and
-//! never run cargo themselves.
+//! test programs. `cargo build --workspace` puts all of them in `target/<profile>/`, next to
+//! `mmkd`; `cargo test --workspace` puts the programs there and leaves the shared libraries
+//! in its `deps/`. Tests find them with [`built_for_tests`] and never run cargo themselves.
 
 use std::path::PathBuf;
 

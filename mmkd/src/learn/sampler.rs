@@ -510,7 +510,7 @@ impl Sampler {
     }
 }
 
-/// Reads the device once a second while mmkd runs and jobs are watched, leaving the
+/// Reads the device every `every` (a second in mmkd) while mmkd runs and jobs are watched, leaving the
 /// latest reading for the sampler. A bandwidth reading spans the time since the previous
 /// one: after a pause (no job watched, a slow driver) it is dropped.
 fn read_device(shared: &Shared, read: &ReadDevice, every: Duration) {
@@ -622,7 +622,6 @@ mod tests {
         }
     }
 
-    /// Every process is job 7 of this test's user, except pid 1.
     /// The device read every 100 ms instead of every second.
     const FAST: Periods = Periods {
         flush: FLUSH,
@@ -630,6 +629,7 @@ mod tests {
         device: Duration::from_millis(100),
     };
 
+    /// Every process is job 7 of this test's user, except pid 1.
     fn job_seven(pid: u32) -> Option<(u64, u32)> {
         (pid != 1).then(|| (JOB, rustix::process::getuid().as_raw()))
     }
