@@ -33,7 +33,8 @@
 //!
 //! A module image is text, one kernel a line: `name blocks_per_sm`.
 //!
-//! Environment: `MMK_FAKE_CUDA_SMS` (SMs of the device, default 132) and
+//! Environment: `MMK_FAKE_CUDA_RECORD_DELAY_US` (each event record takes that long first),
+//! `MMK_FAKE_CUDA_SMS` (SMs of the device, default 132) and
 //! `MMK_FAKE_CUDA_LOG` (append `pid,kernel,stream,launch_ns,start_ns,end_ns,sm` for every
 //! kernel that runs; `%p` in the path becomes the pid; times are `CLOCK_MONOTONIC` ns).
 
@@ -834,8 +835,25 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> CU
     SUCCESS
 }
 
+/// `MMK_FAKE_CUDA_RECORD_DELAY_US`: how long each `cuEventRecord` takes before it does
+/// anything (0 by default), outside the fake's own lock: a driver that is slow to record an
+/// event, as under load, without holding up the fake's other entry points.
+fn record_delay() -> std::time::Duration {
+    static DELAY: OnceLock<std::time::Duration> = OnceLock::new();
+    *DELAY.get_or_init(|| {
+        std::env::var("MMK_FAKE_CUDA_RECORD_DELAY_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(std::time::Duration::ZERO, std::time::Duration::from_micros)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> CUresult {
+    let delay = record_delay();
+    if !delay.is_zero() {
+        std::thread::sleep(delay);
+    }
     let mut g = gpu();
     let captured = g.captures.contains_key(&(stream as usize));
     if !captured && is_legacy(stream) && g.legacy_blocked() {

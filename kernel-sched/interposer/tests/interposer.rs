@@ -653,6 +653,49 @@ fn a_dead_online_process_does_not_hold_offline_work() {
     assert!(gate.slots().is_empty());
 }
 
+/// The poller holds the tracker's streams while it records events behind their tails; a
+/// launch must not wait for that. Here every event record takes 2 ms, so the poller spends
+/// most of the run inside one: the launches (one every 0.2 ms, each tracked) still take
+/// microseconds.
+#[test]
+fn a_tracked_launch_does_not_wait_for_the_pollers_event_records() {
+    let node = Node::new();
+    let _gate = node.gate(
+        PolicyKind::Mmk,
+        Duration::from_micros(1),
+        Duration::from_secs(1),
+    );
+    let child = node
+        .job(
+            "on",
+            Class::Online,
+            true,
+            &[
+                "--kernels",
+                "200",
+                "--duration-us",
+                "100",
+                "--gap-us",
+                "200",
+            ],
+        )
+        .env("MMK_FAKE_CUDA_RECORD_DELAY_US", "2000")
+        .spawn()
+        .unwrap();
+    let report = finish(child, "online");
+    assert_eq!(report["failed"], 0, "{report}");
+    let stats = node.stats("on");
+    assert!(
+        stats["tracking"]["events"].as_u64().unwrap() > 0,
+        "tracked: {stats}"
+    );
+    let p50 = report["launch_ns"]["p50"].as_u64().unwrap();
+    assert!(
+        p50 < 500_000,
+        "a launch took {p50} ns at p50 with 2 ms event records: {report}"
+    );
+}
+
 #[test]
 fn passthrough_counts_without_holding() {
     let node = Node::new();
