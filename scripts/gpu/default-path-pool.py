@@ -1,7 +1,9 @@
 """Pools the runs of one or more default-path.py calls by configuration: the service's
 latencies over every round (p50, p95, p99, mean, and each round's p99), the training's
 steps/s (mean over the rounds, and against plain MPS's), and the shares and profiles the
-runs were planned with. Calls on different machines should be pooled apart.
+runs were planned with. Calls on different machines should be pooled apart. Percentiles
+are linearly interpolated (numpy's default), so they can differ by a few tenths of a ms
+from the nearest-rank figures in default-path.json's own per-run `summary`.
 
   python3 scripts/gpu/default-path-pool.py CALL.json [CALL.json ...] [--markdown]
 """

@@ -238,10 +238,10 @@ impl Tracker {
     }
 
     /// Move the launches made since the last look into their streams' tails (the caller
-    /// holds the streams' lock; they stay uncovered).
+    /// holds the streams' lock; they stay uncovered). Drained in place, so that `incoming`
+    /// keeps its capacity and a launch's push does not allocate.
     fn absorb(&self, streams: &mut HashMap<(usize, usize), StreamTrack>) {
-        let arrived = std::mem::take(&mut *lock(&self.incoming));
-        for (key, charge) in arrived {
+        for (key, charge) in lock(&self.incoming).drain(..) {
             streams.entry(key).or_default().tail.push(charge);
         }
     }
