@@ -190,6 +190,7 @@ mod tests {
                     instances: vec![],
                 })
                 .collect(),
+            calm_arrivals: 0,
         }
     }
 

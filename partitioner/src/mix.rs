@@ -23,6 +23,7 @@ pub fn empty_node(key: &str, gpus: u32) -> Option<NodeState> {
                 instances: vec![],
             })
             .collect(),
+        calm_arrivals: 0,
     })
 }
 

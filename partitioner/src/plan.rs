@@ -17,6 +17,21 @@ use crate::model::JobProfile;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NodeState {
     pub gpus: Vec<GpuState>,
+    /// Jobs that arrived since a planning pass last left a job waiting: how calm the node
+    /// has been of late. 0 where the caller does not know (a daemon that just started).
+    /// MMK lets a newcomer take the share its model likes best only on a calm node
+    /// (`HybridOptions::best_share_when_calm`).
+    pub calm_arrivals: u64,
+}
+
+impl NodeState {
+    /// A node with these GPUs, nothing known of its history.
+    pub fn new(gpus: Vec<GpuState>) -> NodeState {
+        NodeState {
+            gpus,
+            calm_arrivals: 0,
+        }
+    }
 }
 
 /// A partition: a MIG instance identified by its GPU, start slice and profile, or a whole
@@ -498,9 +513,7 @@ mod tests {
 
     #[test]
     fn an_empty_gpu_gets_the_smallest_instance_that_fits() {
-        let node = NodeState {
-            gpus: vec![gpu("a100-80gb", 0, true)],
-        };
+        let node = NodeState::new(vec![gpu("a100-80gb", 0, true)]);
         let plan = FirstFit.plan(&node, &[job(1, 15, None), job(2, 30, None)]);
         assert!(plan.queued.is_empty());
         let names: Vec<_> = plan
@@ -522,7 +535,7 @@ mod tests {
             placement: Placement { start: 0, size: 8 },
             uuid: "MIG-1".into(),
         });
-        let node = NodeState { gpus: vec![g] };
+        let node = NodeState::new(vec![g]);
         let whole = Slot {
             gpu: 0,
             start: 0,
@@ -561,7 +574,7 @@ mod tests {
             placement: Placement { start: 4, size: 4 },
             uuid: "MIG-3".into(),
         });
-        let node = NodeState { gpus: vec![g] };
+        let node = NodeState::new(vec![g]);
         let busy = Slot {
             gpu: 0,
             start: 4,
@@ -601,9 +614,7 @@ mod tests {
 
     #[test]
     fn a_job_larger_than_any_partition_says_so() {
-        let node = NodeState {
-            gpus: vec![gpu("a30-24gb", 0, true)],
-        };
+        let node = NodeState::new(vec![gpu("a30-24gb", 0, true)]);
         let plan = FirstFit.plan(&node, &[job(1, 40, None)]);
         assert_eq!(plan.queued.len(), 1);
         assert!(plan.queued[0].reason.contains("largest partition"));
@@ -619,7 +630,7 @@ mod tests {
             placement: Placement { start: 0, size: 2 },
             uuid: "MIG-1".into(),
         });
-        let node = NodeState { gpus: vec![g] };
+        let node = NodeState::new(vec![g]);
         assert_eq!(largest_partition_mib(&node), 19968);
         let plan = FirstFit.plan(&node, &[job(1, 15, None), job(2, 15, None)]);
         assert!(
@@ -632,9 +643,7 @@ mod tests {
 
     #[test]
     fn mig_off_gpu_is_one_partition() {
-        let node = NodeState {
-            gpus: vec![gpu("h100-80gb", 0, false)],
-        };
+        let node = NodeState::new(vec![gpu("h100-80gb", 0, false)]);
         let plan = FirstFit.plan(
             &node,
             &[job(1, 40, None), job(2, 30, None), job(3, 20, None)],
@@ -647,9 +656,7 @@ mod tests {
 
     #[test]
     fn priority_goes_first_then_backfill() {
-        let node = NodeState {
-            gpus: vec![gpu("a100-40gb", 0, true)],
-        };
+        let node = NodeState::new(vec![gpu("a100-40gb", 0, true)]);
         let mut urgent = job(3, 35, None);
         urgent.priority = 10;
         let plan = FirstFit.plan(&node, &[job(1, 30, None), job(2, 4, None), urgent]);
@@ -663,9 +670,7 @@ mod tests {
 
     #[test]
     fn plans_are_deterministic() {
-        let node = NodeState {
-            gpus: vec![gpu("h200-141gb", 0, true), gpu("h200-141gb", 1, true)],
-        };
+        let node = NodeState::new(vec![gpu("h200-141gb", 0, true), gpu("h200-141gb", 1, true)]);
         let jobs: Vec<_> = (0..20).map(|i| job(i, 5 + (i * 7) % 60, None)).collect();
         assert_eq!(FirstFit.plan(&node, &jobs), FirstFit.plan(&node, &jobs));
     }

@@ -56,7 +56,7 @@ fn arb_case() -> impl Strategy<Value = Case> {
         ),
     )
         .prop_map(move |(gpus, jobs)| {
-            let mut node = NodeState { gpus: Vec::new() };
+            let mut node = NodeState::new(Vec::new());
             let mut placed_jobs = Vec::new();
             let mut next_id = 1;
             for (i, (k, mig, wanted)) in gpus.into_iter().enumerate() {

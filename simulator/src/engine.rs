@@ -190,6 +190,7 @@ pub fn simulate(
             let j = &trace.jobs[next];
             let id = next as u64 + 1;
             active.push(demand(id, j, cfg));
+            node.calm_arrivals += 1;
             runs.insert(
                 id,
                 Run {
@@ -224,6 +225,9 @@ pub fn simulate(
             for p in &plan.preempted {
                 preempted.insert(p.job);
                 result.moves += 1;
+            }
+            if !plan.queued.is_empty() {
+                node.calm_arrivals = 0;
             }
             last_queue_reason = plan
                 .queued

@@ -92,6 +92,9 @@ struct Inner {
     metrics: NodeMetrics,
     /// Jobs told this run that they run slower than their learned profile.
     slow_noted: Mutex<std::collections::HashSet<u64>>,
+    /// The newest job ID when a pass last left a job waiting, or at this daemon's first
+    /// pass: the jobs submitted since are the node's `calm_arrivals` for the planner.
+    calm_since: Mutex<Option<u64>>,
 }
 
 /// A cancel under way: the reason to record, who cancelled, and whether mmk stopped the
@@ -146,6 +149,7 @@ impl Node {
                 sampler,
                 metrics: NodeMetrics::default(),
                 slow_noted: Mutex::default(),
+                calm_since: Mutex::default(),
             }),
         };
         node.recover().await?;

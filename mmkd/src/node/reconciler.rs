@@ -257,8 +257,17 @@ impl Node {
             .iter()
             .map(|j| demand(j, &self.inner.learned))
             .collect();
-        let node = NodeState { gpus };
+        let newest = jobs.iter().map(|j| j.id).max().unwrap_or(0);
+        let mut node = NodeState::new(gpus);
+        node.calm_arrivals = self.calm_arrivals(newest, true);
         let plan = self.plan(node.clone(), demands).await?;
+        if !plan.queued.is_empty() {
+            *self
+                .inner
+                .calm_since
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(newest);
+        }
 
         // A step that fails leaves its partition missing; placements elsewhere go ahead.
         let mut failed: Option<ServiceError> = None;
@@ -388,6 +397,23 @@ impl Node {
 
     /// Runs the planner off the async runtime: with thousands of jobs a plan takes long
     /// enough to hold up every request served on the runtime's threads.
+    /// Jobs submitted since a pass last left one waiting (or since this daemon's first
+    /// pass), `newest` being the newest job's ID now (`NodeState::calm_arrivals`).
+    /// `first`: a pass, which starts the count if none has.
+    pub(super) fn calm_arrivals(&self, newest: u64, first: bool) -> u64 {
+        let mut since = self
+            .inner
+            .calm_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let start = match *since {
+            Some(s) => s,
+            None if first => *since.insert(newest),
+            None => newest,
+        };
+        newest.saturating_sub(start)
+    }
+
     pub(super) async fn plan(
         &self,
         node: NodeState,

@@ -77,7 +77,7 @@ impl Node {
             ));
         }
         let gpus = self.gpus().await?;
-        let largest = largest_partition_mib(&NodeState { gpus });
+        let largest = largest_partition_mib(&NodeState::new(gpus));
         if spec.gpu_memory_mib > largest {
             return Err(ServiceError::InvalidArgument(FieldError::new(
                 "gpu_memory",
@@ -289,9 +289,9 @@ impl Node {
                 None,
             )
             .await?;
-        let node = NodeState {
-            gpus: self.gpus().await?,
-        };
+        let mut node = NodeState::new(self.gpus().await?);
+        node.calm_arrivals =
+            self.calm_arrivals(jobs.iter().map(|j| j.id).max().unwrap_or(0), false);
         let demands = jobs
             .iter()
             .map(|j| demand(j, &self.inner.learned))

@@ -10,7 +10,7 @@ use crate::plan::{JobDemand, Slot};
 
 use super::Hybrid;
 use super::kinds::Kinds;
-use super::mps_config::Refusal;
+use super::mps_config::{Raise, Refusal};
 use super::partition::{GpuPlan, Member, Part, shape_of, twin};
 
 /// A MIG layout: (profile ID, start slice) per instance.
@@ -53,16 +53,17 @@ impl Hybrid {
         )
     }
 
-    /// Step 3 for one GPU: the best candidate layout for the waiting jobs, as
-    /// (score gain over the GPU as it is, the GPU's new plan, jobs placed).
+    /// Step 3 for one GPU (`gpu`, and its plan `now`): the best candidate layout for the
+    /// waiting jobs, as (score gain over the GPU as it is, the GPU's new plan, jobs
+    /// placed).
     pub(super) fn best_layout(
         &self,
-        gpu: &GpuState,
+        (gpu, now): (&GpuState, &GpuPlan),
         jobs: &[JobDemand],
-        now: &GpuPlan,
         waiting: &[usize],
         kinds: &Kinds,
         slo_blocked: &mut [bool],
+        raise: Raise,
     ) -> Option<(f64, GpuPlan, Vec<usize>)> {
         let base: f64 = now.parts.iter().map(|p| self.part_stp(jobs, p)).sum();
         let reconfigurable = gpu.mig_enabled && !gpu.layout_fixed;
@@ -164,7 +165,7 @@ impl Hybrid {
                     if part.free_mib(jobs) < jobs[j].memory_mib {
                         continue;
                     }
-                    match self.mps_config(jobs, part, j, false) {
+                    match self.mps_config(jobs, part, j, false, raise) {
                         Ok((share, stp, own)) => {
                             let before = match (part.members.is_empty(), part_stp[k]) {
                                 (true, _) => 0.0,

@@ -103,6 +103,7 @@ use kinds::Kinds;
 use layout_search::Layout;
 pub use layout_search::maximal_layouts;
 use memo::Memo;
+use mps_config::Raise;
 use partition::{GpuPlan, Part, Progress};
 
 /// What distinguishes MMK from the baselines that share its search.
@@ -135,10 +136,26 @@ pub struct HybridOptions {
     /// runs at least as fast as under plain MPS, and the kernel gate gives its kernels
     /// precedence.
     pub online_first: bool,
+    /// On a node where at least this many jobs arrived since one last had to wait
+    /// (`NodeState::calm_arrivals`), at least a quarter of the GPUs run nothing and every
+    /// waiting job could have one of them, a newcomer takes the MPS share the model
+    /// predicts best (`mps_config::Raise`); else, and with `None`, its share grows while a
+    /// step adds throughput.
+    pub best_share_when_calm: Option<u64>,
 }
 
 /// MPS shares are chosen in steps of this many percent (DESIGN item 6).
 const SHARE_STEP: u8 = 10;
+
+/// MMK's `best_share_when_calm`: arrivals without a wait before a newcomer may take the
+/// share the model likes best. On the measured ground truth (`mmkctl simulate --preset
+/// mmk-paper`, seeds 1-5), the best share whenever every waiting job had an idle GPU cost
+/// 2-7 % of mean JCT at 20-80 s between arrivals: the jobs placed at calm moments, the
+/// first ones above all, hold shares that the arrivals after them need. With 48 calm
+/// arrivals and a quarter of the GPUs idle, 20-80 s are within 0.1 % of the greedy raise
+/// and 160 and 240 s gain 3-4 % (16 to 96 arrivals gave the same within 1.5 %;
+/// docs/simulate.md).
+const CALM_ARRIVALS: u64 = 48;
 
 #[derive(Debug)]
 pub struct Hybrid {
@@ -197,6 +214,7 @@ impl Hybrid {
                 min_colocation_gain: 0.5,
                 share_before_waiting: true,
                 online_first: true,
+                best_share_when_calm: Some(CALM_ARRIVALS),
             },
         )
     }
@@ -215,6 +233,7 @@ impl Hybrid {
                 min_colocation_gain: 0.0,
                 share_before_waiting: false,
                 online_first: false,
+                best_share_when_calm: None,
             },
         )
     }
@@ -233,6 +252,7 @@ impl Hybrid {
                 min_colocation_gain: 0.0,
                 share_before_waiting: false,
                 online_first: false,
+                best_share_when_calm: None,
             },
         )
     }
@@ -266,6 +286,26 @@ fn signature<'a>(gpu: &'a GpuState, plan: &'a GpuPlan) -> Signature<'a> {
     )
 }
 
+impl Hybrid {
+    /// How MPSConfig raises newcomers' shares in a pass over `waiting` jobs
+    /// (`HybridOptions::best_share_when_calm`): the best share on a calm node where at
+    /// least a quarter of the GPUs, and one per waiting job, run nothing.
+    fn raise(&self, node: &NodeState, plans: &[GpuPlan], waiting: usize) -> Raise {
+        let idle = plans
+            .iter()
+            .filter(|gp| gp.parts.iter().all(|p| p.members.is_empty()))
+            .count();
+        match self.options.best_share_when_calm {
+            Some(calm)
+                if node.calm_arrivals >= calm && waiting <= idle && idle * 4 >= plans.len() =>
+            {
+                Raise::Best
+            }
+            _ => Raise::Greedy,
+        }
+    }
+}
+
 impl Planner for Hybrid {
     fn name(&self) -> &'static str {
         self.name
@@ -282,13 +322,16 @@ impl Planner for Hybrid {
                 jobs[i].id,
             )
         });
+        let plans = self.current(node, jobs);
+        let raise = self.raise(node, &plans, waiting.len());
         let mut p = Progress {
-            plans: self.current(node, jobs),
+            plans,
             waiting,
             slo_blocked: vec![false; jobs.len()],
             moved: BTreeSet::new(),
             preempted: Vec::new(),
             kinds: Kinds::new(jobs),
+            raise,
         };
 
         if self.options.mps_first {
@@ -304,12 +347,12 @@ impl Planner for Hybrid {
                     continue;
                 }
                 let answer = self.best_layout(
-                    gpu,
+                    (gpu, &p.plans[gi]),
                     jobs,
-                    &p.plans[gi],
                     &p.waiting,
                     &p.kinds,
                     &mut p.slo_blocked,
+                    p.raise,
                 );
                 if let Some((gain, plan, placed)) = answer
                     && gain > 1e-9

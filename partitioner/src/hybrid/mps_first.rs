@@ -32,6 +32,7 @@ impl Hybrid {
             slo_blocked,
             moved,
             kinds,
+            raise,
             ..
         } = p;
         let mut still = Vec::new();
@@ -68,7 +69,7 @@ impl Hybrid {
                             best = Some((gain, gi, pi, members, moves));
                         }
                     };
-                    match self.mps_config(jobs, part, j, last_resort) {
+                    match self.mps_config(jobs, part, j, last_resort, *raise) {
                         Ok((share, stp, own)) => {
                             if last_resort || self.adds_enough(part, own, stp - now) {
                                 let mut members = part.members.clone();

@@ -11,6 +11,7 @@ use crate::plan::{JobDemand, NodeState, Slot};
 use super::Hybrid;
 use super::kinds::Kinds;
 use super::memo::state_key;
+use super::mps_config::Raise;
 
 /// What a pass has decided so far.
 #[derive(Debug)]
@@ -25,6 +26,8 @@ pub(super) struct Progress {
     /// Started jobs the plan stops for an online job (step 7): (stopped, online job).
     pub(super) preempted: Vec<(usize, usize)>,
     pub(super) kinds: Kinds,
+    /// How MPSConfig raises a newcomer's share in this pass.
+    pub(super) raise: Raise,
 }
 
 /// A job in a partition.

@@ -15,6 +15,7 @@ use mmk_core::JobClass;
 use crate::plan::JobDemand;
 
 use super::Hybrid;
+use super::mps_config::Raise;
 use super::partition::{Member, Part, Progress};
 
 /// One way to make room: where, who leaves, and the members after.
@@ -41,7 +42,7 @@ impl Hybrid {
             let mut best: Option<Eviction> = None;
             for (gi, gp) in p.plans.iter().enumerate() {
                 for (pi, part) in gp.parts.iter().enumerate() {
-                    if let Some(e) = self.eviction(jobs, part, new, gi, pi)
+                    if let Some(e) = self.eviction(jobs, part, new, gi, pi, p.raise)
                         && best.as_ref().is_none_or(|b| e.cost < b.cost)
                     {
                         best = Some(e);
@@ -70,6 +71,7 @@ impl Hybrid {
         new: usize,
         gi: usize,
         pi: usize,
+        raise: Raise,
     ) -> Option<Eviction> {
         let need = jobs[new].memory_mib;
         if part.memory_mib < need || part.free_mib(jobs) >= need {
@@ -121,7 +123,7 @@ impl Hybrid {
         if after.closed_to(jobs, new) {
             return None;
         }
-        let (share, _, _) = self.mps_config(jobs, &after, new, false).ok()?;
+        let (share, _, _) = self.mps_config(jobs, &after, new, false, raise).ok()?;
         let mut members = after.members;
         members.push(Member { job: new, share });
         let stopped = leave.iter().filter(|&&j| jobs[j].placed.is_some()).count();

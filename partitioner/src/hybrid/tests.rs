@@ -60,9 +60,7 @@ fn names(node: &NodeState, plan: &Plan) -> Vec<String> {
 
 #[test]
 fn an_empty_gpu_is_partitioned_for_its_jobs() {
-    let node = NodeState {
-        gpus: vec![gpu("a100-80gb", 0)],
-    };
+    let node = NodeState::new(vec![gpu("a100-80gb", 0)]);
     let jobs = [
         job(1, JobClass::Offline, 30, 0.8, 0.5),
         job(2, JobClass::Offline, 10, 0.3, 0.3),
@@ -84,9 +82,7 @@ fn an_empty_gpu_is_partitioned_for_its_jobs() {
 
 #[test]
 fn mps_first_uses_room_in_the_current_layout() {
-    let node = NodeState {
-        gpus: vec![whole_instance_gpu(0, 1)],
-    };
+    let node = NodeState::new(vec![whole_instance_gpu(0, 1)]);
     let whole = Slot {
         gpu: 0,
         start: 0,
@@ -119,7 +115,7 @@ fn busy_instances_are_never_touched() {
         placement: Placement { start: 2, size: 2 },
         uuid: "MIG-4".into(),
     });
-    let node = NodeState { gpus: vec![g] };
+    let node = NodeState::new(vec![g]);
     let slot = Slot {
         gpu: 0,
         start: 2,
@@ -145,9 +141,7 @@ fn busy_instances_are_never_touched() {
 
 #[test]
 fn online_slos_are_kept_or_the_job_waits() {
-    let node = NodeState {
-        gpus: vec![gpu("h100-80gb", 0)],
-    };
+    let node = NodeState::new(vec![gpu("h100-80gb", 0)]);
     let mut serving = job(1, JobClass::Online, 8, 0.5, 0.3);
     serving.profile.solo_latency_ms = Some(10.0);
     serving.slo_ms = Some(12);
@@ -171,9 +165,7 @@ fn online_slos_are_kept_or_the_job_waits() {
 
 #[test]
 fn miso_gives_each_job_its_own_partition() {
-    let node = NodeState {
-        gpus: vec![gpu("a100-80gb", 0)],
-    };
+    let node = NodeState::new(vec![gpu("a100-80gb", 0)]);
     let jobs: Vec<JobDemand> = (1..=4)
         .map(|i| job(i, JobClass::Offline, 5, 0.2, 0.2))
         .collect();
@@ -212,9 +204,7 @@ fn observation_1_the_planner_follows_the_model_to_4g_3g() {
             speed * (1.0 - penalty * co.len() as f64).max(0.1)
         }
     }
-    let node = NodeState {
-        gpus: vec![gpu("a100-80gb", 0)],
-    };
+    let node = NodeState::new(vec![gpu("a100-80gb", 0)]);
     let jobs = [
         job(1, JobClass::Offline, 30, 0.55, 0.4), // ResNet152-like
         // The small ones each need 16 of the A100's 108 SMs: two share a 3g (42)
@@ -252,9 +242,7 @@ fn observation_1_the_planner_follows_the_model_to_4g_3g() {
 
 #[test]
 fn several_gpus_share_the_work() {
-    let node = NodeState {
-        gpus: (0..4).map(|i| gpu("h100-80gb", i)).collect(),
-    };
+    let node = NodeState::new((0..4).map(|i| gpu("h100-80gb", i)).collect());
     let jobs: Vec<JobDemand> = (1..=8)
         .map(|i| job(i, JobClass::Offline, 35, 0.9, 0.5))
         .collect();
@@ -425,7 +413,7 @@ fn whole_instance_node() -> (NodeState, Slot) {
         start: 0,
         profile_id: Some(0),
     };
-    (NodeState { gpus: vec![g] }, slot)
+    (NodeState::new(vec![g]), slot)
 }
 
 #[test]
@@ -439,9 +427,7 @@ fn mps_first_shares_a_partition_when_that_adds_throughput_or_the_job_would_wait(
     // Co-runners cost each other 40 %: the newcomer would mostly take what the running
     // job loses. Where it has a place of its own (a second GPU), it goes there.
     let zero_sum = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 }));
-    let two = NodeState {
-        gpus: vec![node.gpus[0].clone(), gpu("a100-80gb", 1)],
-    };
+    let two = NodeState::new(vec![node.gpus[0].clone(), gpu("a100-80gb", 1)]);
     let plan = zero_sum.plan(&two, &jobs);
     let new = plan.placements.iter().find(|p| p.job == 2).expect("placed");
     assert_eq!(new.slot.gpu, 1, "{plan:?}");
@@ -569,9 +555,7 @@ fn remembered_answers_are_the_answers() {
         let warm = make(Arc::clone(&model));
         SKIPPED.set(0);
         let mut rng = mmk_core::rng::Rng::new(7);
-        let mut node = NodeState {
-            gpus: vec![gpu("a100-80gb", 0), gpu("a100-80gb", 1)],
-        };
+        let mut node = NodeState::new(vec![gpu("a100-80gb", 0), gpu("a100-80gb", 1)]);
         let mut jobs: Vec<JobDemand> = Vec::new();
         let mut next = 1;
         for step in 0..60 {
@@ -615,9 +599,7 @@ fn remembered_answers_are_the_answers() {
 
 #[test]
 fn a_job_whose_partition_vanished_is_not_lost() {
-    let node = NodeState {
-        gpus: vec![gpu("a100-80gb", 0)],
-    };
+    let node = NodeState::new(vec![gpu("a100-80gb", 0)]);
     let mut gone = job(1, JobClass::Offline, 10, 0.5, 0.3);
     gone.placed = Some(Slot {
         gpu: 0,
@@ -678,9 +660,7 @@ fn jobs_nobody_profiled_share_an_a100_while_memory_lasts() {
     // Three 10 GiB jobs with the prior, arriving one after another: none waits while
     // memory is free.
     let planner = mmk();
-    let mut node = NodeState {
-        gpus: vec![gpu("a100-80gb", 0)],
-    };
+    let mut node = NodeState::new(vec![gpu("a100-80gb", 0)]);
     let mut jobs: Vec<JobDemand> = Vec::new();
     for id in 1..=3 {
         jobs.push(JobDemand::waiting(id, JobClass::Offline, 10 * 1024));
@@ -818,4 +798,54 @@ fn an_online_job_takes_memory_from_checkpointable_offline_work() {
             .is_empty()
     );
     assert!(Hybrid::miso(model).plan(&node, &jobs).preempted.is_empty());
+}
+
+/// A model whose prediction for a job alone stays flat from 50 to 70 % of the SMs and
+/// rises again above, as the forest's do (mps_config::Raise).
+#[derive(Debug)]
+struct Plateau;
+
+impl PerfModel for Plateau {
+    fn estimate(&self, _: &JobProfile, _: &PartitionShape, share: u8, co: &[CoRunner]) -> f64 {
+        let alone = match share {
+            0..=50 => f64::from(share) / 100.0,
+            51..=70 => 0.5,
+            _ => f64::from(share) / 100.0,
+        };
+        alone * 0.7_f64.powi(co.len() as i32)
+    }
+}
+
+#[test]
+fn on_a_calm_node_a_newcomer_takes_the_share_the_model_likes_best() {
+    let mut g = gpu("h100-80gb", 0);
+    g.mig_enabled = false;
+    let mut node = NodeState::new(vec![g]);
+    let trainer = job(1, JobClass::Offline, 30, 0.9, 0.3);
+    let share = |planner: &Hybrid, node: &NodeState, jobs: &[JobDemand]| {
+        let plan = planner.plan(node, jobs);
+        plan.placements
+            .iter()
+            .find(|p| p.job == 1)
+            .map(|p| p.mps_share)
+    };
+    let mmk = Hybrid::mmk(Arc::new(Plateau));
+    // Nothing known of the node's history: the share grows while a step adds throughput,
+    // and stops on the plateau.
+    assert_eq!(share(&mmk, &node, std::slice::from_ref(&trainer)), Some(50));
+    // Calm: past the plateau, to the best prediction.
+    node.calm_arrivals = CALM_ARRIVALS;
+    assert_eq!(
+        share(&mmk, &node, std::slice::from_ref(&trainer)),
+        Some(100)
+    );
+    // Two jobs waiting for one idle GPU: what one does not take, the other may use.
+    let other = job(2, JobClass::Offline, 10, 0.9, 0.3);
+    assert_eq!(share(&mmk, &node, &[trainer.clone(), other]), Some(50));
+    // A node that was calm for fewer arrivals, and the baselines, raise greedily.
+    node.calm_arrivals = CALM_ARRIVALS - 1;
+    assert_eq!(share(&mmk, &node, std::slice::from_ref(&trainer)), Some(50));
+    node.calm_arrivals = u64::MAX;
+    let miger = Hybrid::miger(Arc::new(Plateau));
+    assert_eq!(share(&miger, &node, &[trainer]), Some(50));
 }
