@@ -1,7 +1,7 @@
 //! The per-partition gate: a shared-memory segment that every job process of a partition
 //! maps, and through which offline launches wait for online work.
 //!
-//! Layout (version 5, all fields atomics, native endian):
+//! Layout (version 6, all fields atomics, native endian):
 //!
 //! ```text
 //! header (128 bytes)  magic "MMKGATE1", version, slot count, partition SMs, policy,
@@ -14,7 +14,8 @@
 //!                     kernels and expected
 //!                     run time in flight, the end of the gap an idle online process
 //!                     expects, launch / held / forced counters, the time it had
-//!                     kernels in flight
+//!                     kernels in flight, whether mmkd asks it to count its launches
+//!                     without tracking them
 //! ```
 //!
 //! - The online path is lock-free and touches its own slot (and, with the device wait on,
@@ -43,7 +44,7 @@ use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind
 use crate::profile::Intensity;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"MMKGATE1");
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 /// Job processes one partition's gate can hold.
 pub const SLOTS: usize = 64;
 /// A held launch looks for dead processes at least this often.
@@ -115,6 +116,9 @@ struct Slot {
     /// Time it had kernels in flight, summed over its busy periods that ended: the GPU
     /// time attributed to it (ns).
     busy_ns: AtomicU64,
+    /// 1: mmkd asks the process to count its launches and track none to completion
+    /// ([`Gate::set_untracked`]); 0 at join.
+    untracked: AtomicU32,
 }
 
 #[repr(C)]
@@ -185,6 +189,15 @@ impl GateConfig {
     }
 
     /// What this gate's policy is built from.
+    /// Whether an offline launch may wait on the online kernels in flight: a hold budget
+    /// above 0, the device wait, or a depth cap. Where none is on, an online process's
+    /// completions serve only mmkd's learning and metrics, and mmkd may ask it to stop
+    /// tracking them ([`Gate::set_untracked`]).
+    pub fn waits_on_online(&self) -> bool {
+        self.policy != PolicyKind::Passthrough
+            && (self.hold_budget_pct > 0 || self.device_wait || self.offline_depth > 0)
+    }
+
     pub fn policy_params(&self) -> PolicyParams {
         PolicyParams {
             base: self.base,
@@ -225,6 +238,8 @@ pub struct SlotStats {
     pub pid: u32,
     pub class: Option<Class>,
     pub share_milli: u32,
+    /// mmkd asked the process to count its launches without tracking them.
+    pub untracked: bool,
     pub inflight: u32,
     pub inflight_sm: u32,
     pub inflight_ask: u32,
@@ -615,6 +630,7 @@ impl Gate {
         slot.completed.store(0, Ordering::Relaxed);
         slot.max_held_ns.store(0, Ordering::Relaxed);
         slot.busy_ns.store(0, Ordering::Relaxed);
+        slot.untracked.store(0, Ordering::Relaxed);
         let share = (mps_fraction.clamp(0.0, 1.0) * 1000.0).round() as u32;
         slot.share_milli.store(share, Ordering::Relaxed);
         slot.class.store(class.code(), Ordering::Release);
@@ -793,6 +809,32 @@ impl Gate {
         fence(Ordering::SeqCst);
         if h.waiters.load(Ordering::Relaxed) > 0 {
             self.wake_all();
+        }
+    }
+
+    /// Whether mmkd asked this slot's process to count its launches without tracking
+    /// them to completion ([`Gate::set_untracked`]).
+    #[inline]
+    pub fn untracked(&self, slot: SlotId) -> bool {
+        self.seg().slots[slot.0].untracked.load(Ordering::Relaxed) != 0
+    }
+
+    /// Ask process `pid` to count its launches from now on without tracking them to
+    /// completion (`on`), or to track them again. Its kernels then no longer show in
+    /// flight: only for a process that no policy waits on (an online job where the hold
+    /// budget is 0). False when `pid` holds no slot.
+    pub fn set_untracked(&self, pid: u32, on: bool) -> bool {
+        match self
+            .seg()
+            .slots
+            .iter()
+            .find(|s| pid != 0 && s.pid.load(Ordering::Acquire) == pid)
+        {
+            Some(s) => {
+                s.untracked.store(u32::from(on), Ordering::Relaxed);
+                true
+            }
+            None => false,
         }
     }
 
@@ -1190,6 +1232,7 @@ fn stats_of(s: &Slot) -> Option<SlotStats> {
         pid,
         class: Class::from_code(s.class.load(Ordering::Relaxed)),
         share_milli: s.share_milli.load(Ordering::Relaxed),
+        untracked: s.untracked.load(Ordering::Relaxed) != 0,
         inflight: s.inflight.load(Ordering::Relaxed),
         inflight_sm: s.inflight_sm.load(Ordering::Relaxed),
         inflight_ask: s.inflight_ask.load(Ordering::Relaxed),
@@ -1317,6 +1360,32 @@ mod tests {
         assert_eq!(opened.config().policy, PolicyKind::Passthrough);
         assert_eq!(opened.config().policy_params().offline_depth, 8);
         assert_eq!(opened.config().base, Duration::from_micros(1500));
+    }
+
+    #[test]
+    fn mmkd_asks_one_process_to_stop_tracking_until_it_joins_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let created = gate(&dir, PolicyKind::Mmk);
+        let opened = Gate::open(created.path()).unwrap();
+        let on = opened.join(41, Class::Online, 1.0).unwrap();
+        let off = opened.join(42, Class::Offline, 1.0).unwrap();
+        assert!(!opened.untracked(on));
+        assert!(created.set_untracked(41, true), "pid 41 holds a slot");
+        assert!(!created.set_untracked(43, true), "pid 43 holds none");
+        assert!(!created.set_untracked(0, true), "a free slot is nobody's");
+        assert!(opened.untracked(on) && !opened.untracked(off));
+        let flags: Vec<(u32, bool)> = created
+            .slots()
+            .iter()
+            .map(|s| (s.pid, s.untracked))
+            .collect();
+        assert_eq!(flags, [(41, true), (42, false)]);
+        // A process that joins again starts tracked; mmkd may ask again.
+        let again = opened.join(41, Class::Online, 1.0).unwrap();
+        assert_eq!(again, on);
+        assert!(!opened.untracked(on));
+        assert!(created.set_untracked(41, true) && opened.untracked(on));
+        assert!(created.set_untracked(41, false) && !opened.untracked(on));
     }
 
     #[test]

@@ -61,6 +61,8 @@ impl Shape {
 
 /// What `before` decided, for `after`.
 struct Ticket {
+    /// Tracked to completion (else only counted).
+    track: bool,
     charge: Charge,
     held_ns: u64,
     ctx: CUcontext,
@@ -133,8 +135,15 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
     } else {
         sm_demand(blocks, info.blocks_per_sm, sm_count)
     };
+    // mmkd may ask a process that no policy waits on to stop tracking (an online job
+    // whose profile it has learned, where nothing is held): its launches are counted only.
+    let track = p.track
+        && !p
+            .gate
+            .as_ref()
+            .is_some_and(|(gate, slot)| gate.untracked(*slot));
     let expect = match &p.profile {
-        Some(profile) if p.track => kernel::expect(
+        Some(profile) if track => kernel::expect(
             profile,
             &info.name,
             shape.grid,
@@ -164,7 +173,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
     };
     let mut held_ns = 0;
     if let Some((gate, slot)) = &p.gate {
-        if p.track && p.class == Class::Offline {
+        if track && p.class == Class::Offline {
             let launch = Launch {
                 class: p.class,
                 sm_demand: sm,
@@ -189,7 +198,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
                 p.stats.forced.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if !p.track {
+        if !track {
             gate.count(*slot);
         } else if p.class != Class::Offline {
             gate.begin(*slot, &charge);
@@ -204,7 +213,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
             p.device.before_launch(p, gate, d, shape.stream);
         }
     }
-    let needs_events = p.track || p.record.is_some();
+    let needs_events = track || p.record.is_some();
     let d = crate::real::driver();
     let ctx = match d {
         Some(d) if needs_events => Tracker::current_ctx(d),
@@ -238,6 +247,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
         _ => None,
     };
     Some(Ticket {
+        track,
         charge,
         held_ns,
         ctx,
@@ -246,7 +256,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
 }
 
 fn after(p: &'static Process, api: Api, shape: &Shape, ticket: Ticket, rc: CUresult) {
-    let gate = if p.track {
+    let gate = if ticket.track {
         p.gate.as_ref().map(|(_, slot)| (*slot, ticket.charge))
     } else {
         None

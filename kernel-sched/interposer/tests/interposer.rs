@@ -697,6 +697,61 @@ fn a_tracked_launch_does_not_wait_for_the_pollers_event_records() {
 }
 
 #[test]
+fn a_process_mmkd_asks_to_stop_tracking_counts_its_launches_only() {
+    let node = Node::new();
+    let gate = node.gate(
+        PolicyKind::Mmk,
+        Duration::from_micros(1),
+        Duration::from_secs(1),
+    );
+    let child = node
+        .job(
+            "on",
+            Class::Online,
+            true,
+            &[
+                "--kernels",
+                "600",
+                "--duration-us",
+                "100",
+                "--gap-us",
+                "300",
+            ],
+        )
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let slot = |gate: &Gate| {
+        gate.slots()
+            .into_iter()
+            .find(|s| s.pid == pid)
+            .expect("the job's slot")
+    };
+    wait_for_slot(&gate, "tracked completions", |s| {
+        s.pid == pid && s.completed >= 20
+    });
+    assert!(gate.set_untracked(pid, true));
+    // What was in flight when mmkd asked still completes; nothing launched after does.
+    std::thread::sleep(Duration::from_millis(20));
+    let asked = slot(&gate);
+    assert!(asked.untracked);
+    wait_for_slot(&gate, "untracked launches", |s| {
+        s.pid == pid && s.launches >= asked.launches + 100
+    });
+    let later = slot(&gate);
+    assert_eq!(later.completed, asked.completed, "{asked:?} -> {later:?}");
+    assert_eq!((later.inflight, later.inflight_sm), (0, 0), "{later:?}");
+    // Tracked again on request.
+    assert!(gate.set_untracked(pid, false));
+    wait_for_slot(&gate, "tracked again", |s| {
+        s.pid == pid && s.completed > later.completed
+    });
+    let report = finish(child, "online");
+    assert_eq!(report["failed"], 0, "{report}");
+    assert_eq!(gate.totals().launches, 600);
+}
+
+#[test]
 fn passthrough_counts_without_holding() {
     let node = Node::new();
     let gate = node.gate(

@@ -20,7 +20,7 @@ use mmk_kernel_sched::{Class, Gate};
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::{HIST_BINS, Observed, Seen};
+use super::{HIST_BINS, MIN_SAMPLES, Observed, Seen};
 
 /// What a watched job has seen is reported at least this often.
 pub const FLUSH: Duration = Duration::from_secs(10);
@@ -99,6 +99,8 @@ pub struct Watch {
     pub gpu_sms: u32,
     /// The uid its processes run as.
     pub uid: u32,
+    /// Its signature had a confident learned profile when this run started.
+    pub learned: bool,
 }
 
 #[derive(Debug)]
@@ -123,6 +125,11 @@ struct Watched {
     /// sampled there would look as if it asked for no SMs.
     launched: bool,
     tracked: bool,
+    /// Samples of this run that went into its profile.
+    run_samples: u64,
+    /// An online job asked to stop tracking its launches (see [`Sampler::sample`]): its
+    /// profile is learned, and its gate holds nothing for it.
+    untracked: bool,
 }
 
 #[derive(Debug, Default)]
@@ -232,6 +239,8 @@ impl Sampler {
                 observed: Observed::default(),
                 launched: false,
                 tracked: false,
+                run_samples: 0,
+                untracked: false,
                 counters: HashMap::new(),
                 in_gate: Vec::new(),
                 totals,
@@ -370,6 +379,14 @@ impl Sampler {
     }
 
     /// One sample of every watched job.
+    ///
+    /// An online job stops being tracked once its profile is learned (it was confident
+    /// when the run started, or this run has sampled [`MIN_SAMPLES`]), where its gate
+    /// holds no offline launch for online work (`GateConfig::waits_on_online`): its
+    /// processes are asked to count their launches only, and it is not sampled further.
+    /// Tracking each launch to its end cost an eager service a p99 well above plain MPS's
+    /// on the GPU (docs/kernel-sched.md); once nothing waits on it, it buys only the
+    /// profile, which is known, and the job's GPU time, which stops growing.
     fn sample(
         &self,
         jobs: &mut HashMap<u64, Watched>,
@@ -409,6 +426,7 @@ impl Sampler {
                 continue;
             };
             let slots = gate.slots();
+            let untrack_online = !gate.config().waits_on_online();
             if slots
                 .iter()
                 .any(|s| s.class == Some(Class::Offline) && s.inflight > 0)
@@ -438,6 +456,15 @@ impl Sampler {
                 };
                 if w.watch.gate != path {
                     continue;
+                }
+                if untrack_online
+                    && w.watch.class == JobClass::Online
+                    && (w.watch.learned || w.run_samples >= MIN_SAMPLES)
+                {
+                    w.untracked = true;
+                    if !slot.untracked {
+                        gate.set_untracked(slot.pid, true);
+                    }
                 }
                 if w.in_gate.is_empty() {
                     w.alone = Some(w.alone.unwrap_or(true) && only == Some(job));
@@ -481,7 +508,7 @@ impl Sampler {
                 w.alone = Some(false);
                 continue;
             };
-            if w.launched && !w.tracked {
+            if (w.launched && !w.tracked) || w.untracked {
                 // Launches counted, none seen to end: its demand is not measured here.
                 w.last_sample = None;
                 continue;
@@ -492,6 +519,7 @@ impl Sampler {
             let gpu = u64::from(w.watch.gpu_sms.max(1));
             let pct = (sm.min(gpu) as f64 * 100.0 / gpu as f64).round();
             w.observed.sample((pct as usize).min(HIST_BINS - 1), busy);
+            w.run_samples += 1;
             if let Some(last) = w.last_sample {
                 let step = now.duration_since(last).min(MAX_STEP);
                 w.observed.seconds += step.as_secs_f64();
@@ -619,6 +647,7 @@ mod tests {
             partition_mem_frac: 1.0,
             gpu_sms,
             uid: rustix::process::getuid().as_raw(),
+            learned: false,
         }
     }
 
@@ -685,6 +714,62 @@ mod tests {
         assert_eq!(o.sm_p95(), 0.25);
         assert_eq!(o.launches, 200);
         assert!((o.seconds - 2.0).abs() < 0.5, "{}", o.seconds);
+    }
+
+    /// An online job whose profile is learned, in a gate that holds nothing for online
+    /// work, is asked to stop tracking its launches and is no longer sampled; where the
+    /// gate may hold offline launches for it, it stays tracked.
+    #[tokio::test]
+    async fn a_learned_online_job_is_asked_to_stop_tracking_where_nothing_waits_on_it() {
+        for (budget, untracked) in [(0, true), (10, false)] {
+            let dir = tempfile::tempdir().expect("tmp");
+            let path = dir.path().join("g.gate");
+            let config = GateConfig {
+                hold_budget_pct: budget,
+                ..GateConfig::new(98, PolicyKind::Mmk)
+            };
+            let gate = Gate::create(&path, &config).expect("gate");
+            let slot = gate
+                .join(std::process::id(), Class::Online, 1.0)
+                .expect("slot");
+            let (sampler, mut rx, handle) =
+                Sampler::start_with(job_seven, None, Periods::default());
+            sampler.watch(
+                JOB,
+                Watch {
+                    learned: true,
+                    ..test_watch(JobClass::Online, path, 108)
+                },
+            );
+            let charge = Charge {
+                sm: 27,
+                ..Charge::default()
+            };
+            for _ in 0..40 {
+                // What the interposer does: counted only, once asked.
+                if gate.untracked(slot) {
+                    gate.count(slot);
+                } else {
+                    gate.begin(slot, &charge);
+                    std::thread::sleep(Duration::from_millis(2));
+                    gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+                }
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            assert_eq!(gate.untracked(slot), untracked, "hold budget {budget}");
+            sampler.unwatch(JOB, true);
+            assert_eq!(sampler.totals()[&JOB].launches, 40);
+            sampler.stop();
+            handle.join().expect("sampler");
+            let reported = rx.try_recv();
+            if untracked {
+                // Asked at its first sample: nothing of this run went into its profile.
+                assert!(reported.is_err(), "{reported:?}");
+            } else {
+                let seen = reported.expect("a report");
+                assert!(seen.observed.samples > 0);
+            }
+        }
     }
 
     /// A job that runs on is reported every flush period, not only at its end; only its

@@ -669,6 +669,7 @@ impl Node {
                     .unwrap_or(1.0),
                 gpu_sms,
                 uid,
+                learned: self.inner.learned.for_job(job.owner, &job.spec).is_some(),
             },
         );
     }
