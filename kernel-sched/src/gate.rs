@@ -188,16 +188,16 @@ impl GateConfig {
         }
     }
 
-    /// What this gate's policy is built from.
-    /// Whether an offline launch may wait on the online kernels in flight: a hold budget
-    /// above 0, the device wait, or a depth cap. Where none is on, an online process's
-    /// completions serve only mmkd's learning and metrics, and mmkd may ask it to stop
-    /// tracking them ([`Gate::set_untracked`]).
+    /// Whether an offline launch may wait on the online kernels in flight: a policy other
+    /// than `passthrough` with a hold budget above 0, the device wait, or a depth cap.
+    /// Where none is on, an online process's completions serve only mmkd's learning and
+    /// metrics, and mmkd may ask it to stop tracking them ([`Gate::set_untracked`]).
     pub fn waits_on_online(&self) -> bool {
         self.policy != PolicyKind::Passthrough
             && (self.hold_budget_pct > 0 || self.device_wait || self.offline_depth > 0)
     }
 
+    /// What this gate's policy is built from.
     pub fn policy_params(&self) -> PolicyParams {
         PolicyParams {
             base: self.base,

@@ -135,13 +135,15 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
     } else {
         sm_demand(blocks, info.blocks_per_sm, sm_count)
     };
-    // mmkd may ask a process that no policy waits on to stop tracking (an online job
+    // mmkd may ask an online process that no policy waits on to stop tracking (a job
     // whose profile it has learned, where nothing is held): its launches are counted only.
+    // An offline process always goes through the gate.
     let track = p.track
-        && !p
-            .gate
-            .as_ref()
-            .is_some_and(|(gate, slot)| gate.untracked(*slot));
+        && (p.class == Class::Offline
+            || !p
+                .gate
+                .as_ref()
+                .is_some_and(|(gate, slot)| gate.untracked(*slot)));
     let expect = match &p.profile {
         Some(profile) if track => kernel::expect(
             profile,

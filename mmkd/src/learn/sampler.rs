@@ -457,14 +457,15 @@ impl Sampler {
                 if w.watch.gate != path {
                     continue;
                 }
-                if untrack_online
-                    && w.watch.class == JobClass::Online
-                    && (w.watch.learned || w.run_samples >= MIN_SAMPLES)
-                {
-                    w.untracked = true;
-                    if !slot.untracked {
-                        gate.set_untracked(slot.pid, true);
+                if w.watch.class == JobClass::Online {
+                    // Untracked once learned where nothing waits on it; tracked again as
+                    // soon as something may (a new mmkd's settings, another job's policy).
+                    let untrack =
+                        untrack_online && (w.watch.learned || w.run_samples >= MIN_SAMPLES);
+                    if untrack != slot.untracked {
+                        gate.set_untracked(slot.pid, untrack);
                     }
+                    w.untracked = untrack;
                 }
                 if w.in_gate.is_empty() {
                     w.alone = Some(w.alone.unwrap_or(true) && only == Some(job));
@@ -738,7 +739,7 @@ mod tests {
                 JOB,
                 Watch {
                     learned: true,
-                    ..test_watch(JobClass::Online, path, 108)
+                    ..test_watch(JobClass::Online, path.clone(), 108)
                 },
             );
             let charge = Charge {
@@ -765,6 +766,28 @@ mod tests {
             if untracked {
                 // Asked at its first sample: nothing of this run went into its profile.
                 assert!(reported.is_err(), "{reported:?}");
+                // Its next run, in a gate that has come to hold offline launches (mmkd
+                // restarted with a budget, another job's policy): tracked again.
+                let (sampler, _rx, handle) =
+                    Sampler::start_with(job_seven, None, Periods::default());
+                sampler.watch(
+                    JOB,
+                    Watch {
+                        learned: true,
+                        ..test_watch(JobClass::Online, path.clone(), 108)
+                    },
+                );
+                gate.configure(&GateConfig {
+                    hold_budget_pct: 10,
+                    ..gate.config()
+                });
+                let began = Instant::now();
+                while gate.untracked(slot) {
+                    assert!(began.elapsed() < Duration::from_secs(5), "still untracked");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                sampler.stop();
+                handle.join().expect("sampler");
             } else {
                 let seen = reported.expect("a report");
                 assert!(seen.observed.samples > 0);

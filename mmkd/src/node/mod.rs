@@ -92,9 +92,38 @@ struct Inner {
     metrics: NodeMetrics,
     /// Jobs told this run that they run slower than their learned profile.
     slow_noted: Mutex<std::collections::HashSet<u64>>,
-    /// The newest job ID when a pass last left a job waiting, or at this daemon's first
-    /// pass: the jobs submitted since are the node's `calm_arrivals` for the planner.
-    calm_since: Mutex<Option<u64>>,
+    /// How many jobs were submitted since a pass last left one waiting.
+    calm: Mutex<Calm>,
+}
+
+/// The node's calm for the planner (`NodeState::calm_arrivals`): jobs submitted since a
+/// pass last left one waiting, or since this daemon's first pass. Job IDs only grow, so
+/// the newest ID seen counts the submissions, whichever of them have ended since.
+#[derive(Debug, Default)]
+struct Calm {
+    /// The newest job ID seen when the count last started.
+    since: Option<u64>,
+    /// The newest job ID seen so far.
+    newest: u64,
+}
+
+impl Calm {
+    /// Jobs submitted since the count started, `newest` being the newest active job's ID
+    /// now. `start`: a pass, which starts the count if none has.
+    fn arrivals(&mut self, newest: u64, start: bool) -> u64 {
+        self.newest = self.newest.max(newest);
+        let since = match self.since {
+            Some(s) => s,
+            None if start => *self.since.insert(self.newest),
+            None => self.newest,
+        };
+        self.newest.saturating_sub(since)
+    }
+
+    /// A pass left a job waiting: the count starts again.
+    fn waited(&mut self) {
+        self.since = Some(self.newest);
+    }
 }
 
 /// A cancel under way: the reason to record, who cancelled, and whether mmk stopped the
@@ -149,7 +178,7 @@ impl Node {
                 sampler,
                 metrics: NodeMetrics::default(),
                 slow_noted: Mutex::default(),
-                calm_since: Mutex::default(),
+                calm: Mutex::default(),
             }),
         };
         node.recover().await?;
@@ -373,4 +402,27 @@ async fn load_profiles(store: &Store) -> Result<Vec<Learned>, StoreError> {
         info!(profiles = good.len(), "learned profiles loaded");
     }
     Ok(good)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Calm;
+
+    #[test]
+    fn calm_counts_submissions_since_the_last_wait_whichever_have_ended() {
+        let mut calm = Calm::default();
+        // A dry run before any pass counts nothing.
+        assert_eq!(calm.arrivals(5, false), 0);
+        // The first pass starts the count at the newest job it sees.
+        assert_eq!(calm.arrivals(5, true), 0);
+        assert_eq!(calm.arrivals(9, true), 4);
+        // Jobs 6 to 9 ended; only job 3 is active: the count stays.
+        assert_eq!(calm.arrivals(3, true), 4);
+        assert_eq!(calm.arrivals(12, true), 7);
+        // A pass left a job waiting: counted again from job 12.
+        calm.waited();
+        assert_eq!(calm.arrivals(12, true), 0);
+        assert_eq!(calm.arrivals(4, false), 0);
+        assert_eq!(calm.arrivals(60, true), 48);
+    }
 }

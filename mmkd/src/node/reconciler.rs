@@ -262,11 +262,11 @@ impl Node {
         node.calm_arrivals = self.calm_arrivals(newest, true);
         let plan = self.plan(node.clone(), demands).await?;
         if !plan.queued.is_empty() {
-            *self
-                .inner
-                .calm_since
+            self.inner
+                .calm
                 .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(newest);
+                .unwrap_or_else(|p| p.into_inner())
+                .waited();
         }
 
         // A step that fails leaves its partition missing; placements elsewhere go ahead.
@@ -395,25 +395,19 @@ impl Node {
         ))
     }
 
-    /// Runs the planner off the async runtime: with thousands of jobs a plan takes long
-    /// enough to hold up every request served on the runtime's threads.
     /// Jobs submitted since a pass last left one waiting (or since this daemon's first
-    /// pass), `newest` being the newest job's ID now (`NodeState::calm_arrivals`).
+    /// pass), `newest` being the newest active job's ID now (`NodeState::calm_arrivals`).
     /// `first`: a pass, which starts the count if none has.
     pub(super) fn calm_arrivals(&self, newest: u64, first: bool) -> u64 {
-        let mut since = self
-            .inner
-            .calm_since
+        self.inner
+            .calm
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let start = match *since {
-            Some(s) => s,
-            None if first => *since.insert(newest),
-            None => newest,
-        };
-        newest.saturating_sub(start)
+            .unwrap_or_else(|p| p.into_inner())
+            .arrivals(newest, first)
     }
 
+    /// Runs the planner off the async runtime: with thousands of jobs a plan takes long
+    /// enough to hold up every request served on the runtime's threads.
     pub(super) async fn plan(
         &self,
         node: NodeState,

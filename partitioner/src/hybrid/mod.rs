@@ -55,7 +55,8 @@
 //!
 //! `MPSConfig` (lines 24-35) here: each new job starts at 10 %; online jobs with an SLO
 //! are raised until their predicted latency meets it; then the remaining share goes 10 % at
-//! a time to the job whose raise adds the most STP, until no raise helps. Shares of jobs
+//! a time to the job whose raise adds the most STP, until no raise helps; on a calm node
+//! (`best_share_when_calm`) the newcomer takes the share of best predicted STP instead. Shares of jobs
 //! already running stay, unless they move (steps 2 and 4).
 //!
 //! Baselines, as we read their papers:
