@@ -329,3 +329,58 @@ fn simulate_sweeps_arrival_rates_over_seeds() {
         "mmkctl: --gpus must be between 1 and 128"
     );
 }
+
+/// MMK at least level with every baseline that keeps online jobs within their SLO
+/// (Default, MISO, MIGER) on a small sweep (120 jobs on 4 GPUs, a busy and a light arrival
+/// rate, three seeds): its mean average JCT and makespan no longer, its mean STP no lower,
+/// its online jobs' time out of SLO no higher (docs/simulate.md).
+#[test]
+fn mmk_is_level_with_every_baseline_on_a_small_sweep() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = [
+        "simulate",
+        "--online",
+        "80",
+        "--offline",
+        "40",
+        "--gpus",
+        "4",
+        "--interval",
+        "40,160",
+        "--seed",
+        "1,2,3",
+        "--output",
+        "json",
+    ];
+    let out = mmkctl(dir.path(), &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = report["rows"].as_array().expect("rows");
+    let mean = |interval: f64, policy: &str, field: &str| {
+        rows.iter()
+            .find(|r| r["interval_s"].as_f64() == Some(interval) && r["policy"] == policy)
+            .and_then(|r| r[field]["mean"].as_f64())
+            .unwrap_or_else(|| panic!("{policy} at {interval} s: no {field}"))
+    };
+    for interval in [40.0, 160.0] {
+        let mmk = |field: &str| mean(interval, "mmk", field);
+        for baseline in ["default", "miso", "miger"] {
+            let other = |field: &str| mean(interval, baseline, field);
+            let at = format!("{interval} s against {baseline}");
+            assert!(
+                mmk("avg_jct_s") <= other("avg_jct_s") * 1.005,
+                "JCT at {at}"
+            );
+            // Against MIGER in percent: lower is shorter, higher is more throughput.
+            assert!(
+                mmk("makespan_vs_miger_pct") <= other("makespan_vs_miger_pct") + 0.5,
+                "makespan at {at}"
+            );
+            assert!(
+                mmk("stp_vs_miger_pct") >= other("stp_vs_miger_pct") - 0.5,
+                "STP at {at}"
+            );
+            assert!(mmk("slo_miss_pct") <= other("slo_miss_pct"), "SLO at {at}");
+        }
+    }
+}
