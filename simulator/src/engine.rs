@@ -262,6 +262,12 @@ pub fn simulate(
             .map(|(i, _)| i)
             .collect();
         let mut mixed = vec![false; running.len()];
+        // The running jobs of each partition, in `running`'s order: a job's co-runners are
+        // the others of its partition (grouped once, not looked for among all per job).
+        let mut by_slot: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
+        for &i in &running {
+            by_slot.entry(active[i].placed).or_default().push(i);
+        }
         let speeds: Vec<f64> = running
             .iter()
             .enumerate()
@@ -272,9 +278,9 @@ pub fn simulate(
                     start: 0,
                     profile_id: None,
                 });
-                let co: Vec<CoRunner> = running
+                let co: Vec<CoRunner> = by_slot[&j.placed]
                     .iter()
-                    .filter(|&&k| k != i && active[k].placed == j.placed)
+                    .filter(|&&k| k != i)
                     .map(|&k| CoRunner {
                         profile: active[k].profile,
                         mps_share: active[k].mps_share,
