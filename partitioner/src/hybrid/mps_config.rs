@@ -24,9 +24,9 @@ pub(super) enum Raise {
     /// 10 % at a time while a step adds STP: what is not taken stays for the jobs that
     /// queue (the node is busy).
     Greedy,
-    /// Every share up to what is left; the one with the best STP (the lowest among
-    /// equals). For a pass where every waiting job could have a GPU of its own, so that
-    /// nothing a newcomer takes is missed.
+    /// Every share up to what is left; the one with the best STP where every SLO holds
+    /// (the lowest among equals). For a calm node, where no queue misses what a newcomer
+    /// takes (`HybridOptions::best_share_when_calm`).
     Best,
 }
 
