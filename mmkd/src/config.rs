@@ -122,6 +122,11 @@ pub struct Args {
     /// [default: mmk] (docs/planner.md).
     #[arg(long, value_name = "NAME")]
     pub planner: Option<String>,
+    /// An offline job's MPS share is at most PCT % (10 to 100, a multiple of 10): the rest
+    /// stays free for online jobs that join its partition later, since a running job's share
+    /// cannot change; `mmk` and `miger` planners [default: 100] (docs/planner.md).
+    #[arg(long, value_name = "PCT")]
+    pub offline_share_max: Option<u8>,
     /// MPS control daemons, one per partition: auto, nvidia, fake or off [default: auto].
     #[arg(long, value_enum)]
     pub mps: Option<MpsChoice>,
@@ -310,6 +315,7 @@ struct FileConfig {
     mig_take_over: Option<bool>,
     stop_grace: Option<String>,
     planner: Option<String>,
+    offline_share_max: Option<u8>,
     mps: Option<MpsChoice>,
     mps_control: Option<PathBuf>,
     mps_check_interval: Option<String>,
@@ -393,6 +399,8 @@ pub struct Config {
     pub mig_take_over: bool,
     pub stop_grace: Duration,
     pub planner: String,
+    /// An offline job's greatest MPS share (%).
+    pub offline_share_max: u8,
     pub mps: MpsChoice,
     pub mps_control: PathBuf,
     pub mps_check_interval: Duration,
@@ -493,6 +501,18 @@ impl Config {
             return Err(ConfigError::Invalid {
                 field: "kernel_hold_budget",
                 message: format!("{kernel_hold_budget} is not a percentage (0 to 100)"),
+            });
+        }
+        let offline_share_max = args
+            .offline_share_max
+            .or(file.offline_share_max)
+            .unwrap_or(100);
+        if !(10..=100).contains(&offline_share_max) || offline_share_max % 10 != 0 {
+            return Err(ConfigError::Invalid {
+                field: "offline_share_max",
+                message: format!(
+                    "{offline_share_max} is not an MPS share mmk gives (10 to 100, a multiple of 10)"
+                ),
             });
         }
         let mig_gpus = match args.mig_gpus.as_deref().or(file.mig_gpus.as_deref()) {
@@ -738,6 +758,7 @@ impl Config {
             capacity_unit_mib,
             metrics,
             planner,
+            offline_share_max,
             socket: args
                 .socket
                 .or(file.socket)
@@ -858,6 +879,18 @@ mod tests {
             Args::try_parse_from(["mmkd", "--kernel-hold-budget", "101"]).is_err(),
             "not a percentage"
         );
+        assert_eq!(defaults.offline_share_max, 100, "no cap unless asked");
+        let c = Config::resolve(args(&["--offline-share-max", "80"])).expect("valid");
+        assert_eq!(c.offline_share_max, 80);
+        for bad in ["85", "0", "110"] {
+            let err = Config::resolve(args(&["--offline-share-max", bad]))
+                .expect_err("not a share mmk gives");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("offline_share_max: {bad}")),
+                "{err}"
+            );
+        }
         std::fs::write(&f, "kernel_hold_budget: 150\n").expect("write");
         let err = Config::resolve(args(&["--config", f.to_str().expect("utf-8")]))
             .expect_err("not a percentage");

@@ -57,9 +57,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .with_kernel_sched(choose_ksched(&config)?);
     let stop_loop = Arc::new(Notify::new());
     let model = load_model(&config).await?;
-    let planner = mmk_partitioner::planner(&config.planner, model)
+    let planner = mmk_partitioner::planner_with(&config.planner, model, config.offline_share_max)
         .with_context(|| format!("unknown planner {}", config.planner))?;
-    info!(planner = planner.name(), "planner");
+    info!(
+        planner = planner.name(),
+        offline_share_max = config.offline_share_max,
+        "planner"
+    );
     let (node, loop_handle) = Node::start(
         store.clone(),
         backend,

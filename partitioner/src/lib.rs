@@ -29,9 +29,19 @@ pub const PLANNERS: [&str; 6] = ["mmk", "miger", "miso", "mps", "default", "firs
 
 /// A planner by name, with `model` for those that predict.
 pub fn planner(name: &str, model: std::sync::Arc<dyn PerfModel>) -> Option<Box<dyn Planner>> {
+    planner_with(name, model, 100)
+}
+
+/// [`planner`], with an offline job's MPS share at most `offline_share_max` % in the
+/// planners that choose shares (`mmk`, `miger`; [`HybridOptions::offline_share_max`]).
+pub fn planner_with(
+    name: &str,
+    model: std::sync::Arc<dyn PerfModel>,
+    offline_share_max: u8,
+) -> Option<Box<dyn Planner>> {
     Some(match name {
-        "mmk" => Box::new(Hybrid::mmk(model)),
-        "miger" => Box::new(Hybrid::miger(model)),
+        "mmk" => Box::new(Hybrid::mmk(model).with_offline_share_max(offline_share_max)),
+        "miger" => Box::new(Hybrid::miger(model).with_offline_share_max(offline_share_max)),
         "miso" => Box::new(Hybrid::miso(model)),
         "mps" => Box::new(baselines::MpsOnly),
         "default" => Box::new(baselines::OneJobPerGpu),

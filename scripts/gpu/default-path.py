@@ -26,6 +26,7 @@ warm the service asks, and the time until its process runs is recorded.
                  build's, to compare two builds of it in one call)
   CONFIG-hooksonly  CONFIG with MMK_KSCHED_OFF=1 for mmkd and the jobs: the interposer is
                  preloaded but passes every call straight through (no gate, no count)
+  CONFIG-offmaxN  CONFIG with --offline-share-max N (an offline job's MPS share at most N %)
   CONFIG-perlaunch  CONFIG with MMK_KSCHED_EVENTS=launch (each launch records its own
                  tracking event, on the launching thread)
   default-tuned  the same with the gate settings of the best measured co-location
@@ -257,6 +258,12 @@ def main():
                 if "-perlaunch" in c:
                     c = c.replace("-perlaunch", "")
                     extra["MMK_KSCHED_EVENTS"] = "launch"
+                offmax = []
+                if "-offmax" in c:
+                    head, _, rest = c.rpartition("-offmax")
+                    pct, _, more = rest.partition("-")
+                    c = head + (f"-{more}" if more else "")
+                    offmax = ["--offline-share-max", pct]
                 if "-poll" in c:
                     head, _, rest = c.rpartition("-poll")
                     us, _, more = rest.partition("-")
@@ -279,6 +286,7 @@ def main():
                     flags = ["--kernel-policy", c.removeprefix("default-policy-")]
                 if flags is None:
                     raise SystemExit(f"{c}: not a configuration")
+                flags = flags + offmax
                 if alt_so:
                     flags = flags + ["--interposer", f"{bin_dir}/alt/libmmk_interposer.so"]
                 m = Mmkd(bin_dir, d, flags,

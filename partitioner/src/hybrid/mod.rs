@@ -143,6 +143,10 @@ pub struct HybridOptions {
     /// predicts best (`mps_config::Raise`); else, and with `None`, its share grows while a
     /// step adds throughput.
     pub best_share_when_calm: Option<u64>,
+    /// An offline job's MPS share is at most this many percent (a multiple of 10): what it
+    /// leaves stays free for online jobs that join its partition later, since a running
+    /// client's share cannot change. 100: no cap (`mmkd --offline-share-max`).
+    pub offline_share_max: u8,
 }
 
 /// MPS shares are chosen in steps of this many percent (DESIGN item 6).
@@ -184,6 +188,13 @@ impl Hybrid {
         }
     }
 
+    /// The same planner with offline jobs' MPS shares capped at `pct` %
+    /// (`HybridOptions::offline_share_max`; rounded down to a multiple of 10, at least 10).
+    pub fn with_offline_share_max(mut self, pct: u8) -> Hybrid {
+        self.options.offline_share_max = (pct.min(100) / SHARE_STEP).max(1) * SHARE_STEP;
+        self
+    }
+
     /// The same planner without the memo and without skipping refused kinds: the
     /// reference the shortcuts are tested against.
     #[cfg(test)]
@@ -216,6 +227,7 @@ impl Hybrid {
                 share_before_waiting: true,
                 online_first: true,
                 best_share_when_calm: Some(CALM_ARRIVALS),
+                offline_share_max: 100,
             },
         )
     }
@@ -235,6 +247,7 @@ impl Hybrid {
                 share_before_waiting: false,
                 online_first: false,
                 best_share_when_calm: None,
+                offline_share_max: 100,
             },
         )
     }
@@ -254,6 +267,7 @@ impl Hybrid {
                 share_before_waiting: false,
                 online_first: false,
                 best_share_when_calm: None,
+                offline_share_max: 100,
             },
         )
     }

@@ -132,6 +132,10 @@ impl Hybrid {
                 start = 100;
             }
         }
+        if !online {
+            // What an offline job leaves stays for online jobs that join later.
+            left = left.min(self.options.offline_share_max);
+        }
         let mut members = part.members.clone();
         members.push(Member {
             job: new,

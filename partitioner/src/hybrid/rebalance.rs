@@ -3,6 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use mmk_core::JobClass;
+
 use crate::plan::JobDemand;
 
 use super::memo::state_key;
@@ -120,6 +122,11 @@ impl Hybrid {
         while used(&members) + u32::from(SHARE_STEP) <= room {
             let mut best: Option<(f64, usize, Vec<f64>)> = None;
             for &i in &adjustable {
+                if jobs[members[i].job].class == JobClass::Offline
+                    && members[i].share + SHARE_STEP > self.options.offline_share_max
+                {
+                    continue;
+                }
                 members[i].share += SHARE_STEP;
                 let p = self.perf(jobs, &part.shape, &members);
                 let gain = p.iter().sum::<f64>() - stp;

@@ -340,6 +340,11 @@ fn a_checkpointable_job_left_with_room_restarts_with_a_larger_share() {
     assert_eq!(plan.moves, [1]);
     assert_eq!(share_of(&plan, 1), Some((whole, 100)));
     assert!(plan.steps.is_empty());
+    // With offline shares capped, it grows only to the cap.
+    let capped = mmk().with_offline_share_max(70);
+    let plan = capped.plan(&node, std::slice::from_ref(&trainer));
+    assert_eq!(plan.moves, [1]);
+    assert_eq!(share_of(&plan, 1), Some((whole, 70)));
 
     // Next to an online job that cannot move, it takes only what is left.
     let mut serving = job(2, JobClass::Online, 4, 0.25, 0.35);
@@ -847,5 +852,27 @@ fn on_a_calm_node_a_newcomer_takes_the_share_the_model_likes_best() {
     assert_eq!(share(&mmk, &node, std::slice::from_ref(&trainer)), Some(50));
     node.calm_arrivals = u64::MAX;
     let miger = Hybrid::miger(Arc::new(Plateau));
-    assert_eq!(share(&miger, &node, &[trainer]), Some(50));
+    assert_eq!(
+        share(&miger, &node, std::slice::from_ref(&trainer)),
+        Some(50)
+    );
+    // With offline shares capped at 80 %, the best share is the best up to the cap, and
+    // an online job that joins later still takes the whole online share.
+    let capped = Hybrid::mmk(Arc::new(Plateau)).with_offline_share_max(80);
+    assert_eq!(
+        share(&capped, &node, std::slice::from_ref(&trainer)),
+        Some(80)
+    );
+    let first = capped.plan(&node, std::slice::from_ref(&trainer));
+    let (node, jobs) = crate::plan::apply(&node, std::slice::from_ref(&trainer), &first);
+    assert_eq!(jobs[0].mps_share, 80);
+    let mut serving = job(2, JobClass::Online, 8, 0.3, 0.2);
+    serving.profile.solo_latency_ms = Some(5.0);
+    serving.slo_ms = Some(50);
+    let plan = capped.plan(&node, &[jobs[0].clone(), serving]);
+    let online = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+    assert_eq!(
+        (online.slot, online.mps_share),
+        (jobs[0].placed.expect("placed"), 100)
+    );
 }
