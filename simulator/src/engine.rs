@@ -149,7 +149,8 @@ fn shape(node: &NodeState, slot: Slot) -> PartitionShape {
     }
 }
 
-fn demand(id: u64, j: &TraceJob, cfg: &SimConfig) -> JobDemand {
+/// A trace job as the planners see it.
+pub(crate) fn demand(id: u64, j: &TraceJob, cfg: &SimConfig) -> JobDemand {
     let mut d = JobDemand::waiting(id, j.class, j.memory_mib);
     d.profile = cfg
         .profiles

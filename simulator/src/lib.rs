@@ -8,11 +8,14 @@
 //!   from);
 //! - [`kernel`]: the kernel scheduler's effect on jobs that share a partition (MMK), from
 //!   the co-location rounds measured on the H200 or from `mmk-lab ksim`;
-//! - [`report`]: JCT, makespan, system throughput, the relative-JCT CDF (SVG).
+//! - [`report`]: JCT, makespan, system throughput, the relative-JCT CDF (SVG);
+//! - [`reference`]: the best schedule a clairvoyant search finds for a small trace, and a
+//!   lower bound, to measure the policies against.
 
 pub mod engine;
 pub mod experiment;
 pub mod kernel;
+pub mod reference;
 pub mod report;
 pub mod trace;
 
