@@ -10,11 +10,12 @@ use mmk_core::workload;
 use mmk_partitioner::{AnalyticModel, PLANNERS, PerfModel};
 use mmk_predictor::Predictor;
 use mmk_simulator::experiment::{
-    self, ExperimentError, KERNEL_SCHED_POLICY, Progress, Report, Setup, Spread, SweepReport,
-    SweepRun, World, measured_kernel_effect, measured_truth, relative, sweep_rows,
+    self, ExperimentError, KERNEL_SCHED_POLICY, PolicyRun, Progress, REFERENCE_POLICY, Report,
+    Setup, Spread, SweepReport, SweepRun, World, measured_kernel_effect, measured_truth, relative,
+    sweep_rows,
 };
-use mmk_simulator::report;
-use mmk_simulator::{KernelEffect, RunResult, SimConfig, Summary, Trace, TraceSpec, trace};
+use mmk_simulator::{KernelEffect, RunResult, SimConfig, Trace, TraceSpec, trace};
+use mmk_simulator::{reference, report};
 
 use crate::cli::{Failure, Format};
 use crate::client::source_chain;
@@ -48,7 +49,9 @@ pub struct SimulateArgs {
     pub gpus: Option<u32>,
     #[arg(long, default_value = "a100-80gb")]
     pub gpu_model: String,
-    /// Policies to compare, comma-separated.
+    /// Policies to compare, comma-separated: the planners, and `reference`, the best
+    /// schedule a clairvoyant search finds for a small trace (at most 40 jobs and 4 GPUs;
+    /// docs/simulate.md, "Distance from the best schedule").
     #[arg(
         long,
         default_value = "default,mps,miso,miger,mmk",
@@ -138,12 +141,25 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         return Err(Failure::usage("--gpus must be between 1 and 128"));
     }
     for p in &a.policies {
-        if !PLANNERS.contains(&p.as_str()) {
+        if !PLANNERS.contains(&p.as_str()) && p != REFERENCE_POLICY {
             return Err(Failure::usage(format!(
-                "--policies: unknown policy {p:?}; known: {}",
+                "--policies: unknown policy {p:?}; known: {}, {REFERENCE_POLICY}",
                 PLANNERS.join(", ")
             )));
         }
+    }
+    let with_reference = a.policies.iter().any(|p| p == REFERENCE_POLICY);
+    if with_reference && gpus > reference::MAX_GPUS {
+        return Err(Failure::usage(format!(
+            "--policies {REFERENCE_POLICY}: the reference search takes at most {} GPUs (--gpus {gpus})",
+            reference::MAX_GPUS
+        )));
+    }
+    if with_reference && a.trace.is_none() && online + offline > reference::MAX_JOBS {
+        return Err(Failure::usage(format!(
+            "--policies {REFERENCE_POLICY}: the reference search takes at most {} jobs (--online {online} --offline {offline})",
+            reference::MAX_JOBS
+        )));
     }
     if a.trace.is_none() && online + offline == 0 {
         return Err(Failure::usage("--online and --offline are both 0: no jobs"));
@@ -167,6 +183,13 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         None if sweep => Trace { jobs: Vec::new() },
         None => generate(intervals[0], a.seed[0]),
     };
+    if with_reference && t.jobs.len() > reference::MAX_JOBS {
+        return Err(Failure::usage(format!(
+            "--policies {REFERENCE_POLICY}: the reference search takes at most {} jobs (the trace has {})",
+            reference::MAX_JOBS,
+            t.jobs.len()
+        )));
+    }
     if let Some(path) = &a.save_trace {
         std::fs::write(path, t.to_csv())
             .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
@@ -265,12 +288,10 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
                 let label = format!("interval {interval} s, seed {seed}: ");
                 let results =
                     run_policies(&t, &cfg, &a.policies, &plain, scheduled.as_ref(), &label)?;
-                let sums: Vec<(Summary, f64)> =
-                    results.iter().map(|(r, s)| (Summary::of(r), *s)).collect();
                 runs.push(SweepRun {
                     interval_s: interval,
                     seed,
-                    policies: relative(sums),
+                    policies: relative(&results),
                 });
             }
         }
@@ -289,7 +310,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let runs = run_policies(&t, &cfg, &a.policies, &plain, scheduled.as_ref(), "")?;
-    let rs: Vec<&RunResult> = runs.iter().map(|(r, _)| r).collect();
+    let rs: Vec<&RunResult> = runs.iter().map(|r| &r.run).collect();
     for (path, text) in [
         (&a.svg, report::cdf_svg as fn(&[&RunResult]) -> String),
         (&a.jobs_out, report::jobs_csv),
@@ -299,11 +320,10 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
         }
     }
-    let sums: Vec<(Summary, f64)> = runs.iter().map(|(r, s)| (Summary::of(r), *s)).collect();
     let report = Report {
         jobs: t.jobs.len(),
         setup,
-        policies: relative(sums),
+        policies: relative(&runs),
     };
     match fmt {
         Format::Json => print_json(&report),
@@ -321,7 +341,7 @@ fn run_policies(
     plain: &World,
     scheduled: Option<&World>,
     label: &str,
-) -> Result<Vec<(RunResult, f64)>, Failure> {
+) -> Result<Vec<PolicyRun>, Failure> {
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut last = 0;
     experiment::run_policies(
@@ -417,6 +437,30 @@ fn print_sweep(r: &SweepReport) {
             share(Some(&row.mixed_pct))
         );
     }
+    if r.rows.iter().any(|row| row.jct_vs_reference_pct.is_some()) {
+        outln!(
+            "average JCT against the reference schedule's (mean over the seeds, lowest..highest); the reference's class averages at least its bound"
+        );
+        for row in &r.rows {
+            match (&row.lower_bound_avg_jct_s, row.exact_runs) {
+                (Some(b), Some(exact)) => outln!(
+                    "{:>8}s {:<9} bound {:.0} s ({:.0}..{:.0}), the search exact in {exact} of {} runs",
+                    row.interval_s,
+                    row.policy,
+                    b.mean,
+                    b.min,
+                    b.max,
+                    row.runs
+                ),
+                _ => outln!(
+                    "{:>8}s {:<9} {}",
+                    row.interval_s,
+                    row.policy,
+                    spread(&row.jct_vs_reference_pct)
+                ),
+            }
+        }
+    }
 }
 
 fn kernel_line(s: &Setup) -> String {
@@ -482,5 +526,23 @@ fn print_table(r: &Report) {
             s.reconfigurations,
             s.moves
         );
+    }
+    if let Some(search) = r.policies.iter().find_map(|p| p.search) {
+        let how = if search.exact {
+            format!("exact ({} nodes)", search.nodes)
+        } else {
+            format!("the best of {} nodes", search.nodes)
+        };
+        outln!(
+            "reference: {how}; no schedule of its class averages less than {:.0} s",
+            search.lower_bound_avg_jct_s
+        );
+        let vs: Vec<String> = r
+            .policies
+            .iter()
+            .filter(|p| p.search.is_none())
+            .map(|p| format!("{} {}", p.summary.policy, pct(p.jct_vs_reference_pct)))
+            .collect();
+        outln!("average JCT against the reference's: {}", vs.join(", "));
     }
 }

@@ -507,7 +507,7 @@ impl Config {
             .offline_share_max
             .or(file.offline_share_max)
             .unwrap_or(100);
-        if !(10..=100).contains(&offline_share_max) || offline_share_max % 10 != 0 {
+        if !(10..=100).contains(&offline_share_max) || !offline_share_max.is_multiple_of(10) {
             return Err(ConfigError::Invalid {
                 field: "offline_share_max",
                 message: format!(

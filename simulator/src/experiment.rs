@@ -27,6 +27,12 @@ pub enum ExperimentError {
     Train(#[source] ModelError),
     #[error("unknown policy {0}")]
     UnknownPolicy(String),
+    #[error("{label}the reference schedule")]
+    Reference {
+        label: String,
+        #[source]
+        source: crate::reference::ReferenceError,
+    },
     #[error("{label}{policy}")]
     Simulate {
         label: String,
@@ -38,6 +44,29 @@ pub enum ExperimentError {
 
 /// The policy that runs mmk's kernel scheduler; the baselines run without one.
 pub const KERNEL_SCHED_POLICY: &str = "mmk";
+
+/// The policy name of the reference schedule ([`crate::reference`]), which runs beside the
+/// planners on small traces.
+pub const REFERENCE_POLICY: &str = "reference";
+
+/// One policy's run of a trace, and the wall time it took; for the reference, what its
+/// search came to.
+#[derive(Debug)]
+pub struct PolicyRun {
+    pub run: RunResult,
+    pub seconds: f64,
+    pub search: Option<SearchNote>,
+}
+
+/// What the reference's search came to (the reference row of a report).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SearchNote {
+    /// The search ended: the schedule is the best of its class.
+    pub exact: bool,
+    pub nodes: u64,
+    /// No schedule of the class has a smaller average JCT.
+    pub lower_bound_avg_jct_s: f64,
+}
 
 /// How fast jobs run, and the planners' model of it.
 #[derive(Debug)]
@@ -77,9 +106,35 @@ pub enum Progress<'a> {
     },
 }
 
+/// The reference schedule of `t` on `cfg`'s node, jobs running as `truth` says.
+fn reference_run(
+    t: &Trace,
+    cfg: &SimConfig,
+    truth: &dyn PerfModel,
+    label: &str,
+) -> Result<(RunResult, SearchNote), ExperimentError> {
+    let r = crate::reference::solve(
+        t,
+        cfg,
+        truth,
+        &crate::reference::ReferenceOptions::default(),
+    )
+    .map_err(|source| ExperimentError::Reference {
+        label: label.to_owned(),
+        source,
+    })?;
+    let note = SearchNote {
+        exact: r.exact,
+        nodes: r.nodes,
+        lower_bound_avg_jct_s: r.lower_bound_avg_jct_s(),
+    };
+    Ok((r.run, note))
+}
+
 /// Simulates `t` under each policy; each run's result and wall time. The policy that runs
-/// the kernel scheduler runs in `scheduled` when given, the others in `plain`. `label`
-/// prefixes errors (a sweep's interval and seed).
+/// the kernel scheduler runs in `scheduled` when given, the others in `plain`; the
+/// reference searches in `plain` (it knows the truth, and runs no kernel scheduler).
+/// `label` prefixes errors (a sweep's interval and seed).
 pub fn run_policies(
     t: &Trace,
     cfg: &SimConfig,
@@ -88,9 +143,25 @@ pub fn run_policies(
     scheduled: Option<&World>,
     label: &str,
     progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<Vec<(RunResult, f64)>, ExperimentError> {
+) -> Result<Vec<PolicyRun>, ExperimentError> {
     let mut runs = Vec::new();
     for name in policies {
+        if name == REFERENCE_POLICY {
+            let started = std::time::Instant::now();
+            let (run, note) = reference_run(t, cfg, plain.truth.as_ref(), label)?;
+            let seconds = started.elapsed().as_secs_f64();
+            progress(Progress::Done {
+                policy: name,
+                jobs: run.jobs.len(),
+                seconds,
+            });
+            runs.push(PolicyRun {
+                run,
+                seconds,
+                search: Some(note),
+            });
+            continue;
+        }
         let world = match scheduled {
             Some(w) if name == KERNEL_SCHED_POLICY => w,
             _ => plain,
@@ -122,7 +193,11 @@ pub fn run_policies(
             jobs: r.jobs.len(),
             seconds,
         });
-        runs.push((r, seconds));
+        runs.push(PolicyRun {
+            run: r,
+            seconds,
+            search: None,
+        });
     }
     Ok(runs)
 }
@@ -152,6 +227,12 @@ pub struct PolicyReport {
     pub jct_vs_miger_pct: Option<f64>,
     pub makespan_vs_miger_pct: Option<f64>,
     pub stp_vs_miger_pct: Option<f64>,
+    /// Average JCT against the reference schedule's, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jct_vs_reference_pct: Option<f64>,
+    /// The reference's row: what its search came to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchNote>,
     pub seconds: f64,
 }
 
@@ -193,6 +274,14 @@ pub struct SweepRow {
     pub slo_miss_pct: Option<Spread>,
     /// The share of the jobs' run time beside a job of the other class, in percent.
     pub mixed_pct: Spread,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jct_vs_reference_pct: Option<Spread>,
+    /// The reference's row: the lower bound on its class's average JCT, and in how many
+    /// runs its search was exact.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lower_bound_avg_jct_s: Option<Spread>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact_runs: Option<usize>,
 }
 
 /// One trace of a sweep (an interval and a seed) under every policy.
@@ -238,17 +327,25 @@ pub struct Report {
     pub policies: Vec<PolicyReport>,
 }
 
-/// Each policy's summary with its figures relative to Default and to MIGER (when they
-/// ran).
-pub fn relative(sums: Vec<(Summary, f64)>) -> Vec<PolicyReport> {
+/// Each policy's summary with its figures relative to Default, to MIGER and to the
+/// reference (when they ran).
+pub fn relative(runs: &[PolicyRun]) -> Vec<PolicyReport> {
+    let sums: Vec<(Summary, f64, Option<SearchNote>)> = runs
+        .iter()
+        .map(|r| (Summary::of(&r.run), r.seconds, r.search))
+        .collect();
     let base = |policy: &str| {
         sums.iter()
-            .find(|(s, _)| s.policy == policy)
-            .map(|(s, _)| s.clone())
+            .find(|(s, ..)| s.policy == policy)
+            .map(|(s, ..)| s.clone())
     };
-    let (default, miger) = (base("default"), base("miger"));
+    let (default, miger, reference) = (base("default"), base("miger"), base(REFERENCE_POLICY));
     sums.into_iter()
-        .map(|(s, seconds)| PolicyReport {
+        .map(|(s, seconds, search)| PolicyReport {
+            jct_vs_reference_pct: reference
+                .as_ref()
+                .map(|r| change_pct(s.avg_jct_s, r.avg_jct_s)),
+            search,
             jct_vs_default_pct: default
                 .as_ref()
                 .map(|d| change_pct(s.avg_jct_s, d.avg_jct_s)),
@@ -293,6 +390,14 @@ pub fn sweep_rows(intervals: &[f64], policies: &[String], runs: &[SweepRun]) -> 
                 stp_vs_miger_pct: of(&|p| p.stp_vs_miger_pct),
                 slo_miss_pct: of(&|p| p.summary.slo_miss_pct),
                 mixed_pct,
+                jct_vs_reference_pct: of(&|p| p.jct_vs_reference_pct),
+                lower_bound_avg_jct_s: of(&|p| p.search.map(|s| s.lower_bound_avg_jct_s)),
+                exact_runs: (policy == REFERENCE_POLICY).then(|| {
+                    reports
+                        .iter()
+                        .filter(|p| p.search.is_some_and(|s| s.exact))
+                        .count()
+                }),
             });
         }
     }

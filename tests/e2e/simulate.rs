@@ -384,3 +384,84 @@ fn mmk_is_level_with_every_baseline_on_a_small_sweep() {
         }
     }
 }
+
+/// The reference schedule beside the policies on a trace small enough for its search to be
+/// exact: every policy of its class (Default, MISO) is at or behind it, each policy's JCT
+/// is given against it, and its bound is its own average (docs/simulate.md, "Distance from
+/// the best schedule").
+#[test]
+fn simulate_measures_the_policies_against_the_reference_schedule() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let args = [
+        "simulate",
+        "--online",
+        "3",
+        "--offline",
+        "1",
+        "--gpus",
+        "2",
+        "--model",
+        "analytic",
+        "--truth",
+        "analytic",
+        "--kernel-sched",
+        "off",
+        "--policies",
+        "default,miso,mmk,reference",
+        "--output",
+        "json",
+    ];
+    let out = mmkctl(d, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let policies = report["policies"].as_array().expect("policies");
+    let row = |name: &str| {
+        policies
+            .iter()
+            .find(|p| p["policy"] == name)
+            .unwrap_or_else(|| panic!("no {name} row"))
+    };
+    let reference = row("reference");
+    assert_eq!(reference["jobs"], 4);
+    assert_eq!(reference["search"]["exact"], true, "{reference}");
+    let avg = reference["avg_jct_s"].as_f64().expect("avg");
+    let bound = reference["search"]["lower_bound_avg_jct_s"]
+        .as_f64()
+        .expect("bound");
+    assert!((avg - bound).abs() < 1e-6, "{avg} against {bound}");
+    assert_eq!(reference["moves"], 0);
+    for name in ["default", "miso"] {
+        let vs = row(name)["jct_vs_reference_pct"].as_f64().expect("vs");
+        assert!(vs >= -1e-6, "{name} ahead of the exact reference: {vs}");
+    }
+    assert!(row("mmk")["jct_vs_reference_pct"].as_f64().is_some());
+    // The table says what the search came to.
+    let table = mmkctl(d, &args[..args.len() - 2]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let t = text(&table.stdout);
+    assert!(t.contains("reference: exact ("), "{t}");
+    assert!(
+        t.contains("average JCT against the reference's: default +"),
+        "{t}"
+    );
+
+    // Too large for the search: refused before anything runs, naming the flag.
+    let out = mmkctl(
+        d,
+        &["simulate", "--gpus", "8", "--policies", "mmk,reference"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr)
+            .contains("--policies reference: the reference search takes at most 4 GPUs"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = mmkctl(d, &["simulate", "--gpus", "2", "--policies", "reference"]);
+    assert!(
+        text(&out.stderr).contains("at most 40 jobs (--online 80 --offline 40)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
