@@ -75,6 +75,10 @@ pub struct SimulateArgs {
     /// effect from the kernel-level simulator (a file named `off` or `measured`: `./off`).
     #[arg(long, default_value = "measured", value_name = "measured|off|FILE")]
     pub kernel_sched: String,
+    /// The most MPS share (%) an offline job gets from MMK and MIGER, as `mmkd
+    /// --offline-share-max` (10 to 100, a multiple of 10) [default: 100, no cap].
+    #[arg(long, value_name = "PCT", default_value_t = 100)]
+    pub offline_share_max: u8,
     /// Also write the relative-JCT CDF of each policy as an SVG.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
@@ -136,6 +140,12 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         return Err(Failure::usage(
             "--svg, --save-trace and --jobs-out need one trace: give one --interval and one --seed",
         ));
+    }
+    if !(10..=100).contains(&a.offline_share_max) || !a.offline_share_max.is_multiple_of(10) {
+        return Err(Failure::usage(format!(
+            "--offline-share-max: {} is not an MPS share mmk gives (10 to 100, a multiple of 10)",
+            a.offline_share_max
+        )));
     }
     if gpus == 0 || gpus > 128 {
         return Err(Failure::usage("--gpus must be between 1 and 128"));
@@ -279,6 +289,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         unmeasured,
         // Reported only where it acts.
         kernel_sched: kernel_sched.filter(|_| a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY)),
+        offline_share_max: a.offline_share_max,
     };
     if sweep {
         let mut runs = Vec::new();
@@ -286,8 +297,15 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             for &seed in &a.seed {
                 let t = generate(interval, seed);
                 let label = format!("interval {interval} s, seed {seed}: ");
-                let results =
-                    run_policies(&t, &cfg, &a.policies, &plain, scheduled.as_ref(), &label)?;
+                let results = run_policies(
+                    &t,
+                    &cfg,
+                    &a.policies,
+                    &plain,
+                    scheduled.as_ref(),
+                    a.offline_share_max,
+                    &label,
+                )?;
                 runs.push(SweepRun {
                     interval_s: interval,
                     seed,
@@ -309,7 +327,15 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         }
         return Ok(());
     }
-    let runs = run_policies(&t, &cfg, &a.policies, &plain, scheduled.as_ref(), "")?;
+    let runs = run_policies(
+        &t,
+        &cfg,
+        &a.policies,
+        &plain,
+        scheduled.as_ref(),
+        a.offline_share_max,
+        "",
+    )?;
     let rs: Vec<&RunResult> = runs.iter().map(|r| &r.run).collect();
     for (path, text) in [
         (&a.svg, report::cdf_svg as fn(&[&RunResult]) -> String),
@@ -340,6 +366,7 @@ fn run_policies(
     policies: &[String],
     plain: &World,
     scheduled: Option<&World>,
+    offline_share_max: u8,
     label: &str,
 ) -> Result<Vec<PolicyRun>, Failure> {
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -350,6 +377,7 @@ fn run_policies(
         policies,
         plain,
         scheduled,
+        offline_share_max,
         label,
         &mut |p| match p {
             Progress::Step {
@@ -464,7 +492,12 @@ fn print_sweep(r: &SweepReport) {
 }
 
 fn kernel_line(s: &Setup) -> String {
-    match &s.kernel_sched {
+    let cap = if s.offline_share_max < 100 {
+        format!("; offline MPS shares at most {} %", s.offline_share_max)
+    } else {
+        String::new()
+    };
+    let line = match &s.kernel_sched {
         None => format!("kernel scheduler: off (or no {KERNEL_SCHED_POLICY} policy in the run)"),
         Some(k) => format!(
             "kernel scheduler under {KERNEL_SCHED_POLICY}: an online job keeps {:.0} % of its slowdown from offline co-runners, an offline job next to online ones runs at {:.0} % ({})",
@@ -472,7 +505,8 @@ fn kernel_line(s: &Setup) -> String {
             100.0 * k.offline_kept,
             k.source
         ),
-    }
+    };
+    line + &cap
 }
 
 fn pct(v: Option<f64>) -> String {

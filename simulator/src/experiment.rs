@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use mmk_core::workload;
-use mmk_partitioner::{JobProfile, PerfModel, planner};
+use mmk_partitioner::{JobProfile, PerfModel, planner_with};
 use mmk_predictor::truth::MeasuredTruth;
 use mmk_predictor::{ModelError, Predictor, TrainOptions, groundtruth};
 use serde::Serialize;
@@ -134,13 +134,16 @@ fn reference_run(
 /// Simulates `t` under each policy; each run's result and wall time. The policy that runs
 /// the kernel scheduler runs in `scheduled` when given, the others in `plain`; the
 /// reference searches in `plain` (it knows the truth, and runs no kernel scheduler).
-/// `label` prefixes errors (a sweep's interval and seed).
+/// `label` prefixes errors (a sweep's interval and seed). `offline_share_max` caps the
+/// offline jobs' MPS shares in the planners that choose them (100: no cap).
+#[allow(clippy::too_many_arguments)]
 pub fn run_policies(
     t: &Trace,
     cfg: &SimConfig,
     policies: &[String],
     plain: &World,
     scheduled: Option<&World>,
+    offline_share_max: u8,
     label: &str,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Vec<PolicyRun>, ExperimentError> {
@@ -166,7 +169,7 @@ pub fn run_policies(
             Some(w) if name == KERNEL_SCHED_POLICY => w,
             _ => plain,
         };
-        let p = planner(name, world.model.clone())
+        let p = planner_with(name, world.model.clone(), offline_share_max)
             .ok_or_else(|| ExperimentError::UnknownPolicy(name.clone()))?;
         let started = std::time::Instant::now();
         let r = simulate(
@@ -304,6 +307,8 @@ pub struct Setup {
     pub unmeasured: Vec<&'static str>,
     /// What the kernel scheduler does under MMK; none with `--kernel-sched off`.
     pub kernel_sched: Option<KernelEffect>,
+    /// The most MPS share (%) an offline job gets from MMK and MIGER (100: no cap).
+    pub offline_share_max: u8,
 }
 
 /// A sweep over arrival intervals and seeds.

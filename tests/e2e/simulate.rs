@@ -465,3 +465,55 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
         text(&out.stderr)
     );
 }
+
+/// `--offline-share-max` caps MMK's offline shares as `mmkd --offline-share-max` does: the
+/// report says so, and a share mmk never gives is refused naming the flag.
+#[test]
+fn simulate_caps_offline_shares_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let run = |cap: &str| {
+        let out = mmkctl(
+            d,
+            &[
+                "simulate",
+                "--online",
+                "20",
+                "--offline",
+                "10",
+                "--gpus",
+                "2",
+                "--interval",
+                "160",
+                "--model",
+                "analytic",
+                "--policies",
+                "mmk",
+                "--offline-share-max",
+                cap,
+                "--output",
+                "json",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let (capped, free) = (run("30"), run("100"));
+    assert_eq!(capped["offline_share_max"], 30);
+    assert_eq!(free["offline_share_max"], 100);
+    // At 30 % a training alone on a GPU runs at a fraction of its speed: the jobs take longer.
+    let jct = |r: &serde_json::Value| r["policies"][0]["avg_jct_s"].as_f64().expect("jct");
+    assert!(
+        jct(&capped) > jct(&free),
+        "{} against {}",
+        jct(&capped),
+        jct(&free)
+    );
+    let out = mmkctl(d, &["simulate", "--offline-share-max", "85"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--offline-share-max: 85 is not an MPS share mmk gives"),
+        "{}",
+        text(&out.stderr)
+    );
+}
