@@ -493,7 +493,10 @@ fn print_sweep(r: &SweepReport) {
 
 fn kernel_line(s: &Setup) -> String {
     let cap = if s.offline_share_max < 100 {
-        format!("; offline MPS shares at most {} %", s.offline_share_max)
+        format!(
+            "; MMK's and MIGER's offline MPS shares at most {} %",
+            s.offline_share_max
+        )
     } else {
         String::new()
     };

@@ -122,9 +122,10 @@ pub struct Args {
     /// [default: mmk] (docs/planner.md).
     #[arg(long, value_name = "NAME")]
     pub planner: Option<String>,
-    /// An offline job's MPS share is at most PCT % (10 to 100, a multiple of 10): the rest
-    /// stays free for online jobs that join its partition later, since a running job's share
-    /// cannot change; `mmk` and `miger` planners [default: 100] (docs/planner.md).
+    /// An offline job's MPS share is at most PCT % (10 to 100, a multiple of 10): its
+    /// kernels never take more of the SMs, so online jobs that join its partition later
+    /// find the rest free of them (a running job's share cannot change); `mmk` and `miger`
+    /// planners [default: 100] (docs/planner.md).
     #[arg(long, value_name = "PCT")]
     pub offline_share_max: Option<u8>,
     /// MPS control daemons, one per partition: auto, nvidia, fake or off [default: auto].

@@ -123,6 +123,13 @@ pub trait PerfModel: Send + Sync + std::fmt::Debug {
         mps_share: u8,
         co_runners: &[CoRunner],
     ) -> f64;
+
+    /// Whether no co-runner ever makes a job faster than it runs alone at the same share in
+    /// the same partition. Search bounds rely on it (the simulator's reference schedule);
+    /// `false` unless the model guarantees it.
+    fn company_never_helps(&self) -> bool {
+        false
+    }
 }
 
 /// The stand-in model, a roofline over SMs and memory bandwidth plus an interference term:
@@ -202,6 +209,12 @@ impl PerfModel for AnalyticModel {
         let busy_by_others: f64 = others.iter().map(|o| o * scale).sum::<f64>() / part_sms;
         let time = time * (1.0 + self.interference * busy_by_others.min(1.0));
         (1.0 / time).clamp(1e-6, 1.0)
+    }
+
+    /// Co-runners only take SMs (`scale` at most 1), add bandwidth demand and add
+    /// interference: never a gain, while the interference is not negative.
+    fn company_never_helps(&self) -> bool {
+        self.interference >= 0.0
     }
 }
 

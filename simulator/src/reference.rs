@@ -6,21 +6,28 @@
 //! **The class.** Whenever the engine plans (an arrival or a completion), any waiting jobs
 //! may start, each with an MPS share from [`ReferenceOptions::shares`], either in an
 //! instance that exists (beside the jobs there, when its memory fits) or in a new MIG
-//! instance carved from slices whose instances run nothing (those are destroyed). A job
-//! runs to its end where it started: no moves, no preemption. Every running online job
-//! meets its SLO on the true speeds. Making and destroying instances costs what the engine
-//! charges. Default's, MISO's and (where it keeps SLOs) plain MPS's schedules are in the
-//! class; MMK's and MIGER's are where they move no job.
+//! instance of any profile, at the highest start where it fits beside the busy instances
+//! (idle ones in its way are destroyed, the fewest first). A job runs to its end where it
+//! started: no moves, no preemption. Every running online job meets its SLO on the true
+//! speeds. Making and destroying instances costs what the engine charges. Default's and
+//! (where it keeps SLOs) plain MPS's schedules are in the class; MISO's where its instances
+//! sit at those starts; MMK's and MIGER's only where they move no job and give shares of
+//! the class.
 //!
-//! **The search.** Depth first over those choices, job by job in arrival order (each
-//! job's options, fastest first, then leaving it waiting), with branch and bound on the
-//! sum of JCTs. A branch's bound: the JCTs of the jobs done, and every other job ending at
-//! the earliest it could if it ran alone on a whole GPU from the earliest moment it can
-//! run (a job left waiting waits at least until the next arrival or completion). The
-//! bound needs that no job runs faster than alone on a whole GPU; the search checks the
-//! truth's every answer against it. A search that ends before `node_limit` is exact; one
-//! stopped there keeps the best schedule it found, and the least bound of the branches it
-//! left is a lower bound on the class's best.
+//! **The search.** A pilot search gives the first schedule ([`Search::pilot`]); then depth
+//! first over the choices, job by job in arrival order (each job's options, fastest first,
+//! then leaving it waiting), with branch and bound on the sum of JCTs. A branch's bound:
+//! the JCTs of the jobs done, and every other job ending at the earliest it could at its
+//! speed alone at its share in its instance once placed, else alone in its best instance,
+//! from the earliest moment it can run (a job left waiting waits at least until the next
+//! arrival or completion). That needs company never to make a job faster
+//! ([`PerfModel::company_never_helps`]); the search also checks the truth's every answer
+//! against it. Where the truth guarantees it, a search that ends before `node_limit` is
+//! exact, and one stopped there keeps the best schedule it found with the least bound of
+//! the branches it left as a lower bound on the class's best. Where it does not (the
+//! measured truth, whose pairs sometimes ran faster together than apart), the same
+//! pruning makes a heuristic search: its schedule stands, it is never called exact, and
+//! the bound is the jobs' solo times (no job runs faster than alone on a whole GPU).
 //!
 //! The schedule found is replayed through [`simulate`] by a planner that follows it
 //! ([`Script`]), so its figures come from the same engine as every policy's.
@@ -92,8 +99,12 @@ pub enum ReferenceError {
         "the ground truth runs job {job} at {speed:.4} of its speed alone on a whole GPU; the reference's bound needs at most 1"
     )]
     FasterThanAlone { job: u64, speed: f64 },
-    #[error("no schedule of the reference's class runs every job with the online SLOs kept")]
+    #[error(
+        "the reference search found no schedule that runs every job with the online SLOs kept (within its node limit)"
+    )]
     NoSchedule,
+    #[error("the reference search needs a node of at least one GPU")]
+    NoGpu,
     #[error(
         "the engine's replay of the reference schedule gives a JCT sum of {replayed:.3} s, the search's {searched:.3} s"
     )]
@@ -119,8 +130,28 @@ pub fn solve(
     if opts.shares.is_empty() || opts.shares.iter().any(|s| !(10..=100).contains(s)) {
         return Err(ReferenceError::Shares(opts.shares.clone()));
     }
+    if cfg.gpus == 0 {
+        return Err(ReferenceError::NoGpu);
+    }
     let model = catalog::model(&cfg.gpu_model)
         .ok_or_else(|| SimError::UnknownModel(cfg.gpu_model.clone()))?;
+    let largest = model.largest_instance_mib();
+    if let Some((i, j)) = trace
+        .jobs
+        .iter()
+        .enumerate()
+        .find(|(_, j)| j.memory_mib > largest)
+    {
+        return Err(SimError::Stuck {
+            job: i as u64 + 1,
+            workload: j.workload.name.to_owned(),
+            reason: format!(
+                "needs {} MiB of GPU memory; the largest instance holds {largest} MiB",
+                j.memory_mib
+            ),
+        }
+        .into());
+    }
     let mut search = Search {
         trace,
         cfg,
@@ -140,7 +171,7 @@ pub fn solve(
         brute: false,
         alone: Vec::new(),
         fastest: Vec::new(),
-        premise: Cell::new(true),
+        premise: Cell::new(truth.company_never_helps()),
     };
     search.prepare();
     search.run()?;
@@ -224,7 +255,8 @@ struct State {
 #[derive(Debug, Clone)]
 struct Pending {
     started: Vec<usize>,
-    delay: Vec<f64>,
+    /// Per GPU: instances destroyed, instances made.
+    steps: Vec<(u32, u32)>,
 }
 
 /// Where the engine stopped.
@@ -254,10 +286,10 @@ struct Search<'a> {
     alone: Vec<HashMap<(Option<u32>, u8), f64>>,
     /// Each job's best speed alone in any instance that holds it.
     fastest: Vec<f64>,
-    /// Every speed the truth gave was at most the job's speed alone in its instance at
-    /// its share. Where a truth breaks that (a measured pair that ran faster together than
-    /// apart), the search's pruning may have cut the best schedule: the schedule found
-    /// stands, but it is not called exact and the bound falls back to the solo times.
+    /// The truth guarantees that company never makes a job faster, and no speed it gave
+    /// broke that (module docs). Without it the search's pruning may have cut the best
+    /// schedule: the schedule found stands, but it is not called exact and the bound falls
+    /// back to the solo times.
     premise: Cell<bool>,
 }
 
@@ -350,7 +382,7 @@ impl Search<'_> {
     fn decide(&mut self, s: &State, k: usize, p: &Pending) -> Result<(), ReferenceError> {
         let waiting = Self::waiting(s);
         if !self.brute {
-            let bound = self.bound(s, p, &waiting[..k], false);
+            let bound = self.bound(s, p, &waiting[..k]);
             if bound >= self.best - 1e-9 {
                 return Ok(());
             }
@@ -379,7 +411,8 @@ impl Search<'_> {
         let g = c.gpu;
         if let Some((memory_mib, replaced)) = &c.create {
             s.gpus[g].retain(|part| !replaced.contains(&part.slot));
-            p.delay[g] += self.cfg.destroy_s * replaced.len() as f64 + self.cfg.create_s;
+            p.steps[g].0 += replaced.len() as u32;
+            p.steps[g].1 += 1;
             s.gpus[g].push(Part {
                 slot: c.slot,
                 memory_mib: *memory_mib,
@@ -400,7 +433,7 @@ impl Search<'_> {
         let mut placed = Vec::new();
         for &j in &p.started {
             let slot = s.runs[j].slot.expect("started jobs have a slot");
-            s.runs[j].ready_at = s.now + p.delay[slot.gpu as usize];
+            s.runs[j].ready_at = s.now + self.delay(p, slot.gpu as usize);
             placed.push(JobPlacement {
                 job: j as u64 + 1,
                 slot,
@@ -414,8 +447,22 @@ impl Search<'_> {
     fn fresh(&self) -> Pending {
         Pending {
             started: Vec::new(),
-            delay: vec![0.0; self.cfg.gpus as usize],
+            steps: vec![(0, 0); self.cfg.gpus as usize],
         }
+    }
+
+    /// What the moment's steps on GPU `g` delay its jobs, summed as the engine sums them
+    /// (each destroy, then each create).
+    fn delay(&self, p: &Pending, g: usize) -> f64 {
+        let (destroys, creates) = p.steps[g];
+        let mut d = 0.0;
+        for _ in 0..destroys {
+            d += self.cfg.destroy_s;
+        }
+        for _ in 0..creates {
+            d += self.cfg.create_s;
+        }
+        d
     }
 
     /// Keeps a finished schedule if it is the best so far.
@@ -466,7 +513,10 @@ impl Search<'_> {
                         continue;
                     }
                     let gain = self.gain(&s, j, &c)?;
-                    if gain >= least && best.as_ref().is_none_or(|(g, _)| gain > *g + 1e-12) {
+                    if gain.is_finite()
+                        && gain >= least
+                        && best.as_ref().is_none_or(|(g, _)| gain > *g + 1e-12)
+                    {
                         best = Some((gain, c));
                     }
                 }
@@ -564,11 +614,10 @@ impl Search<'_> {
     }
 
     /// A lower bound on the sum of JCTs of every schedule below this branch: `skipped`
-    /// jobs wait at least to the next planning moment; with `closed`, so do all the
-    /// waiting jobs.
-    fn bound(&self, s: &State, p: &Pending, skipped: &[usize], closed: bool) -> f64 {
+    /// jobs wait at least to the next planning moment.
+    fn bound(&self, s: &State, p: &Pending, skipped: &[usize]) -> f64 {
         let jobs = &self.trace.jobs;
-        let waits = |j: usize| s.runs[j].slot.is_none() && (closed || skipped.contains(&j));
+        let waits = |j: usize| s.runs[j].slot.is_none() && skipped.contains(&j);
         // The earliest the next planning moment can come: an arrival, or a placed job's
         // end (or, before the moment closes, a job it may still start).
         let mut next_moment = jobs.get(s.next).map_or(f64::INFINITY, |j| j.arrival_s);
@@ -576,7 +625,7 @@ impl Search<'_> {
         for &j in &s.active {
             let r = &s.runs[j];
             let start = match r.slot {
-                Some(slot) if p.started.contains(&j) => s.now + p.delay[slot.gpu as usize],
+                Some(slot) if p.started.contains(&j) => s.now + self.delay(p, slot.gpu as usize),
                 Some(_) => r.ready_at.max(s.now),
                 None => s.now,
             };
@@ -587,7 +636,7 @@ impl Search<'_> {
         for &j in &s.active {
             let r = &s.runs[j];
             let start = match r.slot {
-                Some(slot) if p.started.contains(&j) => s.now + p.delay[slot.gpu as usize],
+                Some(slot) if p.started.contains(&j) => s.now + self.delay(p, slot.gpu as usize),
                 Some(_) => r.ready_at.max(s.now),
                 None if waits(j) => next_moment,
                 None => s.now,
@@ -1026,7 +1075,7 @@ mod tests {
             brute: true,
             alone: Vec::new(),
             fastest: Vec::new(),
-            premise: Cell::new(true),
+            premise: Cell::new(truth.company_never_helps()),
         };
         s.prepare();
         s.run().expect("searched");
@@ -1099,8 +1148,7 @@ mod tests {
         }
     }
 
-    /// Default's and MISO's schedules are in the class, so the exact reference is never
-    /// behind them.
+    /// Default's schedules are in the class, so the exact reference is never behind them.
     #[test]
     fn no_policy_of_the_class_beats_the_exact_reference() {
         let truth = AnalyticModel::default();
@@ -1109,7 +1157,7 @@ mod tests {
             let cfg = SimConfig::new("a100-80gb", 2);
             let r = solve(&t, &cfg, &truth, &ReferenceOptions::default()).expect("solved");
             assert!(r.exact);
-            for policy in ["default", "miso"] {
+            for policy in ["default"] {
                 let p = planner(policy, Arc::new(AnalyticModel::default())).expect("planner");
                 let run = simulate(&t, &cfg, p.as_ref(), &truth, &mut |_, _| {}).expect("run");
                 assert!(
@@ -1164,6 +1212,9 @@ mod tests {
             ) -> f64 {
                 let frac = f64::from(p.sm_count) / f64::from(p.gpu_sm_count);
                 (frac * f64::from(share) / 100.0 * self.0.powi(co.len() as i32)).min(1.0)
+            }
+            fn company_never_helps(&self) -> bool {
+                self.0 <= 1.0
             }
         }
         let t = Trace {

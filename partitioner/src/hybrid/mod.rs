@@ -35,6 +35,10 @@
 //!    checkpointable offline jobs' shares grow into it, 10 % at a time to the job whose
 //!    raise adds the most STP (the others' stay), and they move when the partition's STP
 //!    grows by more than `move_cost` per moved job.
+//!    **Jobs alone on a GPU widen** (`rebalance.rs`, `widen`): where nothing waits, the
+//!    checkpointable offline jobs of a GPU's only busy partition, an instance smaller than
+//!    the GPU, move into the layout step 3 finds best for them on that GPU when its STP
+//!    grows by more than the moves cost.
 //! 5. **No job waits while memory is free beside running jobs** (`share_before_waiting`,
 //!    MMK only; DESIGN.md, "Job profiles"): a job that steps 2 to 4 left waiting joins the
 //!    partition where its memory fits and it adds the most STP, whatever the gain; where
@@ -143,9 +147,11 @@ pub struct HybridOptions {
     /// predicts best (`mps_config::Raise`); else, and with `None`, its share grows while a
     /// step adds throughput.
     pub best_share_when_calm: Option<u64>,
-    /// An offline job's MPS share is at most this many percent (a multiple of 10): what it
-    /// leaves stays free for online jobs that join its partition later, since a running
-    /// client's share cannot change. 100: no cap (`mmkd --offline-share-max`).
+    /// An offline job's MPS share is at most this many percent (a multiple of 10): its
+    /// kernels never take more of the partition's SMs, so online jobs that join later find
+    /// the rest free of them (a running client's share cannot change; under `online_first`
+    /// an online newcomer's own share is not affected). 100: no cap (`mmkd
+    /// --offline-share-max`).
     pub offline_share_max: u8,
 }
 
@@ -394,6 +400,7 @@ impl Planner for Hybrid {
             self.mps_first(node, jobs, &mut p, false, true);
         }
         self.regrow(jobs, &mut p);
+        self.widen(node, jobs, &mut p);
         // An online job never waits for memory that checkpointable offline work holds.
         if self.options.online_first && p.waiting.iter().any(|&j| jobs[j].class == JobClass::Online)
         {

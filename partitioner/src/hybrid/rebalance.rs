@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 
 use mmk_core::JobClass;
 
-use crate::plan::JobDemand;
+use crate::plan::{JobDemand, NodeState};
 
 use super::memo::state_key;
+use super::mps_config::Raise;
 use super::partition::{Member, Part, Progress};
 use super::{Hybrid, SHARE_STEP};
 
@@ -180,6 +181,66 @@ impl Hybrid {
                     part.members = members;
                     p.moved.extend(moves);
                 }
+            }
+        }
+    }
+}
+
+impl Hybrid {
+    /// Step 4b: where nothing waits, the checkpointable offline jobs that a GPU's one busy
+    /// partition holds, in an instance smaller than the GPU, restart in the layout the
+    /// search finds best for them on that GPU, when its predicted STP grows by more than
+    /// the moves cost. Without this a job that started in a small instance beside others
+    /// keeps it after they leave, at a fraction of its speed (the reference schedule,
+    /// docs/simulate.md, found the case: two trainings at 2.3x and 1.7x their solo time
+    /// in small instances on GPUs that had emptied around them).
+    pub(super) fn widen(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
+        if self.options.move_cost.is_none() || !p.waiting.is_empty() {
+            return;
+        }
+        for (gi, gpu) in node.gpus.iter().enumerate() {
+            if !gpu.mig_enabled || gpu.layout_fixed {
+                continue;
+            }
+            let plan = &p.plans[gi];
+            let mut busy = plan.parts.iter().filter(|x| !x.members.is_empty());
+            let (Some(part), None) = (busy.next(), busy.next()) else {
+                continue;
+            };
+            if part.shape.sm_count >= part.shape.gpu_sm_count
+                || !part
+                    .members
+                    .iter()
+                    .all(|m| movable(jobs, m) && jobs[m.job].class == JobClass::Offline)
+            {
+                continue;
+            }
+            let movers: Vec<usize> = part.members.iter().map(|m| m.job).collect();
+            let now = self.part_stp(jobs, part);
+            let mut emptied = plan.clone();
+            for x in &mut emptied.parts {
+                x.members.clear();
+            }
+            let mut blocked = vec![false; jobs.len()];
+            let Some((gain, widened, placed)) = self.best_layout(
+                (gpu, &emptied),
+                jobs,
+                &movers,
+                &p.kinds,
+                &mut blocked,
+                Raise::Best,
+            ) else {
+                continue;
+            };
+            // The emptied GPU predicts nothing: `gain` is the widened layout's STP, less
+            // what its steps cost.
+            if placed.len() == movers.len()
+                && gain - self.moves_cost(&movers, &p.moved) - now > 1e-9
+            {
+                let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
+                p.plans[gi] = widened;
+                p.plans[gi].destroyed.extend(destroyed);
+                p.moved.extend(movers);
             }
         }
     }

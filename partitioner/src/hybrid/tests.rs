@@ -876,3 +876,61 @@ fn on_a_calm_node_a_newcomer_takes_the_share_the_model_likes_best() {
         (jobs[0].placed.expect("placed"), 100)
     );
 }
+
+/// Step 4b: a checkpointable training left alone in a 3g.40gb on an otherwise idle GPU
+/// restarts in a larger instance when nothing waits; one that cannot checkpoint, or a
+/// node with a job waiting, keeps it.
+#[test]
+fn a_checkpointable_job_alone_on_its_gpu_restarts_in_a_larger_instance() {
+    let mut g = gpu("a100-80gb", 0);
+    let p3 = g.model.profile_by_name("3g.40gb").expect("3g.40gb");
+    let (p3_id, p3_slices) = (p3.id, p3.memory_slices);
+    g.instances.push(Instance {
+        id: 5,
+        profile_id: p3_id,
+        placement: Placement {
+            start: 4,
+            size: p3_slices,
+        },
+        uuid: "MIG-5".into(),
+    });
+    let node = NodeState::new(vec![g]);
+    let small = Slot {
+        gpu: 0,
+        start: 4,
+        profile_id: Some(p3_id),
+    };
+    let mut trainer = job(1, JobClass::Offline, 20, 0.85, 0.45);
+    trainer.placed = Some(small);
+    let sm = |plan: &Plan| {
+        let slot = plan
+            .placements
+            .iter()
+            .find(|p| p.job == 1)
+            .expect("placed")
+            .slot;
+        let m = &node.gpus[0].model;
+        slot.profile_id
+            .and_then(|id| m.profile(id))
+            .map_or(m.sm_count, |p| p.sm_count)
+    };
+    let plan = mmk().plan(&node, std::slice::from_ref(&trainer));
+    assert!(plan.moves.is_empty(), "it cannot checkpoint: {plan:?}");
+
+    trainer.movable = true;
+    let plan = mmk().plan(&node, std::slice::from_ref(&trainer));
+    assert_eq!(plan.moves, [1], "{plan:?}");
+    let three_g = node.gpus[0].model.profile(p3_id).expect("3g").sm_count;
+    assert!(sm(&plan) > three_g, "{plan:?}");
+    // The engine's and mmkd's apply give the job its new place, and the next pass keeps it.
+    let (node2, jobs2) = crate::plan::apply(&node, std::slice::from_ref(&trainer), &plan);
+    assert!(mmk().plan(&node2, &jobs2).moves.is_empty());
+
+    // A job waits (no room for 79 GiB beside the trainer): the idle slices may be its.
+    let big = job(2, JobClass::Offline, 79, 0.5, 0.3);
+    let plan = mmk().plan(&node, &[trainer.clone(), big]);
+    assert!(plan.moves.is_empty(), "{plan:?}");
+    // MIGER never restarts a running job.
+    let miger = Hybrid::miger(Arc::new(AnalyticModel::default()));
+    assert!(miger.plan(&node, &[trainer]).moves.is_empty());
+}
