@@ -23,6 +23,9 @@ pub(super) struct Memo {
     pub(super) stp: FastMap<Vec<u64>, f64>,
     /// `None`: no rebalance fits.
     pub(super) rebalance: FastMap<Vec<u64>, Option<Shares>>,
+    /// Whether the jobs alone on a GPU widen (`rebalance.rs`, `widen`): the same GPU state
+    /// comes back pass after pass while they run.
+    pub(super) widen: FastMap<Vec<u64>, bool>,
 }
 
 const MEMO_MAX: usize = 1 << 15;

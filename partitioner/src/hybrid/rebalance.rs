@@ -221,22 +221,37 @@ impl Hybrid {
             for x in &mut emptied.parts {
                 x.members.clear();
             }
-            let mut blocked = vec![false; jobs.len()];
-            let Some((gain, widened, placed)) = self.best_layout(
-                (gpu, &emptied),
-                jobs,
-                &movers,
-                &p.kinds,
-                &mut blocked,
-                Raise::Best,
-            ) else {
-                continue;
+            let cost = self.moves_cost(&movers, &p.moved);
+            let widen = |kinds: &super::kinds::Kinds| {
+                let mut blocked = vec![false; jobs.len()];
+                self.best_layout(
+                    (gpu, &emptied),
+                    jobs,
+                    &movers,
+                    kinds,
+                    &mut blocked,
+                    Raise::Best,
+                )
+                // The emptied GPU predicts nothing: `gain` is the widened layout's STP,
+                // less what its steps cost.
+                .filter(|(gain, _, placed)| {
+                    placed.len() == movers.len() && gain - cost - now > 1e-9
+                })
             };
-            // The emptied GPU predicts nothing: `gain` is the widened layout's STP, less
-            // what its steps cost.
-            if placed.len() == movers.len()
-                && gain - self.moves_cost(&movers, &p.moved) - now > 1e-9
-            {
+            // What the answer depends on: the partition and its jobs (memory included),
+            // the GPU's other instances, the GPU model, and what the moves cost.
+            let mut key = state_key(jobs, &part.shape, &part.members, None);
+            key.extend(movers.iter().map(|&j| jobs[j].memory_mib));
+            key.push(cost.to_bits());
+            key.push(u64::from(part.slot.start));
+            key.push(gpu.model.memory_mib);
+            key.extend(plan.parts.iter().filter(|x| x.slot != part.slot).map(|x| {
+                u64::from(x.slot.profile_id.unwrap_or(u32::MAX)) << 8 | u64::from(x.slot.start)
+            }));
+            if !self.recall(|m| &mut m.widen, key, || widen(&p.kinds).is_some()) {
+                continue;
+            }
+            if let Some((_, widened, _)) = widen(&p.kinds) {
                 let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
                 p.plans[gi] = widened;
                 p.plans[gi].destroyed.extend(destroyed);
