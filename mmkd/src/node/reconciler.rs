@@ -269,23 +269,11 @@ impl Node {
                 .waited();
         }
 
-        // A step that fails leaves its partition missing; placements elsewhere go ahead.
-        let mut failed: Option<ServiceError> = None;
-        for step in &plan.steps {
-            if let Err(e) = self.apply(&node, step).await {
-                warn!(error = %e, ?step, "reconfiguration step failed");
-                failed.get_or_insert(e);
-            }
-        }
-        let gpus = if plan.steps.is_empty() {
-            node.gpus
-        } else {
-            self.gpus().await?
-        };
-
         let mut by_id: HashMap<u64, JobRecord> = jobs.iter().map(|j| (j.id, j.clone())).collect();
-        // Moves: the job checkpoints on SIGTERM and stops, goes back to the queue with one
-        // more restart, and the launches below start it at its new place.
+        // Moves and preemptions stop their jobs before the layout changes: a job that moves
+        // to a larger instance leaves the one the plan destroys. Moves: the job checkpoints
+        // on SIGTERM and stops, goes back to the queue with one more restart, and the
+        // launches below start it at its new place.
         for id in &plan.moves {
             let (Some(job), Some(to)) = (
                 by_id.get(id).filter(|j| j.state.is_active()),
@@ -294,10 +282,18 @@ impl Node {
                 continue;
             };
             let from = job.assignment.as_ref().map_or(100, |a| a.mps_share);
-            let reason = format!(
-                "moved: MPS share {from}% -> {}% (checkpoint and restart)",
-                to.mps_share
-            );
+            let reason = if job.assignment.as_ref().is_some_and(|a| a.slot != to.slot) {
+                format!(
+                    "moved: to {}, MPS share {from}% -> {}% (checkpoint and restart)",
+                    partition_name(&node, to.slot),
+                    to.mps_share
+                )
+            } else {
+                format!(
+                    "moved: MPS share {from}% -> {}% (checkpoint and restart)",
+                    to.mps_share
+                )
+            };
             let Some(moved) = self.stop_and_requeue(job, &reason).await? else {
                 continue;
             };
@@ -322,6 +318,20 @@ impl Node {
                 None => no_room.push(p.for_job),
             }
         }
+        // A step that fails leaves its partition missing; placements elsewhere go ahead.
+        let mut failed: Option<ServiceError> = None;
+        for step in &plan.steps {
+            if let Err(e) = self.apply(&node, step).await {
+                warn!(error = %e, ?step, "reconfiguration step failed");
+                failed.get_or_insert(e);
+            }
+        }
+        let gpus = if plan.steps.is_empty() {
+            node.gpus
+        } else {
+            self.gpus().await?
+        };
+
         for p in &plan.placements {
             let Some(job) = by_id.get(&p.job).filter(|j| j.state == JobState::Queued) else {
                 continue;
@@ -816,4 +826,15 @@ fn assignment(gpus: &[GpuState], slot: Slot, mps_share: u8) -> Option<Assignment
             })
         }
     }
+}
+
+/// A partition as a user reads it: `gpu 0 7g.80gb`, or `gpu 0 whole GPU` with MIG off.
+fn partition_name(node: &NodeState, slot: Slot) -> String {
+    let profile = node
+        .gpus
+        .iter()
+        .find(|g| g.index == slot.gpu)
+        .and_then(|g| slot.profile_id.and_then(|id| g.model.profile(id)))
+        .map_or_else(|| "whole GPU".to_owned(), |p| p.name.clone());
+    format!("gpu {} {profile}", slot.gpu)
 }
