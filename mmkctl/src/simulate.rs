@@ -165,12 +165,6 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             reference::MAX_GPUS
         )));
     }
-    if with_reference && a.trace.is_none() && online + offline > reference::MAX_JOBS {
-        return Err(Failure::usage(format!(
-            "--policies {REFERENCE_POLICY}: the reference search takes at most {} jobs (--online {online} --offline {offline})",
-            reference::MAX_JOBS
-        )));
-    }
     if a.trace.is_none() && online + offline == 0 {
         return Err(Failure::usage("--online and --offline are both 0: no jobs"));
     }
@@ -193,11 +187,18 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         None if sweep => Trace { jobs: Vec::new() },
         None => generate(intervals[0], a.seed[0]),
     };
-    if with_reference && t.jobs.len() > reference::MAX_JOBS {
+    // A generated trace (or each of a sweep's) has `online + offline` jobs.
+    let (jobs, given) = match &a.trace {
+        Some(_) => (t.jobs.len(), format!("the trace has {}", t.jobs.len())),
+        None => (
+            online + offline,
+            format!("--online {online} --offline {offline}"),
+        ),
+    };
+    if with_reference && jobs > reference::MAX_JOBS {
         return Err(Failure::usage(format!(
-            "--policies {REFERENCE_POLICY}: the reference search takes at most {} jobs (the trace has {})",
-            reference::MAX_JOBS,
-            t.jobs.len()
+            "--policies {REFERENCE_POLICY}: the reference search takes at most {} jobs ({given})",
+            reference::MAX_JOBS
         )));
     }
     if let Some(path) = &a.save_trace {

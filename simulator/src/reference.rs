@@ -152,28 +152,7 @@ pub fn solve(
         }
         .into());
     }
-    let mut search = Search {
-        trace,
-        cfg,
-        model,
-        truth,
-        demands: trace
-            .jobs
-            .iter()
-            .enumerate()
-            .map(|(i, j)| demand(i as u64 + 1, j, cfg))
-            .collect(),
-        opts,
-        nodes: 0,
-        best: f64::INFINITY,
-        best_decisions: None,
-        open_bound: f64::INFINITY,
-        brute: false,
-        alone: Vec::new(),
-        fastest: Vec::new(),
-        premise: Cell::new(truth.company_never_helps()),
-    };
-    search.prepare();
+    let mut search = Search::new(trace, cfg, model, truth, opts, false);
     search.run()?;
     finish(search, trace, cfg, truth)
 }
@@ -309,7 +288,41 @@ struct Choice {
     speed: f64,
 }
 
-impl Search<'_> {
+impl<'a> Search<'a> {
+    /// A search of `trace` on `cfg`'s node of `model` GPUs; `brute` prunes nothing.
+    fn new(
+        trace: &'a Trace,
+        cfg: &'a SimConfig,
+        model: GpuModel,
+        truth: &'a dyn PerfModel,
+        opts: &'a ReferenceOptions,
+        brute: bool,
+    ) -> Search<'a> {
+        let mut search = Search {
+            trace,
+            cfg,
+            model,
+            truth,
+            demands: trace
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(i, j)| demand(i as u64 + 1, j, cfg))
+                .collect(),
+            opts,
+            nodes: 0,
+            best: f64::INFINITY,
+            best_decisions: None,
+            open_bound: f64::INFINITY,
+            brute,
+            alone: Vec::new(),
+            fastest: Vec::new(),
+            premise: Cell::new(truth.company_never_helps()),
+        };
+        search.prepare();
+        search
+    }
+
     fn run(&mut self) -> Result<(), ReferenceError> {
         let n = self.trace.jobs.len();
         let mut s = State {
@@ -1056,28 +1069,8 @@ mod tests {
         truth: &dyn PerfModel,
         opts: &ReferenceOptions,
     ) -> Reference {
-        let mut s = Search {
-            trace,
-            cfg,
-            model: catalog::model(&cfg.gpu_model).expect("model"),
-            truth,
-            demands: trace
-                .jobs
-                .iter()
-                .enumerate()
-                .map(|(i, j)| demand(i as u64 + 1, j, cfg))
-                .collect(),
-            opts,
-            nodes: 0,
-            best: f64::INFINITY,
-            best_decisions: None,
-            open_bound: f64::INFINITY,
-            brute: true,
-            alone: Vec::new(),
-            fastest: Vec::new(),
-            premise: Cell::new(truth.company_never_helps()),
-        };
-        s.prepare();
+        let model = catalog::model(&cfg.gpu_model).expect("model");
+        let mut s = Search::new(trace, cfg, model, truth, opts, true);
         s.run().expect("searched");
         finish(s, trace, cfg, truth).expect("a schedule")
     }
