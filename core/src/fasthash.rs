@@ -3,7 +3,7 @@
 //! standard SipHash resists hash flooding, which keys we make ourselves do not need, and
 //! it costs several times more per key.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -37,6 +37,9 @@ impl Hasher for FastHasher {
 
 /// A `HashMap` with [`FastHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// A `HashSet` with [`FastHasher`].
+pub type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 //! (placed and waiting) to a [`Plan`]: the steps that change the MIG layout, where each job
 //! runs with which MPS share, and why the others wait. The daemon's reconciler applies it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use mmk_core::JobClass;
 use mmk_core::units::format_mib;
@@ -463,14 +463,20 @@ pub fn apply(node: &NodeState, jobs: &[JobDemand], plan: &Plan) -> (NodeState, V
             }
         }
     }
+    // A job's first placement, as a plan lists them.
+    let mut placements: HashMap<u64, &JobPlacement> = HashMap::new();
+    for p in &plan.placements {
+        placements.entry(p.job).or_insert(p);
+    }
+    let preempted: HashSet<u64> = plan.preempted.iter().map(|p| p.job).collect();
     let jobs = jobs
         .iter()
         .map(|j| {
             let mut j = j.clone();
-            if let Some(p) = plan.placements.iter().find(|p| p.job == j.id) {
+            if let Some(p) = placements.get(&j.id) {
                 j.placed = Some(p.slot);
                 j.mps_share = p.mps_share;
-            } else if plan.preempted.iter().any(|p| p.job == j.id) {
+            } else if preempted.contains(&j.id) {
                 j.placed = None;
                 j.mps_share = 100;
             }

@@ -124,6 +124,15 @@ impl RunResult {
     }
 }
 
+/// How fast the jobs of a partition ran at an event: its running jobs and their shares
+/// (`who`), each one's speed and whether it ran beside a job of the other class.
+#[derive(Debug)]
+struct PartitionSpeeds {
+    who: Vec<(u64, u8)>,
+    speeds: Vec<f64>,
+    mixed: Vec<bool>,
+}
+
 #[derive(Debug)]
 struct Run {
     remaining: f64,
@@ -186,6 +195,7 @@ pub fn simulate(
     let mut dirty = false;
     let mut last_queue_reason = HashMap::new();
     let mut preempted = std::collections::HashSet::new();
+    let mut speeds_then: HashMap<Option<Slot>, PartitionSpeeds> = HashMap::new();
     loop {
         while next < total && trace.jobs[next].arrival_s <= now + 1e-9 {
             let j = &trace.jobs[next];
@@ -262,37 +272,60 @@ pub fn simulate(
             })
             .map(|(i, _)| i)
             .collect();
-        let mut mixed = vec![false; running.len()];
-        // The running jobs of each partition, in `running`'s order: a job's co-runners are
-        // the others of its partition (grouped once, not looked for among all per job).
+        // The running jobs of each partition, as positions in `running`: a job's co-runners
+        // are the others of its partition. A partition whose running jobs and shares are
+        // what they were at the last event runs at the speeds it ran at then.
         let mut by_slot: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
-        for &i in &running {
-            by_slot.entry(active[i].placed).or_default().push(i);
+        for (n, &i) in running.iter().enumerate() {
+            by_slot.entry(active[i].placed).or_default().push(n);
         }
-        let speeds: Vec<f64> = running
-            .iter()
-            .enumerate()
-            .map(|(n, &i)| {
-                let j = &active[i];
-                let slot = j.placed.unwrap_or(Slot {
+        let mut speeds = vec![0.0; running.len()];
+        let mut mixed = vec![false; running.len()];
+        let mut speeds_now: HashMap<Option<Slot>, PartitionSpeeds> = HashMap::new();
+        for (placed, members) in by_slot {
+            let jobs: Vec<&JobDemand> = members.iter().map(|&n| &active[running[n]]).collect();
+            let who: Vec<(u64, u8)> = jobs.iter().map(|j| (j.id, j.mps_share)).collect();
+            let known = speeds_then.remove(&placed).filter(|p| p.who == who);
+            let part = known.unwrap_or_else(|| {
+                let slot = placed.unwrap_or(Slot {
                     gpu: 0,
                     start: 0,
                     profile_id: None,
                 });
-                let co: Vec<CoRunner> = by_slot[&j.placed]
+                let shape = shape(&node, slot);
+                let (speeds, mixed) = jobs
                     .iter()
-                    .filter(|&&k| k != i)
-                    .map(|&k| CoRunner {
-                        profile: active[k].profile,
-                        mps_share: active[k].mps_share,
+                    .enumerate()
+                    .map(|(k, j)| {
+                        let co: Vec<CoRunner> = jobs
+                            .iter()
+                            .enumerate()
+                            .filter(|&(o, _)| o != k)
+                            .map(|(_, o)| CoRunner {
+                                profile: o.profile,
+                                mps_share: o.mps_share,
+                            })
+                            .collect();
+                        let mixed = co.iter().any(|c| c.profile.class != j.profile.class);
+                        let speed = truth
+                            .estimate(&j.profile, &shape, j.mps_share, &co)
+                            .max(1e-6);
+                        (speed, mixed)
                     })
-                    .collect();
-                mixed[n] = co.iter().any(|c| c.profile.class != j.profile.class);
-                truth
-                    .estimate(&j.profile, &shape(&node, slot), j.mps_share, &co)
-                    .max(1e-6)
-            })
-            .collect();
+                    .unzip();
+                PartitionSpeeds {
+                    who: who.clone(),
+                    speeds,
+                    mixed,
+                }
+            });
+            for (k, &n) in members.iter().enumerate() {
+                speeds[n] = part.speeds[k];
+                mixed[n] = part.mixed[k];
+            }
+            speeds_now.insert(placed, part);
+        }
+        speeds_then = speeds_now;
 
         // The next event.
         let mut t_next = f64::INFINITY;
@@ -361,8 +394,12 @@ pub fn simulate(
         }
         // An online job in the system that is not running (waiting for room, starting, or
         // restarting after a move) serves nothing: its requests wait, out of SLO.
+        let mut is_running = vec![false; active.len()];
+        for &i in &running {
+            is_running[i] = true;
+        }
         for (i, j) in active.iter().enumerate() {
-            if j.slo_ms.is_some() && j.profile.solo_latency_ms.is_some() && !running.contains(&i) {
+            if j.slo_ms.is_some() && j.profile.solo_latency_ms.is_some() && !is_running[i] {
                 result.online_run_s += dt;
                 result.slo_miss_s += dt;
             }

@@ -20,7 +20,8 @@ use super::rebalance::{Shares, movable};
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     pub(super) config: FastMap<Vec<u64>, Config>,
-    pub(super) stp: FastMap<Vec<u64>, f64>,
+    /// Each member's predicted performance, in the members' order.
+    pub(super) perf: FastMap<Vec<u64>, Vec<f64>>,
     /// `None`: no rebalance fits.
     pub(super) rebalance: FastMap<Vec<u64>, Option<Shares>>,
     /// Whether the jobs alone on a GPU widen (`rebalance.rs`, `widen`): the same GPU state

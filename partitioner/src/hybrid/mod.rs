@@ -458,9 +458,14 @@ impl Planner for Hybrid {
                 for_job: jobs[by].id,
             })
             .collect();
+        let planned: BTreeSet<u64> = out
+            .placements
+            .iter()
+            .map(|p| p.job)
+            .chain(out.preempted.iter().map(|p| p.job))
+            .collect();
         for j in jobs.iter().filter(|j| j.placed.is_some()) {
-            if !out.placements.iter().any(|p| p.job == j.id)
-                && !out.preempted.iter().any(|p| p.job == j.id)
+            if !planned.contains(&j.id)
                 && let Some(slot) = j.placed
             {
                 out.placements.push(JobPlacement {
@@ -475,7 +480,11 @@ impl Planner for Hybrid {
         out.moves = moved
             .into_iter()
             .filter(|&j| {
-                let p = out.placements.iter().find(|p| p.job == jobs[j].id);
+                let p = out
+                    .placements
+                    .binary_search_by_key(&jobs[j].id, |p| p.job)
+                    .ok()
+                    .map(|i| &out.placements[i]);
                 p.is_some_and(|p| {
                     Some(p.slot) != jobs[j].placed || p.mps_share != jobs[j].mps_share
                 })
@@ -483,34 +492,25 @@ impl Planner for Hybrid {
             .map(|j| jobs[j].id)
             .collect();
         let largest = largest_partition_mib(node);
+        let crowd = Crowd::of(jobs, &plans);
         waiting.sort_by_key(|&j| jobs[j].id);
+        // Jobs that ask for the same wait for the same reason: each reason is written once.
+        let mut reasons: BTreeMap<(u64, bool, Option<u64>, bool, bool), String> = BTreeMap::new();
         for j in waiting {
             let job = &jobs[j];
-            let reason = if job.memory_mib > largest {
-                format!(
-                    "needs {} of GPU memory; the largest partition this node can make has {}",
-                    format_mib(job.memory_mib),
-                    format_mib(largest)
-                )
-            } else if slo_blocked[j] {
-                format!(
-                    "waiting: no partition can meet its SLO of {}ms now",
-                    job.slo_ms.unwrap_or(0)
-                )
-            } else if let Some(why) = in_the_way(jobs, &plans, j) {
-                format!(
-                    "waiting for {} of GPU memory: {why}",
-                    format_mib(job.memory_mib)
-                )
-            } else {
-                format!(
-                    "waiting for {} of GPU memory and an SM share: no partition has room, and no layout that keeps the busy partitions holds it",
-                    format_mib(job.memory_mib)
-                )
-            };
+            let asks = (
+                job.memory_mib,
+                slo_blocked[j],
+                job.slo_ms,
+                job.exclusive,
+                job.class == JobClass::Online,
+            );
+            let reason = reasons
+                .entry(asks)
+                .or_insert_with(|| waiting_reason(jobs, &crowd, largest, slo_blocked[j], j));
             out.queued.push(QueuedJob {
                 job: job.id,
-                reason,
+                reason: reason.clone(),
             });
         }
         out.stp = Some(stp);
@@ -518,19 +518,103 @@ impl Planner for Hybrid {
     }
 }
 
+/// Why waiting job `j` waits. `largest`: the largest partition the node can make;
+/// `slo_blocked`: a partition refused it only for its SLO.
+fn waiting_reason(
+    jobs: &[JobDemand],
+    crowd: &Crowd,
+    largest: u64,
+    slo_blocked: bool,
+    j: usize,
+) -> String {
+    let job = &jobs[j];
+    if job.memory_mib > largest {
+        format!(
+            "needs {} of GPU memory; the largest partition this node can make has {}",
+            format_mib(job.memory_mib),
+            format_mib(largest)
+        )
+    } else if slo_blocked {
+        format!(
+            "waiting: no partition can meet its SLO of {}ms now",
+            job.slo_ms.unwrap_or(0)
+        )
+    } else if let Some(why) = in_the_way(jobs, crowd, j) {
+        format!(
+            "waiting for {} of GPU memory: {why}",
+            format_mib(job.memory_mib)
+        )
+    } else {
+        format!(
+            "waiting for {} of GPU memory and an SM share: no partition has room, and no layout that keeps the busy partitions holds it",
+            format_mib(job.memory_mib)
+        )
+    }
+}
+
+/// At most this many jobs are named in a waiting job's reason; the rest are counted.
+const NAMED_IN_REASON: usize = 8;
+
+/// Job IDs for a reason: `1, 2, 3`, or `1, 2, ..., 8 and 5 more`.
+fn name_jobs(jobs: &[JobDemand], it: &mut dyn Iterator<Item = usize>) -> String {
+    let mut named: Vec<String> = Vec::new();
+    let mut more = 0usize;
+    for i in it {
+        if named.len() < NAMED_IN_REASON {
+            named.push(jobs[i].id.to_string());
+        } else {
+            more += 1;
+        }
+    }
+    let mut out = named.join(", ");
+    if more > 0 {
+        out.push_str(&format!(" and {more} more"));
+    }
+    out
+}
+
+/// The busy partitions of a plan with their free memory, and its offline jobs: what
+/// [`in_the_way`] looks through for each waiting job, gathered once.
+struct Crowd<'a> {
+    busy: Vec<(&'a Part, u64)>,
+    /// The offline jobs, named (`name_jobs`); `None` if there are none.
+    offline: Option<String>,
+}
+
+impl<'a> Crowd<'a> {
+    fn of(jobs: &[JobDemand], plans: &'a [GpuPlan]) -> Crowd<'a> {
+        let parts = || plans.iter().flat_map(|gp| &gp.parts);
+        Crowd {
+            busy: parts()
+                .filter(|p| !p.members.is_empty())
+                .map(|p| (p, p.free_mib(jobs)))
+                .collect(),
+            offline: {
+                let mut offline = parts()
+                    .flat_map(|p| p.members.iter())
+                    .filter(|m| jobs[m.job].class == JobClass::Offline)
+                    .map(|m| m.job)
+                    .peekable();
+                offline
+                    .peek()
+                    .is_some()
+                    .then(|| name_jobs(jobs, &mut offline))
+            },
+        }
+    }
+}
+
 /// The jobs that keep waiting job `j` out, named, where a partition's memory would hold it:
 /// a job that has its partition to itself, or the online jobs beside which the shares are
 /// spent; for an online job that no partition's memory holds, the offline jobs that hold
 /// the memory. `None` when no job is in its way.
-fn in_the_way(jobs: &[JobDemand], plans: &[GpuPlan], j: usize) -> Option<String> {
-    let ids = |it: &mut dyn Iterator<Item = usize>| {
-        let v: Vec<String> = it.map(|i| jobs[i].id.to_string()).collect();
-        v.join(", ")
-    };
-    let fits: Vec<&Part> = plans
+fn in_the_way(jobs: &[JobDemand], crowd: &Crowd, j: usize) -> Option<String> {
+    let ids = |it: &mut dyn Iterator<Item = usize>| name_jobs(jobs, it);
+    let fits: Vec<&Part> = crowd
+        .busy
         .iter()
-        .flat_map(|gp| &gp.parts)
-        .filter(|p| !p.members.is_empty() && p.free_mib(jobs) >= jobs[j].memory_mib)
+        .filter(|(_, free)| *free >= jobs[j].memory_mib)
+        .map(|(p, _)| *p)
         .collect();
     if jobs[j].exclusive && !fits.is_empty() {
         let mut all = fits.iter().flat_map(|p| p.members.iter().map(|m| m.job));
@@ -571,20 +655,13 @@ fn in_the_way(jobs: &[JobDemand], plans: &[GpuPlan], j: usize) -> Option<String>
             ids(&mut online)
         ));
     }
-    if fits.is_empty() && jobs[j].class == JobClass::Online {
-        let mut offline = plans
-            .iter()
-            .flat_map(|gp| &gp.parts)
-            .flat_map(|p| p.members.iter())
-            .filter(|m| jobs[m.job].class == JobClass::Offline)
-            .map(|m| m.job)
-            .peekable();
-        if offline.peek().is_some() {
-            return Some(format!(
-                "no partition has that much free; offline jobs hold the memory: {}",
-                ids(&mut offline)
-            ));
-        }
+    if fits.is_empty()
+        && jobs[j].class == JobClass::Online
+        && let Some(offline) = &crowd.offline
+    {
+        return Some(format!(
+            "no partition has that much free; offline jobs hold the memory: {offline}"
+        ));
     }
     None
 }

@@ -83,7 +83,7 @@ impl Hybrid {
                 job: new,
                 share: 100,
             }];
-            let perf = self.perf(jobs, &part.shape, &members);
+            let perf = self.predict(jobs, &part.shape, &members);
             return if Self::slos_met(jobs, &members, &perf) {
                 Ok((100, perf.iter().sum(), perf[0]))
             } else {
@@ -142,14 +142,14 @@ impl Hybrid {
             share: start,
         });
         let me = members.len() - 1;
-        let mut perf = self.perf(jobs, &part.shape, &members);
+        let mut perf = self.predict(jobs, &part.shape, &members);
         // Raise an online job until its SLO holds.
         while !jobs[new].slo_met(perf[me]) {
             if members[me].share + SHARE_STEP > left {
                 return Err(Refusal::Slo);
             }
             members[me].share += SHARE_STEP;
-            perf = self.perf(jobs, &part.shape, &members);
+            perf = self.predict(jobs, &part.shape, &members);
         }
         if !Self::slos_met(jobs, &members, &perf) {
             // The newcomer breaks a running job's SLO.
@@ -159,7 +159,7 @@ impl Hybrid {
         let mut best = (members[me].share, stp, perf[me]);
         while members[me].share + SHARE_STEP <= left {
             members[me].share += SHARE_STEP;
-            let raised = self.perf(jobs, &part.shape, &members);
+            let raised = self.predict(jobs, &part.shape, &members);
             let gain = raised.iter().sum::<f64>() - stp;
             let slos = Self::slos_met(jobs, &members, &raised);
             match raise {

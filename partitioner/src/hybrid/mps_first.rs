@@ -1,15 +1,46 @@
 //! Step 2, MPS first: each waiting job into the existing partition where it adds the most
 //! predicted throughput.
 
+use std::collections::BTreeSet;
+
+use mmk_core::fasthash::FastSet;
+
 use crate::plan::{JobDemand, NodeState};
 
 use super::Hybrid;
+use super::memo::state_key;
 use super::mps_config::Refusal;
-use super::partition::{Member, Progress};
+use super::partition::{GpuPlan, Member, Progress};
 
-/// Where MPS-first puts a job: (gain, GPU, partition, the partition's new members, the
-/// jobs it moves).
-type Choice = (f64, usize, usize, Vec<Member>, Vec<usize>);
+/// Where MPS-first puts a job.
+struct Choice {
+    gain: f64,
+    gpu: usize,
+    part: usize,
+    how: Join,
+}
+
+/// How a job joins a partition.
+enum Join {
+    /// Beside its jobs as they are, with this share.
+    At(u8),
+    /// With the partition's new members (the newcomer last) and the jobs that move.
+    Moving(Vec<Member>, Vec<usize>),
+}
+
+/// Per GPU and partition, what `distinct_parts` found of it: its state key (with its
+/// free memory and which members moved; empty without the shortcuts), free memory and
+/// predicted STP.
+type Known = Vec<Vec<Option<(Vec<u64>, u64, f64)>>>;
+
+/// A partition MPS-first asks (one of each state), with what does not depend on the job.
+struct Asked {
+    gpu: usize,
+    part: usize,
+    free_mib: u64,
+    /// The partition's predicted STP as it is.
+    stp: f64,
+}
 
 impl Hybrid {
     /// Step 2: each waiting job into the existing partition where it adds the most STP,
@@ -45,6 +76,10 @@ impl Hybrid {
         // Kinds of job that stayed waiting since the last placement (with whether an SLO
         // refused them): the next job of the same kind would stay too.
         let mut refused = kinds.none_refused(self.shortcuts);
+        // The partitions to ask, one of each state, with their free memory and predicted
+        // STP (rebuilt after each placement).
+        let mut known: Known = plans.iter().map(|gp| vec![None; gp.parts.len()]).collect();
+        let mut asked = self.distinct_parts(jobs, plans, moved, &mut known);
         for &j in waiting.iter() {
             if refused.skip(j, slo_blocked) {
                 still.push(j);
@@ -52,40 +87,42 @@ impl Hybrid {
             }
             let mut best: Option<Choice> = None;
             let mut slo_here = false;
-            for (gi, gp) in plans.iter().enumerate() {
-                for (pi, part) in gp.parts.iter().enumerate() {
-                    if part.free_mib(jobs) < jobs[j].memory_mib {
-                        continue;
+            for a in &asked {
+                let part = &plans[a.gpu].parts[a.part];
+                if a.free_mib < jobs[j].memory_mib {
+                    continue;
+                }
+                // An instance without jobs is the layout search's to keep, reshape or share
+                // out among several waiting jobs; MPS-first takes it only for a job that
+                // search left waiting.
+                if defer && part.members.is_empty() {
+                    continue;
+                }
+                let now = a.stp;
+                let mut consider = |gain: f64, how: Join| {
+                    if best.as_ref().is_none_or(|c| gain > c.gain + 1e-12) {
+                        best = Some(Choice {
+                            gain,
+                            gpu: a.gpu,
+                            part: a.part,
+                            how,
+                        });
                     }
-                    // An instance without jobs is the layout search's to keep, reshape or
-                    // share out among several waiting jobs; MPS-first takes it only for a
-                    // job that search left waiting.
-                    if defer && part.members.is_empty() {
-                        continue;
+                };
+                match self.mps_config(jobs, part, j, last_resort, *raise) {
+                    Ok((share, stp, own)) => {
+                        if last_resort || self.adds_enough(part, own, stp - now) {
+                            consider(stp - now, Join::At(share));
+                        }
                     }
-                    let now = self.part_stp(jobs, part);
-                    let mut consider = |gain: f64, members: Vec<Member>, moves: Vec<usize>| {
-                        if best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-12) {
-                            best = Some((gain, gi, pi, members, moves));
-                        }
-                    };
-                    match self.mps_config(jobs, part, j, last_resort, *raise) {
-                        Ok((share, stp, own)) => {
-                            if last_resort || self.adds_enough(part, own, stp - now) {
-                                let mut members = part.members.clone();
-                                members.push(Member { job: j, share });
-                                consider(stp - now, members, Vec::new());
-                            }
-                        }
-                        Err(Refusal::Slo) => slo_here = true,
-                        Err(Refusal::Room) => {}
-                    }
-                    if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, Some(j)) {
-                        // A move must pay for its restart.
-                        let gain = stp - self.moves_cost(&moves, moved) - now;
-                        if gain > 0.0 && (last_resort || self.adds_enough(part, own, gain)) {
-                            consider(gain, members, moves);
-                        }
+                    Err(Refusal::Slo) => slo_here = true,
+                    Err(Refusal::Room) => {}
+                }
+                if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, Some(j)) {
+                    // A move must pay for its restart.
+                    let gain = stp - self.moves_cost(&moves, moved) - now;
+                    if gain > 0.0 && (last_resort || self.adds_enough(part, own, gain)) {
+                        consider(gain, Join::Moving(members, moves));
                     }
                 }
             }
@@ -99,10 +136,18 @@ impl Hybrid {
                 None
             };
             match best {
-                Some((gain, gi, pi, members, moves)) if carve.is_none_or(|c| c <= gain + 1e-9) => {
-                    plans[gi].parts[pi].members = members;
-                    moved.extend(moves);
+                Some(c) if carve.is_none_or(|carve| carve <= c.gain + 1e-9) => {
+                    let members = &mut plans[c.gpu].parts[c.part].members;
+                    match c.how {
+                        Join::At(share) => members.push(Member { job: j, share }),
+                        Join::Moving(all, moves) => {
+                            *members = all;
+                            moved.extend(moves);
+                        }
+                    }
                     refused.placed();
+                    known[c.gpu][c.part] = None;
+                    asked = self.distinct_parts(jobs, plans, moved, &mut known);
                 }
                 _ => {
                     refused.refuse(j, slo_here);
@@ -111,5 +156,59 @@ impl Hybrid {
             }
         }
         *waiting = still;
+    }
+
+    /// The partitions of `plans`, in order, but only the first of
+    /// those in the same state: the same members' kinds and shares (`state_key`), the
+    /// same free memory, and the same members already moved in this pass. Every answer
+    /// MPS-first asks of a partition depends on nothing else, so a later partition in the
+    /// same state gives the same gain, which never beats the first's. Without the
+    /// shortcuts, every partition.
+    /// `known` keeps each partition's state, free memory and STP between calls; a
+    /// partition that changes must be forgotten there.
+    fn distinct_parts(
+        &self,
+        jobs: &[JobDemand],
+        plans: &[GpuPlan],
+        moved: &BTreeSet<usize>,
+        known: &mut Known,
+    ) -> Vec<Asked> {
+        for (gi, gp) in plans.iter().enumerate() {
+            for (pi, part) in gp.parts.iter().enumerate() {
+                known[gi][pi].get_or_insert_with(|| {
+                    let free_mib = part.free_mib(jobs);
+                    let mut key = Vec::new();
+                    if self.shortcuts {
+                        key = state_key(jobs, &part.shape, &part.members, None);
+                        key.push(free_mib);
+                        key.extend(
+                            part.members
+                                .iter()
+                                .map(|m| u64::from(moved.contains(&m.job))),
+                        );
+                    }
+                    (key, free_mib, self.part_stp(jobs, part))
+                });
+            }
+        }
+        let mut seen: FastSet<&[u64]> = FastSet::default();
+        let mut out = Vec::new();
+        for (gi, parts) in known.iter().enumerate() {
+            for (pi, state) in parts.iter().enumerate() {
+                let Some((key, free_mib, stp)) = state else {
+                    continue;
+                };
+                if self.shortcuts && !seen.insert(key) {
+                    continue;
+                }
+                out.push(Asked {
+                    gpu: gi,
+                    part: pi,
+                    free_mib: *free_mib,
+                    stp: *stp,
+                });
+            }
+        }
+        out
     }
 }

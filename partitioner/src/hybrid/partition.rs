@@ -1,7 +1,7 @@
 //! Partitions during the search: what a pass has decided so far, each GPU's partitions
 //! and the jobs in them, and what the model predicts of a partition.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::catalog::GpuModel;
 use crate::layout::{GpuState, Placement};
@@ -127,8 +127,22 @@ pub(super) fn twin(model: &GpuModel, profile_id: u32) -> u32 {
 }
 
 impl Hybrid {
-    /// Predicted performance of each member of a partition.
+    /// Predicted performance of each member of a partition, in the members' order.
     pub(super) fn perf(
+        &self,
+        jobs: &[JobDemand],
+        shape: &PartitionShape,
+        members: &[Member],
+    ) -> Vec<f64> {
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let key = state_key(jobs, shape, members, None);
+        self.recall(|m| &mut m.perf, key, || self.predict(jobs, shape, members))
+    }
+
+    /// [`Hybrid::perf`], asked of the model.
+    pub(super) fn predict(
         &self,
         jobs: &[JobDemand],
         shape: &PartitionShape,
@@ -166,19 +180,18 @@ impl Hybrid {
     }
 
     pub(super) fn part_stp(&self, jobs: &[JobDemand], part: &Part) -> f64 {
-        if part.members.is_empty() {
-            return 0.0;
-        }
-        let key = state_key(jobs, &part.shape, &part.members, None);
-        self.recall(
-            |m| &mut m.stp,
-            key,
-            || self.perf(jobs, &part.shape, &part.members).iter().sum(),
-        )
+        self.perf(jobs, &part.shape, &part.members).iter().sum()
     }
 
     /// The GPUs' partitions as they are, with the placed jobs in them.
     pub(super) fn current(&self, node: &NodeState, jobs: &[JobDemand]) -> Vec<GpuPlan> {
+        // The placed jobs by GPU, in job order.
+        let mut placed: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, j) in jobs.iter().enumerate() {
+            if let Some(slot) = j.placed {
+                placed.entry(slot.gpu).or_default().push(i);
+            }
+        }
         node.gpus
             .iter()
             .map(|g| {
@@ -215,9 +228,11 @@ impl Hybrid {
                     }]
                 };
                 parts.sort_by_key(|p| p.slot);
-                for (i, j) in jobs.iter().enumerate() {
-                    if let Some(slot) = j.placed.filter(|s| s.gpu == g.index)
-                        && let Some(p) = parts.iter_mut().find(|p| p.slot == slot)
+                for &i in placed.get(&g.index).into_iter().flatten() {
+                    let j = &jobs[i];
+                    if let Some(p) = j
+                        .placed
+                        .and_then(|slot| parts.iter_mut().find(|p| p.slot == slot))
                     {
                         p.members.push(Member {
                             job: i,

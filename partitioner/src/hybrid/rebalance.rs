@@ -106,14 +106,14 @@ impl Hybrid {
             .collect();
         let used =
             |ms: &[Member]| -> u32 { adjustable.iter().map(|&i| u32::from(ms[i].share)).sum() };
-        let mut perf = self.perf(jobs, &part.shape, &members);
+        let mut perf = self.predict(jobs, &part.shape, &members);
         if let (Some(new), Some(me)) = (new, me) {
             while !jobs[new].slo_met(perf[me]) {
                 if used(&members) + u32::from(SHARE_STEP) > room {
                     return None;
                 }
                 members[me].share += SHARE_STEP;
-                perf = self.perf(jobs, &part.shape, &members);
+                perf = self.predict(jobs, &part.shape, &members);
             }
         }
         if !Self::slos_met(jobs, &members, &perf) {
@@ -129,7 +129,7 @@ impl Hybrid {
                     continue;
                 }
                 members[i].share += SHARE_STEP;
-                let p = self.perf(jobs, &part.shape, &members);
+                let p = self.predict(jobs, &part.shape, &members);
                 let gain = p.iter().sum::<f64>() - stp;
                 if Self::slos_met(jobs, &members, &p)
                     && best.as_ref().is_none_or(|(g, ..)| gain > g + 1e-12)

@@ -786,6 +786,21 @@ fn an_online_job_takes_memory_from_checkpointable_offline_work() {
             .any(|q| q.job == 9 && q.reason.ends_with("offline jobs hold the memory: 1, 2")),
         "{plan:?}"
     );
+    // Where many hold it, the reason names eight and counts the rest.
+    let mut many: Vec<JobDemand> = (1..=10).map(|id| placed(id, 7, 0, false)).collect();
+    for j in &mut many {
+        j.mps_share = 10;
+    }
+    let mut late = online.clone();
+    late.id = 11;
+    many.push(late);
+    let plan = mmk().plan(&node, &many);
+    assert!(
+        plan.queued.iter().any(|q| q.job == 11
+            && q.reason
+                .ends_with("offline jobs hold the memory: 1, 2, 3, 4, 5, 6, 7, 8 and 2 more")),
+        "{plan:?}"
+    );
     // Nor is offline work of higher priority stopped for it.
     let jobs = [
         placed(1, 40, 5, true),
