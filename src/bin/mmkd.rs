@@ -1,7 +1,7 @@
 //! `mmkd`: the mmk node daemon. Everything lives in the `mmkd` library.
 
 /// The planner allocates many small keys and vectors in every pass; mimalloc serves them
-/// faster than the system allocator (docs/planner.md, "At scale").
+/// faster than the system allocator (docs/planner.md, "Planning latency").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

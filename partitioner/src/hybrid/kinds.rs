@@ -1,5 +1,5 @@
 //! Kinds of job, and the kinds refused within a pass: the next job of a refused kind
-//! would be refused too (the second of the planner's two shortcuts).
+//! would be refused too (one of the planner's shortcuts, `Hybrid::shortcuts`).
 
 use mmk_core::fasthash::FastMap;
 

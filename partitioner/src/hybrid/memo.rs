@@ -1,5 +1,5 @@
 //! The memo: what the model said of partition states asked before, keyed by what the
-//! answers depend on (the first of the planner's two shortcuts).
+//! answers depend on (one of the planner's shortcuts, `Hybrid::shortcuts`).
 
 use mmk_core::JobClass;
 use mmk_core::fasthash::FastMap;

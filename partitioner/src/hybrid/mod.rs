@@ -75,8 +75,9 @@
 //! `layout_search.rs` (step 3, with the candidate layouts), `rebalance.rs` (moves, and
 //! step 4); `mps_config.rs` (MPSConfig, which steps 2 and 3 ask), `alone.rs` (what a job
 //! would add in an instance of its own, which step 2 weighs), `partition.rs` (partitions
-//! during the search, and what the model predicts of one), and the two shortcuts,
-//! `memo.rs` and `kinds.rs`. This file holds the options, the constructors and the pass
+//! during the search, and what the model predicts of one), and the shortcuts: `memo.rs`,
+//! `kinds.rs`, and MPS-first asking one partition of each state (`mps_first.rs`,
+//! `distinct_parts`). This file holds the options, the constructors and the pass
 //! itself (`Planner::plan`), which runs the steps in order.
 
 mod alone;
@@ -177,8 +178,9 @@ pub struct Hybrid {
     layouts: Mutex<BTreeMap<String, Arc<Vec<Layout>>>>,
     /// What the model said of partition states asked before.
     memo: Mutex<Memo>,
-    /// Take the two shortcuts: the memo, and skipping kinds of job refused within a pass
-    /// (always, but in the test that checks them against a planner without them).
+    /// Take the shortcuts: the memo, skipping kinds of job refused within a pass, and
+    /// MPS-first asking one partition of each state (always, but in the test that checks
+    /// them against a planner without them, `remembered_answers_are_the_answers`).
     shortcuts: bool,
 }
 
@@ -201,8 +203,8 @@ impl Hybrid {
         self
     }
 
-    /// The same planner without the memo and without skipping refused kinds: the
-    /// reference the shortcuts are tested against.
+    /// The same planner without the memo, without skipping refused kinds and asking every
+    /// partition: the reference the shortcuts are tested against.
     #[cfg(test)]
     fn forgetful(mut self) -> Hybrid {
         self.shortcuts = false;
@@ -458,15 +460,15 @@ impl Planner for Hybrid {
                 for_job: jobs[by].id,
             })
             .collect();
-        let planned: BTreeSet<u64> = out
+        let mut planned: BTreeSet<u64> = out
             .placements
             .iter()
             .map(|p| p.job)
             .chain(out.preempted.iter().map(|p| p.job))
             .collect();
         for j in jobs.iter().filter(|j| j.placed.is_some()) {
-            if !planned.contains(&j.id)
-                && let Some(slot) = j.placed
+            if let Some(slot) = j.placed
+                && planned.insert(j.id)
             {
                 out.placements.push(JobPlacement {
                     job: j.id,
@@ -480,11 +482,10 @@ impl Planner for Hybrid {
         out.moves = moved
             .into_iter()
             .filter(|&j| {
-                let p = out
-                    .placements
-                    .binary_search_by_key(&jobs[j].id, |p| p.job)
-                    .ok()
-                    .map(|i| &out.placements[i]);
+                // The job's first placement (placements are sorted by job).
+                let id = jobs[j].id;
+                let first = out.placements.partition_point(|p| p.job < id);
+                let p = out.placements.get(first).filter(|p| p.job == id);
                 p.is_some_and(|p| {
                     Some(p.slot) != jobs[j].placed || p.mps_share != jobs[j].mps_share
                 })

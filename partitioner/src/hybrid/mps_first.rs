@@ -28,10 +28,19 @@ enum Join {
     Moving(Vec<Member>, Vec<usize>),
 }
 
-/// Per GPU and partition, what `distinct_parts` found of it: its state key (with its
-/// free memory and which members moved; empty without the shortcuts), free memory and
-/// predicted STP.
-type Known = Vec<Vec<Option<(Vec<u64>, u64, f64)>>>;
+/// What `distinct_parts` found of a partition, kept until a placement changes it.
+#[derive(Debug, Clone)]
+struct PartState {
+    /// Its state: `state_key`, then its free memory and which members moved in this pass
+    /// (empty without the shortcuts).
+    key: Vec<u64>,
+    free_mib: u64,
+    /// Its predicted STP as it is.
+    stp: f64,
+}
+
+/// Per GPU and partition, its [`PartState`] (`None`: to be found again).
+type Known = Vec<Vec<Option<PartState>>>;
 
 /// A partition MPS-first asks (one of each state), with what does not depend on the job.
 struct Asked {
@@ -99,6 +108,8 @@ impl Hybrid {
                     continue;
                 }
                 let now = a.stp;
+                // Strictly better (by more than a tolerance) only: of equal gains the first
+                // partition's stays, which is what lets `distinct_parts` ask one of each state.
                 let mut consider = |gain: f64, how: Join| {
                     if best.as_ref().is_none_or(|c| gain > c.gain + 1e-12) {
                         best = Some(Choice {
@@ -158,14 +169,18 @@ impl Hybrid {
         *waiting = still;
     }
 
-    /// The partitions of `plans`, in order, but only the first of
-    /// those in the same state: the same members' kinds and shares (`state_key`), the
-    /// same free memory, and the same members already moved in this pass. Every answer
-    /// MPS-first asks of a partition depends on nothing else, so a later partition in the
-    /// same state gives the same gain, which never beats the first's. Without the
-    /// shortcuts, every partition.
-    /// `known` keeps each partition's state, free memory and STP between calls; a
-    /// partition that changes must be forgotten there.
+    /// The partitions of `plans`, in order, but only the first of those in the same state:
+    /// the same shape and members' profiles, classes, SLOs, shares, movability and
+    /// exclusivity (`state_key`), the same free memory, and the same members already moved
+    /// in this pass. What MPS-first asks of a partition depends on nothing else: the
+    /// memory check on its free memory, `mps_config`, `rebalance` and `part_stp` on its
+    /// `state_key` (they are memoized by it), `moves_cost` on the moved members. So a later
+    /// partition in the same state gives the same gains, which never beat the first's
+    /// (`consider` takes only a strictly better gain). This holds only while those answers
+    /// depend on the state key alone. Without the shortcuts, every partition.
+    ///
+    /// `known` keeps each partition's [`PartState`] between calls; a partition that
+    /// changes must be forgotten there.
     fn distinct_parts(
         &self,
         jobs: &[JobDemand],
@@ -187,7 +202,11 @@ impl Hybrid {
                                 .map(|m| u64::from(moved.contains(&m.job))),
                         );
                     }
-                    (key, free_mib, self.part_stp(jobs, part))
+                    PartState {
+                        key,
+                        free_mib,
+                        stp: self.part_stp(jobs, part),
+                    }
                 });
             }
         }
@@ -195,17 +214,17 @@ impl Hybrid {
         let mut out = Vec::new();
         for (gi, parts) in known.iter().enumerate() {
             for (pi, state) in parts.iter().enumerate() {
-                let Some((key, free_mib, stp)) = state else {
+                let Some(state) = state else {
                     continue;
                 };
-                if self.shortcuts && !seen.insert(key) {
+                if self.shortcuts && !seen.insert(&state.key) {
                     continue;
                 }
                 out.push(Asked {
                     gpu: gi,
                     part: pi,
-                    free_mib: *free_mib,
-                    stp: *stp,
+                    free_mib: state.free_mib,
+                    stp: state.stp,
                 });
             }
         }

@@ -141,7 +141,10 @@ impl Hybrid {
         self.recall(|m| &mut m.perf, key, || self.predict(jobs, shape, members))
     }
 
-    /// [`Hybrid::perf`], asked of the model.
+    /// [`Hybrid::perf`], asked of the model. MPSConfig and the rebalance call this for
+    /// each share they try: their own answers are memoized, and remembering every step
+    /// of their searches too would fill the memo (which then starts over) with states no
+    /// later pass asks.
     pub(super) fn predict(
         &self,
         jobs: &[JobDemand],
