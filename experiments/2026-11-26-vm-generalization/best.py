@@ -1,12 +1,9 @@
 """docs/simulate.md's table: per case, MMK's mean against the best of Default, MISO and MIGER
 at each rate (JCT and makespan against the lowest, STP against the highest), and SLO misses
 (MMK's, and the lowest of the three's). python3 best.py [CASE...]"""
-import os
 import sys
 
-sys.argv = sys.argv[:1]  # summarize's CASES default
-from summarize import CASES, HERE, means  # noqa: E402
-import json  # noqa: E402
+from summarize import ALL_CASES, runs
 
 LABEL = {"h100": "8 H100-80GB", "h200": "8 H200-141GB", "a100-40gb": "8 A100-40GB",
          "a30": "8 A30-24GB", "online10": "10 % online, 8 A100-80GB", "online50": "50 % online",
@@ -26,12 +23,7 @@ def pct(v, loss):
     return f"**{s}**" if loss else s
 
 
-for case in CASES:
-    path = os.path.join(HERE, f"{case}.json")
-    if not os.path.exists(path):
-        continue
-    d = json.load(open(path))
-    m = means(d)
+for case, d, m in runs(sys.argv[1:] or ALL_CASES):
     ivs = sorted({i for (i, p) in m if p == "mmk"})
     cols = {"jct": [], "mk": [], "stp": [], "slo": [], "bslo": []}
     for i in ivs:

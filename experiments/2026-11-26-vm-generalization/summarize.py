@@ -8,8 +8,8 @@ import sys
 from collections import defaultdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = sys.argv[1:] or ["h100", "h200", "a100-40gb", "a30", "online10", "online50",
-                         "online90", "gpus32", "gpus128"]
+ALL_CASES = ["h100", "h200", "a100-40gb", "a30", "online10", "online50", "online90",
+             "gpus32", "gpus128"]
 BASE = ["default", "miso", "miger"]
 
 
@@ -22,6 +22,15 @@ def means(d):
     return {key: {k: sum(v) / len(v) for k, v in m.items()} for key, m in acc.items()}
 
 
+def runs(cases):
+    """(case, its sweep, its means) for each case whose CASE.json is here."""
+    for case in cases:
+        path = os.path.join(HERE, f"{case}.json")
+        if os.path.exists(path):
+            d = json.load(open(path))
+            yield case, d, means(d)
+
+
 def cell(mmk, other, key):
     d = (mmk - other) / other * 100
     loss = d > 0.5 if key != "stp" else d < -0.5
@@ -30,12 +39,7 @@ def cell(mmk, other, key):
 
 def main():
     losses = 0
-    for case in CASES:
-        path = os.path.join(HERE, f"{case}.json")
-        if not os.path.exists(path):
-            continue
-        d = json.load(open(path))
-        m = means(d)
+    for case, d, m in runs(sys.argv[1:] or ALL_CASES):
         print(f"\n{case}: {d['gpus']} x {d['gpu_model']}, {d['jobs_per_run']} jobs, seeds {d['seeds']}")
         print("interval | MMK JCT | vs Default / MISO / MIGER: JCT % | makespan % | STP % | SLO miss MMK / Def / MISO / MIGER / MPS")
         for (interval, policy) in sorted(k for k in m if k[1] == "mmk"):
