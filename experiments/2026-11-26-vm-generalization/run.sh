@@ -4,7 +4,8 @@
 # Each case writes CASE.json (mmkctl simulate --output json) and CASE.err here.
 set -u
 MMKCTL=$1; shift
-HERE=$(cd "$(dirname "$0")" && pwd)
+# OUT=DIR writes there instead (another build's sweeps; summarize.py reads them with RUNS_DIR).
+HERE=${OUT:-$(cd "$(dirname "$0")" && pwd)}
 SEEDS=1,2,3
 declare -A SEEDS_OF=([gpus128]=1)
 run() {  # name, then mmkctl simulate flags

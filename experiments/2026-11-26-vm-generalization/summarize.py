@@ -1,4 +1,5 @@
 """MMK against each baseline per case and arrival rate: python3 summarize.py [CASE...]
+(RUNS_DIR=DIR: the sweeps in DIR instead of this folder.)
 Mean over the seeds of average JCT, makespan and STP, MMK's difference against Default,
 MISO and MIGER (negative JCT and makespan, positive STP: MMK ahead), and the SLO misses.
 A cell marked * is a loss of more than 0.5 %."""
@@ -7,7 +8,8 @@ import os
 import sys
 from collections import defaultdict
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The sweeps' folder: this one, or RUNS_DIR (another record's sweeps, made with run.sh).
+HERE = os.environ.get("RUNS_DIR") or os.path.dirname(os.path.abspath(__file__))
 ALL_CASES = ["h100", "h200", "a100-40gb", "a30", "online10", "online50", "online90",
              "gpus32", "gpus128"]
 BASE = ["default", "miso", "miger"]

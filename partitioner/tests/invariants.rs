@@ -245,8 +245,18 @@ proptest! {
                 }
             }
 
-            // Apply the steps: every layout stays valid, and busy instances survive.
-            let busy: Vec<Slot> = case.jobs.iter().filter_map(|j| j.placed).collect();
+            // Apply the steps: every layout stays valid, and busy instances survive, but
+            // for one whose jobs all stop first (moves and preemptions: a job that widens
+            // into a larger instance leaves the one it ran in).
+            let stops = |id: u64| {
+                plan.moves.contains(&id) || plan.preempted.iter().any(|p| p.job == id)
+            };
+            let busy: Vec<Slot> = case
+                .jobs
+                .iter()
+                .filter(|j| !stops(j.id))
+                .filter_map(|j| j.placed)
+                .collect();
             for g in &case.node.gpus {
                 let mut l: Vec<(u32, u8)> = g.instances.iter().map(|i| (i.profile_id, i.placement.start)).collect();
                 for s in &plan.steps {

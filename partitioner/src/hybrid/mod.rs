@@ -44,8 +44,8 @@
 //!    partition where its memory fits and it adds the most STP, whatever the gain; where
 //!    the shares are spent and no online job runs, it joins as plain MPS would take it
 //!    (shares are caps, not reservations) with the share MPSConfig picks. A partition with
-//!    an online job is not oversubscribed. A job with `exclusive` neither joins nor is
-//!    joined.
+//!    an online job is not oversubscribed, and an offline job joins none that runs
+//!    `crowd_max` jobs already. A job with `exclusive` neither joins nor is joined.
 //!
 //! **Online work first** (`online_first`, MMK only): where online and offline jobs share a
 //! partition, each class has 100 % of shares of its own (DESIGN item 5 holds per class),
@@ -154,10 +154,26 @@ pub struct HybridOptions {
     /// an online newcomer's own share is not affected). 100: no cap (`mmkd
     /// --offline-share-max`).
     pub offline_share_max: u8,
+    /// Step 5 lets an offline job join a partition only while it runs fewer than this
+    /// many jobs ([`CROWD_MAX`] for MMK); `None`: any number.
+    pub crowd_max: Option<usize>,
 }
 
 /// MPS shares are chosen in steps of this many percent (DESIGN item 6).
 const SHARE_STEP: u8 = 10;
+
+/// MMK's `crowd_max`: the most jobs a partition runs before the last resort (step 5)
+/// stops adding offline jobs to it. Past the shares, each job of a crowd gets its share
+/// scaled down and is slowed by every co-runner; the forest has seen at most two
+/// co-runners (and the measurements three), so it cannot tell where a crowd stops paying.
+/// Where memory lets crowds grow (the H200's 141 GB), trainings joined partitions of ten
+/// and more jobs and crawled there: at 20 and 40 s between arrivals MMK's makespan was
+/// 22 % and 16 % behind MISO's on the measured ground truth. The cap was chosen on that
+/// case and on 10 % online jobs (whose trainings gain from sharing): at 4 or 5 MMK's mean
+/// JCT with 10 % online rose 15 %, at 8 the H200 stayed behind, at 6 the H200 came within
+/// 1.4 % of MISO's makespan at 20 s and 6 % ahead at 40 s, and every other setup was within
+/// 1 % of no cap or better (experiments/2026-11-26-vm-crowd-cap).
+pub const CROWD_MAX: usize = 6;
 
 /// MMK's `best_share_when_calm`: arrivals without a wait before a newcomer may take the
 /// share the model likes best. On the measured ground truth (`mmkctl simulate --preset
@@ -236,6 +252,7 @@ impl Hybrid {
                 online_first: true,
                 best_share_when_calm: Some(CALM_ARRIVALS),
                 offline_share_max: 100,
+                crowd_max: Some(CROWD_MAX),
             },
         )
     }
@@ -256,6 +273,7 @@ impl Hybrid {
                 online_first: false,
                 best_share_when_calm: None,
                 offline_share_max: 100,
+                crowd_max: None,
             },
         )
     }
@@ -276,6 +294,7 @@ impl Hybrid {
                 online_first: false,
                 best_share_when_calm: None,
                 offline_share_max: 100,
+                crowd_max: None,
             },
         )
     }
@@ -493,7 +512,7 @@ impl Planner for Hybrid {
             .map(|j| jobs[j].id)
             .collect();
         let largest = largest_partition_mib(node);
-        let crowd = Crowd::of(jobs, &plans);
+        let crowd = Crowd::of(jobs, &plans, self.options.crowd_max);
         waiting.sort_by_key(|&j| jobs[j].id);
         // Jobs that ask for the same wait for the same reason: each reason is written once.
         let mut reasons: BTreeMap<(u64, bool, Option<u64>, bool, bool), String> = BTreeMap::new();
@@ -580,10 +599,12 @@ struct Crowd<'a> {
     busy: Vec<(&'a Part, u64)>,
     /// The offline jobs, named (`name_jobs`); `None` if there are none.
     offline: Option<String>,
+    /// The planner's `crowd_max`.
+    max: Option<usize>,
 }
 
 impl<'a> Crowd<'a> {
-    fn of(jobs: &[JobDemand], plans: &'a [GpuPlan]) -> Crowd<'a> {
+    fn of(jobs: &[JobDemand], plans: &'a [GpuPlan], max: Option<usize>) -> Crowd<'a> {
         let parts = || plans.iter().flat_map(|gp| &gp.parts);
         Crowd {
             busy: parts()
@@ -601,14 +622,16 @@ impl<'a> Crowd<'a> {
                     .is_some()
                     .then(|| name_jobs(jobs, &mut offline))
             },
+            max,
         }
     }
 }
 
 /// The jobs that keep waiting job `j` out, named, where a partition's memory would hold it:
-/// a job that has its partition to itself, or the online jobs beside which the shares are
-/// spent; for an online job that no partition's memory holds, the offline jobs that hold
-/// the memory. `None` when no job is in its way.
+/// a job that has its partition to itself, the online jobs beside which the shares are
+/// spent, or for an offline job the jobs of partitions that run `crowd_max` jobs; for an
+/// online job that no partition's memory holds, the offline jobs that hold the memory.
+/// `None` when no job is in its way.
 fn in_the_way(jobs: &[JobDemand], crowd: &Crowd, j: usize) -> Option<String> {
     let ids = |it: &mut dyn Iterator<Item = usize>| name_jobs(jobs, it);
     let fits: Vec<&Part> = crowd
@@ -655,6 +678,22 @@ fn in_the_way(jobs: &[JobDemand], crowd: &Crowd, j: usize) -> Option<String> {
              ({}), whose shares are not oversubscribed",
             ids(&mut online)
         ));
+    }
+    if jobs[j].class == JobClass::Offline
+        && let Some(max) = crowd.max
+    {
+        let mut crowded = fits
+            .iter()
+            .filter(|p| p.members.len() >= max)
+            .flat_map(|p| p.members.iter().map(|m| m.job))
+            .peekable();
+        if crowded.peek().is_some() {
+            return Some(format!(
+                "the partitions with room run {max} jobs or more, the most that an offline job \
+                 joins when it would otherwise wait: {}",
+                ids(&mut crowded)
+            ));
+        }
     }
     if fits.is_empty()
         && jobs[j].class == JobClass::Online

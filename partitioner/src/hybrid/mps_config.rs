@@ -186,4 +186,14 @@ impl Hybrid {
     pub(super) fn adds_enough(&self, part: &Part, own: f64, gain: f64) -> bool {
         part.members.is_empty() || gain >= self.options.min_colocation_gain * own - 1e-12
     }
+
+    /// Whether `part` runs too many jobs for offline job `j` to join it in the last
+    /// resort (`crowd_max`). Online jobs are never kept out by it.
+    pub(super) fn crowded(&self, jobs: &[JobDemand], part: &Part, j: usize) -> bool {
+        jobs[j].class == JobClass::Offline
+            && self
+                .options
+                .crowd_max
+                .is_some_and(|max| part.members.len() >= max)
+    }
 }

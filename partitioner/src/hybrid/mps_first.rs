@@ -107,6 +107,9 @@ impl Hybrid {
                 if defer && part.members.is_empty() {
                     continue;
                 }
+                if last_resort && self.crowded(jobs, part, j) {
+                    continue;
+                }
                 let now = a.stp;
                 // Strictly better (by more than a tolerance) only: of equal gains the first
                 // partition's stays, which is what lets `distinct_parts` ask one of each state.

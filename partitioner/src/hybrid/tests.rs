@@ -472,6 +472,67 @@ fn mps_first_shares_a_partition_when_that_adds_throughput_or_the_job_would_wait(
 }
 
 #[test]
+fn the_last_resort_adds_no_offline_job_to_a_crowded_partition() {
+    // CROWD_MAX trainings run in the only partition (the 7g covers every slice) with
+    // their shares spent, and nothing can move.
+    let (node, whole) = whole_instance_node();
+    let running = |n: u64| -> Vec<JobDemand> {
+        (1..=n)
+            .map(|i| {
+                let mut t = job(i, JobClass::Offline, 4, 0.5, 0.3);
+                t.placed = Some(whole);
+                t.mps_share = 20;
+                t
+            })
+            .collect()
+    };
+    let mut jobs = running(CROWD_MAX as u64);
+    jobs.push(job(100, JobClass::Offline, 4, 0.5, 0.3));
+    let plan = mmk().plan(&node, &jobs);
+    // The offline newcomer waits, and says for whom.
+    assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [100]);
+    assert_eq!(
+        plan.queued[0].reason,
+        format!(
+            "waiting for 4GiB of GPU memory: the partitions with room run {CROWD_MAX} jobs or \
+             more, the most that an offline job joins when it would otherwise wait: \
+             1, 2, 3, 4, 5, 6"
+        )
+    );
+    // An online newcomer is not kept out.
+    let mut serving = job(200, JobClass::Online, 4, 0.25, 0.35);
+    serving.profile.solo_latency_ms = Some(3.0);
+    jobs[CROWD_MAX] = serving;
+    let plan = mmk().plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    let s = plan
+        .placements
+        .iter()
+        .find(|p| p.job == 200)
+        .expect("online placed");
+    assert_eq!(s.slot, whole);
+
+    // One training fewer: it joins rather than wait.
+    let mut jobs = running(CROWD_MAX as u64 - 1);
+    jobs.push(job(100, JobClass::Offline, 4, 0.5, 0.3));
+    let plan = mmk().plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+
+    // Without the cap (`crowd_max: None`) the crowd takes it too.
+    let uncapped = Hybrid::new(
+        "uncapped",
+        Arc::new(AnalyticModel::default()),
+        HybridOptions {
+            crowd_max: None,
+            ..mmk().options
+        },
+    );
+    let mut jobs = running(CROWD_MAX as u64);
+    jobs.push(job(100, JobClass::Offline, 4, 0.5, 0.3));
+    assert!(uncapped.plan(&node, &jobs).queued.is_empty());
+}
+
+#[test]
 fn an_empty_instance_is_reshaped_for_the_jobs_waiting() {
     // An empty 7g and three waiting jobs, on a model where small instances are
     // efficient: the 7g goes and smaller instances take all three, rather than
