@@ -44,7 +44,8 @@ OUT/matrix.json (every run), OUT/colocation-matrix-GPU.json (the summary the doc
 and OUT/logs.tar.gz (mmkd's logs); changes no GPU setting. Several calls' matrix.json
 files merge with `--merge OUT A.json B.json ...` (runs on other machines are not mixed:
 each pair's ratios are against its own call's alone runs; `--rename mmk=mmk-budget10` names
-a configuration run under mmkd's defaults of the day by its settings).
+a configuration run under mmkd's defaults of the day by its settings, in every call, and
+`--rename FILE:mmk=mmk-budget10` in that call's file only).
 """
 import argparse
 import json
@@ -306,11 +307,19 @@ def merge(out, files, rename=()):
     runs = [json.load(open(f)) for f in files]
     if len({short(r["gpu"]) for r in runs}) != 1:
         raise SystemExit("the calls ran on different GPU models")
-    # A configuration named by what mmkd's defaults were then ("mmk") gets its settings' name.
-    names = dict(kv.split("=", 1) for kv in rename)
-    for r in runs:
+    # A configuration named by what mmkd's defaults were then ("mmk") gets its settings' name:
+    # OLD=NEW in every call, FILE:OLD=NEW in that call's file only.
+    names, per_file = {}, {}
+    for spec in rename:
+        where, _, kv = spec.rpartition(":")
+        old, _, new = kv.partition("=")
+        if not old or not new or (where and where not in files):
+            raise SystemExit(f"--rename {spec}: not OLD=NEW or FILE:OLD=NEW with FILE merged")
+        (per_file.setdefault(where, {}) if where else names)[old] = new
+    for f, r in zip(files, runs):
+        these = names | per_file.get(f, {})
         for kind in r["blocks"]:
-            r["blocks"][kind] = {names.get(c, c): v for c, v in r["blocks"][kind].items()}
+            r["blocks"][kind] = {these.get(c, c): v for c, v in r["blocks"][kind].items()}
     by_pair = {}
     for r in runs:
         for p in summarize(r)["pairs"]:
@@ -336,7 +345,8 @@ def merge(out, files, rename=()):
                       "configs": configs})
     merged = {"gpu": runs[0]["gpu"], "driver": runs[0]["driver"],
               "date": max(r["date"] for r in runs), "command": [r["command"] for r in runs],
-              "renamed": names, "pairs": pairs, "configs": summarize_pairs(pairs)}
+              "renamed": names | {f"{f}:{o}": n for f, m in per_file.items() for o, n in m.items()},
+              "pairs": pairs, "configs": summarize_pairs(pairs)}
     os.makedirs(out, exist_ok=True)
     path = f"{out}/colocation-matrix-{short(merged['gpu'])}.json"
     json.dump(merged, open(path, "w"), indent=1)
@@ -370,9 +380,9 @@ def main():
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--record-seconds", type=float, default=3.0)
     ap.add_argument("--merge", nargs="+", metavar="MATRIX_JSON")
-    ap.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
-                    help="with --merge: a configuration's name in the calls' files, and its name "
-                    "in the merged matrix")
+    ap.add_argument("--rename", action="append", default=[], metavar="[FILE:]OLD=NEW",
+                    help="with --merge: a configuration's name in the calls' files (or in FILE "
+                    "only), and its name in the merged matrix")
     a = ap.parse_args()
     if a.merge:
         return merge(a.out, a.merge, a.rename)
