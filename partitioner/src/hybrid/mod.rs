@@ -164,15 +164,16 @@ const SHARE_STEP: u8 = 10;
 
 /// MMK's `crowd_max`: the most jobs a partition runs before the last resort (step 5)
 /// stops adding offline jobs to it. Past the shares, each job of a crowd gets its share
-/// scaled down and is slowed by every co-runner; the forest has seen at most two
-/// co-runners (and the measurements three), so it cannot tell where a crowd stops paying.
-/// Where memory lets crowds grow (the H200's 141 GB), trainings joined partitions of ten
-/// and more jobs and crawled there: at 20 and 40 s between arrivals MMK's makespan was
-/// 22 % and 16 % behind MISO's on the measured ground truth. The cap was chosen on that
-/// case and on 10 % online jobs (whose trainings gain from sharing): at 4 or 5 MMK's mean
-/// JCT with 10 % online rose 15 %, at 8 the H200 stayed behind, at 6 the H200 came within
-/// 1.4 % of MISO's makespan at 20 s and 6 % ahead at 40 s, and every other setup was within
-/// 1 % of no cap or better (experiments/2026-11-26-vm-crowd-cap).
+/// scaled down and is slowed by every co-runner; the forests have seen at most two
+/// co-runners (mmkd's built-in one, one; the measurements, three), so they cannot tell
+/// where a crowd stops paying. Where memory lets crowds grow (the H200's 141 GB), trainings
+/// joined partitions of more than eight jobs and crawled there: at 20 and 40 s between
+/// arrivals MMK's makespan was 22 % and 16 % behind MISO's on the measured ground truth.
+/// The cap was chosen on that case and on 10 % online jobs (whose trainings gain from
+/// sharing): at 4 or 5 MMK's mean JCT with 10 % online rose 15-27 %, at 8 the H200 stayed
+/// 5 % behind at 20 s, at 6 the H200 came within 1.4 % of MISO's makespan at 20 s and 6 %
+/// ahead at 40 s. The other setups moved by 2.5 % or less, but for 128 GPUs at 2.5 s, whose
+/// makespan grew 4.4 % (one seed; experiments/2026-11-26-vm-crowd-cap).
 pub const CROWD_MAX: usize = 6;
 
 /// MMK's `best_share_when_calm`: arrivals without a wait before a newcomer may take the
