@@ -9,7 +9,7 @@ use crate::plan::{JobDemand, NodeState};
 
 use super::memo::state_key;
 use super::mps_config::Raise;
-use super::partition::{Member, Part, Progress};
+use super::partition::{GpuPlan, Member, Part, Progress};
 use super::{Hybrid, SHARE_STEP};
 
 /// A rebalance: the members' shares (the newcomer's last), their STP, the newcomer's own
@@ -264,4 +264,100 @@ impl Hybrid {
 /// A placed job that may be restarted with another share.
 pub(super) fn movable(jobs: &[JobDemand], m: &Member) -> bool {
     jobs[m.job].movable && jobs[m.job].placed.is_some()
+}
+
+impl Hybrid {
+    /// Step 4c, **starved jobs spread**: where nothing waits and at least a quarter of the
+    /// GPUs run nothing, a checkpointable offline job that shares its partition and is
+    /// predicted below `spread_below` of its speed alone moves to a GPU that runs nothing
+    /// (into the layout step 3 finds best for it there),
+    /// when the two GPUs' predicted STP grows by more than the move costs; one job at a
+    /// time, the best move first, while a GPU is idle. Without it a training that started
+    /// in a crowd kept crawling there while GPUs emptied around it, and set the makespan.
+    pub(super) fn spread(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
+        let Some(below) = self.options.spread_below else {
+            return;
+        };
+        if self.options.move_cost.is_none() || !p.waiting.is_empty() {
+            return;
+        }
+        loop {
+            // Idle GPUs are for the jobs that arrive next, unless a quarter of them are.
+            if super::idle_gpus(&p.plans) * 4 < p.plans.len() {
+                return;
+            }
+            // Idle GPUs in the same state answer alike: ask the first of each.
+            let mut seen: BTreeSet<Vec<u64>> = BTreeSet::new();
+            let idle: Vec<usize> = (0..p.plans.len())
+                .filter(|&gi| p.plans[gi].parts.iter().all(|x| x.members.is_empty()))
+                .filter(|&gi| {
+                    let g = &node.gpus[gi];
+                    let mut key: Vec<u64> = g.model.key.bytes().map(u64::from).collect();
+                    key.push(u64::from(g.mig_enabled) << 1 | u64::from(g.layout_fixed));
+                    key.extend(p.plans[gi].parts.iter().map(|x| {
+                        u64::from(x.slot.profile_id.unwrap_or(u32::MAX)) << 8
+                            | u64::from(x.slot.start)
+                    }));
+                    seen.insert(key)
+                })
+                .collect();
+            if idle.is_empty() {
+                return;
+            }
+            let mut best: Option<(f64, usize, usize, usize, usize, GpuPlan)> = None;
+            for (gs, gp) in p.plans.iter().enumerate() {
+                for (pi, part) in gp.parts.iter().enumerate() {
+                    if part.members.len() < 2 {
+                        continue;
+                    }
+                    let now = self.part_stp(jobs, part);
+                    let perf = self.perf(jobs, &part.shape, &part.members);
+                    for (mi, m) in part.members.iter().enumerate() {
+                        let j = m.job;
+                        if perf[mi] >= below {
+                            continue;
+                        }
+                        if !movable(jobs, m)
+                            || jobs[j].class != JobClass::Offline
+                            || p.moved.contains(&j)
+                        {
+                            continue;
+                        }
+                        let mut rest = part.clone();
+                        rest.members.remove(mi);
+                        let left =
+                            self.part_stp(jobs, &rest) - now - self.moves_cost(&[j], &p.moved);
+                        for &gi in &idle {
+                            let mut blocked = vec![false; jobs.len()];
+                            let Some((gain, plan, placed)) = self.best_layout(
+                                (&node.gpus[gi], &p.plans[gi]),
+                                jobs,
+                                &[j],
+                                &p.kinds,
+                                &mut blocked,
+                                Raise::Best,
+                            ) else {
+                                continue;
+                            };
+                            let total = left + gain;
+                            if placed.len() == 1
+                                && total > 1e-9
+                                && best.as_ref().is_none_or(|b| total > b.0 + 1e-9)
+                            {
+                                best = Some((total, gs, pi, j, gi, plan));
+                            }
+                        }
+                    }
+                }
+            }
+            let Some((_, gs, pi, j, gi, plan)) = best else {
+                return;
+            };
+            p.plans[gs].parts[pi].members.retain(|m| m.job != j);
+            let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
+            p.plans[gi] = plan;
+            p.plans[gi].destroyed.extend(destroyed);
+            p.moved.insert(j);
+        }
+    }
 }

@@ -533,6 +533,54 @@ fn the_last_resort_adds_no_offline_job_to_a_crowded_partition() {
 }
 
 #[test]
+fn a_starved_job_spreads_to_an_idle_gpu() {
+    // Three trainings in GPU 0's only instance (a 7g), their shares spent; the third, at
+    // 10 %, is predicted far below a quarter of its speed alone. GPU 1 runs nothing.
+    let (node, whole) = whole_instance_node();
+    let two = NodeState::new(vec![node.gpus[0].clone(), gpu("a100-80gb", 1)]);
+    let mut jobs: Vec<JobDemand> = [45, 45, 10]
+        .into_iter()
+        .zip(1..)
+        .map(|(share, i)| {
+            let mut t = job(i, JobClass::Offline, 10, 0.9, 0.3);
+            t.placed = Some(whole);
+            t.mps_share = share;
+            t
+        })
+        .collect();
+    jobs[2].movable = true;
+    let plan = mmk().plan(&two, &jobs);
+    // It checkpoints and restarts on GPU 1; the others stay.
+    assert_eq!(plan.moves, [3], "{plan:?}");
+    let moved = plan.placements.iter().find(|p| p.job == 3).expect("placed");
+    assert_eq!(moved.slot.gpu, 1, "{plan:?}");
+    for id in [1, 2] {
+        let p = plan
+            .placements
+            .iter()
+            .find(|p| p.job == id)
+            .expect("placed");
+        assert_eq!(p.slot, whole);
+    }
+
+    // A job that cannot checkpoint stays where it is.
+    jobs[2].movable = false;
+    assert!(mmk().plan(&two, &jobs).moves.is_empty());
+
+    // Without the step (`spread_below: None`) it stays too.
+    jobs[2].movable = true;
+    let stay = Hybrid::new(
+        "stay",
+        Arc::new(AnalyticModel::default()),
+        HybridOptions {
+            spread_below: None,
+            ..mmk().options
+        },
+    );
+    assert!(stay.plan(&two, &jobs).moves.is_empty());
+}
+
+#[test]
 fn an_empty_instance_is_reshaped_for_the_jobs_waiting() {
     // An empty 7g and three waiting jobs, on a model where small instances are
     // efficient: the 7g goes and smaller instances take all three, rather than
