@@ -40,7 +40,7 @@
 //!    the GPU, move into the layout step 3 finds best for them on that GPU when its STP
 //!    grows by more than the moves cost.
 //!    **Starved jobs spread** (`rebalance.rs`, `spread`): where nothing waits and at least
-//!    a quarter of the GPUs run nothing, a checkpointable offline job that shares a
+//!    a third of the GPUs run nothing, a checkpointable offline job that shares a
 //!    partition and is predicted below `spread_below` of its speed alone moves to a GPU
 //!    that runs nothing, when the STP grows by more than the move costs.
 //! 5. **No job waits while memory is free beside running jobs** (`share_before_waiting`,
@@ -185,12 +185,12 @@ const SHARE_STEP: u8 = 10;
 pub const CROWD_MAX: usize = 6;
 
 /// MMK's `spread_below`: a checkpointable offline job predicted below a quarter of its
-/// speed alone moves to a GPU that runs nothing, where nothing waits, at least a quarter
-/// of the GPUs run nothing (as for `best_share_when_calm`), and the move pays. Every
-/// sharing job (no threshold) cost the 10 % online case 13 % of average JCT at 80 s and
-/// 12 % at 160 s, and its online jobs' SLO: spread jobs took the idle GPUs that later
-/// arrivals needed. Without the quarter, the paper's setup lost 2.6 % of average JCT at
-/// 40 s (1.1 % with it; experiments/2026-11-26-vm-spread).
+/// speed alone moves to a GPU that runs nothing, where nothing waits, at least a third of
+/// the GPUs run nothing, and the move pays. Every sharing job (no threshold) cost the 10 %
+/// online case 13 % of average JCT at 80 s and 12 % at 160 s, and its online jobs' SLO:
+/// spread jobs took the idle GPUs that later arrivals needed. With no idle share asked,
+/// the paper's setup lost 2.6 % of average JCT at 40 s; with a quarter of the GPUs idle,
+/// 1.1 %; with a third, nothing (experiments/2026-11-26-vm-spread).
 pub const STARVED: f64 = 0.25;
 
 /// MMK's `best_share_when_calm`: arrivals without a wait before a newcomer may take the

@@ -267,7 +267,7 @@ pub(super) fn movable(jobs: &[JobDemand], m: &Member) -> bool {
 }
 
 impl Hybrid {
-    /// Step 4c, **starved jobs spread**: where nothing waits and at least a quarter of the
+    /// Step 4c, **starved jobs spread**: where nothing waits and at least a third of the
     /// GPUs run nothing, a checkpointable offline job that shares its partition and is
     /// predicted below `spread_below` of its speed alone moves to a GPU that runs nothing
     /// (into the layout step 3 finds best for it there),
@@ -282,8 +282,8 @@ impl Hybrid {
             return;
         }
         loop {
-            // Idle GPUs are for the jobs that arrive next, unless a quarter of them are.
-            if super::idle_gpus(&p.plans) * 4 < p.plans.len() {
+            // Idle GPUs are for the jobs that arrive next, unless a third of them are.
+            if super::idle_gpus(&p.plans) * 3 < p.plans.len() {
                 return;
             }
             // Idle GPUs in the same state answer alike: ask the first of each.
