@@ -309,17 +309,26 @@ def merge(out, files, rename=()):
         raise SystemExit("the calls ran on different GPU models")
     # A configuration named by what mmkd's defaults were then ("mmk") gets its settings' name:
     # OLD=NEW in every call, FILE:OLD=NEW in that call's file only.
+    # A FILE:OLD=NEW rename wins over an OLD=NEW one in that file.
     names, per_file = {}, {}
+    merged_files = {os.path.normpath(f) for f in files}
     for spec in rename:
-        where, _, kv = spec.rpartition(":")
+        where, colon, kv = spec.rpartition(":")
         old, _, new = kv.partition("=")
-        if not old or not new or (where and where not in files):
+        where = os.path.normpath(where) if colon else ""
+        if not old or not new or (colon and where not in merged_files):
             raise SystemExit(f"--rename {spec}: not OLD=NEW or FILE:OLD=NEW with FILE merged")
-        (per_file.setdefault(where, {}) if where else names)[old] = new
+        (per_file.setdefault(where, {}) if colon else names)[old] = new
     for f, r in zip(files, runs):
-        these = names | per_file.get(f, {})
+        these = names | per_file.get(os.path.normpath(f), {})
         for kind in r["blocks"]:
-            r["blocks"][kind] = {these.get(c, c): v for c, v in r["blocks"][kind].items()}
+            block = {}
+            for c, v in r["blocks"][kind].items():
+                if these.get(c, c) in block:
+                    raise SystemExit(f"--rename: {f} would have two configurations named "
+                                     f"{these.get(c, c)}")
+                block[these.get(c, c)] = v
+            r["blocks"][kind] = block
     by_pair = {}
     for r in runs:
         for p in summarize(r)["pairs"]:

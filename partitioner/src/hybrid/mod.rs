@@ -161,8 +161,9 @@ pub struct HybridOptions {
     /// Step 5 lets an offline job join a partition only while it runs fewer than this
     /// many jobs ([`CROWD_MAX`] for MMK); `None`: any number.
     pub crowd_max: Option<usize>,
-    /// Step 4c (`rebalance.rs`, `spread`): where nothing waits, a checkpointable offline job
-    /// predicted below this fraction of its speed alone moves to an idle GPU when that pays
+    /// Step 4c (`rebalance.rs`, `spread`): where nothing waits and a third of the GPUs run
+    /// nothing, a checkpointable offline job that shares its partition and is predicted
+    /// below this fraction of its speed alone moves to an idle GPU when that pays
     /// ([`STARVED`] for MMK); `None`: never.
     pub spread_below: Option<f64>,
 }
@@ -539,7 +540,12 @@ impl Planner for Hybrid {
             .map(|j| jobs[j].id)
             .collect();
         let largest = largest_partition_mib(node);
-        let crowd = Crowd::of(jobs, &plans, self.options.crowd_max);
+        // The cap keeps jobs out only in the last resort.
+        let cap = self
+            .options
+            .crowd_max
+            .filter(|_| self.options.share_before_waiting);
+        let crowd = Crowd::of(jobs, &plans, cap);
         waiting.sort_by_key(|&j| jobs[j].id);
         // Jobs that ask for the same wait for the same reason: each reason is written once.
         let mut reasons: BTreeMap<(u64, bool, Option<u64>, bool, bool), String> = BTreeMap::new();

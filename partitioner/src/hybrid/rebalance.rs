@@ -269,11 +269,13 @@ pub(super) fn movable(jobs: &[JobDemand], m: &Member) -> bool {
 impl Hybrid {
     /// Step 4c, **starved jobs spread**: where nothing waits and at least a third of the
     /// GPUs run nothing, a checkpointable offline job that shares its partition and is
-    /// predicted below `spread_below` of its speed alone moves to a GPU that runs nothing
-    /// (into the layout step 3 finds best for it there),
-    /// when the two GPUs' predicted STP grows by more than the move costs; one job at a
-    /// time, the best move first, while a GPU is idle. Without it a training that started
-    /// in a crowd kept crawling there while GPUs emptied around it, and set the makespan.
+    /// predicted below `spread_below` of its speed alone (alone on the whole GPU, as the
+    /// model normalizes) moves to a GPU that runs nothing, into the layout step 3 finds
+    /// best for it there, when the two GPUs' predicted STP grows by more than the move
+    /// costs and every SLO of the jobs it leaves still holds; one job at a time, the best
+    /// move first, checking the third again before each. Without it a training that
+    /// started in a crowd kept crawling there while GPUs emptied around it, and set the
+    /// makespan.
     pub(super) fn spread(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
         let Some(below) = self.options.spread_below else {
             return;
@@ -291,6 +293,9 @@ impl Hybrid {
             let idle: Vec<usize> = (0..p.plans.len())
                 .filter(|&gi| p.plans[gi].parts.iter().all(|x| x.members.is_empty()))
                 .filter(|&gi| {
+                    if !self.shortcuts {
+                        return true;
+                    }
                     let g = &node.gpus[gi];
                     let mut key: Vec<u64> = g.model.key.bytes().map(u64::from).collect();
                     key.push(u64::from(g.mig_enabled) << 1 | u64::from(g.layout_fixed));
@@ -310,8 +315,8 @@ impl Hybrid {
                     if part.members.len() < 2 {
                         continue;
                     }
-                    let now = self.part_stp(jobs, part);
                     let perf = self.perf(jobs, &part.shape, &part.members);
+                    let now: f64 = perf.iter().sum();
                     for (mi, m) in part.members.iter().enumerate() {
                         let j = m.job;
                         if perf[mi] >= below {
@@ -325,8 +330,12 @@ impl Hybrid {
                         }
                         let mut rest = part.clone();
                         rest.members.remove(mi);
+                        let rest_perf = self.perf(jobs, &rest.shape, &rest.members);
+                        if !Self::slos_met(jobs, &rest.members, &rest_perf) {
+                            continue;
+                        }
                         let left =
-                            self.part_stp(jobs, &rest) - now - self.moves_cost(&[j], &p.moved);
+                            rest_perf.iter().sum::<f64>() - now - self.moves_cost(&[j], &p.moved);
                         for &gi in &idle {
                             let mut blocked = vec![false; jobs.len()];
                             let Some((gain, plan, placed)) = self.best_layout(
