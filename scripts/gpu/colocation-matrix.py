@@ -308,8 +308,7 @@ def merge(out, files, rename=()):
     if len({short(r["gpu"]) for r in runs}) != 1:
         raise SystemExit("the calls ran on different GPU models")
     # A configuration named by what mmkd's defaults were then ("mmk") gets its settings' name:
-    # OLD=NEW in every call, FILE:OLD=NEW in that call's file only.
-    # A FILE:OLD=NEW rename wins over an OLD=NEW one in that file.
+    # OLD=NEW in every call, FILE:OLD=NEW in that call's file only (winning over OLD=NEW).
     names, per_file = {}, {}
     merged_files = {os.path.normpath(f) for f in files}
     for spec in rename:
@@ -324,10 +323,10 @@ def merge(out, files, rename=()):
         for kind in r["blocks"]:
             block = {}
             for c, v in r["blocks"][kind].items():
-                if these.get(c, c) in block:
-                    raise SystemExit(f"--rename: {f} would have two configurations named "
-                                     f"{these.get(c, c)}")
-                block[these.get(c, c)] = v
+                name = these.get(c, c)
+                if name in block:
+                    raise SystemExit(f"--rename: {f} would have two configurations named {name}")
+                block[name] = v
             r["blocks"][kind] = block
     by_pair = {}
     for r in runs:

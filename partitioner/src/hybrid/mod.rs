@@ -182,7 +182,8 @@ const SHARE_STEP: u8 = 10;
 /// sharing): at 4 or 5 MMK's mean JCT with 10 % online rose 15-27 %, at 8 the H200 stayed
 /// 5 % behind at 20 s, at 6 the H200 came within 1.4 % of MISO's makespan at 20 s and 6 %
 /// ahead at 40 s. The other setups moved by 2.5 % or less, but for 128 GPUs at 2.5 s, whose
-/// makespan grew 4.4 % (one seed; experiments/2026-11-26-vm-crowd-cap).
+/// makespan grew 4.4 % (one seed; experiments/2026-11-26-vm-crowd-cap), which starved jobs
+/// spreading ([`STARVED`]) more than took back.
 pub const CROWD_MAX: usize = 6;
 
 /// MMK's `spread_below`: a checkpointable offline job predicted below a quarter of its

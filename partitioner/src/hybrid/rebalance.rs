@@ -310,6 +310,7 @@ impl Hybrid {
                 return;
             }
             let mut best: Option<(f64, usize, usize, usize, usize, GpuPlan)> = None;
+            let mut blocked = vec![false; jobs.len()];
             for (gs, gp) in p.plans.iter().enumerate() {
                 for (pi, part) in gp.parts.iter().enumerate() {
                     if part.members.len() < 2 {
@@ -337,7 +338,7 @@ impl Hybrid {
                         let left =
                             rest_perf.iter().sum::<f64>() - now - self.moves_cost(&[j], &p.moved);
                         for &gi in &idle {
-                            let mut blocked = vec![false; jobs.len()];
+                            blocked[j] = false;
                             let Some((gain, plan, placed)) = self.best_layout(
                                 (&node.gpus[gi], &p.plans[gi]),
                                 jobs,
