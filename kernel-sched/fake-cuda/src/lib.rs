@@ -35,8 +35,10 @@
 //!
 //! Environment: `MMK_FAKE_CUDA_RECORD_DELAY_US` (each event record takes that long first),
 //! `MMK_FAKE_CUDA_SMS` (SMs of the device, default 132) and
-//! `MMK_FAKE_CUDA_LOG` (append `pid,kernel,stream,launch_ns,start_ns,end_ns,sm` for every
-//! kernel that runs; `%p` in the path becomes the pid; times are `CLOCK_MONOTONIC` ns).
+//! `MMK_FAKE_CUDA_LOG` (append `pid,kernel,stream,launch_ns,start_ns,end_ns,sm,passed_ns`
+//! for every kernel that runs; `passed_ns` is when the last stream wait ahead of it on its
+//! stream was seen to pass, 0 without one; `%p` in the path becomes the pid; times are
+//! `CLOCK_MONOTONIC` ns).
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
@@ -127,6 +129,10 @@ struct Gpu {
     non_blocking: std::collections::HashSet<usize>,
     /// Work queued behind a stream wait that has not passed, by stream, in order.
     deferred: HashMap<usize, std::collections::VecDeque<Deferred>>,
+    /// When the last stream wait on each stream was seen to pass. A kernel launched after
+    /// its wait passed starts when it is launched, as on the GPU, however long after that
+    /// the launching thread got there; the log keeps both times apart.
+    passed: HashMap<usize, u64>,
     /// Host ranges registered with `cuMemHostRegister`: (start, bytes).
     registered: Vec<(usize, usize)>,
     log: Option<File>,
@@ -182,6 +188,7 @@ fn gpu() -> MutexGuard<'static, Gpu> {
             captures: HashMap::new(),
             non_blocking: std::collections::HashSet::new(),
             deferred: HashMap::new(),
+            passed: HashMap::new(),
             registered: Vec::new(),
             log,
         })
@@ -361,10 +368,11 @@ impl Gpu {
         if let Some(log) = self.log.as_mut() {
             let _ = writeln!(
                 log,
-                "{},{},{:#x},{launch_ns},{start},{end},{sm}",
+                "{},{},{:#x},{launch_ns},{start},{end},{sm},{}",
                 std::process::id(),
                 func.name.to_string_lossy(),
-                key
+                key,
+                self.passed.get(&key).copied().unwrap_or(0)
             );
         }
     }
@@ -391,6 +399,7 @@ impl Gpu {
                         if !(idle && wait_passes(v, value, flags)) {
                             break;
                         }
+                        self.passed.insert(key, now);
                     }
                     Deferred::Kernel {
                         name,
