@@ -22,6 +22,11 @@ Configurations:
   mmk-passthrough  the same with `--kernel-policy passthrough` (the interposer, no holds)
   mmk-budgetN  the same with `--kernel-policy mmk --kernel-hold-budget N` (the gate holds
              offline launches while online work is in flight, at most N % of the time)
+  mmk-devwait  the same with `--kernel-device-wait --kernel-base 1500us` (the GPU holds the
+             training's queued kernels while the service's are in flight, at most 1.5 ms
+             over the training's share before it is forced open; gates in /dev/shm)
+  mmk-devwait-slice  the same and `--kernel-gemm-slice 8000` (the training's GEMMs over
+             8 GFLOP cut into pieces)
 
 Per training and shared configuration the training starts once, and each service runs
 beside it in turn; the training's throughput is counted over each service's window.
@@ -69,8 +74,12 @@ pct, log = dp.pct, dp.log
 SERVICES = {"resnet50": ["--model", "resnet50", "--batch", "4"],
             "bert": ["--model", "bert", "--batch", "8"],
             "llm": ["--model", "llm", "--batch", "1"]}
+DEVICE_WAIT = ["--kernel-device-wait", "--kernel-base", "1500us",
+               "--kernel-gate-dir", "/dev/shm/mmk-colocation-matrix"]
 MMK_FLAGS = {"mmk": [], "mmk-ksoff": ["--kernel-policy", "off"],
-             "mmk-passthrough": ["--kernel-policy", "passthrough"]}
+             "mmk-passthrough": ["--kernel-policy", "passthrough"],
+             "mmk-devwait": DEVICE_WAIT,
+             "mmk-devwait-slice": DEVICE_WAIT + ["--kernel-gemm-slice", "8000"]}
 
 
 def mmk_flags(config):
