@@ -166,6 +166,11 @@ pub struct HybridOptions {
     /// below this fraction of its speed alone moves to an idle GPU when that pays
     /// ([`STARVED`] for MMK); `None`: never.
     pub spread_below: Option<f64>,
+    /// Where raising a share one step adds no throughput (the model's predictions have
+    /// plateaus and dips), the share still grows to a higher one that adds at least this
+    /// much STP a step ([`PLATEAU_GAIN`] for MMK); `None`: a raise stops at the first step
+    /// that adds nothing.
+    pub plateau_gain: Option<f64>,
 }
 
 /// MPS shares are chosen in steps of this many percent (DESIGN item 6).
@@ -194,6 +199,19 @@ pub const CROWD_MAX: usize = 6;
 /// the paper's setup lost 2.6 % of average JCT at 40 s; with a quarter of the GPUs idle,
 /// 1.1 %; with a third, nothing (experiments/2026-11-26-vm-spread).
 pub const STARVED: f64 = 0.25;
+
+/// MMK's `plateau_gain`: where a share one step higher adds nothing, a higher one that
+/// adds 0.01 of STP a step is still taken. The forest's predictions for a job have plateaus
+/// (ResNet-152 training alone at 0.77 of its solo speed at 50 % and at 60 %, 0.95 at 100 %,
+/// `mps_config::Raise`), and a raise that stopped on one left the job there for its whole
+/// life: on the A30, trainings that no other job's memory fits beside ran alone on their
+/// GPUs at 50 %, and MMK's makespan was 3 % behind MISO's at 20 and 40 s between arrivals.
+/// Step 4 climbs for running jobs; a newcomer climbs only where more jobs wait than the
+/// node has GPUs (`Raise::Climb`). Newcomers climbing wherever a job waited for a GPU cost
+/// 10 % online jobs at 160 s 1.0 % of average JCT and their online time out of SLO went
+/// from 6.6 % to 12.9 %: the online jobs that came later ran beside the larger shares
+/// (experiments/2026-11-27-vm-plateau).
+pub const PLATEAU_GAIN: f64 = 0.01;
 
 /// MMK's `best_share_when_calm`: arrivals without a wait before a newcomer may take the
 /// share the model likes best. On the measured ground truth (`mmkctl simulate --preset
@@ -274,6 +292,7 @@ impl Hybrid {
                 offline_share_max: 100,
                 crowd_max: Some(CROWD_MAX),
                 spread_below: Some(STARVED),
+                plateau_gain: Some(PLATEAU_GAIN),
             },
         )
     }
@@ -296,6 +315,7 @@ impl Hybrid {
                 offline_share_max: 100,
                 crowd_max: None,
                 spread_below: None,
+                plateau_gain: None,
             },
         )
     }
@@ -318,6 +338,7 @@ impl Hybrid {
                 offline_share_max: 100,
                 crowd_max: None,
                 spread_below: None,
+                plateau_gain: None,
             },
         )
     }
@@ -354,7 +375,9 @@ fn signature<'a>(gpu: &'a GpuState, plan: &'a GpuPlan) -> Signature<'a> {
 impl Hybrid {
     /// How MPSConfig raises newcomers' shares in a pass over `waiting` jobs
     /// (`HybridOptions::best_share_when_calm`): the best share on a calm node where at
-    /// least a quarter of the GPUs, and one per waiting job, run nothing.
+    /// least a quarter of the GPUs, and one per waiting job, run nothing; past plateaus
+    /// where more jobs wait than the node has GPUs (`HybridOptions::plateau_gain`); else a
+    /// step at a time while a step adds.
     fn raise(&self, node: &NodeState, plans: &[GpuPlan], waiting: usize) -> Raise {
         let idle = idle_gpus(plans);
         match self.options.best_share_when_calm {
@@ -363,6 +386,7 @@ impl Hybrid {
             {
                 Raise::Best
             }
+            _ if self.options.plateau_gain.is_some() && waiting > plans.len() => Raise::Climb,
             _ => Raise::Greedy,
         }
     }

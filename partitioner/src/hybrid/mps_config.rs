@@ -24,6 +24,10 @@ pub(super) enum Raise {
     /// 10 % at a time while a step adds STP: what is not taken stays for the jobs that
     /// queue (the node is busy).
     Greedy,
+    /// As `Greedy`, and past a step that adds nothing to a higher share that adds at least
+    /// `plateau_gain` a step (`HybridOptions::plateau_gain`). Where more jobs wait than the
+    /// node has GPUs, the queue waits for memory and GPUs, not for what a share leaves.
+    Climb,
     /// Every share up to what is left; the one with the best STP where every SLO holds
     /// (the lowest among equals). For a calm node, where no queue misses what a newcomer
     /// takes (`HybridOptions::best_share_when_calm`).
@@ -52,7 +56,7 @@ impl Hybrid {
     ) -> Config {
         let mut key = state_key(jobs, &part.shape, &part.members, Some(new));
         key.push(u64::from(oversubscribe));
-        key.push(u64::from(raise == Raise::Best));
+        key.push(raise as u64);
         self.recall(
             |m| &mut m.config,
             key,
@@ -157,22 +161,42 @@ impl Hybrid {
         }
         let mut stp: f64 = perf.iter().sum();
         let mut best = (members[me].share, stp, perf[me]);
-        while members[me].share + SHARE_STEP <= left {
-            members[me].share += SHARE_STEP;
-            let raised = self.predict(jobs, &part.shape, &members);
-            let gain = raised.iter().sum::<f64>() - stp;
-            let slos = Self::slos_met(jobs, &members, &raised);
-            match raise {
-                Raise::Greedy if gain <= 1e-9 || !slos => break,
-                Raise::Greedy => {
-                    stp += gain;
-                    perf = raised;
-                    best = (members[me].share, stp, perf[me]);
+        match raise {
+            Raise::Greedy | Raise::Climb => {
+                // From the share reached, the next one up that adds STP; climbing, across
+                // a plateau or a dip, one that adds `plateau_gain` a step.
+                let climb = self.options.plateau_gain.filter(|_| raise == Raise::Climb);
+                'raise: loop {
+                    let from = best.0;
+                    let mut share = from;
+                    while share + SHARE_STEP <= left {
+                        let needed = match (share == from, climb) {
+                            (true, _) => 1e-9,
+                            (false, Some(per_step)) => {
+                                f64::from((share + SHARE_STEP - from) / SHARE_STEP) * per_step
+                            }
+                            (false, None) => break,
+                        };
+                        share += SHARE_STEP;
+                        members[me].share = share;
+                        let raised = self.predict(jobs, &part.shape, &members);
+                        let gain = raised.iter().sum::<f64>() - stp;
+                        if gain > needed && Self::slos_met(jobs, &members, &raised) {
+                            stp += gain;
+                            best = (share, stp, raised[me]);
+                            continue 'raise;
+                        }
+                    }
+                    break;
                 }
-                Raise::Best => {
-                    stp += gain;
-                    if slos && stp > best.1 + 1e-9 {
-                        best = (members[me].share, stp, raised[me]);
+            }
+            Raise::Best => {
+                while members[me].share + SHARE_STEP <= left {
+                    members[me].share += SHARE_STEP;
+                    let raised = self.predict(jobs, &part.shape, &members);
+                    let stp_then: f64 = raised.iter().sum();
+                    if Self::slos_met(jobs, &members, &raised) && stp_then > best.1 + 1e-9 {
+                        best = (members[me].share, stp_then, raised[me]);
                     }
                 }
             }

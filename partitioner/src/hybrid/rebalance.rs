@@ -144,11 +144,67 @@ impl Hybrid {
                     stp += gain;
                     perf = p;
                 }
-                _ => break,
+                _ => {
+                    match self.raise_past_plateau(jobs, part, &mut members, &adjustable, room, stp)
+                    {
+                        Some((gain, p)) => {
+                            stp += gain;
+                            perf = p;
+                        }
+                        None => break,
+                    }
+                }
             }
         }
         let own = me.map_or(0.0, |me| perf[me]);
         Some((members.iter().map(|m| m.share).collect(), stp, own))
+    }
+
+    /// Where no one-step raise of an adjustable member adds STP: the raise of one member
+    /// by several steps that adds the most STP a step, when that is at least
+    /// `plateau_gain` a step (made in `members`). Returns its gain and the members'
+    /// predicted performance.
+    fn raise_past_plateau(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        members: &mut [Member],
+        adjustable: &[usize],
+        room: u32,
+        stp: f64,
+    ) -> Option<(f64, Vec<f64>)> {
+        let per_step = self.options.plateau_gain?;
+        let used: u32 = adjustable
+            .iter()
+            .map(|&i| u32::from(members[i].share))
+            .sum();
+        let mut best: Option<(f64, usize, u8, f64, Vec<f64>)> = None;
+        for &i in adjustable {
+            let from = members[i].share;
+            let cap = if jobs[members[i].job].class == JobClass::Offline {
+                self.options.offline_share_max
+            } else {
+                100
+            };
+            let mut share = from + SHARE_STEP;
+            while share + SHARE_STEP <= cap && used + u32::from(share + SHARE_STEP - from) <= room {
+                share += SHARE_STEP;
+                members[i].share = share;
+                let p = self.predict(jobs, &part.shape, members);
+                let gain = p.iter().sum::<f64>() - stp;
+                let steps = f64::from((share - from) / SHARE_STEP);
+                if gain >= steps * per_step
+                    && Self::slos_met(jobs, members, &p)
+                    && best.as_ref().is_none_or(|b| gain / steps > b.3 + 1e-12)
+                {
+                    best = Some((gain, i, share, gain / steps, p));
+                }
+            }
+            members[i].share = from;
+        }
+        let (gain, i, share, _, p) = best?;
+        members[i].share = share;
+        Some((gain, p))
     }
 
     /// What restarting `moves` costs in predicted STP: `move_cost` for each job not already
@@ -161,9 +217,10 @@ impl Hybrid {
     /// Step 4 (Algorithm 1, line 6: "when jobs arrive or complete, we update the MPS
     /// settings for offline jobs"): in every partition whose shares leave room (a job
     /// left, or MPSConfig left some), the checkpointable offline jobs' shares are chosen
-    /// again, and they restart with them when the partition's predicted STP grows by more
-    /// than the moves cost. Without this a job keeps the small share it got next to
-    /// co-runners for its whole life, also after they leave.
+    /// again (past the model's plateaus: `HybridOptions::plateau_gain`), and they restart
+    /// with them when the partition's predicted STP grows by more than the moves cost.
+    /// Without this a job keeps the small share it got next to co-runners for its whole
+    /// life, also after they leave.
     pub(super) fn regrow(&self, jobs: &[JobDemand], p: &mut Progress) {
         if self.options.move_cost.is_none() {
             return;

@@ -968,9 +968,6 @@ fn on_a_calm_node_a_newcomer_takes_the_share_the_model_likes_best() {
         share(&mmk, &node, std::slice::from_ref(&trainer)),
         Some(100)
     );
-    // Two jobs waiting for one idle GPU: what one does not take, the other may use.
-    let other = job(2, JobClass::Offline, 10, 0.9, 0.3);
-    assert_eq!(share(&mmk, &node, &[trainer.clone(), other]), Some(50));
     // A node that was calm for fewer arrivals, and the baselines, raise greedily.
     node.calm_arrivals = CALM_ARRIVALS - 1;
     assert_eq!(share(&mmk, &node, std::slice::from_ref(&trainer)), Some(50));
@@ -1057,4 +1054,74 @@ fn a_checkpointable_job_alone_on_its_gpu_restarts_in_a_larger_instance() {
     // MIGER never restarts a running job.
     let miger = Hybrid::miger(Arc::new(AnalyticModel::default()));
     assert!(miger.plan(&node, &[trainer]).moves.is_empty());
+}
+
+/// Shares climb past the model's plateaus: a checkpointable job left at 50 % restarts at
+/// the share where the model has it fastest (step 4), and where more jobs wait than GPUs
+/// run nothing a newcomer's share does not stop at the plateau either
+/// (`HybridOptions::plateau_gain`, `Raise::Climb`).
+#[test]
+fn shares_climb_past_the_models_plateaus() {
+    // MIG off: no larger instance for step 4b to restart the job in.
+    let mut g = gpu("h100-80gb", 0);
+    g.mig_enabled = false;
+    let one = NodeState::new(vec![g.clone()]);
+    let whole = Slot {
+        gpu: 0,
+        start: 0,
+        profile_id: None,
+    };
+    let mmk = Hybrid::mmk(Arc::new(Plateau));
+    let share_of = |plan: &Plan, id: u64| {
+        plan.placements
+            .iter()
+            .find(|p| p.job == id)
+            .map(|p| p.mps_share)
+    };
+    // Left at 50 %, on the plateau: one step more adds nothing, three add 0.3.
+    let mut trainer = job(1, JobClass::Offline, 30, 0.9, 0.3);
+    trainer.placed = Some(whole);
+    trainer.mps_share = 50;
+    trainer.movable = true;
+    let plan = mmk.plan(&one, std::slice::from_ref(&trainer));
+    assert_eq!(plan.moves, [1], "{plan:?}");
+    assert_eq!(share_of(&plan, 1), Some(100));
+    // Without the climb (MMK's other options), it stays on the plateau.
+    let flat = Hybrid::new(
+        "flat",
+        Arc::new(Plateau),
+        HybridOptions {
+            plateau_gain: None,
+            ..mmk.options
+        },
+    );
+    let plan = flat.plan(&one, std::slice::from_ref(&trainer));
+    assert!(plan.moves.is_empty(), "{plan:?}");
+    // A climb that adds less than `plateau_gain` a step is not made.
+    let steep = Hybrid::new(
+        "steep",
+        Arc::new(Plateau),
+        HybridOptions {
+            plateau_gain: Some(0.2),
+            ..mmk.options
+        },
+    );
+    assert!(
+        steep
+            .plan(&one, std::slice::from_ref(&trainer))
+            .moves
+            .is_empty()
+    );
+
+    // Placing: one GPU and two jobs waiting for it. The newcomer climbs past the
+    // plateau; with a GPU for each waiting job it stops on it, as MIGER's does.
+    let newcomer = job(1, JobClass::Offline, 30, 0.9, 0.3);
+    let other = job(2, JobClass::Offline, 50, 0.9, 0.3);
+    let plan = mmk.plan(&one, &[newcomer.clone(), other.clone()]);
+    assert_eq!(share_of(&plan, 1), Some(100), "{plan:?}");
+    let two = NodeState::new(vec![g.clone(), GpuState { index: 1, ..g }]);
+    let plan = mmk.plan(&two, &[newcomer.clone(), other.clone()]);
+    assert_eq!(share_of(&plan, 1), Some(50), "{plan:?}");
+    let miger = Hybrid::miger(Arc::new(Plateau));
+    assert_eq!(share_of(&miger.plan(&one, &[newcomer, other]), 1), Some(50));
 }
