@@ -5,7 +5,8 @@ import os
 import sys
 
 HERE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-NAMES = {"default": "Default", "mps": "MPS", "miso": "MISO", "miger": "MIGER", "mmk": "MMK"}
+NAMES = {"default": "Default", "mps": "MPS", "miso": "MISO", "miger": "MIGER", "mmk": "MMK",
+         "first-fit": "First fit"}
 
 
 def pct(v):
@@ -60,3 +61,7 @@ print("\n| truth | interval | JCT vs MIGER, off \u2192 on | SLO miss, off \u2192
 print("| --- | --- | --- | --- | --- |")
 effect(m, json.load(open(os.path.join(HERE, "sweep-measured-ksoff.json"))), "measured")
 effect(an, json.load(open(os.path.join(HERE, "sweep-analytic-ksoff.json"))), "analytic")
+# Small scale, and plain MPS and first fit on the paper's setup, where a folder has them.
+for name in ("sweep-small.json", "sweep-first-fit.json", "sweep-small-first-fit.json"):
+    if os.path.exists(os.path.join(HERE, name)):
+        sweep(name)

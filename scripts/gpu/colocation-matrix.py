@@ -27,6 +27,8 @@ Configurations:
              over the training's share before it is forced open; gates in /dev/shm)
   mmk-devwait-slice  the same and `--kernel-gemm-slice 8000` (the training's GEMMs over
              8 GFLOP cut into pieces)
+  mmk-devwait-grainN  mmk-devwait with `--kernel-device-wait-grain Nus` (a wait only once
+             N us of the training's expected work were launched since the last one)
 
 Per training and shared configuration the training starts once, and each service runs
 beside it in turn; the training's throughput is counted over each service's window.
@@ -86,6 +88,9 @@ def mmk_flags(config):
     """mmkd's flags for an `mmk...` configuration; None for another."""
     if config in MMK_FLAGS:
         return MMK_FLAGS[config]
+    grain = config.removeprefix("mmk-devwait-grain")
+    if config.startswith("mmk-devwait-grain") and grain.isdigit():
+        return DEVICE_WAIT + ["--kernel-device-wait-grain", f"{grain}us"]
     if config.startswith("mmk-budget") and config.removeprefix("mmk-budget").isdigit():
         return ["--kernel-policy", "mmk", "--kernel-hold-budget",
                 config.removeprefix("mmk-budget")]
