@@ -64,8 +64,11 @@
 //! `MPSConfig` (lines 24-35) here: each new job starts at 10 %; online jobs with an SLO
 //! are raised until their predicted latency meets it; then the remaining share goes 10 % at
 //! a time to the job whose raise adds the most STP, until no raise helps; on a calm node
-//! (`best_share_when_calm`) the newcomer takes the share of best predicted STP instead. Shares of jobs
-//! already running stay, unless they move (steps 2 and 4).
+//! (`best_share_when_calm`) the newcomer takes the share of best predicted STP instead, and
+//! where more jobs wait than the node has GPUs its share climbs past a step that adds
+//! nothing to one that adds `plateau_gain` a step (as running checkpointable jobs' shares
+//! do in steps 2 and 4). Shares of jobs already running stay, unless they move (steps 2
+//! and 4).
 //!
 //! Baselines, as we read their papers:
 //! - **MIGER** packs jobs into MIG partitions and tunes MPS shares, like MMK, but its model
@@ -206,8 +209,9 @@ pub const STARVED: f64 = 0.25;
 /// `mps_config::Raise`), and a raise that stopped on one left the job there for its whole
 /// life: on the A30, trainings that no other job's memory fits beside ran alone on their
 /// GPUs at 50 %, and MMK's makespan was 3 % behind MISO's at 20 and 40 s between arrivals.
-/// Step 4 climbs for running jobs; a newcomer climbs only where more jobs wait than the
-/// node has GPUs (`Raise::Climb`). Newcomers climbing wherever a job waited for a GPU cost
+/// Running checkpointable jobs climb wherever their shares are chosen again (steps 2 and
+/// 4, `rebalance.rs`); a newcomer climbs only where more jobs wait than the node has GPUs
+/// (`Raise::Climb`). Newcomers climbing wherever a job waited for a GPU cost
 /// 10 % online jobs at 160 s 1.0 % of average JCT and their online time out of SLO went
 /// from 6.6 % to 12.9 %: the online jobs that came later ran beside the larger shares
 /// (experiments/2026-11-27-vm-plateau).
