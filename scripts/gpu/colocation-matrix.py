@@ -29,6 +29,8 @@ Configurations:
              8 GFLOP cut into pieces)
   mmk-devwait-grainN  mmk-devwait with `--kernel-device-wait-grain Nus` (a wait only once
              N us of the training's expected work were launched since the last one)
+  mmk-offshareN  mmk with `--offline-share-max N` (the training's MPS share at most N %:
+             its kernels never take more of the GPU's SMs)
 
 Per training and shared configuration the training starts once, and each service runs
 beside it in turn; the training's throughput is counted over each service's window.
@@ -88,6 +90,9 @@ def mmk_flags(config):
     """mmkd's flags for an `mmk...` configuration; None for another."""
     if config in MMK_FLAGS:
         return MMK_FLAGS[config]
+    share = config.removeprefix("mmk-offshare")
+    if config.startswith("mmk-offshare") and share.isdigit():
+        return ["--offline-share-max", share]
     grain = config.removeprefix("mmk-devwait-grain")
     if config.startswith("mmk-devwait-grain") and grain.isdigit():
         return DEVICE_WAIT + ["--kernel-device-wait-grain", f"{grain}us"]
