@@ -182,6 +182,10 @@ impl Hybrid {
                         let raised = self.predict(jobs, &part.shape, &members);
                         let gain = raised.iter().sum::<f64>() - stp;
                         if gain > needed && Self::slos_met(jobs, &members, &raised) {
+                            #[cfg(test)]
+                            if share - from > SHARE_STEP {
+                                super::tests::count(&super::tests::CLIMBED);
+                            }
                             stp += gain;
                             best = (share, stp, raised[me]);
                             continue 'raise;

@@ -108,6 +108,8 @@ impl Hybrid {
                     continue;
                 }
                 if last_resort && self.crowded(jobs, part, j) {
+                    #[cfg(test)]
+                    super::tests::count(&super::tests::CROWDED);
                     continue;
                 }
                 let now = a.stp;

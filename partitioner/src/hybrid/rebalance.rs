@@ -203,6 +203,8 @@ impl Hybrid {
             members[i].share = from;
         }
         let (gain, i, share, _, p) = best?;
+        #[cfg(test)]
+        super::tests::count(&super::tests::CLIMBED);
         members[i].share = share;
         Some((gain, p))
     }
@@ -420,6 +422,8 @@ impl Hybrid {
             let Some((_, gs, pi, j, gi, plan)) = best else {
                 return;
             };
+            #[cfg(test)]
+            super::tests::count(&super::tests::SPREAD);
             p.plans[gs].parts[pi].members.retain(|m| m.job != j);
             let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
             p.plans[gi] = plan;

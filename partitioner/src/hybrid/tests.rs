@@ -13,6 +13,16 @@ thread_local! {
     /// Jobs this thread's planners skipped as of a refused kind (each test runs on a
     /// thread of its own).
     pub(super) static SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Shares this thread's planners raised past a plateau (`plateau_gain`), partitions the
+    /// last resort passed over as crowded (`crowd_max`), and starved jobs spread.
+    pub(super) static CLIMBED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    pub(super) static CROWDED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    pub(super) static SPREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one more on a thread's counter (the planner's code calls it under `cfg(test)`).
+pub(super) fn count(c: &'static std::thread::LocalKey<std::cell::Cell<usize>>) {
+    c.set(c.get() + 1);
 }
 
 fn gpu(key: &str, index: u32) -> GpuState {
@@ -647,14 +657,72 @@ fn an_idle_room_elsewhere_beats_sharing_a_busy_one() {
     }
 }
 
+/// The kinds of job the shortcut tests draw from: class, GiB, SM and bandwidth demand,
+/// (solo latency ms, SLO ms), checkpointable.
+type Kind = (JobClass, u64, f64, f64, Option<(f64, u64)>, bool);
+
+/// Plans 60 steps of random arrivals (fewer than `arrivals` a step, none in the last 20)
+/// and completions on
+/// `gpus` A100s (MIG on or off) with a planner that keeps its memo, a fresh one and one
+/// without shortcuts, and requires the same plans of the three; returns the warm planner.
+fn same_plans_with_and_without_shortcuts(
+    make: fn(Arc<dyn PerfModel>) -> Hybrid,
+    model: Arc<dyn PerfModel>,
+    (gpus, mig): (u32, bool),
+    kinds: &[Kind],
+    arrivals: usize,
+) -> Hybrid {
+    use crate::plan::apply;
+    let warm = make(Arc::clone(&model));
+    let mut rng = mmk_core::rng::Rng::new(7);
+    let mut node = NodeState::new(
+        (0..gpus)
+            .map(|i| GpuState {
+                mig_enabled: mig,
+                ..gpu("a100-80gb", i)
+            })
+            .collect(),
+    );
+    let mut jobs: Vec<JobDemand> = Vec::new();
+    let mut next = 1;
+    for step in 0..60 {
+        // The last 20 steps drain the node: GPUs empty around the jobs left.
+        let arriving = if step < 40 { rng.below(arrivals) } else { 0 };
+        for _ in 0..arriving {
+            let (class, gib, sm, bw, lat, movable) = kinds[rng.below(kinds.len())];
+            let mut j = job(next, class, gib, sm, bw);
+            if let Some((solo, slo)) = lat {
+                j.profile.solo_latency_ms = Some(solo);
+                j.slo_ms = Some(slo);
+            }
+            j.movable = movable;
+            jobs.push(j);
+            next += 1;
+        }
+        let plan = warm.plan(&node, &jobs);
+        let fresh = make(Arc::clone(&model)).plan(&node, &jobs);
+        assert_eq!(plan, fresh, "{} at step {step}", warm.name());
+        let reference = make(Arc::clone(&model)).forgetful().plan(&node, &jobs);
+        assert_eq!(
+            plan,
+            reference,
+            "{} at step {step}, no shortcuts",
+            warm.name()
+        );
+        (node, jobs) = apply(&node, &jobs, &plan);
+        // Some placed jobs finish.
+        jobs.retain(|j| j.placed.is_none() || rng.below(3) > 0);
+    }
+    warm
+}
+
 /// The memo and the skipping of refused kinds only save work: a planner that has
 /// answered many passes before plans exactly as a new one, and as one without either
 /// shortcut, over jobs of repeated kinds (same profile, different SLOs, memory,
 /// movability) arriving and finishing at random.
 #[test]
 fn remembered_answers_are_the_answers() {
-    use crate::plan::apply;
-    let kinds = [
+    let kinds: [Kind; 8] = [
         (JobClass::Online, 10, 0.3, 0.2, Some((4.0, 12)), false),
         (JobClass::Online, 10, 0.3, 0.2, Some((4.0, 6)), false),
         (JobClass::Online, 10, 0.3, 0.2, None, false),
@@ -665,39 +733,9 @@ fn remembered_answers_are_the_answers() {
         (JobClass::Offline, 5, 0.2, 0.8, None, false),
     ];
     for make in [Hybrid::mmk, Hybrid::miger, Hybrid::miso] {
-        let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
-        let warm = make(Arc::clone(&model));
         SKIPPED.set(0);
-        let mut rng = mmk_core::rng::Rng::new(7);
-        let mut node = NodeState::new(vec![gpu("a100-80gb", 0), gpu("a100-80gb", 1)]);
-        let mut jobs: Vec<JobDemand> = Vec::new();
-        let mut next = 1;
-        for step in 0..60 {
-            for _ in 0..rng.below(4) {
-                let (class, gib, sm, bw, lat, movable) = kinds[rng.below(kinds.len())];
-                let mut j = job(next, class, gib, sm, bw);
-                if let Some((solo, slo)) = lat {
-                    j.profile.solo_latency_ms = Some(solo);
-                    j.slo_ms = Some(slo);
-                }
-                j.movable = movable;
-                jobs.push(j);
-                next += 1;
-            }
-            let plan = warm.plan(&node, &jobs);
-            let fresh = make(Arc::clone(&model)).plan(&node, &jobs);
-            assert_eq!(plan, fresh, "{} at step {step}", warm.name());
-            let reference = make(Arc::clone(&model)).forgetful().plan(&node, &jobs);
-            assert_eq!(
-                plan,
-                reference,
-                "{} at step {step}, no shortcuts",
-                warm.name()
-            );
-            (node, jobs) = apply(&node, &jobs, &plan);
-            // Some placed jobs finish.
-            jobs.retain(|j| j.placed.is_none() || rng.below(3) > 0);
-        }
+        let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
+        let warm = same_plans_with_and_without_shortcuts(make, model, (2, true), &kinds, 4);
         assert!(
             warm.memo().config.len() > 10,
             "{}: the memo was used",
@@ -709,6 +747,25 @@ fn remembered_answers_are_the_answers() {
             warm.name()
         );
     }
+    // MMK's later steps: a model with plateaus (shares climb past them), small
+    // checkpointable trainings that crowd whole GPUs (MIG off) and starve there, and three
+    // GPUs, so that one of them may be idle for a starved job to spread to.
+    let small: [Kind; 3] = [
+        (JobClass::Offline, 5, 0.9, 0.3, None, true),
+        (JobClass::Offline, 5, 0.9, 0.3, None, true),
+        (JobClass::Offline, 30, 0.9, 0.3, None, true),
+    ];
+    for c in [&CLIMBED, &CROWDED, &SPREAD] {
+        c.set(0);
+    }
+    same_plans_with_and_without_shortcuts(Hybrid::mmk, Arc::new(Starving), (3, false), &small, 12);
+    assert!(
+        CLIMBED.get() > 0 && CROWDED.get() > 0 && SPREAD.get() > 0,
+        "shares climbed ({}), the last resort passed crowds over ({}) and starved jobs spread ({})",
+        CLIMBED.get(),
+        CROWDED.get(),
+        SPREAD.get()
+    );
 }
 
 #[test]
@@ -942,6 +999,16 @@ impl PerfModel for Plateau {
             _ => f64::from(share) / 100.0,
         };
         alone * 0.7_f64.powi(co.len() as i32)
+    }
+}
+
+/// `Plateau`'s speeds alone, each co-runner halving them: jobs starve in crowds.
+#[derive(Debug)]
+struct Starving;
+
+impl PerfModel for Starving {
+    fn estimate(&self, job: &JobProfile, part: &PartitionShape, share: u8, co: &[CoRunner]) -> f64 {
+        Plateau.estimate(job, part, share, &[]) * 0.5_f64.powi(co.len() as i32)
     }
 }
 
