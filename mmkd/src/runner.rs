@@ -837,6 +837,17 @@ mod tests {
             .env("MMK_LOG_DIR", &log_dir)
             .spawn()
             .expect("sleep");
+        // Until it has exec'd, the child's environment is this test's: wait for its own.
+        let environ = format!("/proc/{}/environ", p.id());
+        let began = std::time::Instant::now();
+        while !std::fs::read(&environ)
+            .unwrap_or_default()
+            .windows(12)
+            .any(|w| w == b"MMK_JOB_ID=7")
+        {
+            assert!(began.elapsed() < Duration::from_secs(10), "sleep never ran");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(
             kill_leftovers(7, &dir.path().join("other")),
             0,

@@ -75,7 +75,9 @@ async fn a_jobs_kernels_become_its_learned_profile_and_its_next_run_uses_it() {
     near("p95 SM demand", f("sm_p95"), 0.5, 0.1);
     near("kernel time", f("kernel_us"), 5000.0, 0.1);
     near("launch interval", f("launch_interval_us"), 10000.0, 0.1);
-    assert_eq!(profile["launches"], 700);
+    // Measured until learned (1,500 samples, about 3 s of its 7 s), then counted only.
+    let launches = profile["launches"].as_u64().expect("launches");
+    assert!((150..=700).contains(&launches), "{profile}");
     assert_eq!(profile["confident"], true, "{profile}");
     let table = text(&d.ctl(&["profiles"]).stdout);
     assert!(

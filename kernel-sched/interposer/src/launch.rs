@@ -135,15 +135,15 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
     } else {
         sm_demand(blocks, info.blocks_per_sm, sm_count)
     };
-    // mmkd may ask an online process that no policy waits on to stop tracking (a job
-    // whose profile it has learned, where nothing is held): its launches are counted only.
-    // An offline process always goes through the gate.
+    // mmkd may ask a process whose completions nothing waits on to stop tracking (a job
+    // whose profile it has learned, in a gate that holds nothing): its launches are
+    // counted only. An offline process honours that only while its gate's policy holds
+    // no offline launch (`GateConfig::waits_on_online`), read at each launch: a gate
+    // whose settings change never lets untracked offline work pass it.
     let track = p.track
-        && (p.class == Class::Offline
-            || !p
-                .gate
-                .as_ref()
-                .is_some_and(|(gate, slot)| gate.untracked(*slot)));
+        && !p.gate.as_ref().is_some_and(|(gate, slot)| {
+            gate.untracked(*slot) && (p.class != Class::Offline || !gate.config().waits_on_online())
+        });
     let expect = match &p.profile {
         Some(profile) if track => kernel::expect(
             profile,

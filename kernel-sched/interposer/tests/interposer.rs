@@ -729,18 +729,26 @@ fn a_tracked_launch_does_not_wait_for_the_pollers_event_records() {
     );
 }
 
-#[test]
-fn a_process_mmkd_asks_to_stop_tracking_counts_its_launches_only() {
+/// A process of `class` that mmkd asks to stop tracking, in a gate that holds nothing,
+/// counts its launches only; asked again (or, with `hold_budget_after`, once the gate
+/// comes to hold offline launches), it tracks them again.
+fn counts_only_once_asked(class: Class, hold_budget_after: Option<u32>) {
     let node = Node::new();
-    let gate = node.gate(
-        PolicyKind::Mmk,
-        Duration::from_micros(1),
-        Duration::from_secs(1),
-    );
+    // mmkd's default: the policy tracks every launch and holds none.
+    let gate = node.gate_with(&GateConfig {
+        base: Duration::from_micros(1),
+        hold_budget_pct: 0,
+        ..GateConfig::new(132, PolicyKind::Mmk)
+    });
+    assert!(!gate.config().waits_on_online(), "{:?}", gate.config());
+    let name = match class {
+        Class::Online => "on",
+        Class::Offline => "off",
+    };
     let child = node
         .job(
-            "on",
-            Class::Online,
+            name,
+            class,
             true,
             &[
                 "--kernels",
@@ -774,14 +782,36 @@ fn a_process_mmkd_asks_to_stop_tracking_counts_its_launches_only() {
     let later = slot(&gate);
     assert_eq!(later.completed, asked.completed, "{asked:?} -> {later:?}");
     assert_eq!((later.inflight, later.inflight_sm), (0, 0), "{later:?}");
-    // Tracked again on request.
-    assert!(gate.set_untracked(pid, false));
+    match hold_budget_after {
+        // The gate comes to hold offline launches (another job's policy, a new mmkd):
+        // an offline process tracks its launches again at once, still flagged.
+        Some(budget) => {
+            gate.configure(&GateConfig {
+                hold_budget_pct: budget,
+                ..gate.config()
+            });
+            assert!(slot(&gate).untracked);
+        }
+        // Tracked again on request.
+        None => assert!(gate.set_untracked(pid, false)),
+    }
     wait_for_slot(&gate, "tracked again", |s| {
         s.pid == pid && s.completed > later.completed
     });
-    let report = finish(child, "online");
+    let report = finish(child, name);
     assert_eq!(report["failed"], 0, "{report}");
     assert_eq!(gate.totals().launches, 600);
+}
+
+#[test]
+fn a_process_mmkd_asks_to_stop_tracking_counts_its_launches_only() {
+    counts_only_once_asked(Class::Online, None);
+    counts_only_once_asked(Class::Offline, None);
+}
+
+#[test]
+fn an_untracked_offline_process_tracks_again_when_its_gate_comes_to_hold() {
+    counts_only_once_asked(Class::Offline, Some(10));
 }
 
 #[test]

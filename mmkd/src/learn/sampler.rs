@@ -20,7 +20,7 @@ use mmk_kernel_sched::{Class, Gate};
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::{HIST_BINS, MIN_SAMPLES, Observed, Seen};
+use super::{HIST_BINS, MIN_SAMPLES, Observed, SLOW_MIN_KERNELS, Seen};
 
 /// What a watched job has seen is reported at least this often.
 pub const FLUSH: Duration = Duration::from_secs(10);
@@ -28,6 +28,16 @@ pub const FLUSH: Duration = Duration::from_secs(10);
 const MEAN_PERIOD_US: u64 = 2000;
 /// Slots of processes that died are dropped this often.
 const REAP_EVERY: Duration = Duration::from_secs(1);
+/// A learned job untracked this long is tracked again for a window (see
+/// [`Sampler::sample`]): its GPU time per launch, its profile and the watch for slow runs
+/// get fresh measurements.
+pub const RETRACK_EVERY: Duration = Duration::from_secs(120);
+/// A window of tracking lasts [`MIN_SAMPLES`] samples (about 3 s) and [`SLOW_MIN_KERNELS`]
+/// completed kernels, or this long at most.
+const WINDOW_MAX: Duration = Duration::from_secs(30);
+/// GPU time per launch is taken from this run once it has tracked this many launches
+/// (before, from the job's learned profile).
+const MIN_TRACKED_LAUNCHES: u64 = 1000;
 
 /// How often the sampler does its periodic work. mmkd runs on [`Periods::default`]; a test
 /// shortens them instead of waiting seconds for a report or a reading of the device.
@@ -39,6 +49,10 @@ pub struct Periods {
     pub reap: Duration,
     /// The device (memory per process, bandwidth per partition) is read this often.
     pub device: Duration,
+    /// A learned job untracked this long is tracked again ...
+    pub retrack: Duration,
+    /// ... for this many samples.
+    pub retrack_samples: u64,
 }
 
 impl Default for Periods {
@@ -47,6 +61,8 @@ impl Default for Periods {
             flush: FLUSH,
             reap: REAP_EVERY,
             device: DEVICE_EVERY,
+            retrack: RETRACK_EVERY,
+            retrack_samples: MIN_SAMPLES,
         }
     }
 }
@@ -67,7 +83,8 @@ struct Counters {
 /// What a job's processes did in its gate over its run, as sampled: GPU time attributed to
 /// it (time with kernels in flight), launches, and launches the gate held and for how long.
 /// A process that ends between two samples loses what it did since the last one (at most
-/// 3 ms).
+/// 3 ms). While a job's launches are counted only (untracked), its GPU time grows by its
+/// GPU time per launch as last measured (`Sampler::sample`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct JobTotals {
     pub kernel_ns: u64,
@@ -101,6 +118,8 @@ pub struct Watch {
     pub uid: u32,
     /// Its signature had a confident learned profile when this run started.
     pub learned: bool,
+    /// That profile's GPU time per launch, in ns (`Observed::kernel_us`).
+    pub learned_ns_per_launch: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -127,9 +146,85 @@ struct Watched {
     tracked: bool,
     /// Samples of this run that went into its profile.
     run_samples: u64,
-    /// An online job asked to stop tracking its launches (see [`Sampler::sample`]): its
-    /// profile is learned, and its gate holds nothing for it.
+    /// Asked to stop tracking its launches (see [`Sampler::sample`]): its profile is
+    /// learned, and its gate holds nothing.
     untracked: bool,
+    /// It was untracked over the time since the last sample.
+    counted_only: bool,
+    /// Since when it is untracked.
+    untracked_since: Option<Instant>,
+    /// A window in which it is tracked though learned, open since then.
+    window: Option<Window>,
+    /// Completions of this run seen while tracked.
+    run_completed: u64,
+    /// This run's GPU time and launches while tracked.
+    tracked_busy_ns: u64,
+    tracked_launches: u64,
+}
+
+/// Where a window of tracking began: this run's samples and completions then, and when.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    samples: u64,
+    completed: u64,
+    since: Instant,
+}
+
+impl Watched {
+    fn window(&self, now: Instant) -> Window {
+        Window {
+            samples: self.run_samples,
+            completed: self.run_completed,
+            since: now,
+        }
+    }
+
+    /// Whether its launches are to be counted only from now on: its profile is learned
+    /// (confident when the run started, or [`MIN_SAMPLES`] of this run), nothing waits on
+    /// its completions (`may`), and no window of tracking is open. A window opens at the
+    /// start of an offline job's run (the watch for slow runs compares it with its
+    /// profile) and whenever it has been untracked for `periods.retrack`; it lasts until
+    /// it has taken `periods.retrack_samples` samples and seen [`SLOW_MIN_KERNELS`]
+    /// kernels complete, or [`WINDOW_MAX`].
+    fn untrack(&mut self, may: bool, now: Instant, periods: &Periods) -> bool {
+        let learned = self.watch.learned || self.run_samples >= MIN_SAMPLES;
+        if !may || !learned {
+            self.untracked_since = None;
+            return false;
+        }
+        if let Some(w) = self.window {
+            let measured = self.run_samples >= w.samples.saturating_add(periods.retrack_samples)
+                && self.run_completed >= w.completed.saturating_add(SLOW_MIN_KERNELS);
+            if !measured && now.duration_since(w.since) < WINDOW_MAX {
+                return false;
+            }
+            self.window = None;
+        }
+        match self.untracked_since {
+            Some(since) if now.duration_since(since) >= periods.retrack => {
+                self.untracked_since = None;
+                self.window = Some(self.window(now));
+                false
+            }
+            Some(_) => true,
+            None => {
+                self.untracked_since = Some(now);
+                true
+            }
+        }
+    }
+
+    /// GPU time per launch, in ns: this run's while tracked, once it has tracked
+    /// [`MIN_TRACKED_LAUNCHES`], else its learned profile's, else this run's so far.
+    fn ns_per_launch(&self) -> Option<f64> {
+        let run = (self.tracked_launches > 0)
+            .then(|| self.tracked_busy_ns as f64 / self.tracked_launches as f64);
+        if self.tracked_launches >= MIN_TRACKED_LAUNCHES {
+            run
+        } else {
+            self.watch.learned_ns_per_launch.or(run)
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -235,12 +330,22 @@ impl Sampler {
         lock(&self.shared.jobs).insert(
             job,
             Watched {
-                watch,
                 observed: Observed::default(),
                 launched: false,
                 tracked: false,
                 run_samples: 0,
                 untracked: false,
+                counted_only: false,
+                untracked_since: None,
+                // An offline run starts tracked, for the watch for slow runs.
+                window: (watch.class == JobClass::Offline).then_some(Window {
+                    samples: 0,
+                    completed: 0,
+                    since: now,
+                }),
+                run_completed: 0,
+                tracked_busy_ns: 0,
+                tracked_launches: 0,
                 counters: HashMap::new(),
                 in_gate: Vec::new(),
                 totals,
@@ -248,6 +353,7 @@ impl Sampler {
                 last_flush: now,
                 counted_run: false,
                 alone: None,
+                watch,
             },
         );
         self.shared.wake.notify_one();
@@ -380,13 +486,16 @@ impl Sampler {
 
     /// One sample of every watched job.
     ///
-    /// An online job stops being tracked once its profile is learned (it was confident
-    /// when the run started, or this run has sampled [`MIN_SAMPLES`]), where its gate
-    /// holds no offline launch for online work (`GateConfig::waits_on_online`): its
-    /// processes are asked to count their launches only, and it is not sampled further.
-    /// Tracking each launch to its end cost an eager service a p99 well above plain MPS's
-    /// on the GPU (docs/kernel-sched.md); once nothing waits on it, it buys only the
-    /// profile, which is known, and the job's GPU time, which stops growing.
+    /// A job stops being tracked once its profile is learned (it was confident when the
+    /// run started, or this run has sampled [`MIN_SAMPLES`]), where its gate holds no
+    /// offline launch (`GateConfig::waits_on_online`): its processes are asked to count
+    /// their launches only, and it is not sampled while so. Tracking launches to their
+    /// ends cost an eager service a p99 above plain MPS's on the GPU, its own and a
+    /// training's beside it (docs/kernel-sched.md); where nothing waits on them, they
+    /// buy only the profile, which is known, and GPU time, which is then estimated: each
+    /// counted launch adds the job's GPU time per launch ([`Watched::ns_per_launch`]).
+    /// Every [`RETRACK_EVERY`] it is tracked again for [`MIN_SAMPLES`] samples, which
+    /// measure that time per launch, its profile and its kernel time afresh.
     fn sample(
         &self,
         jobs: &mut HashMap<u64, Watched>,
@@ -426,7 +535,7 @@ impl Sampler {
                 continue;
             };
             let slots = gate.slots();
-            let untrack_online = !gate.config().waits_on_online();
+            let untrack_ok = !gate.config().waits_on_online();
             if slots
                 .iter()
                 .any(|s| s.class == Some(Class::Offline) && s.inflight > 0)
@@ -457,15 +566,16 @@ impl Sampler {
                 if w.watch.gate != path {
                     continue;
                 }
-                if w.watch.class == JobClass::Online {
+                if w.in_gate.is_empty() {
                     // Untracked once learned where nothing waits on it; tracked again as
-                    // soon as something may (a new mmkd's settings, another job's policy).
-                    let untrack =
-                        untrack_online && (w.watch.learned || w.run_samples >= MIN_SAMPLES);
-                    if untrack != slot.untracked {
-                        gate.set_untracked(slot.pid, untrack);
-                    }
-                    w.untracked = untrack;
+                    // soon as something may (a new mmkd's settings, another job's
+                    // policy), and for a window now and then. Decided once a sample; what
+                    // its slots counted since the last one was under the state before.
+                    w.counted_only = w.untracked;
+                    w.untracked = w.untrack(untrack_ok, now, &self.periods);
+                }
+                if w.untracked != slot.untracked {
+                    gate.set_untracked(slot.pid, w.untracked);
                 }
                 if w.in_gate.is_empty() {
                     w.alone = Some(w.alone.unwrap_or(true) && only == Some(job));
@@ -481,6 +591,7 @@ impl Sampler {
                 };
                 e.0 = e.0.saturating_add(u64::from(ask));
                 e.1 |= slot.inflight > 0;
+                let per_launch = w.ns_per_launch().unwrap_or(0.0);
                 let last = w.counters.entry(slot.pid).or_default();
                 // Counters start again when a slot is taken anew: only forward.
                 let forward = |last: &mut u64, now: u64| {
@@ -490,12 +601,29 @@ impl Sampler {
                 };
                 let launches = forward(&mut last.launches, slot.launches);
                 let completed = forward(&mut last.completed, slot.completed);
-                w.observed.launches += launches;
-                w.observed.completed += completed;
+                if !w.counted_only {
+                    // A profile's launch interval and kernel time are over sampled time.
+                    w.observed.launches += launches;
+                    w.observed.completed += completed;
+                    w.run_completed = w.run_completed.saturating_add(completed);
+                }
                 w.launched |= launches > 0;
                 w.tracked |= completed > 0;
-                w.totals.launches += launches;
-                w.totals.kernel_ns += forward(&mut last.busy_ns, slot.busy_ns);
+                // A job writes its own slot: counters that jump add up saturating.
+                w.totals.launches = w.totals.launches.saturating_add(launches);
+                let busy_ns = forward(&mut last.busy_ns, slot.busy_ns);
+                w.totals.kernel_ns = w.totals.kernel_ns.saturating_add(busy_ns);
+                if w.counted_only {
+                    // Counted, not tracked: the GPU time they took as last measured (a
+                    // float cast saturates).
+                    w.totals.kernel_ns = w
+                        .totals
+                        .kernel_ns
+                        .saturating_add((launches as f64 * per_launch) as u64);
+                } else {
+                    w.tracked_launches = w.tracked_launches.saturating_add(launches);
+                    w.tracked_busy_ns = w.tracked_busy_ns.saturating_add(busy_ns);
+                }
                 w.totals.held_ns += forward(&mut last.held_ns, slot.held_ns);
                 w.totals.held += forward(&mut last.held, slot.held);
             }
@@ -649,6 +777,7 @@ mod tests {
             gpu_sms,
             uid: rustix::process::getuid().as_raw(),
             learned: false,
+            learned_ns_per_launch: None,
         }
     }
 
@@ -657,6 +786,8 @@ mod tests {
         flush: FLUSH,
         reap: REAP_EVERY,
         device: Duration::from_millis(100),
+        retrack: RETRACK_EVERY,
+        retrack_samples: MIN_SAMPLES,
     };
 
     /// Every process is job 7 of this test's user, except pid 1.
@@ -717,12 +848,18 @@ mod tests {
         assert!((o.seconds - 2.0).abs() < 0.5, "{}", o.seconds);
     }
 
-    /// An online job whose profile is learned, in a gate that holds nothing for online
-    /// work, is asked to stop tracking its launches and is no longer sampled; where the
-    /// gate may hold offline launches for it, it stays tracked.
+    /// A job whose profile is learned, online or offline, in a gate that holds nothing, is
+    /// asked to stop tracking its launches and is no longer sampled (an offline job after
+    /// a window at its start: 100 kernels for the watch for slow runs); where the gate may
+    /// hold offline launches, it stays tracked.
     #[tokio::test]
-    async fn a_learned_online_job_is_asked_to_stop_tracking_where_nothing_waits_on_it() {
-        for (budget, untracked) in [(0, true), (10, false)] {
+    async fn a_learned_job_is_asked_to_stop_tracking_where_nothing_waits_on_it() {
+        for (class, budget, untracked) in [
+            (JobClass::Online, 0, true),
+            (JobClass::Online, 10, false),
+            (JobClass::Offline, 0, true),
+            (JobClass::Offline, 10, false),
+        ] {
             let dir = tempfile::tempdir().expect("tmp");
             let path = dir.path().join("g.gate");
             let config = GateConfig {
@@ -730,23 +867,31 @@ mod tests {
                 ..GateConfig::new(98, PolicyKind::Mmk)
             };
             let gate = Gate::create(&path, &config).expect("gate");
+            let slot_class = match class {
+                JobClass::Online => Class::Online,
+                JobClass::Offline => Class::Offline,
+            };
             let slot = gate
-                .join(std::process::id(), Class::Online, 1.0)
+                .join(std::process::id(), slot_class, 1.0)
                 .expect("slot");
-            let (sampler, mut rx, handle) =
-                Sampler::start_with(job_seven, None, Periods::default());
+            let periods = Periods {
+                retrack_samples: 10,
+                ..Periods::default()
+            };
+            let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None, periods);
             sampler.watch(
                 JOB,
                 Watch {
                     learned: true,
-                    ..test_watch(JobClass::Online, path.clone(), 108)
+                    ..test_watch(class, path.clone(), 108)
                 },
             );
             let charge = Charge {
                 sm: 27,
                 ..Charge::default()
             };
-            for _ in 0..40 {
+            let mut tracked = 0;
+            for _ in 0..160 {
                 // What the interposer does: counted only, once asked.
                 if gate.untracked(slot) {
                     gate.count(slot);
@@ -754,18 +899,37 @@ mod tests {
                     gate.begin(slot, &charge);
                     std::thread::sleep(Duration::from_millis(2));
                     gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+                    tracked += 1;
                 }
-                std::thread::sleep(Duration::from_millis(3));
+                std::thread::sleep(Duration::from_millis(1));
             }
-            assert_eq!(gate.untracked(slot), untracked, "hold budget {budget}");
+            // A sample after the last launch (what unwatch does not read is lost).
+            std::thread::sleep(Duration::from_millis(10));
+            assert_eq!(
+                gate.untracked(slot),
+                untracked,
+                "{class:?}, hold budget {budget}"
+            );
             sampler.unwatch(JOB, true);
-            assert_eq!(sampler.totals()[&JOB].launches, 40);
+            assert_eq!(sampler.totals()[&JOB].launches, 160);
             sampler.stop();
             handle.join().expect("sampler");
             let reported = rx.try_recv();
-            if untracked {
+            match (class, untracked) {
                 // Asked at its first sample: nothing of this run went into its profile.
-                assert!(reported.is_err(), "{reported:?}");
+                (JobClass::Online, true) => assert!(reported.is_err(), "{reported:?}"),
+                // Its first kernels were tracked, for the watch for slow runs.
+                (JobClass::Offline, true) => {
+                    assert!((100..150).contains(&tracked), "{tracked} tracked");
+                    let seen = reported.expect("a report from the start");
+                    assert!(seen.observed.completed >= 100, "{:?}", seen.observed);
+                }
+                (_, false) => {
+                    let seen = reported.expect("a report");
+                    assert!(seen.observed.samples > 0);
+                }
+            }
+            if untracked {
                 // Its next run, in a gate that has come to hold offline launches (mmkd
                 // restarted with a budget, another job's policy): tracked again.
                 let (sampler, _rx, handle) =
@@ -774,7 +938,7 @@ mod tests {
                     JOB,
                     Watch {
                         learned: true,
-                        ..test_watch(JobClass::Online, path.clone(), 108)
+                        ..test_watch(class, path.clone(), 108)
                     },
                 );
                 gate.configure(&GateConfig {
@@ -788,11 +952,83 @@ mod tests {
                 }
                 sampler.stop();
                 handle.join().expect("sampler");
-            } else {
-                let seen = reported.expect("a report");
-                assert!(seen.observed.samples > 0);
             }
         }
+    }
+
+    /// A learned job counted only is tracked again for a window every `retrack`; its GPU
+    /// time goes on growing meanwhile, by its GPU time per launch.
+    #[tokio::test]
+    async fn an_untracked_job_is_tracked_again_now_and_then_and_its_gpu_time_estimated() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let config = GateConfig {
+            hold_budget_pct: 0,
+            ..GateConfig::new(98, PolicyKind::Mmk)
+        };
+        let gate = Gate::create(&path, &config).expect("gate");
+        let slot = gate
+            .join(std::process::id(), Class::Offline, 1.0)
+            .expect("slot");
+        let periods = Periods {
+            retrack: Duration::from_millis(200),
+            retrack_samples: 40,
+            ..Periods::default()
+        };
+        let (sampler, mut rx, handle) = Sampler::start_with(job_seven, None, periods);
+        sampler.watch(
+            JOB,
+            Watch {
+                learned: true,
+                learned_ns_per_launch: Some(2_000_000.0),
+                ..test_watch(JobClass::Offline, path, 108)
+            },
+        );
+        let charge = Charge {
+            sm: 27,
+            ..Charge::default()
+        };
+        // As the interposer does: launches counted only while asked, else tracked (each
+        // 2 ms in flight, as the profile says).
+        let (mut counted, mut tracked, mut windows) = (0u64, 0u64, 0);
+        let mut was_untracked = false;
+        // Windows of 100 kernels (about 0.4 s) with 0.2 s between them.
+        let until = Instant::now() + Duration::from_millis(2500);
+        while Instant::now() < until {
+            let untracked = gate.untracked(slot);
+            if untracked {
+                gate.count(slot);
+                counted += 1;
+            } else {
+                windows += usize::from(was_untracked);
+                gate.begin(slot, &charge);
+                std::thread::sleep(Duration::from_millis(2));
+                gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+                tracked += 1;
+            }
+            was_untracked = untracked;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        sampler.unwatch(JOB, true);
+        let totals = sampler.totals()[&JOB];
+        sampler.stop();
+        handle.join().expect("sampler");
+        assert!(
+            counted > 50 && tracked > 0,
+            "{counted} counted, {tracked} tracked"
+        );
+        assert!(windows >= 2, "tracked again {windows} times");
+        assert!(tracked >= 300, "{tracked} tracked in the windows");
+        assert_eq!(totals.launches, counted + tracked);
+        // Every launch, counted or tracked, about 2 ms of GPU time.
+        let per = totals.kernel_ns as f64 / totals.launches as f64;
+        assert!(
+            (1.8e6..2.6e6).contains(&per),
+            "{per} ns a launch: {totals:?}"
+        );
+        // The windows' samples went into its profile.
+        let seen = rx.try_recv().expect("a report from the windows");
+        assert!(seen.observed.samples >= 40, "{:?}", seen.observed);
     }
 
     /// A job that runs on is reported every flush period, not only at its end; only its

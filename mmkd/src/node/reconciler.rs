@@ -654,6 +654,7 @@ impl Node {
             (_, Some(o)) if crate::runner::running_as_root() => o.uid,
             _ => rustix::process::geteuid().as_raw(),
         };
+        let learned = self.inner.learned.for_job(job.owner, &job.spec);
         self.inner.sampler.watch(
             job.id,
             Watch {
@@ -673,7 +674,11 @@ impl Node {
                     .unwrap_or(1.0),
                 gpu_sms,
                 uid,
-                learned: self.inner.learned.for_job(job.owner, &job.spec).is_some(),
+                learned: learned.is_some(),
+                learned_ns_per_launch: learned
+                    .as_ref()
+                    .and_then(|l| l.observed.kernel_us())
+                    .map(|us| us * 1e3),
             },
         );
     }
