@@ -495,7 +495,8 @@ impl Sampler {
     /// buy only the profile, which is known, and GPU time, which is then estimated: each
     /// counted launch adds the job's GPU time per launch ([`Watched::ns_per_launch`]).
     /// Every [`RETRACK_EVERY`] it is tracked again for [`MIN_SAMPLES`] samples, which
-    /// measure that time per launch, its profile and its kernel time afresh.
+    /// measure that time per launch, its profile and its kernel time afresh. An offline job
+    /// is untracked only while no online process of its gate is tracked.
     fn sample(
         &self,
         jobs: &mut HashMap<u64, Watched>,
@@ -536,6 +537,12 @@ impl Sampler {
             };
             let slots = gate.slots();
             let untrack_ok = !gate.config().waits_on_online();
+            // An offline job is untracked only while no online process of its gate is
+            // tracked (one being learned, or in a window): a tracked service beside an
+            // untracked training is the pairing that measured worst (docs/planner.md).
+            let online_tracked = slots
+                .iter()
+                .any(|s| s.class == Some(Class::Online) && !s.untracked);
             if slots
                 .iter()
                 .any(|s| s.class == Some(Class::Offline) && s.inflight > 0)
@@ -572,7 +579,8 @@ impl Sampler {
                     // policy), and for a window now and then. Decided once a sample; what
                     // its slots counted since the last one was under the state before.
                     w.counted_only = w.untracked;
-                    w.untracked = w.untrack(untrack_ok, now, &self.periods);
+                    let may = untrack_ok && (w.watch.class == JobClass::Online || !online_tracked);
+                    w.untracked = w.untrack(may, now, &self.periods);
                 }
                 if w.untracked != slot.untracked {
                     gate.set_untracked(slot.pid, w.untracked);
@@ -954,6 +962,66 @@ mod tests {
                 handle.join().expect("sampler");
             }
         }
+    }
+
+    /// A learned offline job stays tracked while an online process beside it is (being
+    /// learned, or in a window), and is untracked once that one is.
+    #[tokio::test]
+    async fn an_offline_job_is_untracked_only_while_no_online_process_is_tracked() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("g.gate");
+        let config = GateConfig {
+            hold_budget_pct: 0,
+            ..GateConfig::new(98, PolicyKind::Mmk)
+        };
+        let gate = Gate::create(&path, &config).expect("gate");
+        let slot = gate
+            .join(std::process::id(), Class::Offline, 1.0)
+            .expect("slot");
+        // Another job's service (pid 1: not job 7), tracked.
+        gate.join(1, Class::Online, 1.0).expect("slot");
+        let periods = Periods {
+            retrack_samples: 10,
+            ..Periods::default()
+        };
+        let (sampler, _rx, handle) = Sampler::start_with(job_seven, None, periods);
+        sampler.watch(
+            JOB,
+            Watch {
+                learned: true,
+                ..test_watch(JobClass::Offline, path, 108)
+            },
+        );
+        let charge = Charge {
+            sm: 27,
+            ..Charge::default()
+        };
+        let mut run = |kernels: u32| {
+            for _ in 0..kernels {
+                if gate.untracked(slot) {
+                    gate.count(slot);
+                } else {
+                    gate.begin(slot, &charge);
+                    std::thread::sleep(Duration::from_millis(1));
+                    gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // Past its start window (100 kernels), still tracked beside the tracked service.
+        run(200);
+        assert!(!gate.untracked(slot), "untracked beside a tracked service");
+        // The service is learned and untracked: the training follows.
+        assert!(gate.set_untracked(1, true));
+        run(20);
+        assert!(
+            gate.untracked(slot),
+            "still tracked beside an untracked service"
+        );
+        sampler.unwatch(JOB, true);
+        sampler.stop();
+        handle.join().expect("sampler");
     }
 
     /// A learned job counted only is tracked again for a window every `retrack`; its GPU
