@@ -803,6 +803,37 @@ mod tests {
         (pid != 1).then(|| (JOB, rustix::process::getuid().as_raw()))
     }
 
+    /// A gate under the `mmk` policy with this hold budget (0: mmkd's default, holding
+    /// nothing), in `dir`.
+    fn mmk_gate(dir: &std::path::Path, budget: u32) -> (PathBuf, Gate) {
+        let path = dir.join("g.gate");
+        let config = GateConfig {
+            hold_budget_pct: budget,
+            ..GateConfig::new(98, PolicyKind::Mmk)
+        };
+        let gate = Gate::create(&path, &config).expect("gate");
+        (path, gate)
+    }
+
+    /// One launch as the interposer makes it: counted only where mmkd asked for that,
+    /// else tracked, 27 SMs in flight for `busy`; then `gap`. Whether it was tracked.
+    fn launch(gate: &Gate, slot: mmk_kernel_sched::SlotId, busy: Duration, gap: Duration) -> bool {
+        let tracked = !gate.untracked(slot);
+        if tracked {
+            let charge = Charge {
+                sm: 27,
+                ..Charge::default()
+            };
+            gate.begin(slot, &charge);
+            std::thread::sleep(busy);
+            gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
+        } else {
+            gate.count(slot);
+        }
+        std::thread::sleep(gap);
+        tracked
+    }
+
     /// This process plays a job: it joins a gate and keeps 27 SMs of a 108-SM GPU in
     /// flight half of the time; a process of another user is in the gate too.
     #[tokio::test]
@@ -869,12 +900,7 @@ mod tests {
             (JobClass::Offline, 10, false),
         ] {
             let dir = tempfile::tempdir().expect("tmp");
-            let path = dir.path().join("g.gate");
-            let config = GateConfig {
-                hold_budget_pct: budget,
-                ..GateConfig::new(98, PolicyKind::Mmk)
-            };
-            let gate = Gate::create(&path, &config).expect("gate");
+            let (path, gate) = mmk_gate(dir.path(), budget);
             let slot_class = match class {
                 JobClass::Online => Class::Online,
                 JobClass::Offline => Class::Offline,
@@ -894,23 +920,16 @@ mod tests {
                     ..test_watch(class, path.clone(), 108)
                 },
             );
-            let charge = Charge {
-                sm: 27,
-                ..Charge::default()
-            };
-            let mut tracked = 0;
-            for _ in 0..160 {
-                // What the interposer does: counted only, once asked.
-                if gate.untracked(slot) {
-                    gate.count(slot);
-                } else {
-                    gate.begin(slot, &charge);
-                    std::thread::sleep(Duration::from_millis(2));
-                    gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
-                    tracked += 1;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            let tracked = (0..160)
+                .filter(|_| {
+                    launch(
+                        &gate,
+                        slot,
+                        Duration::from_millis(2),
+                        Duration::from_millis(1),
+                    )
+                })
+                .count();
             // A sample after the last launch (what unwatch does not read is lost).
             std::thread::sleep(Duration::from_millis(10));
             assert_eq!(
@@ -969,12 +988,7 @@ mod tests {
     #[tokio::test]
     async fn an_offline_job_is_untracked_only_while_no_online_process_is_tracked() {
         let dir = tempfile::tempdir().expect("tmp");
-        let path = dir.path().join("g.gate");
-        let config = GateConfig {
-            hold_budget_pct: 0,
-            ..GateConfig::new(98, PolicyKind::Mmk)
-        };
-        let gate = Gate::create(&path, &config).expect("gate");
+        let (path, gate) = mmk_gate(dir.path(), 0);
         let slot = gate
             .join(std::process::id(), Class::Offline, 1.0)
             .expect("slot");
@@ -992,20 +1006,14 @@ mod tests {
                 ..test_watch(JobClass::Offline, path, 108)
             },
         );
-        let charge = Charge {
-            sm: 27,
-            ..Charge::default()
-        };
-        let mut run = |kernels: u32| {
+        let run = |kernels: u32| {
             for _ in 0..kernels {
-                if gate.untracked(slot) {
-                    gate.count(slot);
-                } else {
-                    gate.begin(slot, &charge);
-                    std::thread::sleep(Duration::from_millis(1));
-                    gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
-                }
-                std::thread::sleep(Duration::from_millis(1));
+                launch(
+                    &gate,
+                    slot,
+                    Duration::from_millis(1),
+                    Duration::from_millis(1),
+                );
             }
             std::thread::sleep(Duration::from_millis(10));
         };
@@ -1029,12 +1037,7 @@ mod tests {
     #[tokio::test]
     async fn an_untracked_job_is_tracked_again_now_and_then_and_its_gpu_time_estimated() {
         let dir = tempfile::tempdir().expect("tmp");
-        let path = dir.path().join("g.gate");
-        let config = GateConfig {
-            hold_budget_pct: 0,
-            ..GateConfig::new(98, PolicyKind::Mmk)
-        };
-        let gate = Gate::create(&path, &config).expect("gate");
+        let (path, gate) = mmk_gate(dir.path(), 0);
         let slot = gate
             .join(std::process::id(), Class::Offline, 1.0)
             .expect("slot");
@@ -1052,31 +1055,28 @@ mod tests {
                 ..test_watch(JobClass::Offline, path, 108)
             },
         );
-        let charge = Charge {
-            sm: 27,
-            ..Charge::default()
-        };
-        // As the interposer does: launches counted only while asked, else tracked (each
-        // 2 ms in flight, as the profile says).
+        // Tracked launches 2 ms in flight, as the profile says; windows of 100 kernels
+        // (about 0.4 s) with 0.2 s between them.
         let (mut counted, mut tracked, mut windows) = (0u64, 0u64, 0);
         let mut was_untracked = false;
-        // Windows of 100 kernels (about 0.4 s) with 0.2 s between them.
         let until = Instant::now() + Duration::from_millis(2500);
         while Instant::now() < until {
-            let untracked = gate.untracked(slot);
+            let untracked = !launch(
+                &gate,
+                slot,
+                Duration::from_millis(2),
+                Duration::from_millis(2),
+            );
             if untracked {
-                gate.count(slot);
                 counted += 1;
             } else {
                 windows += usize::from(was_untracked);
-                gate.begin(slot, &charge);
-                std::thread::sleep(Duration::from_millis(2));
-                gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
                 tracked += 1;
             }
             was_untracked = untracked;
-            std::thread::sleep(Duration::from_millis(2));
         }
+        // A sample after the last launch (what unwatch does not read is lost).
+        std::thread::sleep(Duration::from_millis(10));
         sampler.unwatch(JOB, true);
         let totals = sampler.totals()[&JOB];
         sampler.stop();
