@@ -190,8 +190,9 @@ impl GateConfig {
 
     /// Whether an offline launch may wait on the online kernels in flight: a policy other
     /// than `passthrough` with a hold budget above 0, the device wait, or a depth cap.
-    /// Where none is on, an online process's completions serve only mmkd's learning and
-    /// metrics, and mmkd may ask it to stop tracking them ([`Gate::set_untracked`]).
+    /// Where none is on, no process's completions serve the policy, only mmkd's learning
+    /// and metrics, and mmkd may ask a process to stop tracking them
+    /// ([`Gate::set_untracked`]).
     pub fn waits_on_online(&self) -> bool {
         self.policy != PolicyKind::Passthrough
             && (self.hold_budget_pct > 0 || self.device_wait || self.offline_depth > 0)
@@ -821,8 +822,9 @@ impl Gate {
 
     /// Ask process `pid` to count its launches from now on without tracking them to
     /// completion (`on`), or to track them again. Its kernels then no longer show in
-    /// flight: only for a process that no policy waits on (an online job where the hold
-    /// budget is 0). False when `pid` holds no slot.
+    /// flight: only for a process that no policy waits on (where
+    /// [`GateConfig::waits_on_online`] is false; an offline process's interposer checks
+    /// that at each launch). False when `pid` holds no slot.
     pub fn set_untracked(&self, pid: u32, on: bool) -> bool {
         match self
             .seg()

@@ -33,7 +33,7 @@ const REAP_EVERY: Duration = Duration::from_secs(1);
 /// get fresh measurements.
 pub const RETRACK_EVERY: Duration = Duration::from_secs(120);
 /// A window of tracking lasts [`MIN_SAMPLES`] samples (about 3 s) and [`SLOW_MIN_KERNELS`]
-/// completed kernels, or this long at most.
+/// completed kernels, or at most this long after its first completed kernel.
 const WINDOW_MAX: Duration = Duration::from_secs(30);
 /// GPU time per launch is taken from this run once it has tracked this many launches
 /// (before, from the job's learned profile).
@@ -69,8 +69,11 @@ impl Default for Periods {
 /// A gap between two samples longer than this (the thread was not scheduled) counts as
 /// this much time.
 const MAX_STEP: Duration = Duration::from_millis(50);
+/// The GPU time estimated for a process's counted launches may run this far ahead of the
+/// wall time it has been counted only (launches queue work that runs later).
+const ESTIMATE_AHEAD_NS: u64 = 50_000_000;
 
-/// Counters of one process as last read.
+/// Counters of one process as last read, and when.
 #[derive(Debug, Default, Clone, Copy)]
 struct Counters {
     launches: u64,
@@ -78,13 +81,15 @@ struct Counters {
     busy_ns: u64,
     held_ns: u64,
     held: u64,
+    /// Since when its launches are counted only, and the GPU time estimated for them since.
+    counting: Option<(Instant, u64)>,
 }
 
 /// What a job's processes did in its gate over its run, as sampled: GPU time attributed to
 /// it (time with kernels in flight), launches, and launches the gate held and for how long.
 /// A process that ends between two samples loses what it did since the last one (at most
 /// 3 ms). While a job's launches are counted only (untracked), its GPU time grows by its
-/// GPU time per launch as last measured (`Sampler::sample`).
+/// GPU time per launch (`Watched::ns_per_launch`) for each.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct JobTotals {
     pub kernel_ns: u64,
@@ -162,40 +167,50 @@ struct Watched {
     tracked_launches: u64,
 }
 
-/// Where a window of tracking began: this run's samples and completions then, and when.
+/// Where a window of tracking began: this run's samples and completions then, and when
+/// it first saw a kernel complete.
 #[derive(Debug, Clone, Copy)]
 struct Window {
     samples: u64,
     completed: u64,
-    since: Instant,
+    first_kernel: Option<Instant>,
 }
 
 impl Watched {
-    fn window(&self, now: Instant) -> Window {
+    fn window(&self) -> Window {
         Window {
             samples: self.run_samples,
             completed: self.run_completed,
-            since: now,
+            first_kernel: None,
         }
     }
 
     /// Whether its launches are to be counted only from now on: its profile is learned
-    /// (confident when the run started, or [`MIN_SAMPLES`] of this run), nothing waits on
-    /// its completions (`may`), and no window of tracking is open. A window opens at the
-    /// start of an offline job's run (the watch for slow runs compares it with its
-    /// profile) and whenever it has been untracked for `periods.retrack`; it lasts until
-    /// it has taken `periods.retrack_samples` samples and seen [`SLOW_MIN_KERNELS`]
-    /// kernels complete, or [`WINDOW_MAX`].
+    /// (confident when the run started, or [`MIN_SAMPLES`] of this run with
+    /// [`SLOW_MIN_KERNELS`] kernels seen to complete, which give its GPU time per launch),
+    /// nothing waits on its completions (`may`), and no window of tracking is open. A
+    /// window opens at the start of an offline job's run (the watch for slow runs compares
+    /// it with its profile) and whenever it has been untracked for `periods.retrack`; it
+    /// lasts until it has taken `periods.retrack_samples` samples and seen
+    /// [`SLOW_MIN_KERNELS`] kernels complete, or [`WINDOW_MAX`] after its first one (a job
+    /// that launches nothing stays tracked, at no cost).
     fn untrack(&mut self, may: bool, now: Instant, periods: &Periods) -> bool {
-        let learned = self.watch.learned || self.run_samples >= MIN_SAMPLES;
+        let learned = self.watch.learned
+            || (self.run_samples >= MIN_SAMPLES && self.run_completed >= SLOW_MIN_KERNELS);
         if !may || !learned {
             self.untracked_since = None;
             return false;
         }
-        if let Some(w) = self.window {
+        if let Some(w) = &mut self.window {
+            if w.first_kernel.is_none() && self.run_completed > w.completed {
+                w.first_kernel = Some(now);
+            }
             let measured = self.run_samples >= w.samples.saturating_add(periods.retrack_samples)
                 && self.run_completed >= w.completed.saturating_add(SLOW_MIN_KERNELS);
-            if !measured && now.duration_since(w.since) < WINDOW_MAX {
+            let long = w
+                .first_kernel
+                .is_some_and(|t| now.duration_since(t) >= WINDOW_MAX);
+            if !measured && !long {
                 return false;
             }
             self.window = None;
@@ -203,7 +218,7 @@ impl Watched {
         match self.untracked_since {
             Some(since) if now.duration_since(since) >= periods.retrack => {
                 self.untracked_since = None;
-                self.window = Some(self.window(now));
+                self.window = Some(self.window());
                 false
             }
             Some(_) => true,
@@ -214,8 +229,9 @@ impl Watched {
         }
     }
 
-    /// GPU time per launch, in ns: this run's while tracked, once it has tracked
-    /// [`MIN_TRACKED_LAUNCHES`], else its learned profile's, else this run's so far.
+    /// GPU time per launch, in ns: this run's over its tracked time, once it has tracked
+    /// [`MIN_TRACKED_LAUNCHES`], else its learned profile's kernel time, else this run's so
+    /// far.
     fn ns_per_launch(&self) -> Option<f64> {
         let run = (self.tracked_launches > 0)
             .then(|| self.tracked_busy_ns as f64 / self.tracked_launches as f64);
@@ -341,7 +357,7 @@ impl Sampler {
                 window: (watch.class == JobClass::Offline).then_some(Window {
                     samples: 0,
                     completed: 0,
-                    since: now,
+                    first_kernel: None,
                 }),
                 run_completed: 0,
                 tracked_busy_ns: 0,
@@ -494,9 +510,9 @@ impl Sampler {
     /// training's beside it (docs/kernel-sched.md); where nothing waits on them, they
     /// buy only the profile, which is known, and GPU time, which is then estimated: each
     /// counted launch adds the job's GPU time per launch ([`Watched::ns_per_launch`]).
-    /// Every [`RETRACK_EVERY`] it is tracked again for [`MIN_SAMPLES`] samples, which
-    /// measure that time per launch, its profile and its kernel time afresh. An offline job
-    /// is untracked only while no online process of its gate is tracked.
+    /// Every [`RETRACK_EVERY`] it is tracked again for a window ([`Watched::untrack`]),
+    /// which measures that time per launch, its profile and its kernel time afresh. An
+    /// offline job is untracked only while no online process of its gate is tracked.
     fn sample(
         &self,
         jobs: &mut HashMap<u64, Watched>,
@@ -611,29 +627,43 @@ impl Sampler {
                 let completed = forward(&mut last.completed, slot.completed);
                 if !w.counted_only {
                     // A profile's launch interval and kernel time are over sampled time.
-                    w.observed.launches += launches;
-                    w.observed.completed += completed;
+                    w.observed.launches = w.observed.launches.saturating_add(launches);
+                    w.observed.completed = w.observed.completed.saturating_add(completed);
                     w.run_completed = w.run_completed.saturating_add(completed);
                 }
                 w.launched |= launches > 0;
                 w.tracked |= completed > 0;
                 // A job writes its own slot: counters that jump add up saturating.
                 w.totals.launches = w.totals.launches.saturating_add(launches);
+                // Busy time comes from tracked launches only, also when it is credited
+                // after the window closed (at the end of a busy stretch).
                 let busy_ns = forward(&mut last.busy_ns, slot.busy_ns);
                 w.totals.kernel_ns = w.totals.kernel_ns.saturating_add(busy_ns);
+                w.tracked_busy_ns = w.tracked_busy_ns.saturating_add(busy_ns);
                 if w.counted_only {
-                    // Counted, not tracked: the GPU time they took as last measured (a
+                    // Counted, not tracked: each the GPU time a launch takes; all of them
+                    // together at most the time this process has been counted only (a
                     // float cast saturates).
-                    w.totals.kernel_ns = w
-                        .totals
-                        .kernel_ns
-                        .saturating_add((launches as f64 * per_launch) as u64);
+                    let (since, so_far) = last.counting.get_or_insert((now, 0));
+                    let wall = u64::try_from(now.duration_since(*since).as_nanos())
+                        .unwrap_or(u64::MAX)
+                        .saturating_add(ESTIMATE_AHEAD_NS);
+                    let estimate =
+                        ((launches as f64 * per_launch) as u64).min(wall.saturating_sub(*so_far));
+                    *so_far = so_far.saturating_add(estimate);
+                    w.totals.kernel_ns = w.totals.kernel_ns.saturating_add(estimate);
                 } else {
+                    last.counting = None;
                     w.tracked_launches = w.tracked_launches.saturating_add(launches);
-                    w.tracked_busy_ns = w.tracked_busy_ns.saturating_add(busy_ns);
                 }
-                w.totals.held_ns += forward(&mut last.held_ns, slot.held_ns);
-                w.totals.held += forward(&mut last.held, slot.held);
+                w.totals.held_ns = w
+                    .totals
+                    .held_ns
+                    .saturating_add(forward(&mut last.held_ns, slot.held_ns));
+                w.totals.held = w
+                    .totals
+                    .held
+                    .saturating_add(forward(&mut last.held, slot.held));
             }
         }
         owners.retain(|pid, _| seen_pids.contains(pid));
@@ -816,22 +846,43 @@ mod tests {
     }
 
     /// One launch as the interposer makes it: counted only where mmkd asked for that,
-    /// else tracked, 27 SMs in flight for `busy`; then `gap`. Whether it was tracked.
-    fn launch(gate: &Gate, slot: mmk_kernel_sched::SlotId, busy: Duration, gap: Duration) -> bool {
-        let tracked = !gate.untracked(slot);
-        if tracked {
+    /// else tracked, 27 SMs in flight for `busy`; then `gap`. How long it was in flight,
+    /// when tracked.
+    fn launch(
+        gate: &Gate,
+        slot: mmk_kernel_sched::SlotId,
+        busy: Duration,
+        gap: Duration,
+    ) -> Option<Duration> {
+        let tracked = (!gate.untracked(slot)).then(|| {
             let charge = Charge {
                 sm: 27,
                 ..Charge::default()
             };
+            let began = Instant::now();
             gate.begin(slot, &charge);
             std::thread::sleep(busy);
             gate.end(slot, &charge, mmk_kernel_sched::monotonic_ns());
-        } else {
+            began.elapsed()
+        });
+        if tracked.is_none() {
             gate.count(slot);
         }
         std::thread::sleep(gap);
         tracked
+    }
+
+    /// Waits until the sampler has read `launches` launches of job 7.
+    fn until_read(sampler: &Sampler, launches: u64) {
+        let began = Instant::now();
+        while sampler.totals().get(&JOB).map(|t| t.launches) != Some(launches) {
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "{:?}",
+                sampler.totals()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// This process plays a job: it joins a gate and keeps 27 SMs of a 108-SM GPU in
@@ -928,17 +979,17 @@ mod tests {
                         Duration::from_millis(2),
                         Duration::from_millis(1),
                     )
+                    .is_some()
                 })
                 .count();
-            // A sample after the last launch (what unwatch does not read is lost).
-            std::thread::sleep(Duration::from_millis(10));
+            // What unwatch does not read is lost.
+            until_read(&sampler, 160);
             assert_eq!(
                 gate.untracked(slot),
                 untracked,
                 "{class:?}, hold budget {budget}"
             );
             sampler.unwatch(JOB, true);
-            assert_eq!(sampler.totals()[&JOB].launches, 160);
             sampler.stop();
             handle.join().expect("sampler");
             let reported = rx.try_recv();
@@ -1015,7 +1066,7 @@ mod tests {
                     Duration::from_millis(1),
                 );
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(20));
         };
         // Past its start window (100 kernels), still tracked beside the tracked service.
         run(200);
@@ -1058,25 +1109,27 @@ mod tests {
         // Tracked launches 2 ms in flight, as the profile says; windows of 100 kernels
         // (about 0.4 s) with 0.2 s between them.
         let (mut counted, mut tracked, mut windows) = (0u64, 0u64, 0);
+        let mut busy = Duration::ZERO;
         let mut was_untracked = false;
         let until = Instant::now() + Duration::from_millis(2500);
         while Instant::now() < until {
-            let untracked = !launch(
+            let took = launch(
                 &gate,
                 slot,
                 Duration::from_millis(2),
                 Duration::from_millis(2),
             );
-            if untracked {
-                counted += 1;
-            } else {
-                windows += usize::from(was_untracked);
-                tracked += 1;
+            match took {
+                None => counted += 1,
+                Some(t) => {
+                    windows += usize::from(was_untracked);
+                    tracked += 1;
+                    busy += t;
+                }
             }
-            was_untracked = untracked;
+            was_untracked = took.is_none();
         }
-        // A sample after the last launch (what unwatch does not read is lost).
-        std::thread::sleep(Duration::from_millis(10));
+        until_read(&sampler, counted + tracked);
         sampler.unwatch(JOB, true);
         let totals = sampler.totals()[&JOB];
         sampler.stop();
@@ -1086,13 +1139,15 @@ mod tests {
             "{counted} counted, {tracked} tracked"
         );
         assert!(windows >= 2, "tracked again {windows} times");
-        assert!(tracked >= 300, "{tracked} tracked in the windows");
+        assert!(tracked >= 100, "{tracked} tracked");
         assert_eq!(totals.launches, counted + tracked);
-        // Every launch, counted or tracked, about 2 ms of GPU time.
-        let per = totals.kernel_ns as f64 / totals.launches as f64;
+        // The tracked launches' time in flight, and 2 ms (the profile's) for each counted
+        // one.
+        let want = busy.as_nanos() as f64 + counted as f64 * 2e6;
+        let got = totals.kernel_ns as f64;
         assert!(
-            (1.8e6..2.6e6).contains(&per),
-            "{per} ns a launch: {totals:?}"
+            (got / want - 1.0).abs() < 0.1,
+            "{got} ns of GPU time, {want} expected: {totals:?}"
         );
         // The windows' samples went into its profile.
         let seen = rx.try_recv().expect("a report from the windows");
