@@ -194,8 +194,12 @@ impl GateConfig {
     /// and metrics, and mmkd may ask a process to stop tracking them
     /// ([`Gate::set_untracked`]).
     pub fn waits_on_online(&self) -> bool {
-        self.policy != PolicyKind::Passthrough
-            && (self.hold_budget_pct > 0 || self.device_wait || self.offline_depth > 0)
+        waits_on_online(
+            self.policy,
+            self.hold_budget_pct,
+            self.device_wait,
+            self.offline_depth,
+        )
     }
 
     /// What this gate's policy is built from.
@@ -206,6 +210,16 @@ impl GateConfig {
             offline_depth: self.offline_depth,
         }
     }
+}
+
+/// See [`GateConfig::waits_on_online`].
+fn waits_on_online(
+    policy: PolicyKind,
+    hold_budget_pct: u32,
+    device_wait: bool,
+    offline_depth: u32,
+) -> bool {
+    policy != PolicyKind::Passthrough && (hold_budget_pct > 0 || device_wait || offline_depth > 0)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -605,6 +619,19 @@ impl Gate {
             device_wait_grain_us: h.device_wait_grain_us.load(Ordering::Relaxed),
             hold_budget_pct: h.hold_budget_pct.load(Ordering::Relaxed),
         }
+    }
+
+    /// [`GateConfig::waits_on_online`] from the four settings it needs alone (for the
+    /// interposer's launch path).
+    pub fn waits_on_online(&self) -> bool {
+        let h = &self.seg().header;
+        waits_on_online(
+            PolicyKind::from_code(h.policy.load(Ordering::Relaxed))
+                .unwrap_or(PolicyKind::Passthrough),
+            h.hold_budget_pct.load(Ordering::Relaxed),
+            h.device_wait.load(Ordering::Relaxed) != 0,
+            h.offline_depth.load(Ordering::Relaxed),
+        )
     }
 
     /// [`GateConfig::gemm_slice_mflop`] alone (one load, for the interposer's GEMM hooks).

@@ -142,7 +142,7 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
     // whose settings change never lets untracked offline work pass it.
     let track = p.track
         && !p.gate.as_ref().is_some_and(|(gate, slot)| {
-            gate.untracked(*slot) && (p.class != Class::Offline || !gate.config().waits_on_online())
+            gate.untracked(*slot) && (p.class != Class::Offline || !gate.waits_on_online())
         });
     let expect = match &p.profile {
         Some(profile) if track => kernel::expect(
