@@ -28,6 +28,9 @@ pub const MAX_COMMAND_BYTES: usize = 256 * 1024;
 pub const MAX_PATH_BYTES: usize = 4096;
 /// The longest reason a caller may give (a cancel's, a release's).
 pub const MAX_REASON_BYTES: usize = 1024;
+/// The longest latency objective an online job may declare: an hour (a service's SLO is
+/// milliseconds to seconds; more is a mistake, and would overflow what planners add up).
+pub const MAX_SLO_MS: u64 = 3_600_000;
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 pub const MAX_RESTARTS: u32 = 100;
 pub const MAX_BATCH: u32 = 65_536;
@@ -264,6 +267,12 @@ impl JobSpec {
                 return Err(FieldError::new("slo", "only online jobs have an SLO"));
             }
             (_, Some(0)) => return Err(FieldError::new("slo", "must be greater than zero")),
+            (_, Some(ms)) if ms > MAX_SLO_MS => {
+                return Err(FieldError::new(
+                    "slo",
+                    format!("{ms} ms is longer than the longest SLO, {MAX_SLO_MS} ms (1h)"),
+                ));
+            }
             _ => {}
         }
         if !PRIORITY_RANGE.contains(&self.priority) {
@@ -625,6 +634,13 @@ pub(crate) mod tests {
         let mut s = sample();
         s.slo_ms = Some(50);
         assert_eq!(field_of(&s), "slo");
+        s.class = JobClass::Online;
+        s.slo_ms = Some(u64::MAX);
+        assert_eq!(field_of(&s), "slo");
+        s.slo_ms = Some(MAX_SLO_MS);
+        assert!(s.validate().is_ok());
+        s.class = JobClass::Offline;
+        s.slo_ms = Some(50);
 
         let mut s = sample();
         s.priority = 5000;

@@ -263,7 +263,9 @@ pub fn starvation_bound(base: Duration, mps_fraction: f64) -> Duration {
     } else {
         1.0
     };
-    base.div_f64(fraction)
+    // Whatever base a gate holds (its header is shared with the job's processes), never a
+    // panic: a bound past what a Duration holds is the longest one.
+    Duration::try_from_secs_f64(base.as_secs_f64() / fraction).unwrap_or(Duration::MAX)
 }
 
 /// How often a launch waiting at `mmk`'s depth cap asks again if no completion woke it.

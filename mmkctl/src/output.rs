@@ -171,9 +171,11 @@ fn partition_label(j: &v1::Job) -> String {
     )
 }
 
+/// `s` on one line (see [`mmk_cli::stdout::one_line`]), cut to `width` characters.
 fn clip(s: &str, width: usize) -> String {
+    let s = mmk_cli::stdout::one_line(s);
     if s.chars().count() <= width {
-        s.to_owned()
+        s.into_owned()
     } else {
         let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
         out.push('~');
@@ -238,7 +240,8 @@ pub fn job_detail(fmt: Format, j: &v1::Job) {
         print_json(&o);
         return;
     }
-    let row = |k: &str, v: &str| outln!("{k:<13} {v}");
+    // A value stays on its row: a newline a user put in an argument cannot fake a line.
+    let row = |k: &str, v: &str| outln!("{k:<13} {}", mmk_cli::stdout::one_line(v));
     row("id:", &o.id.to_string());
     row("name:", &o.name);
     row("class:", &o.class);

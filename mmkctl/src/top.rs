@@ -14,6 +14,7 @@ use clap::Args;
 use mmk_core::units::format_mib;
 use mmk_proto::v1;
 use serde::Serialize;
+use tokio::signal::unix::SignalKind;
 
 use crate::cli::{Failure, Format};
 use crate::client::{Target, connect};
@@ -211,6 +212,16 @@ impl Drop for RawKeys {
     }
 }
 
+/// Resolves when the process gets `kind` (never, where it cannot be listened for).
+async fn signalled(kind: SignalKind) {
+    match tokio::signal::unix::signal(kind) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
+
 pub async fn run(target: &Target, fmt: Format, args: TopArgs) -> Result<(), Failure> {
     let mut c = connect(target).await?;
     let mut read = async || -> Result<v1::ListPartitionsResponse, Failure> {
@@ -231,6 +242,7 @@ pub async fn run(target: &Target, fmt: Format, args: TopArgs) -> Result<(), Fail
         }
         return Ok(());
     }
+    let on_terminal = rustix::termios::isatty(std::io::stdout());
     let _keys = RawKeys::new();
     let (key_tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
     if _keys.is_some() {
@@ -250,13 +262,21 @@ pub async fn run(target: &Target, fmt: Format, args: TopArgs) -> Result<(), Fail
         prev = Some((previous(&now), Instant::now()));
         match fmt {
             Format::Json => crate::output::print_json(&rows),
-            // Home and clear, then the frame.
-            Format::Table => out!("\x1b[H\x1b[2J{}", draw(&rows, true)),
+            // On a terminal: home and clear, then the frame. Elsewhere (a pipe, a log):
+            // plain frames, one after the other.
+            Format::Table if on_terminal => {
+                mmk_cli::stdout::control("\x1b[H\x1b[2J");
+                out!("{}", draw(&rows, true));
+            }
+            Format::Table => outln!("{}", draw(&rows, false)),
         }
+        // Every way out returns, so that the terminal's mode is restored (`RawKeys`).
         tokio::select! {
             () = tokio::time::sleep(args.interval) => {}
             k = keys.recv() => if matches!(k, Some(b'q' | b'Q')) { return Ok(()) },
             _ = tokio::signal::ctrl_c() => return Ok(()),
+            () = signalled(SignalKind::terminate()) => return Ok(()),
+            () = signalled(SignalKind::hangup()) => return Ok(()),
         }
     }
 }

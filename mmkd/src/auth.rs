@@ -105,12 +105,14 @@ impl Access {
         // it unless the operator named that user with --scheduler-user.
         let (uid, gid) = (user.uid(), user.primary_group_id());
         let me = rustix::process::geteuid().as_raw();
-        // Group root counts too: a command job runs with the user's primary group.
-        if (uid == 0 || gid == 0 || uid == me) && !self.scheduler_uids.contains(&uid) {
+        // Group root counts too: a command job runs with the user's primary group. A
+        // system user (a uid below the node's UID_MIN: daemons, nobody) is no person's.
+        let system = uid < first_login_uid();
+        if (uid == 0 || gid == 0 || uid == me || system) && !self.scheduler_uids.contains(&uid) {
             return Err(denied(format!(
-                "the client certificate names {:?}, whose identity (root's, group root's or \
-                 mmkd's own) mmkd does not grant over TCP; a remote operator uses a user named \
-                 with --scheduler-user",
+                "the client certificate names {:?}, whose identity (root's, group root's, a \
+                 system user's or mmkd's own) mmkd does not grant over TCP; a remote operator \
+                 uses a user named with --scheduler-user",
                 mmk_core::spec::short(name, 64)
             )));
         }
@@ -131,6 +133,28 @@ impl Access {
             Role::User
         }
     }
+}
+
+/// The first uid of a person's account: `UID_MIN` of `/etc/login.defs`, 1000 where it
+/// says none (Debian's, Red Hat's and shadow's default). Read once.
+fn first_login_uid() -> u32 {
+    static FIRST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *FIRST.get_or_init(|| {
+        std::fs::read_to_string("/etc/login.defs")
+            .ok()
+            .and_then(|text| uid_min(&text))
+            .unwrap_or(1000)
+    })
+}
+
+/// `UID_MIN` in the text of a `login.defs`.
+fn uid_min(text: &str) -> Option<u32> {
+    text.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        (words.next() == Some("UID_MIN"))
+            .then(|| words.next()?.parse().ok())
+            .flatten()
+    })
 }
 
 /// Whether user `uid` (primary group `gid`) is in group `group`, by the node's user
@@ -183,6 +207,14 @@ mod tests {
         assert!(matches!(err, ServiceError::PermissionDenied(_)), "{err:?}");
         assert!(access.caller(0, 0).may_act_on(bobs), "root");
         assert!(access.caller(4242, 100).may_act_on(bobs), "the scheduler");
+    }
+
+    #[test]
+    fn the_first_login_uid_comes_from_login_defs() {
+        let defs = "# comment\nMAIL_DIR /var/mail\nUID_MIN\t\t 2000\nUID_MAX 60000\n";
+        assert_eq!(uid_min(defs), Some(2000));
+        assert_eq!(uid_min("UID_MAX 60000\n"), None);
+        assert_eq!(uid_min("UID_MIN lots\n"), None);
     }
 
     #[test]

@@ -620,14 +620,26 @@ impl Config {
                 message: format!("{grain:?} is over {MAX_KERNEL_BASE:?}"),
             });
         }
-        let data_dir = args
-            .data_dir
-            .or(file.data_dir)
-            .unwrap_or_else(paths::default_data_dir);
-        let kernel_gate_dir = args
-            .kernel_gate_dir
-            .or(file.kernel_gate_dir)
-            .unwrap_or_else(|| data_dir.join("ksched"));
+        // Absolute, whatever the operator wrote: the MPS daemons and the jobs, which run
+        // elsewhere, find their folders by these paths.
+        let absolute = |path: PathBuf, field: &'static str| {
+            std::path::absolute(&path).map_err(|e| ConfigError::Invalid {
+                field,
+                message: format!("{}: {e}", path.display()),
+            })
+        };
+        let data_dir = absolute(
+            args.data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(paths::default_data_dir),
+            "data_dir",
+        )?;
+        let kernel_gate_dir = absolute(
+            args.kernel_gate_dir
+                .or(file.kernel_gate_dir)
+                .unwrap_or_else(|| data_dir.join("ksched")),
+            "kernel_gate_dir",
+        )?;
         if kernel_device_wait.is_some() && kernel_policy.is_some() {
             on_memory_fs(&kernel_gate_dir).map_err(|message| ConfigError::Invalid {
                 field: "kernel_gate_dir",

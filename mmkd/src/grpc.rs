@@ -337,6 +337,7 @@ async fn until_true(mut flag: watch::Receiver<bool>) {
 #[derive(Debug, Clone)]
 pub struct PartitionApi {
     pub node: Node,
+    pub access: Arc<Access>,
 }
 
 /// Memory slices no instance holds.
@@ -531,6 +532,7 @@ impl PartitionService for PartitionApi {
         &self,
         req: Request<v1::PlanJobsRequest>,
     ) -> Result<Response<v1::PlanJobsResponse>, Status> {
+        let caller = caller(&self.access, &req)?;
         let req = req.into_inner();
         if req.specs.is_empty() {
             return Err(invalid("specs", "give at least one job"));
@@ -546,7 +548,11 @@ impl PartitionService for PartitionApi {
                 })
             })
             .collect::<Result<Vec<_>, Status>>()?;
-        let (gpus, plan, ids) = self.node.dry_run(&specs).await.map_err(status)?;
+        let (gpus, plan, ids) = self
+            .node
+            .dry_run(&specs, caller.owner())
+            .await
+            .map_err(status)?;
         let steps = plan.steps.iter().map(|s| step_to_proto(&gpus, s)).collect();
         let jobs = specs
             .iter()
@@ -587,8 +593,9 @@ impl PartitionService for PartitionApi {
 
     async fn list_partitions(
         &self,
-        _req: Request<v1::ListPartitionsRequest>,
+        req: Request<v1::ListPartitionsRequest>,
     ) -> Result<Response<v1::ListPartitionsResponse>, Status> {
+        caller(&self.access, &req)?;
         Ok(Response::new(partitions(&self.node).await?))
     }
 }
@@ -636,8 +643,9 @@ pub struct NodeApi {
 impl NodeService for NodeApi {
     async fn get_node(
         &self,
-        _req: Request<v1::GetNodeRequest>,
+        req: Request<v1::GetNodeRequest>,
     ) -> Result<Response<v1::Node>, Status> {
+        caller(&self.access, &req)?;
         let gpus = self.node.gpus().await.map_err(status)?;
         let jobs = active_jobs(&self.node).await?;
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -1,16 +1,20 @@
 //! The kernel scheduler's side in mmkd: one gate per partition (crate
 //! `mmk-kernel-sched`), and the interposer in every managed job's `LD_PRELOAD`.
 //!
-//! The gate lives at `<gate dir>/<partition>.gate` (`--kernel-gate-dir`, by default
-//! `DATA_DIR/ksched`); mmkd makes it before the
-//! partition's first job starts, with the partition's SM count and the configured policy,
-//! and removes it when the partition's MIG instance is destroyed. A gate left by an earlier
-//! mmkd is taken over, so jobs that outlived mmkd keep their slots.
+//! The gates live in one folder (`--kernel-gate-dir`, by default `DATA_DIR/ksched`) that
+//! mmkd opens and checks at its start ([`GateDir`]: its own, written by nobody else). A
+//! partition's gate, `<partition>.gate`, is made before the partition's first job starts,
+//! with the partition's SM count and the configured policy, and belongs to the user whose
+//! jobs run there (a partition serves one user at a time), mode 0600; it is removed when
+//! the partition's MIG instance is destroyed. The owner's gate left by an earlier mmkd is
+//! taken over, so jobs that outlived mmkd keep their slots; another user's is replaced.
+//! mmkd itself never maps a gate ([`mmk_kernel_sched::GateFile`]).
 //!
 //! The gate's policy is `--kernel-policy`, unless an online job of the partition names one
 //! in its spec (`command.kernel_policy`); the anti-starvation base (which is also Orion's
 //! DUR_THRESHOLD) is 2.5 % of the online job's profiled request latency when its spec has a
-//! kernel profile, else 250 us; `--kernel-base` replaces both. The latest online job to
+//! kernel profile (read with the job's user's rights, [`crate::asuser`]), else 250 us;
+//! `--kernel-base` replaces both. The latest online job to
 //! start sets them; they hold until the partition's instance goes away. Every gate gets
 //! `--kernel-offline-depth` (`mmk`'s cap on queued offline kernels; 0: none) and
 //! `--kernel-gemm-slice` (offline GEMMs over that many MFLOP cut into pieces; 0: not cut).
@@ -20,10 +24,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use mmk_kernel_sched::{Gate, GateConfig, GateError, PolicyKind, Profile, SlotStats, Totals};
+use mmk_kernel_sched::gate::{GateDir, GateOwner};
+use mmk_kernel_sched::{GateConfig, GateError, PolicyKind, Profile, SlotStats, Totals};
 use tracing::{info, warn};
 
-use crate::job::Assignment;
+use crate::job::{Assignment, Owner};
 use mmk_partitioner::GpuState;
 
 /// What a job needs to run under the kernel scheduler.
@@ -45,10 +50,12 @@ pub struct OnlineTuning {
 
 impl OnlineTuning {
     /// Read what an online job's spec asks for: its policy, and its kernel profile's
-    /// DUR_THRESHOLD. An unreadable or bad profile is an error that names the file.
+    /// DUR_THRESHOLD. The profile is read as `owner` would read it. An unreadable or bad
+    /// profile is an error that names the file.
     pub fn from_spec(
         policy: Option<&str>,
         profile: Option<&Path>,
+        owner: Option<Owner>,
     ) -> Result<OnlineTuning, KschedError> {
         let policy = policy
             .map(|p| p.parse::<PolicyKind>())
@@ -56,13 +63,15 @@ impl OnlineTuning {
             .map_err(KschedError::Policy)?;
         let base = match profile {
             Some(path) => {
-                let text = read_bounded(path).map_err(|source| KschedError::ReadProfile {
+                let bytes = crate::asuser::read_file(owner, path, MAX_PROFILE_BYTES)
+                    .map_err(KschedError::ReadProfile)?;
+                let text = String::from_utf8(bytes).map_err(|_| KschedError::BadProfile {
                     path: path.to_owned(),
-                    source,
+                    why: "not UTF-8 text".into(),
                 })?;
-                let p = Profile::parse(&text).map_err(|source| KschedError::BadProfile {
+                let p = Profile::parse(&text).map_err(|e| KschedError::BadProfile {
                     path: path.to_owned(),
-                    source,
+                    why: without_quotes(&e.to_string()),
                 })?;
                 p.dur_threshold_ns().map(Duration::from_nanos)
             }
@@ -72,30 +81,34 @@ impl OnlineTuning {
     }
 }
 
+/// A parse error's message without what it quotes of the file (`invalid type: string
+/// "..."`): a reason shows where the file is wrong, not its content.
+fn without_quotes(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut quoted = false;
+    for c in message.chars() {
+        if c == '"' {
+            if !quoted {
+                out.push_str("\"...\"");
+            }
+            quoted = !quoted;
+        } else if !quoted {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Why a job's gate could not be made; the job's reason says so with every cause (a full
 /// disk says "No space left on device").
 #[derive(Debug, thiserror::Error)]
 pub enum KschedError {
     #[error("command.kernel_policy: {0}")]
     Policy(mmk_kernel_sched::UnknownName),
-    #[error("kernel profile {path}")]
-    ReadProfile {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("kernel profile {path}")]
-    BadProfile {
-        path: PathBuf,
-        #[source]
-        source: mmk_kernel_sched::profile::ProfileError,
-    },
-    #[error("kernel scheduler: cannot create {path}")]
-    Dir {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("kernel profile")]
+    ReadProfile(#[source] crate::asuser::ReadError),
+    #[error("kernel profile {path}: {why}")]
+    BadProfile { path: PathBuf, why: String },
     #[error("kernel scheduler")]
     Gate(#[source] mmk_kernel_sched::gate::GateError),
     #[error("interposer {path}")]
@@ -121,7 +134,8 @@ pub struct KernelSched {
     device_wait: Option<Duration>,
     /// The share of its time (%) an offline process may be held; 100: no budget.
     hold_budget_pct: u32,
-    dir: PathBuf,
+    /// The gates' folder, open and checked; `None` when the kernel scheduler is off.
+    dir: Option<Arc<GateDir>>,
     /// Each partition's gate settings, as the latest online job left them.
     tuned: Arc<Mutex<HashMap<String, OnlineTuning>>>,
 }
@@ -136,14 +150,21 @@ impl KernelSched {
             gemm_slice_mflop: 0,
             device_wait: None,
             hold_budget_pct: crate::config::DEFAULT_KERNEL_HOLD_BUDGET,
-            dir: PathBuf::new(),
+            dir: None,
             tuned: Arc::default(),
         }
     }
 
-    pub fn new(interposer: PathBuf, policy: PolicyKind, dir: PathBuf) -> KernelSched {
-        info!(interposer = %interposer.display(), %policy, "kernel scheduler");
-        KernelSched {
+    /// The kernel scheduler with its gates in `dir`, which is made when missing and
+    /// refused when another user owns it or may write it (or a folder above it).
+    pub fn new(
+        interposer: PathBuf,
+        policy: PolicyKind,
+        dir: &Path,
+    ) -> Result<KernelSched, KschedError> {
+        let dir = GateDir::open(dir).map_err(KschedError::Gate)?;
+        info!(interposer = %interposer.display(), %policy, gates = %dir.path().display(), "kernel scheduler");
+        Ok(KernelSched {
             interposer: Some(interposer),
             policy,
             base: None,
@@ -151,9 +172,9 @@ impl KernelSched {
             gemm_slice_mflop: 0,
             device_wait: None,
             hold_budget_pct: crate::config::DEFAULT_KERNEL_HOLD_BUDGET,
-            dir,
+            dir: Some(Arc::new(dir)),
             tuned: Arc::default(),
-        }
+        })
     }
 
     /// Every gate with this offline depth cap (0: none) and, when given, this base instead
@@ -192,7 +213,6 @@ impl KernelSched {
         {
             info!(
                 grain_us = grain.as_micros(),
-                gates = %self.dir.display(),
                 "offline launches also wait on the GPU"
             );
         }
@@ -213,29 +233,21 @@ impl KernelSched {
         self
     }
 
-    pub fn gate_path(&self, key: &str) -> PathBuf {
-        self.dir.join(format!("{key}.gate"))
-    }
-
     /// Make (or take over) the gate of the partition `key` with `sm_count` SMs for a job
-    /// with this kernel profile; an online job passes what its spec asks of the gate.
-    /// `None` when the kernel scheduler is off; an error says why the gate could not be
-    /// made.
+    /// with this kernel profile whose processes run as `owner`; an online job passes what
+    /// its spec asks of the gate. `None` when the kernel scheduler is off; an error says
+    /// why the gate could not be made.
     pub fn prepare(
         &self,
         key: &str,
         sm_count: u32,
         profile: Option<&Path>,
         online: Option<OnlineTuning>,
+        owner: GateOwner,
     ) -> Result<Option<JobKsched>, KschedError> {
-        let Some(interposer) = &self.interposer else {
+        let (Some(interposer), Some(dir)) = (&self.interposer, &self.dir) else {
             return Ok(None);
         };
-        std::fs::create_dir_all(&self.dir).map_err(|source| KschedError::Dir {
-            path: self.dir.clone(),
-            source,
-        })?;
-        let path = self.gate_path(key);
         let tuning = {
             let mut tuned = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(t) = online {
@@ -254,10 +266,12 @@ impl KernelSched {
             config.device_wait = true;
             config.device_wait_grain_us = u32::try_from(grain.as_micros()).unwrap_or(u32::MAX);
         }
-        Gate::create(&path, &config).map_err(KschedError::Gate)?;
+        let gate = dir
+            .prepare(key, &config, owner)
+            .map_err(KschedError::Gate)?;
         Ok(Some(JobKsched {
             interposer: interposer.clone(),
-            gate: path,
+            gate: gate.path().to_owned(),
             profile: profile.map(Path::to_path_buf),
         }))
     }
@@ -265,22 +279,18 @@ impl KernelSched {
     /// The gate of the partition `key` as it is now; `None` when the kernel scheduler is
     /// off or the partition has no gate (no job has started there since its instance was
     /// made). A file that is not a gate, or one of another version, is reported, not
-    /// taken over: reading never changes it.
+    /// taken over: reading never changes it, and mmkd reads a copy (never a mapping).
     pub fn read_gate(&self, key: &str) -> Option<GateView> {
-        self.interposer.as_ref()?;
-        let path = self.gate_path(key);
-        let state = match path.try_exists() {
-            Ok(false) => return None,
-            Err(source) => Err(GateError::Io {
-                path: path.clone(),
-                op: "look for it",
-                source,
+        let dir = self.dir.as_ref()?;
+        let path = dir.gate_path(key);
+        let state = match dir.open_gate(key) {
+            Ok(None) => return None,
+            Ok(Some(gate)) => gate.snapshot().map(|snap| GateState {
+                config: snap.config(),
+                totals: snap.totals(),
+                processes: snap.live_slots(),
             }),
-            Ok(true) => Gate::open(&path).map(|gate| GateState {
-                config: gate.config(),
-                totals: gate.totals(),
-                processes: gate.live_slots(),
-            }),
+            Err(e) => Err(e),
         };
         Some(GateView {
             path,
@@ -290,18 +300,15 @@ impl KernelSched {
 
     /// Remove a partition's gate (its instance is going away).
     pub fn remove(&self, key: &str) {
-        if self.interposer.is_none() {
+        let Some(dir) = &self.dir else {
             return;
-        }
+        };
         self.tuned
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(key);
-        let path = self.gate_path(key);
-        if let Err(e) = std::fs::remove_file(&path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            warn!(gate = %path.display(), error = %e, "cannot remove a gate");
+        if let Err(e) = dir.remove(key) {
+            warn!(error = %e, "cannot remove a gate");
         }
     }
 }
@@ -337,26 +344,6 @@ pub struct GateState {
 /// The largest kernel profile mmkd reads (a profile of thousands of kernels is a few MiB).
 const MAX_PROFILE_BYTES: u64 = 64 << 20;
 
-/// Read a user-named file, refusing what is not a regular file or is too large to be a
-/// profile (a job spec must not make mmkd read `/dev/zero`).
-fn read_bounded(path: &Path) -> std::io::Result<String> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    if meta.len() > MAX_PROFILE_BYTES {
-        return Err(std::io::Error::other(format!(
-            "{} bytes; a profile is at most {MAX_PROFILE_BYTES}",
-            meta.len()
-        )));
-    }
-    let mut text = String::new();
-    file.take(MAX_PROFILE_BYTES).read_to_string(&mut text)?;
-    Ok(text)
-}
-
 /// SMs of the partition an assignment runs in: its MIG profile's, or the whole GPU's.
 pub fn partition_sms(gpus: &[GpuState], a: &Assignment) -> u32 {
     gpus.iter()
@@ -391,6 +378,11 @@ pub fn check_interposer(path: &Path) -> Result<(), KschedError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mmk_kernel_sched::Gate;
+
+    fn me() -> GateOwner {
+        GateOwner::current()
+    }
 
     #[test]
     fn a_gate_is_made_per_partition_and_removed_with_it() {
@@ -398,9 +390,10 @@ mod tests {
         let k = KernelSched::new(
             PathBuf::from("/lib/libmmk_interposer.so"),
             PolicyKind::Mmk,
-            dir.path().join("ksched"),
-        );
-        let job = k.prepare("g0i5", 66, None, None).unwrap().unwrap();
+            &dir.path().join("ksched"),
+        )
+        .unwrap();
+        let job = k.prepare("g0i5", 66, None, None, me()).unwrap().unwrap();
         assert_eq!(job.gate, dir.path().join("ksched/g0i5.gate"));
         let gate = Gate::open(&job.gate).unwrap();
         assert_eq!(gate.config().sm_count, 66);
@@ -416,8 +409,9 @@ mod tests {
         let k = KernelSched::new(
             PathBuf::from("/lib/libmmk_interposer.so"),
             PolicyKind::Mmk,
-            dir.path().join("ksched"),
-        );
+            &dir.path().join("ksched"),
+        )
+        .unwrap();
         let profile = dir.path().join("serve.kprofile.json");
         let trace = format!(
             "{}\n0,9,online,cuLaunchKernel,conv,1,1,1,1,1,1,0,1,1,0x0,0,0,1000000,9000000\n",
@@ -430,14 +424,14 @@ mod tests {
         )
         .unwrap();
         std::fs::write(&profile, p.to_json()).unwrap();
-        let tuning = OnlineTuning::from_spec(Some("orion"), Some(&profile)).unwrap();
+        let tuning = OnlineTuning::from_spec(Some("orion"), Some(&profile), None).unwrap();
         assert_eq!(
             tuning.base,
             Some(Duration::from_micros(200)),
             "2.5 % of 8 ms"
         );
         let job = k
-            .prepare("g0", 132, Some(&profile), Some(tuning))
+            .prepare("g0", 132, Some(&profile), Some(tuning), me())
             .unwrap()
             .unwrap();
         assert_eq!(job.profile.as_deref(), Some(profile.as_path()));
@@ -445,24 +439,25 @@ mod tests {
         assert_eq!(gate.config().policy, PolicyKind::Orion);
         assert_eq!(gate.config().base, Duration::from_micros(200));
         // An offline job joining later keeps what the online job set.
-        k.prepare("g0", 132, None, None).unwrap().unwrap();
+        k.prepare("g0", 132, None, None, me()).unwrap().unwrap();
         assert_eq!(gate.config().policy, PolicyKind::Orion);
         // Once the instance is gone, the partition starts from mmkd's policy again.
         k.remove("g0");
-        k.prepare("g0", 132, None, None).unwrap().unwrap();
+        k.prepare("g0", 132, None, None, me()).unwrap().unwrap();
         let gate = Gate::open(&job.gate).unwrap();
         assert_eq!(gate.config().policy, PolicyKind::Mmk);
 
         let err = crate::error::chain(
-            &OnlineTuning::from_spec(None, Some(&dir.path().join("none.json"))).unwrap_err(),
+            &OnlineTuning::from_spec(None, Some(&dir.path().join("none.json")), None).unwrap_err(),
         );
         assert!(err.contains("none.json"), "{err}");
         let err = crate::error::chain(
-            &OnlineTuning::from_spec(None, Some(Path::new("/dev/zero"))).unwrap_err(),
+            &OnlineTuning::from_spec(None, Some(Path::new("/dev/zero")), None).unwrap_err(),
         );
         assert!(err.contains("not a regular file"), "{err}");
         std::fs::write(&profile, "{}").unwrap();
-        let err = crate::error::chain(&OnlineTuning::from_spec(None, Some(&profile)).unwrap_err());
+        let err =
+            crate::error::chain(&OnlineTuning::from_spec(None, Some(&profile), None).unwrap_err());
         assert!(
             err.contains("serve.kprofile.json") && err.contains("kernel profile"),
             "{err}"
@@ -475,8 +470,9 @@ mod tests {
         let k = KernelSched::new(
             PathBuf::from("/lib/libmmk_interposer.so"),
             PolicyKind::Mmk,
-            dir.path().join("ksched"),
+            &dir.path().join("ksched"),
         )
+        .unwrap()
         .with_tuning(8, Some(Duration::from_micros(1500)))
         .with_gemm_slice(8000)
         .with_device_wait(Some(Duration::from_micros(200)))
@@ -485,7 +481,10 @@ mod tests {
             policy: None,
             base: Some(Duration::from_micros(29)),
         };
-        let job = k.prepare("g0", 132, None, Some(profiled)).unwrap().unwrap();
+        let job = k
+            .prepare("g0", 132, None, Some(profiled), me())
+            .unwrap()
+            .unwrap();
         let config = Gate::open(&job.gate).unwrap().config();
         assert_eq!(config.offline_depth, 8);
         assert_eq!(config.gemm_slice_mflop, 8000);
@@ -500,10 +499,11 @@ mod tests {
         let plain = KernelSched::new(
             PathBuf::from("/lib/libmmk_interposer.so"),
             PolicyKind::Mmk,
-            dir.path().join("plain"),
-        );
+            &dir.path().join("plain"),
+        )
+        .unwrap();
         let job = plain
-            .prepare("g0", 132, None, Some(profiled))
+            .prepare("g0", 132, None, Some(profiled), me())
             .unwrap()
             .unwrap();
         let config = Gate::open(&job.gate).unwrap().config();
@@ -532,11 +532,12 @@ mod tests {
         let k = KernelSched::new(
             PathBuf::from("/lib/libmmk_interposer.so"),
             PolicyKind::Fikit,
-            dir.path().join("ksched"),
+            &dir.path().join("ksched"),
         )
+        .unwrap()
         .with_device_wait(Some(Duration::ZERO));
         assert!(k.read_gate("g0").is_none(), "no job has started there");
-        let job = k.prepare("g0", 132, None, None).unwrap().unwrap();
+        let job = k.prepare("g0", 132, None, None, me()).unwrap().unwrap();
         // A job process: joined as online, two launches counted, one still in flight.
         let gate = Gate::open(&job.gate).unwrap();
         let slot = gate
@@ -575,7 +576,7 @@ mod tests {
         );
 
         // Not a gate: said why, and the file is left as it was.
-        let bad = k.gate_path("g1i3");
+        let bad = dir.path().join("ksched/g1i3.gate");
         std::fs::write(&bad, b"not a gate").unwrap();
         let view = k.read_gate("g1i3").expect("a file is there");
         let why = view.error_text().expect("not a gate");
@@ -583,7 +584,7 @@ mod tests {
         assert_eq!(std::fs::read(&bad).unwrap(), b"not a gate");
 
         // An I/O error says its reason, not only which call failed.
-        std::fs::create_dir(k.gate_path("g2")).unwrap();
+        std::fs::create_dir(dir.path().join("ksched/g2.gate")).unwrap();
         let why = k
             .read_gate("g2")
             .expect("a path is there")
@@ -594,6 +595,18 @@ mod tests {
             "{why}"
         );
 
+        // A link is not followed: reading it is an error, and its target is not read.
+        std::os::unix::fs::symlink(&job.gate, dir.path().join("ksched/g3.gate")).unwrap();
+        let why = k
+            .read_gate("g3")
+            .expect("a path is there")
+            .error_text()
+            .expect("a link");
+        assert!(
+            why.contains("g3.gate") && why.contains("symbolic links"),
+            "{why}"
+        );
+
         assert!(KernelSched::off().read_gate("g0").is_none());
     }
 
@@ -601,7 +614,7 @@ mod tests {
     fn off_makes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let k = KernelSched::off();
-        assert_eq!(k.prepare("g0", 132, None, None).unwrap(), None);
+        assert_eq!(k.prepare("g0", 132, None, None, me()).unwrap(), None);
         assert!(!dir.path().join("ksched").exists());
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! `main` parses flags and calls [`server::run`]; see docs/mmkd.md.
 
+pub mod asuser;
 pub mod auth;
 pub mod backend;
 pub mod config;

@@ -129,17 +129,33 @@ fn job_labels(j: &JobRecord, users: &Users) -> JobLabels {
     let mig = a.filter(|a| a.slot.profile_id.is_some());
     JobLabels {
         gpu: a.map_or_else(String::new, |a| a.slot.gpu.to_string()),
-        UUID: a.map_or_else(String::new, |a| a.gpu_uuid.clone()),
+        UUID: a.map_or_else(String::new, |a| label(&a.gpu_uuid)),
         GPU_I_ID: mig.map_or_else(String::new, |a| a.instance_id.to_string()),
-        GPU_I_PROFILE: mig.map_or_else(String::new, |a| a.profile.clone()),
+        GPU_I_PROFILE: mig.map_or_else(String::new, |a| label(&a.profile)),
         partition: a.map_or_else(String::new, |a| {
             crate::mps::partition_key(&a.slot, a.instance_id)
         }),
         job: j.id.to_string(),
-        name: j.spec.name.clone(),
+        name: label(&j.spec.name),
         class: j.spec.class.as_str().to_owned(),
-        user: users.name(j.owner.map(|o| o.uid)),
+        user: label(&users.name(j.owner.map(|o| o.uid))),
     }
+}
+
+/// A label value as the text exposition format writes it: backslash, double quote and
+/// line feed escaped (prometheus-client writes label values as they are given). A user
+/// named `a"b` gets `user="a\"b"`, not a scrape that no parser reads.
+fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The metrics text of the node as it is now.
@@ -257,14 +273,14 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
             let key = crate::mps::instance_key(g.gpu_index, g.mig_enabled.then_some(p.instance_id));
             let l = PartLabels {
                 gpu: g.gpu_index.to_string(),
-                UUID: g.gpu_uuid.clone(),
+                UUID: label(&g.gpu_uuid),
                 GPU_I_ID: if g.mig_enabled {
                     p.instance_id.to_string()
                 } else {
                     String::new()
                 },
                 GPU_I_PROFILE: if g.mig_enabled {
-                    p.profile.clone()
+                    label(&p.profile)
                 } else {
                     String::new()
                 },
@@ -539,5 +555,28 @@ mod tests {
             to_classic(open),
             "# HELP mmk_job_launches_total Kernel launches.\n# TYPE mmk_job_launches_total counter\nmmk_job_launches_total{job=\"1\"} 600\n# HELP mmk_jobs Jobs.\n# TYPE mmk_jobs gauge\nmmk_jobs{state=\"QUEUED\"} 2\n"
         );
+    }
+
+    #[test]
+    fn label_values_are_escaped_as_the_exposition_format_requires() {
+        assert_eq!(label("alice"), "alice");
+        assert_eq!(label("a\"b"), "a\\\"b");
+        assert_eq!(label("back\\slash\nline"), "back\\\\slash\\nline");
+        let mut registry = prometheus_client::registry::Registry::default();
+        let family = Family::<InfoLabels, Gauge>::default();
+        registry.register("mmk_job_info", "Job.", family.clone());
+        family
+            .get_or_create(&InfoLabels {
+                state: "RUNNING".into(),
+                job: "1".into(),
+                name: "n".into(),
+                class: "online".into(),
+                user: label("a\"b"),
+                partition: String::new(),
+            })
+            .set(1);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("user=\"a\\\"b\""), "{text}");
     }
 }

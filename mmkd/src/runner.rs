@@ -525,12 +525,7 @@ async fn end_group(pgid: i32, grace: Duration) {
 /// The environment of a job process: a few variables inherited from mmkd, the spec's own,
 /// then mmk's (which the spec cannot override).
 pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = INHERITED_ENV
-        .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
-        .collect();
-    env.entry("PATH".into())
-        .or_insert_with(|| DEFAULT_PATH.into());
+    let mut env = identity_env(l.owner.filter(|_| running_as_root()));
     env.extend(c.env.clone());
     let own_preload = env.remove("LD_PRELOAD");
     env.extend(mmk_env(l));
@@ -557,6 +552,40 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
     if !preload.is_empty() {
         env.insert("LD_PRELOAD".into(), preload);
     }
+    env
+}
+
+/// The variables a job starts with before its spec's: a job that runs as another user
+/// than mmkd's (a root mmkd runs each job as its owner) gets that user's `HOME`, `USER`,
+/// `LOGNAME` (from the node's user database; `HOME=/` for a uid it does not know) and the
+/// plain `PATH`, never mmkd's own; `LANG` and `TZ` come from mmkd. A job of mmkd's own user
+/// inherits all six from mmkd.
+fn identity_env(runs_as: Option<Owner>) -> BTreeMap<String, String> {
+    use uzers::os::unix::UserExt as _;
+    let mine = rustix::process::geteuid().as_raw();
+    let mut env: BTreeMap<String, String> = INHERITED_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
+        .collect();
+    if let Some(o) = runs_as.filter(|o| o.uid != mine) {
+        for k in ["HOME", "USER", "LOGNAME"] {
+            env.remove(k);
+        }
+        env.insert("PATH".into(), DEFAULT_PATH.into());
+        match uzers::get_user_by_uid(o.uid) {
+            Some(user) => {
+                let name = user.name().to_string_lossy().into_owned();
+                env.insert("HOME".into(), user.home_dir().display().to_string());
+                env.insert("USER".into(), name.clone());
+                env.insert("LOGNAME".into(), name);
+            }
+            None => {
+                env.insert("HOME".into(), "/".into());
+            }
+        }
+    }
+    env.entry("PATH".into())
+        .or_insert_with(|| DEFAULT_PATH.into());
     env
 }
 
@@ -689,6 +718,31 @@ mod tests {
             "/var/lib/mmk/jobs/1/work/ksched-%p.json"
         );
         assert_eq!(env["LD_PRELOAD"], "/opt/mmk/libmmk_interposer.so");
+    }
+
+    #[test]
+    fn a_job_of_another_user_gets_that_users_home_and_the_plain_path() {
+        use uzers::os::unix::UserExt as _;
+        let nobody = Owner {
+            uid: 65534,
+            gid: 65534,
+        };
+        let env = identity_env(Some(nobody));
+        assert_eq!(env["PATH"], DEFAULT_PATH);
+        let user = uzers::get_user_by_uid(65534);
+        match user {
+            Some(u) => {
+                assert_eq!(env["HOME"], u.home_dir().display().to_string());
+                assert_eq!(env["USER"], u.name().to_string_lossy());
+                assert_eq!(env["LOGNAME"], env["USER"]);
+            }
+            None => assert_eq!(env["HOME"], "/"),
+        }
+        // mmkd's own user's job inherits mmkd's.
+        let me = rustix::process::geteuid().as_raw();
+        let own = identity_env(Some(Owner { uid: me, gid: 0 }));
+        assert_eq!(own.get("HOME"), std::env::var("HOME").ok().as_ref());
+        assert_eq!(own, identity_env(None));
     }
 
     #[test]

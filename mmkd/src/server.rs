@@ -126,6 +126,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             }))
             .add_service(PartitionServiceServer::new(PartitionApi {
                 node: node.clone(),
+                access: Arc::clone(&access),
             }))
             .add_service(NodeServiceServer::new(NodeApi {
                 node: node.clone(),
@@ -338,14 +339,19 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
             .with_device_wait(config.kernel_device_wait)
             .with_hold_budget(config.kernel_hold_budget)
     };
-    let dir = config.kernel_gate_dir.clone();
+    let dir = &config.kernel_gate_dir;
+    let open = |path: std::path::PathBuf| {
+        KernelSched::new(path, policy, dir)
+            .map(tuned)
+            .map_err(|e| anyhow::Error::new(e).context("kernel scheduler"))
+    };
     match &config.interposer {
         Some(path) => {
             ksched::check_interposer(path)?;
-            Ok(tuned(KernelSched::new(path.clone(), policy, dir)))
+            open(path.clone())
         }
         None => match ksched::default_interposer() {
-            Some(path) => Ok(tuned(KernelSched::new(path, policy, dir))),
+            Some(path) => open(path),
             None => {
                 warn!(
                     "kernel scheduler off: no libmmk_interposer.so next to mmkd \

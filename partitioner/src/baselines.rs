@@ -59,8 +59,10 @@ fn whole_gpu(g: &GpuState, busy: bool) -> Option<(Slot, Vec<Step>, u64)> {
 
 fn plan_whole_gpu(node: &NodeState, jobs: &[JobDemand], one_per_gpu: bool) -> Plan {
     let mut plan = Plan::default();
-    // (slot, memory left, jobs, a job there wants it to itself) per GPU.
-    let mut gpus: Vec<Option<(Slot, u64, usize, bool)>> = Vec::new();
+    // (slot, memory left, jobs, a job there wants it to itself, whose jobs run there) per
+    // GPU.
+    type Use = (Slot, u64, usize, bool, Option<Option<u32>>);
+    let mut gpus: Vec<Option<Use>> = Vec::new();
     for g in &node.gpus {
         let on_gpu: Vec<&JobDemand> = jobs
             .iter()
@@ -80,7 +82,7 @@ fn plan_whole_gpu(node: &NodeState, jobs: &[JobDemand], one_per_gpu: bool) -> Pl
                 let used: u64 = on_gpu.iter().map(|j| j.memory_mib).sum();
                 if on_gpu.is_empty() && !steps.is_empty() {
                     // Kept below only if a job lands on this GPU.
-                    gpus.push(Some((slot, mem, 0, false)));
+                    gpus.push(Some((slot, mem, 0, false, None)));
                     plan.steps.extend(steps);
                 } else {
                     let exclusive = on_gpu.iter().any(|j| j.exclusive);
@@ -89,6 +91,7 @@ fn plan_whole_gpu(node: &NodeState, jobs: &[JobDemand], one_per_gpu: bool) -> Pl
                         mem.saturating_sub(used),
                         on_gpu.len(),
                         exclusive,
+                        on_gpu.first().map(|j| j.user),
                     )));
                 }
             }
@@ -102,16 +105,20 @@ fn plan_whole_gpu(node: &NodeState, jobs: &[JobDemand], one_per_gpu: bool) -> Pl
         let target = if blocked {
             None
         } else {
-            gpus.iter_mut().flatten().find(|(_, left, n, exclusive)| {
-                let alone = one_per_gpu || j.exclusive;
-                *left >= j.memory_mib && if alone { *n == 0 } else { !*exclusive }
-            })
+            gpus.iter_mut()
+                .flatten()
+                .find(|(_, left, n, exclusive, user)| {
+                    let alone = one_per_gpu || j.exclusive;
+                    *left >= j.memory_mib
+                        && (*n == 0 || (!alone && !*exclusive && *user == Some(j.user)))
+                })
         };
         match target {
-            Some((slot, left, n, exclusive)) => {
+            Some((slot, left, n, exclusive, user)) => {
                 *left -= j.memory_mib;
                 *n += 1;
                 *exclusive |= j.exclusive;
+                *user = Some(j.user);
                 plan.placements.push(JobPlacement {
                     job: j.id,
                     slot: *slot,

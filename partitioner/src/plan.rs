@@ -64,6 +64,11 @@ pub struct JobDemand {
     /// The job has its partition to itself (`exclusive: true`): no other job joins it,
     /// and it joins no partition that runs jobs.
     pub exclusive: bool,
+    /// The user whose processes the job runs as. A partition serves one user at a time:
+    /// an MPS control daemon runs one user's server at a time and queues another user's
+    /// clients until that server exits, and a partition's gate is its user's alone. `None`
+    /// is a user too (a simulation's one user).
+    pub user: Option<u32>,
 }
 
 impl JobDemand {
@@ -90,7 +95,14 @@ impl JobDemand {
             profile: JobProfile::prior(class),
             movable: false,
             exclusive: false,
+            user: None,
         }
+    }
+
+    /// Whether this job and `other` may run in one partition at once: neither asked for a
+    /// partition of its own, and both run as one user.
+    pub fn shares_with(&self, other: &JobDemand) -> bool {
+        !self.exclusive && !other.exclusive && self.user == other.user
     }
 }
 
@@ -161,6 +173,10 @@ pub trait Planner: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FirstFit;
 
+/// Why a job waits that would fit beside another user's jobs.
+pub const ANOTHER_USER: &str = "the partitions with room run another user's jobs, and a \
+     partition serves one user at a time (its MPS server runs one user's processes)";
+
 #[derive(Debug, Clone)]
 struct SlotUse {
     memory_mib: u64,
@@ -168,6 +184,8 @@ struct SlotUse {
     jobs: usize,
     /// A job there has it to itself.
     exclusive: bool,
+    /// The user whose jobs run there (a partition serves one user at a time).
+    user: Option<Option<u32>>,
     /// The driver's instance ID when the instance exists now.
     instance: Option<u32>,
 }
@@ -187,6 +205,7 @@ impl Planner for FirstFit {
                 u.used_mib += job.memory_mib;
                 u.jobs += 1;
                 u.exclusive |= job.exclusive;
+                u.user = Some(job.user);
             }
             plan.placements.push(JobPlacement {
                 job: job.id,
@@ -204,8 +223,8 @@ impl Planner for FirstFit {
                 .iter()
                 .find(|(_, u)| {
                     u.memory_mib - u.used_mib.min(u.memory_mib) >= job.memory_mib
-                        && !u.exclusive
-                        && (!job.exclusive || u.jobs == 0)
+                        && (u.jobs == 0
+                            || (!u.exclusive && !job.exclusive && u.user == Some(job.user)))
                 })
                 .map(|(s, _)| *s);
             let slot = fits.or_else(|| carve(node, &mut slots, &mut plan.steps, job.memory_mib));
@@ -215,6 +234,7 @@ impl Planner for FirstFit {
                         u.used_mib += job.memory_mib;
                         u.jobs += 1;
                         u.exclusive |= job.exclusive;
+                        u.user = Some(job.user);
                     }
                     plan.placements.push(JobPlacement {
                         job: job.id,
@@ -224,7 +244,16 @@ impl Planner for FirstFit {
                 }
                 None => plan.queued.push(QueuedJob {
                     job: job.id,
-                    reason: if job.memory_mib > largest {
+                    reason: if slots.values().any(|u| {
+                        u.jobs > 0
+                            && u.user != Some(job.user)
+                            && u.memory_mib - u.used_mib.min(u.memory_mib) >= job.memory_mib
+                    }) {
+                        format!(
+                            "waiting for {} of GPU memory: {ANOTHER_USER}",
+                            format_mib(job.memory_mib)
+                        )
+                    } else if job.memory_mib > largest {
                         format!(
                             "needs {} of GPU memory; the largest partition this node can make has {}",
                             format_mib(job.memory_mib),
@@ -260,6 +289,7 @@ fn current_slots(node: &NodeState) -> BTreeMap<Slot, SlotUse> {
                     used_mib: 0,
                     jobs: 0,
                     exclusive: false,
+                    user: None,
                     instance: None,
                 },
             );
@@ -281,6 +311,7 @@ fn current_slots(node: &NodeState) -> BTreeMap<Slot, SlotUse> {
                     used_mib: 0,
                     jobs: 0,
                     exclusive: false,
+                    user: None,
                     instance: Some(inst.id),
                 },
             );
@@ -416,6 +447,7 @@ fn carve(
             used_mib: 0,
             jobs: 0,
             exclusive: false,
+            user: None,
             instance: None,
         },
     );

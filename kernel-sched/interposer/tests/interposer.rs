@@ -194,7 +194,7 @@ fn offline_launches_wait_for_online_work_and_online_never_waits() {
     let gate = node.gate(
         PolicyKind::Mmk,
         Duration::from_secs(30),
-        Duration::from_secs(30),
+        mmk_kernel_sched::gate::MAX_HOLD_CEILING,
     );
     let online_args = [
         "--kernels",
@@ -309,7 +309,7 @@ fn an_offline_job_queues_at_most_the_depth_cap_while_an_online_job_is_present() 
     // queue must not be let in by it.
     let gate = node.gate_with(&GateConfig {
         base: Duration::from_millis(1),
-        max_hold: Duration::from_secs(30),
+        max_hold: mmk_kernel_sched::gate::MAX_HOLD_CEILING,
         offline_depth: 3,
         hold_budget_pct: 100,
         ..GateConfig::new(132, PolicyKind::Mmk)
@@ -433,7 +433,7 @@ fn queued_offline_beside_online(
 ) -> (Kernels, Kernels, Vec<u64>, Value) {
     let gate = node.gate_with(&GateConfig {
         base: Duration::from_millis(500),
-        max_hold: Duration::from_secs(30),
+        max_hold: mmk_kernel_sched::gate::MAX_HOLD_CEILING,
         device_wait,
         hold_budget_pct: 100,
         ..GateConfig::new(132, policy)
@@ -547,7 +547,7 @@ fn a_device_wait_that_outlasts_the_bound_is_forced_open() {
     let node = Node::new();
     let gate = node.gate_with(&GateConfig {
         base: Duration::from_millis(2),
-        max_hold: Duration::from_secs(30),
+        max_hold: mmk_kernel_sched::gate::MAX_HOLD_CEILING,
         device_wait: true,
         hold_budget_pct: 100,
         ..GateConfig::new(132, PolicyKind::Mmk)
@@ -639,7 +639,7 @@ fn a_dead_online_process_does_not_hold_offline_work() {
     let gate = node.gate(
         PolicyKind::Mmk,
         Duration::from_secs(30),
-        Duration::from_secs(30),
+        mmk_kernel_sched::gate::MAX_HOLD_CEILING,
     );
     // The online job dies (SIGKILL) with 100 ms kernels in flight, before the poller
     // could see them complete.
@@ -954,7 +954,7 @@ fn a_job_records_a_cuda_graph_by_stream_capture_under_the_kernel_scheduler() {
     let gate = node.gate(
         PolicyKind::Mmk,
         Duration::from_secs(30),
-        Duration::from_secs(30),
+        mmk_kernel_sched::gate::MAX_HOLD_CEILING,
     );
     let args = [
         "--api",
@@ -1122,7 +1122,7 @@ fn launches_share_events_and_count_until_the_last_completes() {
     let gate = node.gate(
         PolicyKind::Mmk,
         Duration::from_secs(30),
-        Duration::from_secs(30),
+        mmk_kernel_sched::gate::MAX_HOLD_CEILING,
     );
     // 40 kernels of 1 ms, launched within microseconds of each other: 40 ms of work.
     let online = node
@@ -1209,7 +1209,7 @@ fn a_launch_after_a_quiet_spell_is_seen_to_complete() {
     let gate = node.gate(
         PolicyKind::Mmk,
         Duration::from_secs(30),
-        Duration::from_secs(30),
+        mmk_kernel_sched::gate::MAX_HOLD_CEILING,
     );
     // 300 ms between launches: far beyond the poller's 50 ms of lingering.
     let job = node

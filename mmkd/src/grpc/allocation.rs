@@ -92,8 +92,9 @@ type CapacityStream = Pin<Box<dyn Stream<Item = Result<v1::Capacity, Status>> + 
 #[tonic::async_trait]
 impl AllocationService for AllocationApi {
     async fn fit(&self, req: Request<v1::FitRequest>) -> Result<Response<v1::FitResponse>, Status> {
+        let caller = caller(&self.access, &req)?;
         let spec = spec(req.into_inner().spec)?;
-        let fit = self.node.fit(&spec).await.map_err(status)?;
+        let fit = self.node.fit(&spec, caller.owner()).await.map_err(status)?;
         let gpus = &fit.gpus;
         let verdict = match fit.verdict {
             Verdict::Now => v1::fit_response::Verdict::Now,
@@ -211,8 +212,9 @@ impl AllocationService for AllocationApi {
 
     async fn watch_capacity(
         &self,
-        _req: Request<v1::WatchCapacityRequest>,
+        req: Request<v1::WatchCapacityRequest>,
     ) -> Result<Response<Self::WatchCapacityStream>, Status> {
+        caller(&self.access, &req)?;
         // Subscribed before the first reading: no change falls in between.
         let mut events = self.node.subscribe();
         let first = self.node.capacity(self.unit_mib).await.map_err(status)?;

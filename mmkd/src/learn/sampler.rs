@@ -16,7 +16,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mmk_core::JobClass;
-use mmk_kernel_sched::{Class, Gate};
+use mmk_kernel_sched::Class;
+use mmk_kernel_sched::gate::{GateFile, process_alive};
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -451,8 +452,8 @@ impl Sampler {
     }
 
     fn run(self) {
-        let mut gates: HashMap<PathBuf, Gate> = HashMap::new();
-        let mut owners: HashMap<u32, Option<u64>> = HashMap::new();
+        let mut gates: HashMap<PathBuf, GateFile> = HashMap::new();
+        let mut owners: HashMap<u32, Option<(u64, u32)>> = HashMap::new();
         let mut rng = Jitter::new();
         let mut last_reap = Instant::now();
         loop {
@@ -480,11 +481,10 @@ impl Sampler {
                 bandwidth(&mut jobs, &r.bandwidth);
             }
             if last_reap.elapsed() >= self.periods.reap {
-                // A process that died with kernels in flight would look busy until a
-                // held launch noticed it: drop such slots (what the gate itself does).
-                for g in gates.values() {
-                    g.reap_dead();
-                }
+                // A process that died with kernels in flight would look busy while its
+                // slot stays in the gate (mmkd never writes slots; the gate's own
+                // processes drop it): it belongs to no job once it is gone.
+                owners.retain(|pid, _| process_alive(*pid));
                 last_reap = Instant::now();
             }
             let due: Vec<u64> = jobs
@@ -516,8 +516,8 @@ impl Sampler {
     fn sample(
         &self,
         jobs: &mut HashMap<u64, Watched>,
-        gates: &mut HashMap<PathBuf, Gate>,
-        owners: &mut HashMap<u32, Option<u64>>,
+        gates: &mut HashMap<PathBuf, GateFile>,
+        owners: &mut HashMap<u32, Option<(u64, u32)>>,
     ) {
         let now = Instant::now();
         for w in jobs.values_mut() {
@@ -537,8 +537,12 @@ impl Sampler {
             p
         };
         for path in paths {
+            // A gate made anew at the same path (the partition's next user) is opened anew.
+            if gates.get(&path).is_some_and(|g| !g.is_at(&path)) {
+                gates.remove(&path);
+            }
             if !gates.contains_key(&path) {
-                match Gate::open(&path) {
+                match GateFile::open(&path) {
                     Ok(g) => {
                         gates.insert(path.clone(), g);
                     }
@@ -551,31 +555,50 @@ impl Sampler {
             let Some(gate) = gates.get(&path) else {
                 continue;
             };
-            let slots = gate.slots();
-            let untrack_ok = !gate.config().waits_on_online();
+            // A copy: whatever the job's processes write into their gate, mmkd reads it
+            // as bounded values (or an error), never through a mapping.
+            let snap = match gate.snapshot() {
+                Ok(snap) => snap,
+                Err(e) => {
+                    debug!(gate = %path.display(), error = %e, "gate unreadable");
+                    gates.remove(&path);
+                    continue;
+                }
+            };
+            let slots = snap.slots();
+            let untrack_ok = !snap.config().waits_on_online();
             // An offline job is untracked only while no online process of its gate is
             // tracked (one being learned, or in a window): a tracked service beside an
             // untracked training is the pairing that measured worst (docs/planner.md).
             let online_tracked = slots
                 .iter()
                 .any(|s| s.class == Some(Class::Online) && !s.untracked);
-            if slots
-                .iter()
-                .any(|s| s.class == Some(Class::Offline) && s.inflight > 0)
-            {
-                offline_busy.push(path.clone());
-            }
-            // The watched job each slot belongs to; one job's processes alone in the gate
+            // The watched job each slot belongs to: the job its process names, when that
+            // job is placed in this gate's partition and the process runs as the job's
+            // user, who owns the gate. A slot that names a process of another user, or of
+            // a job elsewhere, counts for nobody. One job's processes alone in the gate
             // leave it alone in its partition.
+            let gate_uid = gate.owner_uid();
             let slot_owners: Vec<Option<u64>> = slots
                 .iter()
                 .map(|slot| {
-                    *owners.entry(slot.pid).or_insert_with(|| {
-                        let (job, uid) = (self.identify)(slot.pid)?;
-                        jobs.get(&job).filter(|w| w.watch.uid == uid).map(|_| job)
-                    })
+                    let (job, uid) = (*owners
+                        .entry(slot.pid)
+                        .or_insert_with(|| (self.identify)(slot.pid)))?;
+                    jobs.get(&job)
+                        .filter(|w| w.watch.uid == uid && uid == gate_uid && w.watch.gate == path)
+                        .map(|_| job)
                 })
                 .collect();
+            // Offline work in flight: of a job here, or of another live process (a dead
+            // one's slot stays until the gate's processes drop it).
+            if slots.iter().zip(&slot_owners).any(|(s, o)| {
+                s.class == Some(Class::Offline)
+                    && s.inflight > 0
+                    && (o.is_some() || process_alive(s.pid))
+            }) {
+                offline_busy.push(path.clone());
+            }
             let only = match slot_owners.split_first() {
                 Some((first, rest)) if rest.iter().all(|o| o == first) => *first,
                 _ => None,
@@ -598,8 +621,10 @@ impl Sampler {
                     let may = untrack_ok && (w.watch.class == JobClass::Online || !online_tracked);
                     w.untracked = w.untrack(may, now, &self.periods);
                 }
-                if w.untracked != slot.untracked {
-                    gate.set_untracked(slot.pid, w.untracked);
+                if w.untracked != slot.untracked
+                    && let Err(e) = gate.set_untracked(slot.pid, w.untracked)
+                {
+                    debug!(gate = %path.display(), error = %e, "cannot ask a process to (un)track");
                 }
                 if w.in_gate.is_empty() {
                     w.alone = Some(w.alone.unwrap_or(true) && only == Some(job));
@@ -789,7 +814,7 @@ impl Jitter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mmk_kernel_sched::{Charge, Class, GateConfig, PolicyKind};
+    use mmk_kernel_sched::{Charge, Class, Gate, GateConfig, PolicyKind};
 
     #[test]
     fn periods_are_one_to_three_ms() {

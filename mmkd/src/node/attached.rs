@@ -511,7 +511,7 @@ impl Node {
 
     /// Whether `spec` fits on this node, and what it would cost the jobs already there:
     /// two dry runs of the planner, without and with it.
-    pub async fn fit(&self, spec: &JobSpec) -> ServiceResult<Fit> {
+    pub async fn fit(&self, spec: &JobSpec, caller: Owner) -> ServiceResult<Fit> {
         spec.validate()?;
         let super::service::PlanningState {
             jobs,
@@ -520,7 +520,9 @@ impl Node {
             first_free: id,
         } = self.planning_state().await?;
         let mut with = demands.clone();
-        with.push(waiting_demand(id, spec, None));
+        let mut newcomer = waiting_demand(id, spec, None);
+        newcomer.user = Some(super::reconciler::run_uid(&spec.task, Some(caller)));
+        with.push(newcomer);
         let before = self.plan(node.clone(), demands).await?;
         let after = self.plan(node.clone(), with).await?;
         let placement = after.placements.iter().find(|p| p.job == id).copied();

@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use mmk_core::spec::{RestartPolicy, Task};
 use mmk_core::{JobClass, JobSpec, JobState, ServiceError, ServiceResult, now_ms};
+use mmk_kernel_sched::gate::GateOwner;
 use mmk_partitioner::{GpuState, JobDemand, JobProfile, NodeState, Plan, Slot, Step};
 use tokio::sync::{Notify, mpsc};
 use tracing::{info, instrument, warn};
 
 use super::{Node, RETRY_FIRST, RETRY_MAX};
-use crate::job::{Assignment, Change, InstanceRecord, JobRecord, StepRecord};
+use crate::job::{Assignment, Change, InstanceRecord, JobRecord, Owner, StepRecord};
 use crate::ksched;
 use crate::learn::sampler::Watch;
 use crate::learn::{self, Learned, Profiles};
@@ -570,17 +571,24 @@ impl Node {
             Task::Workload(_) => (None, None),
         };
         let online = job.spec.class == JobClass::Online;
+        // The gate is the user's whose processes use it; the profile is read as they
+        // would read it.
+        let runs_as = runs_as(job);
+        let gate_owner = runs_as.map_or_else(GateOwner::current, |o| GateOwner {
+            uid: o.uid,
+            gid: o.gid,
+        });
         let prepared = tokio::task::spawn_blocking(move || {
             let profile = profile.map(std::path::PathBuf::from);
             let tuning = if online {
                 Some(
-                    ksched::OnlineTuning::from_spec(policy.as_deref(), profile.as_deref())
+                    ksched::OnlineTuning::from_spec(policy.as_deref(), profile.as_deref(), runs_as)
                         .map_err(|e| crate::error::chain(&e))?,
                 )
             } else {
                 None
             };
-            k.prepare(&key, sms, profile.as_deref(), tuning)
+            k.prepare(&key, sms, profile.as_deref(), tuning, gate_owner)
                 .map_err(|e| crate::error::chain(&e))
         })
         .await
@@ -647,13 +655,7 @@ impl Node {
             .iter()
             .find(|g| g.index == a.slot.gpu)
             .map_or(0, |g| g.model.sm_count);
-        // The user the job's processes run as: the caller's own for an allocation; a
-        // managed job's owner when mmkd is root (it switches to them), else mmkd's.
-        let uid = match (&job.spec.task, job.owner) {
-            (Task::Attached(_), Some(o)) => o.uid,
-            (_, Some(o)) if crate::runner::running_as_root() => o.uid,
-            _ => rustix::process::geteuid().as_raw(),
-        };
+        let uid = runs_as(job).map_or_else(|| rustix::process::geteuid().as_raw(), |o| o.uid);
         let learned = self.inner.learned.for_job(job.owner, &job.spec);
         self.inner.sampler.watch(
             job.id,
@@ -727,6 +729,7 @@ impl Node {
 pub(super) fn demand(j: &JobRecord, learned: &Profiles) -> JobDemand {
     let active = j.state.is_active();
     let mut d = waiting_demand(j.id, &j.spec, learned.for_job(j.owner, &j.spec).as_ref());
+    d.user = Some(run_uid(&j.spec.task, j.owner));
     if let Some(a) = j.assignment.as_ref().filter(|_| active) {
         d.placed = Some(a.slot);
         d.mps_share = a.mps_share;
@@ -778,6 +781,7 @@ pub(super) fn waiting_demand(id: u64, spec: &JobSpec, learned: Option<&Learned>)
         }),
         movable: spec.checkpoint && spec.class == JobClass::Offline,
         exclusive: spec.exclusive,
+        user: None,
     }
 }
 
@@ -842,4 +846,24 @@ fn partition_name(node: &NodeState, slot: Slot) -> String {
         .and_then(|g| slot.profile_id.and_then(|id| g.model.profile(id)))
         .map_or_else(|| "whole GPU".to_owned(), |p| p.name.clone());
     format!("gpu {} {profile}", slot.gpu)
+}
+
+/// The user a job's processes run as: the caller's own for an allocation; a managed job's
+/// owner when mmkd is root (it switches to them); `None`: mmkd's own user.
+fn runs_as(job: &JobRecord) -> Option<Owner> {
+    user_running(&job.spec.task, job.owner)
+}
+
+fn user_running(task: &Task, owner: Option<Owner>) -> Option<Owner> {
+    match (task, owner) {
+        (Task::Attached(_), Some(o)) => Some(o),
+        (_, Some(o)) if crate::runner::running_as_root() => Some(o),
+        _ => None,
+    }
+}
+
+/// The uid a job of `owner` with this task runs as (see [`runs_as`]): the user the planner
+/// keeps its partition for.
+pub(super) fn run_uid(task: &Task, owner: Option<Owner>) -> u32 {
+    user_running(task, owner).map_or_else(|| rustix::process::geteuid().as_raw(), |o| o.uid)
 }

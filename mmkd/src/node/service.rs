@@ -264,18 +264,18 @@ impl Node {
     pub async fn dry_run(
         &self,
         specs: &[JobSpec],
+        caller: Owner,
     ) -> ServiceResult<(Vec<GpuState>, Plan, Vec<u64>)> {
         let now = self.planning_state().await?;
         let mut demands = now.demands;
         let ids: Vec<u64> = (0..specs.len() as u64)
             .map(|i| now.first_free + i)
             .collect();
-        demands.extend(
-            specs
-                .iter()
-                .zip(&ids)
-                .map(|(s, id)| waiting_demand(*id, s, None)),
-        );
+        demands.extend(specs.iter().zip(&ids).map(|(s, id)| {
+            let mut d = waiting_demand(*id, s, None);
+            d.user = Some(super::reconciler::run_uid(&s.task, Some(caller)));
+            d
+        }));
         let plan = self.plan(now.node.clone(), demands).await?;
         Ok((now.node.gpus, plan, ids))
     }

@@ -73,6 +73,7 @@ pub(super) fn job_words(jobs: &[JobDemand], j: usize, share: u8, key: &mut Vec<u
             | u64::from(d.exclusive) << 3
             | u64::from(share) << 8,
     );
+    key.push(d.user.map_or(u64::MAX, u64::from));
 }
 
 impl Hybrid {

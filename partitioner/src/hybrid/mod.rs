@@ -51,6 +51,10 @@
 //!    an online job is not oversubscribed, and an offline job joins none that runs
 //!    `crowd_max` jobs already. A job with `exclusive` neither joins nor is joined.
 //!
+//! **One user per partition**, in every step: a job joins a partition only where the jobs
+//! there run as its user ([`JobDemand::shares_with`]); an MPS control daemon serves one
+//! user's server at a time, and queues another user's clients until it exits.
+//!
 //! **Online work first** (`online_first`, MMK only): where online and offline jobs share a
 //! partition, each class has 100 % of shares of its own (DESIGN item 5 holds per class),
 //! and an online job joining offline ones takes all the online budget left, so that it
@@ -577,15 +581,19 @@ impl Planner for Hybrid {
         let crowd = Crowd::of(jobs, &plans, cap);
         waiting.sort_by_key(|&j| jobs[j].id);
         // Jobs that ask for the same wait for the same reason: each reason is written once.
-        let mut reasons: BTreeMap<(u64, bool, Option<u64>, bool, bool), String> = BTreeMap::new();
+        // What a job asks, as far as why it waits goes: memory, SLO blocked, SLO,
+        // exclusive, online, user.
+        type Asks = (u64, bool, Option<u64>, bool, bool, Option<u32>);
+        let mut reasons: BTreeMap<Asks, String> = BTreeMap::new();
         for j in waiting {
             let job = &jobs[j];
-            let asks = (
+            let asks: Asks = (
                 job.memory_mib,
                 slo_blocked[j],
                 job.slo_ms,
                 job.exclusive,
                 job.class == JobClass::Online,
+                job.user,
             );
             let reason = reasons
                 .entry(asks)
@@ -707,6 +715,22 @@ fn in_the_way(jobs: &[JobDemand], crowd: &Crowd, j: usize) -> Option<String> {
         return Some(format!(
             "it asks for a partition of its own, and the partitions with room run jobs {}",
             ids(&mut all)
+        ));
+    }
+    let mut others = fits
+        .iter()
+        .flat_map(|p| {
+            p.members
+                .iter()
+                .filter(|m| jobs[m.job].user != jobs[j].user)
+                .map(|m| m.job)
+        })
+        .peekable();
+    if others.peek().is_some() {
+        return Some(format!(
+            "{} ({})",
+            crate::plan::ANOTHER_USER,
+            ids(&mut others)
         ));
     }
     let mut owners = fits

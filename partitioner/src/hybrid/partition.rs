@@ -54,10 +54,12 @@ impl Part {
         self.memory_mib.saturating_sub(used)
     }
 
-    /// Whether a job has the partition to itself (`exclusive`), or the newcomer wants to.
+    /// Whether the newcomer may not join: a job has the partition to itself (`exclusive`),
+    /// the newcomer wants to, or the jobs there are another user's.
     pub(super) fn closed_to(&self, jobs: &[JobDemand], new: usize) -> bool {
-        !self.members.is_empty()
-            && (jobs[new].exclusive || self.members.iter().any(|m| jobs[m.job].exclusive))
+        self.members
+            .iter()
+            .any(|m| !jobs[m.job].shares_with(&jobs[new]))
     }
 
     pub(super) fn share_left(&self) -> u8 {

@@ -35,6 +35,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
@@ -42,6 +43,9 @@ use std::time::{Duration, Instant};
 
 use crate::policy::{Class, Clock, Decision, InFlight, Launch, Policy, PolicyKind, PolicyParams};
 use crate::profile::Intensity;
+
+mod file;
+pub use file::{GateDir, GateFile, GateOwner, GateSnapshot};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"MMKGATE1");
 const VERSION: u32 = 6;
@@ -127,11 +131,84 @@ struct Segment {
     slots: [Slot; SLOTS],
 }
 
+impl Segment {
+    /// The settings mmkd wrote in the header. Whatever a job process wrote there instead is
+    /// read as it is, with an unknown policy read as `passthrough`.
+    fn config(&self) -> GateConfig {
+        let h = &self.header;
+        GateConfig {
+            sm_count: h.sm_count.load(Ordering::Relaxed),
+            policy: PolicyKind::from_code(h.policy.load(Ordering::Relaxed))
+                .unwrap_or(PolicyKind::Passthrough),
+            base: Duration::from_nanos(h.base_ns.load(Ordering::Relaxed)),
+            max_hold: Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed)),
+            offline_depth: h.offline_depth.load(Ordering::Relaxed),
+            gemm_slice_mflop: h.gemm_slice_mflop.load(Ordering::Relaxed),
+            device_wait: h.device_wait.load(Ordering::Relaxed) != 0,
+            device_wait_grain_us: h.device_wait_grain_us.load(Ordering::Relaxed),
+            hold_budget_pct: h.hold_budget_pct.load(Ordering::Relaxed),
+        }
+    }
+
+    fn totals(&self) -> Totals {
+        let h = &self.header;
+        let mut t = Totals {
+            launches: h.total_launches.load(Ordering::Relaxed),
+            held: h.total_held.load(Ordering::Relaxed),
+            held_ns: h.total_held_ns.load(Ordering::Relaxed),
+            forced: h.total_forced.load(Ordering::Relaxed),
+        };
+        // Saturating: the segment is shared with every job process, which may write
+        // anything into it.
+        for s in self.slot_stats() {
+            t.launches = t.launches.saturating_add(s.launches);
+            t.held = t.held.saturating_add(s.held);
+            t.held_ns = t.held_ns.saturating_add(s.held_ns);
+            t.forced = t.forced.saturating_add(s.forced);
+        }
+        t
+    }
+
+    fn slot_stats(&self) -> Vec<SlotStats> {
+        self.slots.iter().filter_map(stats_of).collect()
+    }
+
+    /// Whether this is a gate of this build: its magic, layout version, slot count and
+    /// policy code. `size` is the file's, for the error.
+    fn check(&self, path: &Path, size: u64) -> Result<()> {
+        let h = &self.header;
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(GateError::NotAGate {
+                path: path.to_owned(),
+                size,
+            });
+        }
+        let found = h.version.load(Ordering::Relaxed);
+        if found != VERSION || h.slots.load(Ordering::Relaxed) as usize != SLOTS {
+            return Err(GateError::Version {
+                path: path.to_owned(),
+                found,
+            });
+        }
+        let code = h.policy.load(Ordering::Relaxed);
+        if PolicyKind::from_code(code).is_none() {
+            return Err(GateError::Policy {
+                path: path.to_owned(),
+                code,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Bytes of a gate file.
 pub const SEGMENT_BYTES: usize = std::mem::size_of::<Segment>();
 
 /// The gate's hard bound on any hold, unless configured otherwise.
 pub const DEFAULT_MAX_HOLD: Duration = Duration::from_millis(100);
+
+/// No launch is held longer than this, whatever a gate's `max_hold` says.
+pub const MAX_HOLD_CEILING: Duration = Duration::from_secs(10);
 
 /// The share of its time an offline process may spend held, unless configured otherwise
 /// (see [`HoldBudget`]).
@@ -202,6 +279,19 @@ impl GateConfig {
         )
     }
 
+    /// Refuses settings no gate can work with.
+    pub fn check(&self) -> Result<()> {
+        if self.sm_count == 0 {
+            return Err(GateError::Config("sm_count must be at least 1".into()));
+        }
+        if self.max_hold.is_zero() || self.max_hold > MAX_HOLD_CEILING {
+            return Err(GateError::Config(format!(
+                "max_hold must be above zero and at most {MAX_HOLD_CEILING:?}"
+            )));
+        }
+        Ok(())
+    }
+
     /// What this gate's policy is built from.
     pub fn policy_params(&self) -> PolicyParams {
         PolicyParams {
@@ -239,6 +329,8 @@ pub enum GateError {
     Policy { path: PathBuf, code: u32 },
     #[error("gate config: {0}")]
     Config(String),
+    #[error("gate folder {path}: {why}")]
+    UnsafeDir { path: PathBuf, why: String },
 }
 
 pub type Result<T> = std::result::Result<T, GateError>;
@@ -455,16 +547,15 @@ impl Gate {
     /// Create the gate at `path`, or take over the one a previous mmkd left there (its slots
     /// and counters stay, so running jobs keep their places); either way it gets `config`.
     pub fn create(path: &Path, config: &GateConfig) -> Result<Gate> {
-        if config.sm_count == 0 {
-            return Err(GateError::Config("sm_count must be at least 1".into()));
-        }
-        if config.max_hold.is_zero() {
-            return Err(GateError::Config("max_hold must be above zero".into()));
-        }
+        config.check()?;
         // A gate made by an older mmk may have no blocks reserved: reserve them before
         // `configure` writes through the mapping (a no-op for a gate that has them).
-        if let Ok(f) = OpenOptions::new().write(true).open(path)
-            && f.metadata().is_ok_and(|m| m.len() >= SEGMENT_BYTES as u64)
+        if let Ok(f) = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            && f.metadata()
+                .is_ok_and(|m| m.is_file() && m.len() >= SEGMENT_BYTES as u64)
         {
             reserve(&f, path)?;
         }
@@ -488,11 +579,15 @@ impl Gate {
     }
 
     /// Write a zeroed segment to a temporary file, stamp it, then rename it into place, so
-    /// that no process ever maps a half-made gate. The file's blocks are reserved before it
-    /// is mapped: on a full file system that is an error, where a write into the mapping
-    /// would be a SIGBUS. A half-made file is removed.
+    /// that no process ever maps a half-made gate. The temporary name is unpredictable and
+    /// made with `O_EXCL | O_NOFOLLOW`, so nobody can have placed a link there. The file's
+    /// blocks are reserved before it is mapped: on a full file system that is an error,
+    /// where a write into the mapping would be a SIGBUS. A half-made file is removed.
     fn create_new(path: &Path) -> Result<Gate> {
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let name = path
+            .file_name()
+            .map_or_else(|| "gate".into(), |n| n.to_string_lossy().into_owned());
+        let tmp = path.with_file_name(format!(".{name}.{:016x}.new", file::random_u64()));
         let made = Gate::make(&tmp, path).and_then(|gate| {
             std::fs::rename(&tmp, path).map_err(io_err(path, "rename"))?;
             Ok(gate)
@@ -509,8 +604,9 @@ impl Gate {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(tmp)
             .map_err(io_err(tmp, "create"))?;
         // The space a gate needs is what the user must free: name the gate.
@@ -546,27 +642,7 @@ impl Gate {
             seg: map(&file, path)?,
             path: path.to_owned(),
         };
-        let h = &gate.seg().header;
-        if h.magic.load(Ordering::Acquire) != MAGIC {
-            return Err(GateError::NotAGate {
-                path: path.to_owned(),
-                size,
-            });
-        }
-        let found = h.version.load(Ordering::Relaxed);
-        if found != VERSION || h.slots.load(Ordering::Relaxed) as usize != SLOTS {
-            return Err(GateError::Version {
-                path: path.to_owned(),
-                found,
-            });
-        }
-        let code = h.policy.load(Ordering::Relaxed);
-        if PolicyKind::from_code(code).is_none() {
-            return Err(GateError::Policy {
-                path: path.to_owned(),
-                code,
-            });
-        }
+        gate.seg().check(path, size)?;
         Ok(gate)
     }
 
@@ -606,19 +682,7 @@ impl Gate {
     }
 
     pub fn config(&self) -> GateConfig {
-        let h = &self.seg().header;
-        GateConfig {
-            sm_count: h.sm_count.load(Ordering::Relaxed),
-            policy: PolicyKind::from_code(h.policy.load(Ordering::Relaxed))
-                .unwrap_or(PolicyKind::Passthrough),
-            base: Duration::from_nanos(h.base_ns.load(Ordering::Relaxed)),
-            max_hold: Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed)),
-            offline_depth: h.offline_depth.load(Ordering::Relaxed),
-            gemm_slice_mflop: h.gemm_slice_mflop.load(Ordering::Relaxed),
-            device_wait: h.device_wait.load(Ordering::Relaxed) != 0,
-            device_wait_grain_us: h.device_wait_grain_us.load(Ordering::Relaxed),
-            hold_budget_pct: h.hold_budget_pct.load(Ordering::Relaxed),
-        }
+        self.seg().config()
     }
 
     /// [`GateConfig::waits_on_online`] from the four settings it needs alone (for the
@@ -698,22 +762,7 @@ impl Gate {
     /// Launches, held launches, ns held and forced launches of every process that has
     /// used the gate, those still running included.
     pub fn totals(&self) -> Totals {
-        let h = &self.seg().header;
-        let mut t = Totals {
-            launches: h.total_launches.load(Ordering::Relaxed),
-            held: h.total_held.load(Ordering::Relaxed),
-            held_ns: h.total_held_ns.load(Ordering::Relaxed),
-            forced: h.total_forced.load(Ordering::Relaxed),
-        };
-        // Saturating: the segment is shared with every job process, which may write
-        // anything into it.
-        for s in self.slots() {
-            t.launches = t.launches.saturating_add(s.launches);
-            t.held = t.held.saturating_add(s.held);
-            t.held_ns = t.held_ns.saturating_add(s.held_ns);
-            t.forced = t.forced.saturating_add(s.forced);
-        }
-        t
+        self.seg().totals()
     }
 
     /// Drop the slots whose process is gone. Returns how many were dropped.
@@ -934,7 +983,9 @@ impl Gate {
         launch: &Launch,
     ) -> WaitOutcome {
         let h = &self.seg().header;
-        let max_hold = Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed));
+        // Whatever the header says, no launch is held past the ceiling.
+        let max_hold =
+            Duration::from_nanos(h.max_hold_ns.load(Ordering::Relaxed)).min(MAX_HOLD_CEILING);
         // What this process may still be held in `Hold` decisions; a wait at the depth cap
         // (`Queued`, for offline work already in flight) is bounded by the hard bound alone.
         let pct = h.hold_budget_pct.load(Ordering::Relaxed);
@@ -1045,16 +1096,13 @@ impl Gate {
 
     /// Every taken slot, for status and tests.
     pub fn slots(&self) -> Vec<SlotStats> {
-        self.seg().slots.iter().filter_map(stats_of).collect()
+        self.seg().slot_stats()
     }
 
     /// The slots whose process still runs. A dead process's slot stays until a launch or a
     /// join in the gate reaps it; this only reads.
     pub fn live_slots(&self) -> Vec<SlotStats> {
-        self.slots()
-            .into_iter()
-            .filter(|s| process_alive(s.pid))
-            .collect()
+        live(self.slots())
     }
 
     /// One slot's counters; `None` when the slot is free.
@@ -1255,6 +1303,11 @@ fn clear_counters(s: &Slot) {
     s.busy_since_ns.store(0, Ordering::Relaxed);
 }
 
+/// The slots of `slots` whose process still runs.
+fn live(slots: Vec<SlotStats>) -> Vec<SlotStats> {
+    slots.into_iter().filter(|s| process_alive(s.pid)).collect()
+}
+
 fn stats_of(s: &Slot) -> Option<SlotStats> {
     let pid = s.pid.load(Ordering::Acquire);
     (pid != 0).then(|| SlotStats {
@@ -1281,7 +1334,7 @@ fn nanos(d: Duration) -> u64 {
 
 /// Whether `pid` runs: it exists and is not a zombie (a killed job whose parent has not
 /// reaped it yet holds nothing any more).
-fn process_alive(pid: u32) -> bool {
+pub fn process_alive(pid: u32) -> bool {
     let Ok(raw) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -1331,714 +1384,4 @@ fn futex_wake_all(word: &AtomicU32) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::policy::Mmk;
-    use std::sync::Arc;
-
-    fn gate(dir: &tempfile::TempDir, policy: PolicyKind) -> Gate {
-        let mut config = GateConfig::new(132, policy);
-        config.max_hold = Duration::from_secs(5);
-        Gate::create(&dir.path().join("g0.gate"), &config).unwrap()
-    }
-
-    /// An `mmk` gate with the device wait on.
-    fn device_gate(dir: &tempfile::TempDir) -> Gate {
-        let g = gate(dir, PolicyKind::Mmk);
-        g.configure(&GateConfig {
-            device_wait: true,
-            ..g.config()
-        });
-        g
-    }
-
-    fn offline(sm: u32) -> Launch {
-        Launch {
-            class: Class::Offline,
-            sm_demand: sm,
-            mps_fraction: 1.0,
-            expect: Default::default(),
-        }
-    }
-
-    fn sm(sm: u32) -> Charge {
-        Charge {
-            sm,
-            ..Charge::default()
-        }
-    }
-
-    #[test]
-    fn a_job_process_sees_what_mmkd_configured() {
-        let dir = tempfile::tempdir().unwrap();
-        let created = gate(&dir, PolicyKind::Mmk);
-        let opened = Gate::open(created.path()).unwrap();
-        assert_eq!(opened.config().sm_count, 132);
-        assert_eq!(opened.config().policy, PolicyKind::Mmk);
-        assert_eq!(opened.config().offline_depth, 0);
-        assert_eq!(opened.gemm_slice_mflop(), 0);
-        created.configure(&GateConfig {
-            offline_depth: 8,
-            base: Duration::from_micros(1500),
-            gemm_slice_mflop: 8000,
-            ..GateConfig::new(66, PolicyKind::Passthrough)
-        });
-        assert_eq!(opened.config().sm_count, 66, "the mapping is shared");
-        assert_eq!(opened.gemm_slice_mflop(), 8000);
-        assert_eq!(opened.config().gemm_slice_mflop, 8000);
-        assert_eq!(opened.config().policy, PolicyKind::Passthrough);
-        assert_eq!(opened.config().policy_params().offline_depth, 8);
-        assert_eq!(opened.config().base, Duration::from_micros(1500));
-    }
-
-    #[test]
-    fn mmkd_asks_one_process_to_stop_tracking_until_it_joins_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let created = gate(&dir, PolicyKind::Mmk);
-        let opened = Gate::open(created.path()).unwrap();
-        let on = opened.join(41, Class::Online, 1.0).unwrap();
-        let off = opened.join(42, Class::Offline, 1.0).unwrap();
-        assert!(!opened.untracked(on));
-        assert!(created.set_untracked(41, true), "pid 41 holds a slot");
-        assert!(!created.set_untracked(43, true), "pid 43 holds none");
-        assert!(!created.set_untracked(0, true), "a free slot is nobody's");
-        assert!(opened.untracked(on) && !opened.untracked(off));
-        let flags: Vec<(u32, bool)> = created
-            .slots()
-            .iter()
-            .map(|s| (s.pid, s.untracked))
-            .collect();
-        assert_eq!(flags, [(41, true), (42, false)]);
-        // A process that joins again starts tracked; mmkd may ask again.
-        let again = opened.join(41, Class::Online, 1.0).unwrap();
-        assert_eq!(again, on);
-        assert!(!opened.untracked(on));
-        assert!(created.set_untracked(41, true) && opened.untracked(on));
-        assert!(created.set_untracked(41, false) && !opened.untracked(on));
-    }
-
-    #[test]
-    fn online_work_in_flight_is_summed_per_class() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Mmk);
-        let on = g.join(1, Class::Online, 1.0).unwrap();
-        let off = g.join(std::process::id(), Class::Offline, 0.5).unwrap();
-        g.begin(on, &sm(40));
-        g.begin(on, &sm(20));
-        g.begin(off, &sm(100));
-        let state = g.in_flight();
-        assert_eq!((state.online_kernels, state.online_sm), (2, 60));
-        assert_eq!((state.offline_kernels, state.offline_sm), (1, 100));
-        g.end(on, &sm(40), monotonic_ns());
-        g.end(on, &sm(20), monotonic_ns());
-        g.end(on, &sm(20), monotonic_ns());
-        let state = g.in_flight();
-        assert_eq!(
-            (state.online_kernels, state.online_sm),
-            (0, 0),
-            "never below zero"
-        );
-    }
-
-    #[test]
-    fn profiles_in_flight_and_the_online_gap_are_published() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Fikit);
-        let on = g.join(1, Class::Online, 1.0).unwrap();
-        let off = g.join(std::process::id(), Class::Offline, 0.5).unwrap();
-        let conv = Charge {
-            sm: 100,
-            ask: 150,
-            expected_ns: 80_000,
-            intensity: Intensity::Compute,
-            gap_after_ns: Some(300_000),
-        };
-        let norm = Charge {
-            intensity: Intensity::Memory,
-            gap_after_ns: None,
-            ..conv
-        };
-        g.begin(on, &conv);
-        g.begin(off, &norm);
-        g.begin(off, &norm);
-        let state = g.in_flight();
-        assert_eq!(
-            (state.online_jobs, state.online_compute, state.online_memory),
-            (1, 1, 0)
-        );
-        assert_eq!(state.offline_expected_ns, 160_000);
-        assert_eq!(state.online_gap_until_ns, None, "online is busy");
-        let offline = g.slot(off).expect("the offline slot");
-        assert_eq!(
-            (offline.inflight_sm, offline.inflight_ask),
-            (200, 300),
-            "what the kernels fill and what they ask for"
-        );
-        g.end(off, &norm, 5);
-        assert_eq!(g.in_flight().offline_expected_ns, 80_000);
-        assert_eq!(g.slot(off).expect("slot").inflight_ask, 150);
-        assert_eq!(g.slot(off).expect("slot").busy_ns, 0, "still busy");
-        g.end(on, &conv, 1_000_000);
-        let state = g.in_flight();
-        assert_eq!(state.online_compute, 0);
-        assert_eq!(
-            state.online_gap_until_ns,
-            Some(1_300_000),
-            "the last online kernel completed at 1 ms and expects a 300 us gap"
-        );
-        g.begin(on, &norm);
-        g.end(on, &norm, 2_000_000);
-        assert_eq!(
-            g.in_flight().online_gap_until_ns,
-            None,
-            "no prediction after it"
-        );
-    }
-
-    #[test]
-    fn an_offline_launch_waits_for_online_work_then_goes() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = Arc::new(gate(&dir, PolicyKind::Mmk));
-        let me = std::process::id();
-        let on = g.join(me, Class::Online, 1.0).unwrap();
-        g.begin(on, &sm(132));
-        // A second "process" of the same test: its own mapping, its own slot.
-        let other = Gate::open(g.path()).unwrap();
-        let off = other.join(1, Class::Offline, 1.0).unwrap();
-        // pid 1 is alive (init), so the slot is not reaped while it waits.
-        let waiter = std::thread::spawn(move || {
-            let mut policy = Mmk {
-                base: Duration::from_secs(10),
-                offline_depth: 0,
-            };
-            let outcome = other.admit(off, &mut policy, &mut HoldBudget::new(), &offline(100));
-            (outcome, other.slot(off).unwrap())
-        });
-        // The waiter is held until the online kernel completes.
-        while g.seg().header.waiters.load(Ordering::Acquire) == 0 {
-            std::thread::yield_now();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        g.end(on, &sm(132), monotonic_ns());
-        let (outcome, stats) = waiter.join().unwrap();
-        assert!(!outcome.forced);
-        assert!(outcome.waited >= Duration::from_millis(20), "{outcome:?}");
-        assert_eq!(stats.held, 1);
-        assert_eq!(stats.forced, 0);
-    }
-
-    #[test]
-    fn the_anti_starvation_bound_lets_a_held_launch_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Mmk);
-        let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
-        let off = g.join(1, Class::Offline, 0.5).unwrap();
-        g.begin(on, &sm(132));
-        let mut policy = Mmk {
-            base: Duration::from_millis(5),
-            offline_depth: 0,
-        };
-        let half = Launch {
-            mps_fraction: 0.5,
-            ..offline(132)
-        };
-        let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &half);
-        assert!(outcome.forced);
-        assert!(
-            outcome.waited >= Duration::from_millis(10),
-            "Thres = 5 ms / 0.5"
-        );
-        assert!(outcome.waited < Duration::from_secs(2), "{outcome:?}");
-        assert_eq!(g.slot(off).unwrap().forced, 1);
-    }
-
-    #[test]
-    fn a_spent_hold_budget_lets_offline_launches_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Mmk);
-        let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
-        let off = g.join(1, Class::Offline, 1.0).unwrap();
-        // Online work that never completes: without a budget, each launch would wait out
-        // the anti-starvation bound of 20 ms.
-        g.begin(on, &sm(132));
-        let mut policy = Mmk {
-            base: Duration::from_millis(20),
-            offline_depth: 0,
-        };
-        let mut budget = HoldBudget::new();
-        let t0 = Instant::now();
-        let mut held = Duration::ZERO;
-        for _ in 0..10 {
-            let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
-            assert!(outcome.forced, "{outcome:?}");
-            held += outcome.waited;
-        }
-        let wall = t0.elapsed();
-        // The full bucket (50 ms) plus 10 % of the time since: two holds of 20 ms, then
-        // one of about 15 ms, then launches that go at once. (A loaded machine wakes a
-        // sleeper late: each of the three holds may overrun a little.)
-        let late = Duration::from_millis(30);
-        assert!(
-            held >= Duration::from_millis(50)
-                && held <= Duration::from_millis(50) + wall / 10 + late,
-            "held {held:?} in {wall:?}"
-        );
-        assert_eq!(g.slot(off).unwrap().forced, 10);
-        // Time refills it at 10 %: after a pause of P, P / 10 may be held again (the
-        // policy's bound, 20 ms, is longer than that unless the pause ran long).
-        let paused = Instant::now();
-        std::thread::sleep(Duration::from_millis(100));
-        let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
-        let refill = (paused.elapsed() - outcome.waited) / 10;
-        assert!(outcome.forced, "{outcome:?}");
-        assert!(
-            outcome.waited + Duration::from_millis(1) >= refill.min(Duration::from_millis(20))
-                && outcome.waited <= refill.min(Duration::from_millis(20)) + late,
-            "{outcome:?} after a refill of {refill:?}"
-        );
-        // 100 %: no budget, the policy's bound alone.
-        g.configure(&GateConfig {
-            hold_budget_pct: 100,
-            ..g.config()
-        });
-        let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
-        assert!(outcome.waited >= Duration::from_millis(20), "{outcome:?}");
-        // 0 %: nothing is held, from the first launch on, and nothing counted as held.
-        g.configure(&GateConfig {
-            hold_budget_pct: 0,
-            ..g.config()
-        });
-        let before = g.totals();
-        let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &offline(132));
-        assert!(!outcome.forced && outcome.waited.is_zero(), "{outcome:?}");
-        let after = g.totals();
-        assert_eq!(
-            (after.held, after.forced),
-            (before.held, before.forced),
-            "a launch that went at once was not held"
-        );
-    }
-
-    #[test]
-    fn a_wait_at_the_depth_cap_spends_no_budget() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = Arc::new(gate(&dir, PolicyKind::Mmk));
-        // A hard bound far beyond the wait, however late this thread wakes.
-        g.configure(&GateConfig {
-            max_hold: Duration::from_secs(30),
-            ..g.config()
-        });
-        let me = std::process::id();
-        let on = g.join(me, Class::Online, 1.0).unwrap();
-        let off = g.join(1, Class::Offline, 1.0).unwrap();
-        // An online job is present, idle; one offline kernel in flight is the cap.
-        let _ = on;
-        g.begin(off, &sm(10));
-        let waiter = {
-            let other = Gate::open(g.path()).unwrap();
-            std::thread::spawn(move || {
-                let mut policy = Mmk {
-                    base: Duration::from_millis(1),
-                    offline_depth: 1,
-                };
-                let mut budget = HoldBudget::new();
-                let outcome = other.admit(off, &mut policy, &mut budget, &offline(10));
-                (outcome, budget.available(10, monotonic_ns()))
-            })
-        };
-        // 80 ms at the cap: more than the whole bucket (50 ms), yet not forced by it.
-        std::thread::sleep(Duration::from_millis(80));
-        g.end(off, &sm(10), monotonic_ns());
-        let (outcome, left) = waiter.join().unwrap();
-        assert!(!outcome.forced, "{outcome:?}");
-        assert!(outcome.waited >= Duration::from_millis(80), "{outcome:?}");
-        assert_eq!(left, Some(HoldBudget::BURST), "the bucket is still full");
-    }
-
-    #[test]
-    fn the_device_word_is_closed_while_online_work_is_in_flight() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = device_gate(&dir);
-        assert!(g.device_word().passes(), "a new gate is open");
-        let on = g.join(1, Class::Online, 1.0).unwrap();
-        let on2 = g.join(2, Class::Online, 1.0).unwrap();
-        let off = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
-        g.begin(off, &sm(132));
-        assert!(g.device_word().passes(), "offline work does not close it");
-        g.begin(on, &sm(10));
-        g.begin(on2, &sm(10));
-        assert_eq!(g.device_word().online(), 2);
-        assert!(!g.device_word().passes());
-        g.end(on, &sm(10), monotonic_ns());
-        assert!(
-            !g.device_word().passes(),
-            "one online launch is still in flight"
-        );
-        g.end(on2, &sm(10), monotonic_ns());
-        assert!(g.device_word().passes());
-        // A completion seen twice (the slot was cleared meanwhile) does not wrap the count.
-        g.end(on2, &sm(10), monotonic_ns());
-        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
-        // An online process that leaves with work in flight opens it.
-        g.begin(on, &sm(10));
-        g.begin(on, &sm(10));
-        assert!(!g.device_word().passes());
-        g.leave(on);
-        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
-    }
-
-    #[test]
-    fn without_the_device_wait_online_launches_leave_the_word_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = device_gate(&dir);
-        let on = g.join(1, Class::Online, 1.0).unwrap();
-        g.begin(on, &sm(10));
-        assert!(!g.device_word().passes());
-        // Turned off with a launch in flight: open at once, and later launches do not close it.
-        g.configure(&GateConfig {
-            device_wait: false,
-            ..g.config()
-        });
-        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
-        g.begin(on, &sm(10));
-        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
-        g.end(on, &sm(10), monotonic_ns());
-        g.end(on, &sm(10), monotonic_ns());
-        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
-    }
-
-    #[test]
-    fn a_starved_offline_process_forces_the_device_word_open_until_progress() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = device_gate(&dir);
-        // A live pid for the online slot (a recount must not drop it).
-        let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
-        g.begin(on, &sm(132));
-        let bound = 10_000_000_000; // 10 s: synthetic times, no sleeping
-        let closed = monotonic_ns();
-        assert!(
-            !g.device_force_if_starved(closed, bound),
-            "not past the bound yet"
-        );
-        assert!(!g.device_word().passes());
-        let later = closed + 2 * bound;
-        assert!(g.device_force_if_starved(later, bound));
-        assert!(g.device_word().passes(), "forced open");
-        assert_eq!(g.device_word().online(), 1, "the online count is kept");
-        assert!(!g.device_force_if_starved(later, bound), "already open");
-        g.device_unforce();
-        assert!(!g.device_word().passes(), "closed again after progress");
-        assert!(
-            !g.device_force_if_starved(monotonic_ns(), bound),
-            "the bound starts over"
-        );
-        assert!(g.device_force_if_starved(monotonic_ns() + 2 * bound, bound));
-        g.end(on, &sm(132), monotonic_ns());
-        assert_eq!(
-            g.device_word(),
-            DeviceWord(DeviceWord::OPEN),
-            "the last online completion opens it and drops the force"
-        );
-        assert!(
-            !g.device_force_if_starved(monotonic_ns() + 2 * bound, bound),
-            "an open word is never marked forced"
-        );
-        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
-    }
-
-    #[test]
-    fn a_count_no_live_online_slot_accounts_for_is_set_right_before_forcing() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = device_gate(&dir);
-        let on = g.join(std::process::id(), Class::Online, 1.0).unwrap();
-        g.begin(on, &sm(10));
-        // A completion neither `end` nor `clear_in_flight` took off the word (the race with
-        // a leaving process): the slot has nothing in flight, the word still counts one.
-        g.seg().slots[on.0].inflight.store(0, Ordering::Release);
-        assert_eq!(g.device_word().online(), 1);
-        let bound = 10_000_000_000;
-        assert!(
-            !g.device_force_if_starved(monotonic_ns() + 2 * bound, bound),
-            "set right, not forced"
-        );
-        assert_eq!(g.device_word(), DeviceWord(DeviceWord::OPEN));
-    }
-
-    #[test]
-    fn the_device_word_lies_inside_the_mapping() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = device_gate(&dir);
-        let at = g.device_word_location();
-        assert_eq!(at.len, SEGMENT_BYTES);
-        assert!(at.offset + 4 <= at.len && at.offset.is_multiple_of(4));
-        // SAFETY: inside the mapping, aligned, an AtomicU32 of the header.
-        let word = unsafe { &*at.base.cast::<u8>().add(at.offset).cast::<AtomicU32>() };
-        assert_eq!(word.load(Ordering::Acquire), g.device_word().0);
-        let on = g.join(1, Class::Online, 1.0).unwrap();
-        g.begin(on, &sm(1));
-        assert_eq!(word.load(Ordering::Acquire), g.device_word().0);
-        assert!(!DeviceWord(word.load(Ordering::Acquire)).passes());
-    }
-
-    #[test]
-    fn a_dead_process_in_flight_does_not_hold_others() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Mmk);
-        // A child that exits at once and is not reaped yet: a zombie holds nothing.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        while std::fs::read_to_string(format!("/proc/{dead}/stat"))
-            .is_ok_and(|s| !s.contains(") Z"))
-        {
-            std::thread::yield_now();
-        }
-        let on = g.join(dead, Class::Online, 1.0).unwrap();
-        g.begin(on, &sm(132));
-        let off = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
-        let mut policy = Mmk {
-            base: Duration::from_secs(3),
-            offline_depth: 0,
-        };
-        let started = Instant::now();
-        let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &offline(132));
-        assert!(
-            !outcome.forced,
-            "the dead slot is dropped, then the launch fits"
-        );
-        assert!(started.elapsed() < Duration::from_secs(2));
-        assert!(g.slots().iter().all(|s| s.pid != dead));
-        child.wait().unwrap();
-    }
-
-    #[test]
-    fn a_full_gate_refuses_a_new_process_and_leave_frees_a_slot() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = gate(&dir, PolicyKind::Passthrough);
-        let me = std::process::id();
-        let first = g.join(me, Class::Online, 1.0).unwrap();
-        assert_eq!(
-            g.join(me, Class::Offline, 1.0),
-            Some(first),
-            "same pid, same slot"
-        );
-        // Fill the other slots with init (pid 1), which is alive, so nothing can be reaped.
-        for _ in 1..SLOTS {
-            assert!(g.claim_free(1).is_some());
-        }
-        assert_eq!(g.join(2_000_000_000, Class::Offline, 1.0), None);
-        g.count(first);
-        g.count(first);
-        g.leave(first);
-        assert_eq!(g.totals().launches, 2, "counters outlive the slot");
-        assert!(g.join(2_000_000_000, Class::Offline, 1.0).is_some());
-    }
-
-    #[test]
-    fn bad_files_are_refused_with_the_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("none.gate");
-        let err = Gate::open(&missing).unwrap_err();
-        assert!(err.to_string().contains("none.gate: open"), "{err}");
-        let junk = dir.path().join("junk.gate");
-        std::fs::write(&junk, vec![7u8; SEGMENT_BYTES]).unwrap();
-        let err = Gate::open(&junk).unwrap_err();
-        assert!(err.to_string().contains("not an mmk gate"), "{err}");
-        // mmkd replaces a file that is not a gate.
-        let g = Gate::create(&junk, &GateConfig::new(14, PolicyKind::Mmk)).unwrap();
-        assert_eq!(g.config().sm_count, 14);
-        let err = Gate::create(&junk, &GateConfig::new(0, PolicyKind::Mmk)).unwrap_err();
-        assert!(err.to_string().contains("sm_count"), "{err}");
-        // A gate of layout version 1 (an older mmk) is refused by jobs and replaced by mmkd.
-        drop(g);
-        let mut bytes = std::fs::read(&junk).unwrap();
-        bytes[8..12].copy_from_slice(&1u32.to_ne_bytes());
-        std::fs::write(&junk, bytes).unwrap();
-        let err = Gate::open(&junk).unwrap_err();
-        assert!(err.to_string().contains("layout version 1"), "{err}");
-        let g = Gate::create(&junk, &GateConfig::new(14, PolicyKind::Orion)).unwrap();
-        assert_eq!(g.config().policy, PolicyKind::Orion);
-    }
-
-    #[test]
-    fn a_process_is_charged_the_time_it_has_kernels_in_flight() {
-        let dir = tempfile::tempdir().unwrap();
-        let g = Gate::create(
-            &dir.path().join("busy.gate"),
-            &GateConfig::new(132, PolicyKind::Mmk),
-        )
-        .unwrap();
-        let slot = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
-        let t0 = monotonic_ns();
-        // Two kernels overlap: one busy period, from the first launch to the last end.
-        g.begin(slot, &sm(10));
-        g.begin(slot, &sm(10));
-        g.end(slot, &sm(10), t0 + 2_000_000);
-        assert_eq!(
-            g.slot(slot).unwrap().busy_ns,
-            0,
-            "a kernel is still in flight"
-        );
-        g.end(slot, &sm(10), t0 + 3_000_000);
-        let busy = g.slot(slot).unwrap().busy_ns;
-        assert!((2_900_000..=3_000_000).contains(&busy), "{busy}");
-        // Idle time between periods is not charged.
-        let t1 = monotonic_ns();
-        g.begin(slot, &sm(10));
-        g.end(slot, &sm(10), t1 + 1_000_000);
-        let busy2 = g.slot(slot).unwrap().busy_ns - busy;
-        assert!((900_000..=1_000_000).contains(&busy2), "{busy2}");
-    }
-
-    #[test]
-    fn the_layout_is_what_the_docs_say() {
-        assert_eq!(std::mem::size_of::<Header>(), 128);
-        assert_eq!(std::mem::size_of::<Slot>(), 128);
-        assert_eq!(SEGMENT_BYTES, 128 + SLOTS * 128);
-    }
-
-    /// Names, in the child process of `a_full_file_system_is_an_error_not_a_signal`, the
-    /// directory where a full tmpfs is mounted.
-    const FULL_DIR: &str = "MMK_TEST_FULL_GATE_DIR";
-
-    /// A gate made on a full file system (a full `/dev/shm` or data dir): an error that
-    /// names the gate, never a SIGBUS that kills mmkd. The child process that makes it
-    /// mounts a small tmpfs over a temporary directory in a mount namespace of its own
-    /// (as root, or in a user namespace of its own otherwise), so the tmpfs is gone with it.
-    #[test]
-    fn a_full_file_system_is_an_error_not_a_signal() {
-        use std::os::unix::ffi::OsStrExt;
-        use std::os::unix::process::CommandExt;
-
-        if let Some(dir) = std::env::var_os(FULL_DIR) {
-            return make_a_gate_on_a_full_file_system(Path::new(&dir));
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let target = std::ffi::CString::new(dir.path().as_os_str().as_bytes()).unwrap();
-        // SAFETY: geteuid and getegid cannot fail.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let maps = (format!("{uid} {uid} 1"), format!("{gid} {gid} 1"));
-        let name = format!(
-            "{}::a_full_file_system_is_an_error_not_a_signal",
-            module_path!().split_once("::").unwrap().1
-        );
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
-        child
-            .args([name.as_str(), "--exact", "--test-threads=1"])
-            .env(FULL_DIR, dir.path());
-        // SAFETY: the closure makes only system calls (no allocation, no locks) in the
-        // single-threaded child between fork and exec.
-        unsafe {
-            child.pre_exec(move || mount_private_tmpfs(&target, uid, &maps.0, &maps.1));
-        }
-        let out = match child.output() {
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EPERM | libc::EACCES | libc::ENOSYS | libc::EINVAL | libc::ENOSPC)
-                ) =>
-            {
-                eprintln!(
-                    "skipped: no private mount namespace with a tmpfs in this container ({e})"
-                );
-                return;
-            }
-            out => out.unwrap(),
-        };
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "the child making a gate on a full tmpfs ended with {}:\n{stdout}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            stdout.contains("1 passed"),
-            "the child ran no test:\n{stdout}"
-        );
-    }
-
-    /// In the forked child: a mount namespace of its own (inside a user namespace of its
-    /// own when not root) with a four-page tmpfs over `target`.
-    fn mount_private_tmpfs(
-        target: &std::ffi::CStr,
-        uid: libc::uid_t,
-        uid_map: &str,
-        gid_map: &str,
-    ) -> io::Result<()> {
-        let check = |rc: libc::c_int| {
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        };
-        // SAFETY: system calls with valid NUL-terminated strings and buffers.
-        unsafe {
-            if uid == 0 {
-                check(libc::unshare(libc::CLONE_NEWNS))?;
-            } else {
-                check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS))?;
-                for (file, line) in [
-                    (c"/proc/self/setgroups", "deny"),
-                    (c"/proc/self/gid_map", gid_map),
-                    (c"/proc/self/uid_map", uid_map),
-                ] {
-                    let fd = libc::open(file.as_ptr(), libc::O_WRONLY);
-                    if fd < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    let wrote = libc::write(fd, line.as_ptr().cast(), line.len());
-                    libc::close(fd);
-                    if wrote != line.len() as isize {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-            }
-            // Nothing mounted here reaches the parent's namespace.
-            check(libc::mount(
-                c"none".as_ptr(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ))?;
-            check(libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                c"size=16k".as_ptr().cast(),
-            ))
-        }
-    }
-
-    /// The child's part: fill the tmpfs, fail to make a gate, free the space, make it.
-    fn make_a_gate_on_a_full_file_system(dir: &Path) {
-        use std::io::Write;
-        let filler = dir.join("filler");
-        let mut file = File::create(&filler).unwrap();
-        let full = (0..1024)
-            .map(|_| file.write_all(&[0u8; 4096]))
-            .find_map(io::Result::err)
-            .expect("the tmpfs fills up");
-        assert_eq!(full.kind(), io::ErrorKind::StorageFull, "{full}");
-        drop(file);
-        let path = dir.join("g0.gate");
-        let config = GateConfig::new(14, PolicyKind::Mmk);
-        let err = Gate::create(&path, &config).unwrap_err();
-        let GateError::Io { source, .. } = &err else {
-            panic!("not an io error: {err}");
-        };
-        assert_eq!(source.kind(), io::ErrorKind::StorageFull, "{source}");
-        assert!(err.to_string().contains("g0.gate: reserve space"), "{err}");
-        assert!(source.to_string().contains("No space left"), "{source}");
-        let left: Vec<_> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(left, ["filler"], "the half-made gate is removed");
-        std::fs::remove_file(&filler).unwrap();
-        let g = Gate::create(&path, &config).unwrap();
-        assert_eq!(g.config().sm_count, 14);
-    }
-}
+mod tests;
