@@ -106,8 +106,10 @@ impl Access {
         let (uid, gid) = (user.uid(), user.primary_group_id());
         let me = rustix::process::geteuid().as_raw();
         // Group root counts too: a command job runs with the user's primary group. A
-        // system user (a uid below the node's UID_MIN: daemons, nobody) is no person's.
-        let system = uid < first_login_uid();
+        // system user (a uid outside the node's UID_MIN..=UID_MAX: daemons, nobody) is no
+        // person's.
+        let (first, last) = login_uids();
+        let system = uid < first || uid > last;
         if (uid == 0 || gid == 0 || uid == me || system) && !self.scheduler_uids.contains(&uid) {
             return Err(denied(format!(
                 "the client certificate names {:?}, whose identity (root's, group root's, a \
@@ -135,23 +137,24 @@ impl Access {
     }
 }
 
-/// The first uid of a person's account: `UID_MIN` of `/etc/login.defs`, 1000 where it
-/// says none (Debian's, Red Hat's and shadow's default). Read once.
-fn first_login_uid() -> u32 {
-    static FIRST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *FIRST.get_or_init(|| {
-        std::fs::read_to_string("/etc/login.defs")
-            .ok()
-            .and_then(|text| uid_min(&text))
-            .unwrap_or(1000)
+/// The uids of people's accounts: `UID_MIN` and `UID_MAX` of `/etc/login.defs`, 1000 and
+/// 60000 where it says none (Debian's, Red Hat's and shadow's defaults). Read once.
+fn login_uids() -> (u32, u32) {
+    static UIDS: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *UIDS.get_or_init(|| {
+        let text = std::fs::read_to_string("/etc/login.defs").unwrap_or_default();
+        (
+            login_def(&text, "UID_MIN").unwrap_or(1000),
+            login_def(&text, "UID_MAX").unwrap_or(60000),
+        )
     })
 }
 
-/// `UID_MIN` in the text of a `login.defs`.
-fn uid_min(text: &str) -> Option<u32> {
+/// A number set in the text of a `login.defs`.
+fn login_def(text: &str, key: &str) -> Option<u32> {
     text.lines().find_map(|line| {
         let mut words = line.split_whitespace();
-        (words.next() == Some("UID_MIN"))
+        (words.next() == Some(key))
             .then(|| words.next()?.parse().ok())
             .flatten()
     })
@@ -210,11 +213,12 @@ mod tests {
     }
 
     #[test]
-    fn the_first_login_uid_comes_from_login_defs() {
+    fn peoples_uids_come_from_login_defs() {
         let defs = "# comment\nMAIL_DIR /var/mail\nUID_MIN\t\t 2000\nUID_MAX 60000\n";
-        assert_eq!(uid_min(defs), Some(2000));
-        assert_eq!(uid_min("UID_MAX 60000\n"), None);
-        assert_eq!(uid_min("UID_MIN lots\n"), None);
+        assert_eq!(login_def(defs, "UID_MIN"), Some(2000));
+        assert_eq!(login_def(defs, "UID_MAX"), Some(60000));
+        assert_eq!(login_def("UID_MAX 60000\n", "UID_MIN"), None);
+        assert_eq!(login_def("UID_MIN lots\n", "UID_MIN"), None);
     }
 
     #[test]

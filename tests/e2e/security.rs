@@ -469,6 +469,8 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
     let (me_crt, me_key) = Pki::leaf(dir, &issuer, &whoami, &[]);
     let (root_crt, root_key) = Pki::leaf(dir, &issuer, "root", &[]);
     let (stranger_crt, stranger_key) = Pki::leaf(dir, &issuer, "no-such-user-here", &[]);
+    // A system user (a daemon's account, uid 1 on Debian).
+    let (system_crt, system_key) = Pki::leaf(dir, &issuer, "daemon", &[]);
     let other = tempfile::tempdir().expect("tempdir");
     let (_, other_issuer) = Pki::ca(other.path(), "other-ca");
     let (forged_crt, forged_key) = Pki::leaf(other.path(), &other_issuer, &whoami, &[]);
@@ -515,7 +517,7 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
         "cmd.yaml",
         "name: cmd\nclass: offline\ngpu_memory: 1GiB\ncommand:\n  workdir: /\n  args: [true]\n",
     );
-    let over_tcp = |crt: &std::path::Path, key: &std::path::Path| {
+    let call_tcp = |crt: &std::path::Path, key: &std::path::Path, args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_mmkctl"))
             .args([
                 "--output",
@@ -525,11 +527,44 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
                 "--tls-ca",
                 &s(&pki.ca),
             ])
-            .args(["--tls-cert", &s(crt), "--tls-key", &s(key), "submit", &job])
+            .args(["--tls-cert", &s(crt), "--tls-key", &s(key)])
+            .args(args)
             .env_remove("MMK_SOCKET")
             .output()
             .expect("mmkctl runs")
     };
+    let over_tcp =
+        |crt: &std::path::Path, key: &std::path::Path| call_tcp(crt, key, &["submit", &job]);
+    // The read-only calls too: the node, its partitions, a dry run, a fit, capacity.
+    let reads: [&[&str]; 5] = [
+        &["gpus"],
+        &["partitions", "show"],
+        &["partitions", "plan", &job],
+        &["fit", &job],
+        &["capacity"],
+    ];
+    for args in reads {
+        let out = call_tcp(&me_crt, &me_key, args);
+        assert!(
+            out.status.code().is_some_and(|c| c != 2),
+            "{args:?} as alice: {}",
+            text(&out.stderr)
+        );
+        for (who, crt, key) in [
+            ("root", &root_crt, &root_key),
+            ("no user", &stranger_crt, &stranger_key),
+            ("a system user", &system_crt, &system_key),
+        ] {
+            let out = call_tcp(crt, key, args);
+            assert_eq!(out.status.code(), Some(2), "{args:?} as {who}");
+            assert!(
+                text(&out.stderr).contains("does not grant over TCP")
+                    || text(&out.stderr).contains("not a user on this node"),
+                "{args:?} as {who}: {}",
+                text(&out.stderr)
+            );
+        }
+    }
     let out = over_tcp(&me_crt, &me_key);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -751,4 +786,275 @@ async fn metrics_beyond_loopback_take_only_clients_with_a_certificate_of_the_ca(
         !curl(Some((&forged_crt, &forged_key))).status.success(),
         "a certificate of another CA: refused"
     );
+}
+
+/// The interposer, the fake driver and its test program copied where every user may read
+/// them (the build tree may not be), in `dir`.
+struct Tools {
+    _dir: tempfile::TempDir,
+    interposer: String,
+    app: String,
+    lib: String,
+}
+
+fn tools() -> Tools {
+    use mmk_kernel_sched::artifacts::{FAKE_APP, INTERPOSER};
+    let bin = crate::ksched::built();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let lib = crate::ksched::fake_driver_in(&bin, dir.path());
+    let interposer = dir.path().join(INTERPOSER);
+    std::fs::copy(bin.join(INTERPOSER), &interposer).expect("copy");
+    let app = dir.path().join(FAKE_APP);
+    std::fs::copy(bin.join(FAKE_APP), &app).expect("copy");
+    Tools {
+        interposer: interposer.display().to_string(),
+        app: app.display().to_string(),
+        lib: lib.display().to_string(),
+        _dir: dir,
+    }
+}
+
+fn daemon_with(extra: &[&str]) -> Daemon {
+    let mut flags = vec!["--socket-group", GROUP, "--admin-group", ADMINS];
+    flags.extend_from_slice(extra);
+    let d = Daemon::start_with("a100-80gb:1", &flags);
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    d
+}
+
+/// Runs `sh -c script` as `user`; its output.
+fn sh_as(user: &User, script: &str) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid",
+            user.name,
+            "--regid",
+            GROUP,
+            "--init-groups",
+            "--",
+        ])
+        .args(["/bin/sh", "-c", script])
+        .current_dir("/")
+        .output()
+        .expect("setpriv runs sh")
+}
+
+/// A user's job runs under the kernel scheduler as that user: its launches go through its
+/// partition's gate, which is theirs alone (no other user opens it), mmkd counts its GPU
+/// time and learns its profile.
+#[tokio::test]
+async fn a_users_job_is_scheduled_counted_and_learned_through_a_gate_of_their_own() {
+    let Some((alice, bob, _)) = users() else {
+        return;
+    };
+    let t = tools();
+    let d = daemon_with(&["--interposer", &t.interposer]);
+    // Kernels of 2 ms, 2 ms apart, each waited for: busy half the time.
+    let yaml = format!(
+        "name: learner\ngpu_memory: 4GiB\ncommand:\n  args: [{app}, --kernels, '600', --duration-us, '2000', --gap-us, '2000', --blocks, '54', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
+        app = t.app,
+        lib = t.lib,
+    );
+    let id = submit_as(&d, alice, &yaml);
+    let mut c = d.clients().await;
+    let job = wait_state(&mut c, id, v1::JobState::Running).await;
+    let a = job.assignment.expect("placed");
+
+    // Its gate: alice's, mode 0600, in a folder only root writes.
+    let parts = d.ctl_json(&["partitions", "show"]);
+    let gate = parts[0]["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .find(|p| p["instance_id"] == a.instance_id)
+        .expect("the job's partition")["gate"]["path"]
+        .as_str()
+        .expect("a gate")
+        .to_owned();
+    let meta = std::fs::metadata(&gate).expect("the gate");
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (alice.uid, 0o600));
+    let folder = std::fs::metadata(std::path::Path::new(&gate).parent().expect("folder"))
+        .expect("the gate folder");
+    assert_eq!((folder.uid(), folder.mode() & 0o7777), (0, 0o711));
+    // Bob can neither read it, write it, nor list the folder.
+    for script in [
+        format!("cat {gate} > /dev/null"),
+        format!(": >> {gate}"),
+        format!(
+            "ls {}",
+            std::path::Path::new(&gate)
+                .parent()
+                .expect("folder")
+                .display()
+        ),
+    ] {
+        let out = sh_as(bob, &script);
+        assert!(!out.status.success(), "bob ran {script}");
+        assert!(
+            text(&out.stderr).contains("Permission denied"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+
+    // mmkd sees its GPU time while it runs.
+    wait_for("the job's GPU time", || {
+        let v = json_as(&d, alice, &["top", "--once", "--interval", "300ms"]);
+        let row = v
+            .as_array()?
+            .iter()
+            .flat_map(|p| p["jobs"].as_array().into_iter().flatten())
+            .find(|j| j["id"] == id)?
+            .clone();
+        (row["kernel_us"].as_u64()? > 0 && row["launches"].as_u64()? > 0).then_some(row)
+    });
+    let done = wait_state(&mut c, id, v1::JobState::Succeeded).await;
+    let err = std::fs::read_to_string(std::path::Path::new(&done.log_dir).join("stderr.log"))
+        .expect("stderr");
+    assert!(!err.contains("unscheduled"), "{err}");
+    // Every launch went through the gate.
+    let parts = d.ctl_json(&["partitions", "show"]);
+    let launches: u64 = parts[0]["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter_map(|p| p["gate"]["launches"].as_u64())
+        .sum();
+    assert_eq!(launches, 600);
+    // And it is learned, under alice.
+    let profile = wait_for("alice's learned profile", || {
+        let v = json_as(&d, alice, &["profiles"]);
+        let p = v.as_array()?.first()?.clone();
+        (p["runs"] == 1).then_some(p)
+    });
+    assert_eq!(profile["name"], "learner");
+    assert!(
+        profile["signature"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(&format!("{}/", alice.uid))),
+        "{profile}"
+    );
+    assert!(
+        profile["launches"].as_u64().is_some_and(|n| n > 0),
+        "{profile}"
+    );
+}
+
+/// A partition serves one user at a time (one MPS server per user): bob's job goes to
+/// another partition, or waits saying why; alice's next job joins her own.
+#[tokio::test]
+async fn two_users_jobs_never_share_a_partition() {
+    let Some((alice, bob, _)) = users() else {
+        return;
+    };
+    let d = daemon();
+    let job = |name: &str, gib: u32| {
+        format!("name: {name}\ngpu_memory: {gib}GiB\ncommand:\n  args: [/bin/sleep, '60']\n")
+    };
+    let mut c = d.clients().await;
+    // Alice's job fills the GPU's largest partition.
+    let big = submit_as(&d, alice, &job("big", 70));
+    let big = wait_state(&mut c, big, v1::JobState::Running).await;
+    // Bob's small job would fit beside it, but waits, saying why.
+    let small = submit_as(&d, bob, &job("small", 5));
+    let reason = wait_for("bob's job to wait with a reason", || {
+        let v = json_as(&d, bob, &["jobs", "get", &small.to_string()]);
+        let r = v["reason"].as_str()?.to_owned();
+        (v["state"] == "QUEUED" && r.contains("another user's jobs")).then_some(r)
+    });
+    assert!(reason.contains("one user at a time"), "{reason}");
+    // Alice's own small job joins her partition.
+    let hers = submit_as(&d, alice, &job("hers", 5));
+    let hers = wait_state(&mut c, hers, v1::JobState::Running).await;
+    let (a, b) = (
+        big.assignment.expect("placed"),
+        hers.assignment.expect("placed"),
+    );
+    assert_eq!((a.gpu_index, a.instance_id), (b.gpu_index, b.instance_id));
+    // Once alice's jobs end, bob's runs.
+    for id in [big.id, hers.id] {
+        let out = ctl_as(&d, alice, &["jobs", "cancel", &id.to_string()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    wait_state(&mut c, small, v1::JobState::Running).await;
+}
+
+/// A gate folder another user made (in /dev/shm, say) is refused at start, not used.
+#[tokio::test]
+async fn a_gate_folder_another_user_made_is_refused() {
+    let Some((alice, _, _)) = users() else { return };
+    let t = tools();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let planted = dir.path().join("gates");
+    std::fs::create_dir(&planted).expect("mkdir");
+    std::os::unix::fs::chown(&planted, Some(alice.uid), None).expect("chown");
+    refused_at_start(
+        dir.path(),
+        &[
+            "--interposer",
+            &t.interposer,
+            "--kernel-gate-dir",
+            &planted.display().to_string(),
+        ],
+        &format!("belongs to uid {}", alice.uid),
+    );
+    assert_eq!(std::fs::read_dir(&planted).expect("dir").count(), 0);
+}
+
+/// The kernel profile a job names is read with its user's rights, bounded and non-blocking:
+/// root's file is refused without showing its content, and a FIFO holds nothing up.
+#[tokio::test]
+async fn a_jobs_kernel_profile_is_read_as_its_user() {
+    let Some((alice, _, _)) = users() else { return };
+    let d = daemon();
+    let secret = d.path().join("secret.json");
+    std::fs::write(&secret, "\"AKIA-root-only\"").expect("write");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let fifo = d.path().join("profile.fifo");
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o666) }, 0);
+    let online = |name: &str, profile: &std::path::Path| {
+        format!(
+            "name: {name}\nclass: online\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/sleep, '30']\n  kernel_profile: {}\n",
+            profile.display()
+        )
+    };
+    let submit_online = |yaml: &str| {
+        let file = d.path().join(format!("online-{}.yaml", rand_name()));
+        std::fs::write(&file, yaml).expect("job file");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let v = json_as(
+            &d,
+            alice,
+            &["submit", "--online", &file.display().to_string()],
+        );
+        v["id"].as_u64().expect("id")
+    };
+    let mut c = d.clients().await;
+    let blocked = submit_online(&online("fifo", &fifo));
+    let job = wait_state(&mut c, blocked, v1::JobState::Failed).await;
+    assert!(job.reason.contains("not a regular file"), "{}", job.reason);
+    let stolen = submit_online(&online("secret", &secret));
+    let job = wait_state(&mut c, stolen, v1::JobState::Failed).await;
+    assert!(job.reason.contains("Permission denied"), "{}", job.reason);
+    assert!(!job.reason.contains("AKIA"), "{}", job.reason);
+    // Scheduling went on meanwhile.
+    let other = submit_as(
+        &d,
+        alice,
+        "name: other\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/true]\n",
+    );
+    wait_state(&mut c, other, v1::JobState::Succeeded).await;
+}
+
+fn rand_name() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
