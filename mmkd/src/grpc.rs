@@ -20,6 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 mod allocation;
+pub mod watches;
 
 pub use allocation::AllocationApi;
 
@@ -143,6 +144,8 @@ pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
 pub struct JobApi {
     pub node: Node,
     pub access: Arc<Access>,
+    /// The streams open now, capped per user and in all.
+    pub watches: Arc<watches::Watches>,
     /// Becomes true when mmkd shuts down; open watch streams end then.
     pub stopping: watch::Receiver<bool>,
 }
@@ -260,23 +263,17 @@ impl JobService for JobApi {
         req: Request<v1::WatchJobsRequest>,
     ) -> Result<Response<Self::WatchJobsStream>, Status> {
         let caller = caller(&self.access, &req)?;
+        let place = self.watches.open(caller.uid)?;
         let req = req.into_inner();
-        // Subscribe and read the current jobs under the pass lock: no change falls in
-        // between, and every later event is newer than the snapshot.
-        let (mut events, current) = if req.include_current {
-            let (rx, jobs) = self.node.subscribe_with_snapshot().await.map_err(status)?;
-            let jobs: Vec<JobRecord> = jobs
-                .into_iter()
-                .filter(|j| req.job_id == 0 || j.id == req.job_id)
-                .collect();
-            (rx, jobs)
-        } else {
-            (self.node.subscribe(), Vec::new())
-        };
-        let (tx, rx) = mpsc::channel(64);
+        // Subscribed first: an event after this is either in the snapshot read below (its
+        // job's latest event then has its sequence number or a later one, and it is
+        // skipped) or sent after it.
+        let mut events = self.node.subscribe();
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let node = self.node.clone();
         let stopping = until_true(self.stopping.clone());
         tokio::spawn(async move {
+            let _place = place;
             tokio::pin!(stopping);
             // Every send also watches for shutdown, so a client that stops reading cannot
             // hold mmkd's shutdown up.
@@ -288,12 +285,39 @@ impl JobService for JobApi {
                     }
                 };
             }
-            for j in current {
-                send!(Ok(v1::JobEvent {
-                    seq: 0,
-                    at: Some(timestamp(j.updated_at)),
-                    job: Some(job_view(&node, &j, &caller)),
-                }));
+            // The snapshot, a page at a time: a client that reads slowly holds one page,
+            // never every job.
+            let mut seen: HashMap<u64, u64> = HashMap::new();
+            if req.include_current {
+                let mut after = if req.job_id == 0 { 0 } else { req.job_id - 1 };
+                loop {
+                    let limit = if req.job_id == 0 { SNAPSHOT_PAGE } else { 1 };
+                    let page = match node.snapshot_page(after, limit).await {
+                        Ok(page) => page,
+                        Err(e) => {
+                            send!(Err(status(e)));
+                            return;
+                        }
+                    };
+                    let Some(last) = page.last().map(|(j, _)| j.id) else {
+                        break;
+                    };
+                    after = last;
+                    for (j, seq) in page {
+                        if req.job_id != 0 && j.id != req.job_id {
+                            continue;
+                        }
+                        seen.insert(j.id, seq);
+                        send!(Ok(v1::JobEvent {
+                            seq: 0,
+                            at: Some(timestamp(j.updated_at)),
+                            job: Some(job_view(&node, &j, &caller)),
+                        }));
+                    }
+                    if req.job_id != 0 {
+                        break;
+                    }
+                }
             }
             loop {
                 let ev: JobEvent = tokio::select! {
@@ -313,6 +337,9 @@ impl JobService for JobApi {
                 if req.job_id != 0 && ev.job.id != req.job_id {
                     continue;
                 }
+                if seen.get(&ev.job.id).is_some_and(|&seq| ev.seq <= seq) {
+                    continue; // the snapshot had it
+                }
                 send!(Ok(v1::JobEvent {
                     seq: ev.seq,
                     at: Some(timestamp(ev.at)),
@@ -323,6 +350,14 @@ impl JobService for JobApi {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
+
+/// Events a watch buffers for a client that reads slowly (each may be a job of a few
+/// hundred KiB): beyond them the watch waits, and falls behind the node's event buffer.
+/// With [`SNAPSHOT_PAGE`], a watch that is never read holds at most 8 jobs (2 MiB of the
+/// largest specs) and the node at most [`watches::TOTAL`] such watches.
+const WATCH_BUFFER: usize = 4;
+/// Jobs a watch's snapshot reads from the store at a time.
+const SNAPSHOT_PAGE: u32 = 4;
 
 /// Resolves once the flag is true (or its sender is gone).
 async fn until_true(mut flag: watch::Receiver<bool>) {

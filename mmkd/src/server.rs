@@ -107,7 +107,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    // The same services on the Unix socket and, with TLS, on TCP.
+    // The same services on the Unix socket and, with TLS, on TCP; watch streams are
+    // capped across both.
+    let watches = Arc::new(crate::grpc::watches::Watches::default());
     let router = |builder: tonic::transport::Server| {
         let mut builder = builder;
         builder
@@ -116,11 +118,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .add_service(JobServiceServer::new(JobApi {
                 node: node.clone(),
                 access: Arc::clone(&access),
+                watches: Arc::clone(&watches),
                 stopping: stopping_rx.clone(),
             }))
             .add_service(AllocationServiceServer::new(AllocationApi {
                 node: node.clone(),
                 access: Arc::clone(&access),
+                watches: Arc::clone(&watches),
                 unit_mib: config.capacity_unit_mib,
                 stopping: stopping_rx.clone(),
             }))

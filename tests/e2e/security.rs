@@ -1058,3 +1058,73 @@ fn rand_name() -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// Watch streams are capped per user (and on the node): a caller that opens many and reads
+/// none gets RESOURCE_EXHAUSTED past the cap, and a place comes back once one closes. The
+/// snapshot of a watch that is never read is sent a few jobs at a time.
+#[tokio::test]
+async fn watches_are_capped_per_user() {
+    let d = Daemon::start("a100-80gb:1");
+    // Jobs of large specs, so that a snapshot of all of them would weigh.
+    let big_arg = "x".repeat(60_000);
+    for i in 0..20 {
+        d.submit(
+            "--offline",
+            &format!(
+                "name: big{i}\ngpu_memory: 40GiB\ncommand:\n  args: [/bin/true, {big_arg}, {big_arg}, {big_arg}, {big_arg}]\n"
+            ),
+        );
+    }
+    let mut c = d.clients().await;
+    let watch = v1::WatchJobsRequest {
+        include_current: true,
+        ..v1::WatchJobsRequest::default()
+    };
+    let mut open = Vec::new();
+    for _ in 0..32 {
+        let stream = c
+            .jobs
+            .watch_jobs(watch.clone())
+            .await
+            .expect("a watch within the cap")
+            .into_inner();
+        open.push(stream);
+    }
+    let refused = c
+        .jobs
+        .watch_jobs(watch.clone())
+        .await
+        .expect_err("the 33rd watch of one user");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(refused.message().contains("watches open"), "{refused:?}");
+    // The capacity stream counts too.
+    let mut alloc = v1::allocation_service_client::AllocationServiceClient::new(c.channel.clone());
+    let refused = alloc
+        .watch_capacity(v1::WatchCapacityRequest::default())
+        .await
+        .expect_err("a capacity watch past the cap");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    // One closes: its place comes back. (Asked on a connection of its own: the unread
+    // streams above hold their connection's flow-control window.)
+    open.pop();
+    let mut fresh = d.clients().await;
+    let began = std::time::Instant::now();
+    let mut again = loop {
+        match fresh.jobs.watch_jobs(watch.clone()).await {
+            Ok(s) => break s.into_inner(),
+            Err(e) if began.elapsed() < PATIENCE => {
+                assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("no place came back: {e:?}"),
+        }
+    };
+    // And what it sends is the whole snapshot, in order.
+    let mut ids = Vec::new();
+    while ids.len() < 20 {
+        let ev = again.message().await.expect("an event").expect("open");
+        ids.push(ev.job.expect("job").id);
+    }
+    assert_eq!(ids, (1..=20).collect::<Vec<u64>>());
+    drop(open);
+}

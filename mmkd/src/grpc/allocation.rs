@@ -24,6 +24,8 @@ const SETTLE: Duration = Duration::from_millis(50);
 pub struct AllocationApi {
     pub node: Node,
     pub access: std::sync::Arc<Access>,
+    /// The streams open now, capped per user and in all (shared with the job service).
+    pub watches: std::sync::Arc<super::watches::Watches>,
     pub unit_mib: u64,
     /// Becomes true when mmkd shuts down; open capacity streams end then.
     pub stopping: watch::Receiver<bool>,
@@ -214,7 +216,8 @@ impl AllocationService for AllocationApi {
         &self,
         req: Request<v1::WatchCapacityRequest>,
     ) -> Result<Response<Self::WatchCapacityStream>, Status> {
-        caller(&self.access, &req)?;
+        let caller = caller(&self.access, &req)?;
+        let place = self.watches.open(caller.uid)?;
         // Subscribed before the first reading: no change falls in between.
         let mut events = self.node.subscribe();
         let first = self.node.capacity(self.unit_mib).await.map_err(status)?;
@@ -223,6 +226,7 @@ impl AllocationService for AllocationApi {
         let unit = self.unit_mib;
         let stopping = until_true(self.stopping.clone());
         tokio::spawn(async move {
+            let _place = place;
             tokio::pin!(stopping);
             let mut last = first;
             if tx.send(Ok(capacity_to_proto(&last))).await.is_err() {

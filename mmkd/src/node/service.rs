@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use tracing::{info, instrument, warn};
 
 use super::reconciler::{demand, waiting_demand};
-use super::{Cancel, JobEvent, Node};
+use super::{Cancel, Node};
 use crate::job::{Change, JobRecord, Owner};
 use crate::ksched;
 use crate::runner;
@@ -121,13 +121,20 @@ impl Node {
 
     /// Subscribes to job events and reads the jobs as they are, with no change in between:
     /// what WatchJobs with `include_current` sends.
-    pub async fn subscribe_with_snapshot(
+    /// One page of every job (ids above `after`), each with the sequence number of its
+    /// latest event: a watch's snapshot, read page by page after it subscribed. An event
+    /// of a job whose sequence number is at most the one read with it is already in the
+    /// snapshot.
+    pub async fn snapshot_page(
         &self,
-    ) -> ServiceResult<(broadcast::Receiver<JobEvent>, Vec<JobRecord>)> {
-        let _emit = self.inner.emit.lock().await;
-        let rx = self.subscribe();
-        let jobs = self.list(&[], None).await?;
-        Ok((rx, jobs))
+        after: u64,
+        limit: u32,
+    ) -> ServiceResult<Vec<(JobRecord, u64)>> {
+        self.inner
+            .store
+            .list_jobs_page_with_seq(after, limit)
+            .await
+            .map_err(ServiceError::from)
     }
 
     pub async fn get(&self, id: u64) -> ServiceResult<JobRecord> {

@@ -147,6 +147,35 @@ impl Store {
         .collect()
     }
 
+    /// [`Store::list_jobs_page`] of every state and class, each job with the sequence
+    /// number of its latest event (0 for none): what a watch's snapshot is read from, so
+    /// that it can skip the events the snapshot already holds.
+    pub async fn list_jobs_page_with_seq(
+        &self,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<(JobRecord, u64)>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            ", (SELECT MAX(seq) FROM job_events WHERE job_events.job_id = jobs.id) AS last_seq \
+             FROM jobs WHERE id > ?1 ORDER BY id LIMIT ?2"
+        ))
+        .bind(i64::try_from(after).unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            let seq: Option<i64> = row.try_get("last_seq")?;
+            Ok((
+                job_from_row(row)?,
+                seq.map_or(0, |s| u64::try_from(s).unwrap_or(0)),
+            ))
+        })
+        .collect()
+    }
+
     /// Moves a job to `to`, checking the state machine, and records the event.
     pub async fn transition(
         &self,
