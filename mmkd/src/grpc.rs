@@ -53,7 +53,9 @@ fn caller<T>(access: &Access, req: &Request<T>) -> Result<Caller, Status> {
         return Ok(access.caller(c.uid(), c.gid()));
     }
     let certs = req
-        .peer_certs()
+        .extensions()
+        .get::<crate::tcp::ConnInfo>()
+        .and_then(|c| c.certs.clone())
         .ok_or_else(|| Status::unauthenticated("mmkd cannot tell who is calling"))?;
     let leaf = certs
         .first()

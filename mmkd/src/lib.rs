@@ -20,6 +20,7 @@ pub mod node;
 pub mod runner;
 pub mod server;
 pub mod store;
+pub mod tcp;
 
 use std::process::ExitCode;
 

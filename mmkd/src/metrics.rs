@@ -459,7 +459,9 @@ fn router(node: Node) -> axum::Router {
 
 /// Serves `/metrics` on `listener` until `shutdown` resolves: plain HTTP without `tls`
 /// (loopback), else HTTPS that takes only clients with a certificate of the client CA,
-/// as mmkd's TCP API does.
+/// as mmkd's TCP API does. Connections come through [`crate::tcp`] (a few per address, a
+/// few dozen in all, dropped when silent) and serve one request each: a scraper that
+/// keeps connections open and idle holds no descriptors.
 pub async fn serve(
     listener: TcpListener,
     node: Node,
@@ -467,82 +469,51 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let app = router(node);
-    let Some(files) = tls else {
-        info!(addr = %listener.local_addr()?, "metrics listening");
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await?;
-        return Ok(());
+    let tls = match tls {
+        Some(files) => Some(Arc::new(crate::tcp::server_config(&files, &[b"http/1.1"])?)),
+        None => None,
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(&files)?));
-    info!(addr = %listener.local_addr()?, "metrics listening (TLS, client certificates)");
+    match &tls {
+        Some(_) => {
+            info!(addr = %listener.local_addr()?, "metrics listening (TLS, client certificates)")
+        }
+        None => info!(addr = %listener.local_addr()?, "metrics listening"),
+    }
+    let mut conns = crate::tcp::incoming(
+        listener,
+        tls,
+        crate::tcp::METRICS_LIMITS,
+        crate::tcp::Opening::Any,
+        "metrics",
+    );
     tokio::pin!(shutdown);
     loop {
-        let (tcp, _) = tokio::select! {
+        let conn = tokio::select! {
             () = &mut shutdown => return Ok(()),
-            accepted = listener.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(error = %e, "metrics: cannot accept a connection");
-                    continue;
-                }
+            conn = conns.recv() => match conn {
+                Some(Ok(conn)) => conn,
+                Some(Err(_)) => continue,
+                None => return Ok(()),
             },
         };
-        let acceptor = acceptor.clone();
         let app = app.clone();
         tokio::spawn(async move {
-            // A client that has not finished its handshake by then is dropped, as on the API.
-            let tls = match tokio::time::timeout(
-                crate::server::TLS_HANDSHAKE_TIMEOUT,
-                acceptor.accept(tcp),
-            )
-            .await
-            {
-                Ok(Ok(tls)) => tls,
-                _ => return,
-            };
             let service = hyper_util::service::TowerToHyperService::new(app);
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
+            let mut http =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            http.http1().keep_alive(false);
+            // A request that is slow to come whole is cut off with its connection.
+            let _ = tokio::time::timeout(
+                SCRAPE_CONNECTION,
+                http.serve_connection(hyper_util::rt::TokioIo::new(conn), service),
+            )
+            .await;
         });
     }
 }
 
-/// The metrics server's TLS: mmkd's certificate and key, and the client CA whose
-/// certificates it takes (the files of `--tls-cert`, `--tls-key`, `--tls-client-ca`).
-fn server_config(files: &crate::config::TlsFiles) -> anyhow::Result<rustls::ServerConfig> {
-    use anyhow::Context as _;
-    use rustls_pki_types::pem::PemObject as _;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_file_iter(&files.cert)
-        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("the TLS certificate {}", files.cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .with_context(|| format!("the TLS key {}", files.key.display()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_file_iter(&files.client_ca)
-        .with_context(|| format!("the client CA {}", files.client_ca.display()))?
-    {
-        roots
-            .add(ca.with_context(|| format!("the client CA {}", files.client_ca.display()))?)
-            .with_context(|| format!("the client CA {}", files.client_ca.display()))?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .context("the client CA")?;
-    rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS versions")?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .context("the TLS certificate and key")
-}
+/// The longest a metrics connection stays open (its one request and answer).
+const SCRAPE_CONNECTION: std::time::Duration = std::time::Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@ use mmk_proto::v1::node_service_server::NodeServiceServer;
 use mmk_proto::v1::partition_service_server::PartitionServiceServer;
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, mpsc, watch};
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tracing::{info, warn};
 
 use crate::backend::GpuBackend;
@@ -36,6 +36,8 @@ use crate::store::Store;
 /// streams, stop running jobs (their records are reconciled at the next start), close the
 /// store, remove the socket.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    // As many descriptors as the system lets mmkd have; TCP clients get a share of them.
+    let fds = crate::tcp::raise_fd_limit();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create the data dir {}", config.data_dir.display()))?;
     let meta = std::fs::metadata(&config.data_dir)
@@ -137,14 +139,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 access: Arc::clone(&access),
             }))
     };
+    // TLS is done by `tcp`, which also caps connections and drops silent ones.
     let tcp_router = match (&tcp, &config.tls) {
-        (Some(_), Some(files)) => Some(router(
-            tonic::transport::Server::builder()
-                .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-                .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-                .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
-                .tls_config(tls_config(files)?)
-                .context("TLS")?,
+        (Some(_), Some(files)) => Some((
+            router(
+                tonic::transport::Server::builder()
+                    .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+                    .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+                    .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION),
+            ),
+            Arc::new(tls_config(files)?),
         )),
         _ => None,
     };
@@ -165,9 +169,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         uds_router.serve_with_incoming_shutdown(UnixListenerStream::new(uds), closed(&closed_tx));
     let tcp_server = async {
         match (tcp, tcp_router) {
-            (Some(l), Some(router)) => {
+            (Some(l), Some((router, tls))) => {
+                let conns = crate::tcp::incoming(
+                    l,
+                    Some(tls),
+                    crate::tcp::api_limits(fds),
+                    crate::tcp::Opening::Http2,
+                    "api",
+                );
                 router
-                    .serve_with_incoming_shutdown(TcpListenerStream::new(l), closed(&closed_tx))
+                    .serve_with_incoming_shutdown(ReceiverStream::new(conns), closed(&closed_tx))
                     .await
             }
             _ => Ok(()),
@@ -438,15 +449,9 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     Ok(f)
 }
 
-/// The TCP listener's TLS: mmkd's certificate and key, and the CA whose client
-/// certificates it requires.
-fn tls_config(
-    files: &crate::config::TlsFiles,
-) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
-    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-    let read = |p: &Path, what: &str| {
-        std::fs::read(p).with_context(|| format!("cannot read the {what} {}", p.display()))
-    };
+/// The TCP listener's TLS: mmkd's certificate and key, and the client CA whose
+/// certificates it requires; a key other users may read is refused.
+fn tls_config(files: &crate::config::TlsFiles) -> anyhow::Result<rustls::ServerConfig> {
     let key_meta = std::fs::metadata(&files.key)
         .with_context(|| format!("cannot read the TLS key {}", files.key.display()))?;
     if key_meta.permissions().mode() & 0o077 != 0 {
@@ -456,17 +461,9 @@ fn tls_config(
             key_meta.permissions().mode() & 0o777
         );
     }
-    Ok(ServerTlsConfig::new()
-        .identity(Identity::from_pem(
-            read(&files.cert, "TLS certificate")?,
-            read(&files.key, "TLS key")?,
-        ))
-        .client_ca_root(Certificate::from_pem(read(&files.client_ca, "client CA")?))
-        .timeout(TLS_HANDSHAKE_TIMEOUT))
+    crate::tcp::server_config(files, &[b"h2"])
 }
 
-/// A TCP client that has not finished the TLS handshake by then is dropped.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TCP client that answers no HTTP/2 ping for this long after one is sent (every
 /// `KEEPALIVE_INTERVAL`) is dropped, and so are its calls.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);

@@ -146,6 +146,14 @@ fn lock(e: &Entry) -> std::sync::MutexGuard<'_, Daemon> {
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+
+/// The pause before the next restart after one now, and the pause after that, given the
+/// current one: the first pause again once the daemon that died had lived
+/// [`HEALTHY_AFTER`], else the current one, doubling up to [`BACKOFF_MAX`].
+fn backoff_after(current: Duration, lived_long: bool) -> (Duration, Duration) {
+    let pause = if lived_long { BACKOFF_FIRST } else { current };
+    (pause, (pause * 2).min(BACKOFF_MAX))
+}
 /// How long a started daemon may take to write its pid file, and a quit daemon to exit.
 const SETTLE: Duration = Duration::from_secs(5);
 
@@ -337,23 +345,23 @@ impl Supervisor {
                     break 'checks;
                 }
                 let old_pid = d.pid;
-                if old_pid != 0 {
-                    // Its servers cannot be managed without it, and a new daemon would
-                    // start a second server on the same device.
-                    kill_daemon_processes(&d.dirs);
-                }
+                // Its servers cannot be managed without it, and a new daemon would start a
+                // second server on the same device; a daemon of this directory that mmkd
+                // lost track of would refuse the new one ("already running").
+                kill_daemon_processes(&d.dirs);
                 d.servers.clear();
+                // The pause grows with each restart until a daemon lives HEALTHY_AFTER; a
+                // start that failed does not count as having lived.
+                let lived_long = old_pid != 0 && d.started.elapsed() >= HEALTHY_AFTER;
+                let (pause, next) = backoff_after(d.backoff, lived_long);
+                d.backoff = next;
                 let result = self.start(&d.partition, &d.dirs);
-                if d.started.elapsed() >= HEALTHY_AFTER {
-                    d.backoff = BACKOFF_FIRST;
-                }
                 match result {
                     Ok(pid) => {
                         d.pid = pid;
                         d.restarts += 1;
                         d.started = Instant::now();
-                        d.next_try = Instant::now() + d.backoff;
-                        d.backoff = (d.backoff * 2).min(BACKOFF_MAX);
+                        d.next_try = Instant::now() + pause;
                         report(if old_pid == 0 {
                             Health::ControlRestarted { pid }
                         } else {
@@ -364,10 +372,9 @@ impl Supervisor {
                         });
                     }
                     Err(e) => {
-                        warn!(partition = %d.partition.label, error = %e, retry_in = ?d.backoff, "cannot restart an mps control daemon");
+                        warn!(partition = %d.partition.label, error = %e, retry_in = ?pause, "cannot restart an mps control daemon");
                         d.pid = 0;
-                        d.next_try = Instant::now() + d.backoff;
-                        d.backoff = (d.backoff * 2).min(BACKOFF_MAX);
+                        d.next_try = Instant::now() + pause;
                         if old_pid != 0 {
                             report(Health::ControlDied {
                                 old_pid,
@@ -562,5 +569,27 @@ fn daemon_processes(dirs: &Dirs) -> Vec<i32> {
 fn kill_daemon_processes(dirs: &Dirs) {
     for pid in daemon_processes(dirs) {
         procs::kill(pid, libc::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_until_a_daemon_lives_long_enough() {
+        let mut pauses = Vec::new();
+        let mut b = BACKOFF_FIRST;
+        for _ in 0..9 {
+            let (pause, next) = backoff_after(b, false);
+            pauses.push(pause.as_millis());
+            b = next;
+        }
+        assert_eq!(
+            pauses,
+            [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000],
+            "failed starts never reset it"
+        );
+        assert_eq!(backoff_after(b, true), (BACKOFF_FIRST, BACKOFF_FIRST * 2));
     }
 }

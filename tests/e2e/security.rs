@@ -615,6 +615,73 @@ async fn tcp_takes_only_callers_with_a_certificate_of_the_ca() {
         after < std::time::Duration::from_secs(20) && matches!(end, Ok(0) | Err(_)),
         "a silent TCP client kept its connection {after:?} ({end:?})"
     );
+
+    // A client that finishes the handshake and never speaks HTTP/2 is dropped too.
+    let tls_silent = {
+        use rustls_pki_types::pem::PemObject as _;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls_pki_types::CertificateDer::from_pem_file(&pki.ca).expect("ca"))
+            .expect("root");
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_client_auth_cert(
+                vec![rustls_pki_types::CertificateDer::from_pem_file(&me_crt).expect("crt")],
+                rustls_pki_types::PrivateKeyDer::from_pem_file(&me_key).expect("key"),
+            )
+            .expect("client auth");
+        let tcp = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}"))
+            .await
+            .expect("connect");
+        tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+            .connect(
+                rustls_pki_types::ServerName::try_from("localhost").expect("name"),
+                tcp,
+            )
+            .await
+            .expect("the handshake")
+    };
+    let mut tls_silent = tls_silent;
+    let t = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let end = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        tokio::io::AsyncReadExt::read(&mut tls_silent, &mut buf),
+    )
+    .await
+    .expect("dropped within 30 s");
+    assert!(
+        matches!(end, Ok(0) | Err(_)) && t.elapsed() < std::time::Duration::from_secs(20),
+        "a client that said nothing after its handshake kept its connection ({end:?})"
+    );
+
+    // A flood of connections from one address: past the per-address cap, new ones are
+    // closed at once while the first ones still wait; the Unix socket serves throughout.
+    let flood: Vec<std::net::TcpStream> = (0..64)
+        .map(|_| std::net::TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect"))
+        .collect();
+    let mut over = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect");
+    over.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let mut one = [0u8; 1];
+    assert!(
+        matches!(std::io::Read::read(&mut over, &mut one), Ok(0) | Err(_)),
+        "the 65th connection was kept"
+    );
+    flood[0].set_nonblocking(true).expect("nonblocking");
+    assert!(
+        matches!(
+            std::io::Read::read(&mut &flood[0], &mut one),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+        ),
+        "the first ones are still open"
+    );
+    let jobs = d.ctl(&["jobs"]);
+    assert!(jobs.status.success(), "{}", text(&jobs.stderr));
+    drop(flood);
 }
 
 #[tokio::test]
@@ -1084,7 +1151,7 @@ async fn watches_are_capped_per_user() {
     for _ in 0..32 {
         let stream = c
             .jobs
-            .watch_jobs(watch.clone())
+            .watch_jobs(watch)
             .await
             .expect("a watch within the cap")
             .into_inner();
@@ -1092,7 +1159,7 @@ async fn watches_are_capped_per_user() {
     }
     let refused = c
         .jobs
-        .watch_jobs(watch.clone())
+        .watch_jobs(watch)
         .await
         .expect_err("the 33rd watch of one user");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
@@ -1110,7 +1177,7 @@ async fn watches_are_capped_per_user() {
     let mut fresh = d.clients().await;
     let began = std::time::Instant::now();
     let mut again = loop {
-        match fresh.jobs.watch_jobs(watch.clone()).await {
+        match fresh.jobs.watch_jobs(watch).await {
             Ok(s) => break s.into_inner(),
             Err(e) if began.elapsed() < PATIENCE => {
                 assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
