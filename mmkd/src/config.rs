@@ -218,6 +218,15 @@ pub struct Args {
     /// [default: 256M] (docs/security.md).
     #[arg(long, value_name = "SIZE")]
     pub job_log_max: Option<String>,
+    /// The most disk a running command job's folder (its work/ and logs in the data dir)
+    /// may take; past it the job fails [default: 16G, at most a quarter of the data dir's
+    /// file system] (docs/security.md).
+    #[arg(long, value_name = "SIZE")]
+    pub job_disk_max: Option<String>,
+    /// How long an ended job's folder (work/ and logs) is kept [default: 24h]
+    /// (docs/security.md).
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
+    pub job_retention: Option<Duration>,
     /// Members of this group act on every job, like root [default: none; root only]
     /// (docs/security.md).
     #[arg(long, value_name = "GROUP")]
@@ -336,6 +345,8 @@ struct FileConfig {
     kubelet_pod_resources: Option<PathBuf>,
     kubelet_check_interval: Option<String>,
     job_log_max: Option<String>,
+    job_disk_max: Option<String>,
+    job_retention: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
@@ -429,6 +440,11 @@ pub struct Config {
     pub kubelet: Option<crate::k8s::PluginConfig>,
     /// The most a command job's logs take on disk, in bytes.
     pub job_log_max: u64,
+    /// The most a running command job's folder may take, in bytes; `None`: the default
+    /// for the data dir's file system (`crate::disk::default_job_disk_max`).
+    pub job_disk_max: Option<u64>,
+    /// How long an ended job's folder is kept.
+    pub job_retention: Duration,
     /// Who may act on which job.
     pub access: crate::auth::Access,
     /// The socket's group (`None`: mmkd's own).
@@ -732,6 +748,27 @@ impl Config {
                     message,
                 })?,
         };
+        let job_disk_max = match args.job_disk_max.or(file.job_disk_max) {
+            None => None,
+            Some(text) => Some(
+                mmk_core::units::parse_memory_mib(&text)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mib| {
+                        if mib == 0 {
+                            Err(format!("{text} is less than 1M"))
+                        } else {
+                            Ok(mib.saturating_mul(1024 * 1024))
+                        }
+                    })
+                    .map_err(|message| ConfigError::Invalid {
+                        field: "job_disk_max",
+                        message,
+                    })?,
+            ),
+        };
+        let job_retention =
+            duration_setting(args.job_retention, file.job_retention, "job_retention")?
+                .unwrap_or(crate::disk::DEFAULT_RETENTION);
         let group = |field: &'static str, name: String| {
             crate::auth::group_id(&name).ok_or(ConfigError::Invalid {
                 field,
@@ -765,6 +802,8 @@ impl Config {
         Ok(Config {
             tls,
             job_log_max,
+            job_disk_max,
+            job_retention,
             access: crate::auth::Access::new(admin_gid, scheduler_uids),
             socket_group,
             kubelet,

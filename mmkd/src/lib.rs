@@ -7,6 +7,7 @@ pub mod asuser;
 pub mod auth;
 pub mod backend;
 pub mod config;
+pub mod disk;
 pub mod error;
 pub mod grpc;
 pub mod job;

@@ -197,6 +197,11 @@ impl Runner {
         &self.ksched
     }
 
+    /// Where each job's folder is made (`<jobs dir>/<id>`).
+    pub fn jobs_dir(&self) -> &Path {
+        &self.jobs_dir
+    }
+
     /// Where a job's stdout.log and stderr.log go.
     pub fn log_dir(&self, job: u64) -> PathBuf {
         self.jobs_dir.join(job.to_string())

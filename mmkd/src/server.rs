@@ -66,6 +66,24 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         offline_share_max = config.offline_share_max,
         "planner"
     );
+    // What a job's folder may take: as set, or a quarter of the data dir's disk.
+    let disk = crate::node::DiskConfig {
+        data_dir: config.data_dir.clone(),
+        policy: crate::disk::Policy {
+            job_disk_max: config.job_disk_max.unwrap_or_else(|| {
+                crate::disk::space(&config.data_dir)
+                    .map_or(crate::disk::DEFAULT_JOB_DISK_MAX, |(_, size)| {
+                        crate::disk::default_job_disk_max(size)
+                    })
+            }),
+            retention: config.job_retention,
+        },
+    };
+    info!(
+        job_disk_max = %crate::disk::bytes_text(disk.policy.job_disk_max),
+        retention = ?disk.policy.retention,
+        "jobs' folders"
+    );
     let (node, loop_handle) = Node::start(
         store.clone(),
         backend,
@@ -74,6 +92,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         mps,
         exits_rx,
         Arc::clone(&stop_loop),
+        Some(disk),
     )
     .await?;
 

@@ -62,11 +62,64 @@ impl Daemon {
         Daemon::launch(dir, "", extra, env)
     }
 
+    /// Starts mmkd (with extra flags) in a mount namespace of its own where its data dir
+    /// is a tmpfs of `size` (`64m`): a small disk that only mmkd and its jobs see. `None`
+    /// (and why, printed) where no such namespace can be made; under CI that fails.
+    pub fn start_on_small_disk(sim_gpus: &str, extra: &[&str], size: &str) -> Option<Daemon> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).expect("data dir");
+        let probe = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount -t tmpfs -o size=1m tmpfs \"$0\"")
+            .arg(&data)
+            .output();
+        match probe {
+            Ok(out) if out.status.success() => {}
+            other => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "no private mount namespace with a tmpfs: {other:?}"
+                );
+                eprintln!("skipped: no private mount namespace with a tmpfs here ({other:?})");
+                return None;
+            }
+        }
+        let mount = format!("mount -t tmpfs -o size={size},mode=755 tmpfs \"$0\" && exec \"$@\"");
+        let data = data.display().to_string();
+        let mmkd = env!("CARGO_BIN_EXE_mmkd");
+        let wrap = [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            mount.as_str(),
+            data.as_str(),
+            mmkd,
+        ];
+        Some(Daemon::launch_wrapped(dir, sim_gpus, extra, &[], &wrap))
+    }
+
     fn launch(
         dir: tempfile::TempDir,
         sim_gpus: &str,
         extra: &[&str],
         env: &[(&str, &str)],
+    ) -> Daemon {
+        Daemon::launch_wrapped(dir, sim_gpus, extra, env, &[env!("CARGO_BIN_EXE_mmkd")])
+    }
+
+    /// [`Daemon::launch`] through `wrap`: the program and its first arguments, then mmkd's
+    /// own (`[mmkd]` alone runs mmkd itself).
+    fn launch_wrapped(
+        dir: tempfile::TempDir,
+        sim_gpus: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        wrap: &[&str],
     ) -> Daemon {
         // The simulated node, unless the test names a backend.
         let backend: &[&str] = if extra.contains(&"--backend") {
@@ -74,7 +127,8 @@ impl Daemon {
         } else {
             &["--backend", "sim", "--sim-gpus", sim_gpus]
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mmkd"))
+        let mut child = Command::new(wrap[0])
+            .args(&wrap[1..])
             .envs(env.iter().copied())
             .args(extra)
             .args(backend)

@@ -1195,3 +1195,90 @@ async fn watches_are_capped_per_user() {
     assert_eq!(ids, (1..=20).collect::<Vec<u64>>());
     drop(open);
 }
+
+/// A job that fills the disk mmkd's store is on: the store keeps working (a cancel
+/// completes), new jobs are refused while the disk is full, and the job is stopped, its
+/// work/ removed, after which new jobs come in again.
+#[tokio::test]
+async fn a_job_that_fills_the_disk_is_stopped_and_the_store_keeps_working() {
+    let Some(d) = Daemon::start_on_small_disk("a100-80gb:1", &["--job-disk-max", "1G"], "400m")
+    else {
+        return;
+    };
+    let mut c = d.clients().await;
+    let quick = d.job_file(
+        "quick.yaml",
+        "name: quick\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/true]\n",
+    );
+    let other = d.submit(
+        "--offline",
+        "name: waiting\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/sleep, '600']\n",
+    );
+    wait_state(&mut c, other, v1::JobState::Running).await;
+    let filler = d.submit(
+        "--offline",
+        "name: filler\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/sh, -c, 'dd if=/dev/zero of=\"$MMK_LOG_DIR/work/fill\" bs=1M count=1000 2>/dev/null; sleep 600']\n",
+    );
+    let why = wait_for("a submit refused for the full disk", || {
+        let out = d.ctl(&["submit", "--offline", &quick]);
+        (!out.status.success() && text(&out.stderr).contains("disk is full"))
+            .then(|| text(&out.stderr))
+    });
+    assert!(why.contains("disk is full"), "{why}");
+    // A cancel while the disk is full completes.
+    let out = d.ctl(&["jobs", "cancel", &other.to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let cancelled = wait_state(&mut c, other, v1::JobState::Cancelled).await;
+    assert_eq!(cancelled.state, v1::JobState::Cancelled as i32);
+    // The filler is stopped, saying why.
+    let job = wait_state(&mut c, filler, v1::JobState::Failed).await;
+    assert!(
+        job.reason.contains("full") && job.reason.contains("took the most"),
+        "{}",
+        job.reason
+    );
+    // Its work/ is gone, the reserve back: new jobs come in.
+    let id = wait_for("a submit accepted again", || {
+        let out = d.ctl(&["--output", "json", "submit", "--offline", &quick]);
+        out.status.success().then(|| {
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")["id"]
+                .as_u64()
+                .expect("id")
+        })
+    });
+    wait_state(&mut c, id, v1::JobState::Succeeded).await;
+}
+
+/// A job's folder past its cap fails the job; an ended job's folder goes after the
+/// retention.
+#[tokio::test]
+async fn a_jobs_folder_is_capped_and_removed_after_the_retention() {
+    let d = Daemon::start_with(
+        "a100-80gb:1",
+        &["--job-disk-max", "8M", "--job-retention", "3s"],
+    );
+    let mut c = d.clients().await;
+    let big = d.submit(
+        "--offline",
+        "name: big\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/sh, -c, 'head -c 20000000 /dev/zero > \"$MMK_LOG_DIR/work/out\"; sleep 600']\n",
+    );
+    let job = wait_state(&mut c, big, v1::JobState::Failed).await;
+    assert!(
+        job.reason.contains("over the cap of 8MiB"),
+        "{}",
+        job.reason
+    );
+    let small = d.submit(
+        "--offline",
+        "name: small\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/sh, -c, 'echo kept; echo x > \"$MMK_LOG_DIR/work/out\"']\n",
+    );
+    let done = wait_state(&mut c, small, v1::JobState::Succeeded).await;
+    let folder = std::path::PathBuf::from(&done.log_dir);
+    assert!(
+        folder.join("work/out").exists(),
+        "kept while the retention lasts"
+    );
+    wait_for("the ended jobs' folders to go", || {
+        (!folder.exists() && !d.data_dir().join(format!("jobs/{big}")).exists()).then_some(())
+    });
+}

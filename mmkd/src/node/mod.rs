@@ -30,11 +30,13 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 mod attached;
+mod disk;
 mod reconciler;
 mod recovery;
 mod service;
 
 pub use attached::{AllocationView, Capacity, Fit, GpuCapacity, Mount, Verdict};
+pub use disk::DiskConfig;
 pub use reconciler::planner_profile;
 pub use service::MAX_REQUEST_ID;
 
@@ -94,6 +96,8 @@ struct Inner {
     slow_noted: Mutex<std::collections::HashSet<u64>>,
     /// How many jobs were submitted since a pass last left one waiting.
     calm: Mutex<Calm>,
+    /// The data dir's disk: jobs' folders, the store's reserve; `None`: not guarded.
+    disk: Option<disk::DiskState>,
 }
 
 /// The node's calm for the planner (`NodeState::calm_arrivals`): jobs submitted since a
@@ -134,6 +138,9 @@ struct Cancel {
     reason: String,
     by: Option<u32>,
     stopped: bool,
+    /// What the job becomes: CANCELLED for a caller's cancel, FAILED when mmkd stops it
+    /// (its folder took more disk than it may).
+    ends_as: JobState,
 }
 
 /// Pause before a failed scheduling pass runs again, doubling up to RETRY_MAX.
@@ -151,6 +158,7 @@ impl Node {
         mps: Mps,
         exits: mpsc::UnboundedReceiver<Exit>,
         shutdown: Arc<Notify>,
+        disk: Option<DiskConfig>,
     ) -> Result<(Node, JoinHandle<()>), StoreError> {
         let (events, _) = broadcast::channel(1024);
         let learned = Profiles::new(load_profiles(&store).await?);
@@ -179,6 +187,7 @@ impl Node {
                 metrics: NodeMetrics::default(),
                 slow_noted: Mutex::default(),
                 calm: Mutex::default(),
+                disk: disk.map(disk::DiskState::new),
             }),
         };
         node.recover().await?;
@@ -196,6 +205,7 @@ impl Node {
             let _ = stopped.send(());
             let _ = learning.await;
         });
+        tokio::spawn(node.clone().guard_disk());
         node.inner.kick.notify_one();
         Ok((node, handle))
     }

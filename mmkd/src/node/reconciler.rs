@@ -143,8 +143,7 @@ impl Node {
             .as_ref()
             .filter(|c| c.stopped || !exit.outcome.success())
         {
-            self.transition(job.id, JobState::Cancelled, &c.reason, change)
-                .await
+            self.transition(job.id, c.ends_as, &c.reason, change).await
         } else if exit.outcome.success() {
             // Also a job whose run had succeeded before its cancel came.
             self.transition(
@@ -629,7 +628,7 @@ impl Node {
                 ended_by: c.by,
                 ..Change::default()
             };
-            self.transition(job.id, JobState::Cancelled, &c.reason, change)
+            self.transition(job.id, c.ends_as, &c.reason, change)
                 .await?;
             self.cancelling().remove(&job.id);
             return Ok(());

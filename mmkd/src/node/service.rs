@@ -66,6 +66,7 @@ impl Node {
             )));
         }
         let held = Self::hold(&spec)?;
+        self.check_room()?;
         if owner.is_none()
             && matches!(spec.task, mmk_core::Task::Command(_))
             && runner::running_as_root()
@@ -184,13 +185,33 @@ impl Node {
             .map_err(|e| ServiceError::Internal(format!("cancel failed: {e}")))?
     }
 
-    #[instrument(skip(self, reason))]
     async fn cancel_job(&self, id: u64, reason: &str, by: Option<u32>) -> ServiceResult<JobRecord> {
         let reason = if reason.trim().is_empty() {
             "cancelled by user".to_owned()
         } else {
             format!("cancelled: {}", reason.trim())
         };
+        self.stop_job(id, reason, by, JobState::Cancelled).await
+    }
+
+    /// Stops a running job that mmkd ends itself, and records it FAILED with `reason`.
+    pub(super) async fn fail_job(&self, id: u64, reason: String) -> ServiceResult<JobRecord> {
+        let node = self.clone();
+        tokio::spawn(async move { node.stop_job(id, reason, None, JobState::Failed).await })
+            .await
+            .map_err(|e| ServiceError::Internal(format!("stopping job {id} failed: {e}")))?
+    }
+
+    /// Ends job `id` as `ends_as` with `reason`: at once when it is queued, else once its
+    /// run is stopped.
+    #[instrument(skip(self, reason))]
+    async fn stop_job(
+        &self,
+        id: u64,
+        reason: String,
+        by: Option<u32>,
+        ends_as: JobState,
+    ) -> ServiceResult<JobRecord> {
         let mut events = self.subscribe();
         let stopping = {
             let state = self.inner.state.lock().await;
@@ -211,9 +232,7 @@ impl Node {
                     ended_by: by,
                     ..Change::default()
                 };
-                let job = self
-                    .transition(id, JobState::Cancelled, &reason, change)
-                    .await?;
+                let job = self.transition(id, ends_as, &reason, change).await?;
                 self.held().remove(&id);
                 return Ok(job);
             }
@@ -221,7 +240,7 @@ impl Node {
                 // No process of mmk's to stop: the caller learns it at its next renewal.
                 drop(state);
                 return self
-                    .end_allocation(id, JobState::Cancelled, &reason, None, by)
+                    .end_allocation(id, ends_as, &reason, None, by)
                     .await?
                     .ok_or_else(|| {
                         ServiceError::FailedPrecondition(format!("job {id} has already ended"))
@@ -239,6 +258,7 @@ impl Node {
                     reason,
                     by,
                     stopped: running,
+                    ends_as,
                 },
             );
             running
