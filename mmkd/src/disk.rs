@@ -117,10 +117,11 @@ fn walk(dir: OwnedFd, u: &mut Usage, depth: u32) {
             continue;
         };
         u.bytes = u.bytes.saturating_add(blocks(&st));
-        if FileType::from_raw_mode(st.st_mode) == FileType::Directory && depth < MAX_DEPTH {
-            if let Ok(sub) = rustix::fs::openat(&dir, name, dir_flags(), Mode::empty()) {
-                walk(sub, u, depth + 1);
-            }
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory
+            && depth < MAX_DEPTH
+            && let Ok(sub) = rustix::fs::openat(&dir, name, dir_flags(), Mode::empty())
+        {
+            walk(sub, u, depth + 1);
         }
         if !u.complete {
             return;

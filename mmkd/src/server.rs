@@ -85,14 +85,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         "jobs' folders"
     );
     let (node, loop_handle) = Node::start(
-        store.clone(),
-        backend,
-        planner.into(),
-        runner,
-        mps,
+        crate::node::Parts {
+            store: store.clone(),
+            backend,
+            planner: planner.into(),
+            runner,
+            mps,
+            disk: Some(disk),
+        },
         exits_rx,
         Arc::clone(&stop_loop),
-        Some(disk),
     )
     .await?;
 

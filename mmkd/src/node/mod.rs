@@ -147,19 +147,34 @@ struct Cancel {
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// What a node is made of.
+#[derive(Debug)]
+pub struct Parts {
+    pub store: Store,
+    pub backend: Arc<dyn GpuBackend>,
+    pub planner: Arc<dyn Planner>,
+    pub runner: Runner,
+    pub mps: Mps,
+    /// The data dir's disk guard; `None`: not guarded.
+    pub disk: Option<DiskConfig>,
+}
+
 impl Node {
     /// Reconciles what a previous mmkd left (jobs that were running when it stopped),
     /// then starts the scheduling loop. The loop ends when `shutdown` is notified.
     pub async fn start(
-        store: Store,
-        backend: Arc<dyn GpuBackend>,
-        planner: Arc<dyn Planner>,
-        runner: Runner,
-        mps: Mps,
+        parts: Parts,
         exits: mpsc::UnboundedReceiver<Exit>,
         shutdown: Arc<Notify>,
-        disk: Option<DiskConfig>,
     ) -> Result<(Node, JoinHandle<()>), StoreError> {
+        let Parts {
+            store,
+            backend,
+            planner,
+            runner,
+            mps,
+            disk,
+        } = parts;
         let (events, _) = broadcast::channel(1024);
         let learned = Profiles::new(load_profiles(&store).await?);
         let device = Arc::clone(&backend);
