@@ -10,6 +10,7 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
+use mmk_kernel_sched::gate::{GateDir, GateFile, GateOwner};
 use mmk_kernel_sched::profile::KernelStats;
 use mmk_kernel_sched::trace::{self, TraceRecord};
 use mmk_kernel_sched::{
@@ -122,6 +123,8 @@ fn gate_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let seeds = gate_seeds(dir.path());
     let path = dir.path().join("fuzz.gate");
+    let gates = GateDir::open(&dir.path().join("gates")).expect("gate folder");
+    let me = GateOwner::current();
     support::fuzz("gate_file", seeds, GATE_DICT, |bytes| {
         std::fs::write(&path, bytes).expect("write gate");
         let opened = Gate::open(&path);
@@ -130,6 +133,29 @@ fn gate_file() {
             use_gate(gate);
         }
         drop(opened);
+        // mmkd reads a copy of whatever a job wrote, through its file (never a mapping),
+        // and takes over its user's gate in the gate folder or makes it anew.
+        if let Ok(file) = GateFile::open(&path)
+            && let Ok(snap) = file.snapshot()
+        {
+            let _ = (snap.config(), snap.totals(), snap.live_slots());
+            let _ = file.set_untracked(std::process::id(), true);
+        }
+        std::fs::write(gates.gate_path("g0"), bytes).expect("write gate");
+        if let Ok(file) = gates.prepare("g0", &GateConfig::new(42, PolicyKind::Mmk), me) {
+            let snap = file
+                .snapshot()
+                .expect("a gate mmkd made or took over reads");
+            let _ = (snap.config(), snap.totals(), snap.slots());
+        }
+        // A job may also shorten its gate under mmkd.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len((bytes.len() / 2) as u64));
+        if let Ok(file) = GateFile::open(&path) {
+            let _ = file.snapshot();
+        }
         // mmkd takes over whatever a previous mmkd, or a job, left in the file.
         std::fs::write(&path, bytes).expect("write gate");
         let config = GateConfig::new(42, PolicyKind::Orion);

@@ -8,6 +8,7 @@
 //!   jobs' shares sum to at most 100 (the offline jobs' may go over for a job that would
 //!   wait, where no online job ran);
 //! - a job that asked for its partition to itself (`exclusive`) is alone in it;
+//! - no partition holds jobs of two users (MPS serves one user per server);
 //! - every layout the steps produce is valid for its GPU model;
 //! - no instance that hosts a job is destroyed (so no slice hosting an online job changes);
 //! - the plan is the same for the same input.
@@ -98,6 +99,7 @@ fn arb_case() -> impl Strategy<Value = Case> {
             }
             // Jobs: some already placed (when they fit), the rest waiting.
             let mut used: BTreeMap<Slot, (u64, u32)> = BTreeMap::new();
+            let mut users_of: BTreeMap<Slot, Option<u32>> = BTreeMap::new();
             let mut out = Vec::new();
             for (n, (gib, online, sm, bw, prio, where_)) in jobs.into_iter().enumerate() {
                 let class = if online {
@@ -118,6 +120,12 @@ fn arb_case() -> impl Strategy<Value = Case> {
                 j.movable = class == JobClass::Offline && n % 2 == 0;
                 // One waiting job in seven wants its partition to itself.
                 j.exclusive = n % 7 == 3 && where_ == 0;
+                // Three users (and `None`, a simulation's); a placed job takes the user of
+                // the jobs already in its partition.
+                j.user = [None, Some(1000), Some(1001), Some(1002)]
+                    .get(n % 4)
+                    .copied()
+                    .flatten();
                 if online {
                     j.profile.solo_latency_ms = Some(5.0);
                     j.slo_ms = Some(10 + 5 * (n as u64 % 5));
@@ -160,6 +168,7 @@ fn arb_case() -> impl Strategy<Value = Case> {
                     if u.0 + j.memory_mib <= mem && u.1 + 30 <= 100 {
                         u.0 += j.memory_mib;
                         u.1 += 30;
+                        j.user = *users_of.entry(slot).or_insert(j.user);
                         j.placed = Some(slot);
                         j.mps_share = 30;
                         placed_jobs.push(j.id);
@@ -219,8 +228,11 @@ proptest! {
             // Memory and shares per partition.
             // (memory, online shares, offline shares, jobs, an exclusive job among them)
             let mut per_slot: BTreeMap<Slot, (u64, u32, u32, u32, bool)> = BTreeMap::new();
+            let mut users: BTreeMap<Slot, Option<u32>> = BTreeMap::new();
             for pl in &plan.placements {
                 let j = case.jobs.iter().find(|j| j.id == pl.job).expect("known job");
+                let user = *users.entry(pl.slot).or_insert(j.user);
+                prop_assert_eq!(user, j.user, "{}: {:?} holds jobs of two users", name, pl.slot);
                 let e = per_slot.entry(pl.slot).or_insert((0, 0, 0, 0, false));
                 e.0 += j.memory_mib;
                 match j.class {

@@ -1282,3 +1282,77 @@ async fn a_jobs_folder_is_capped_and_removed_after_the_retention() {
         (!folder.exists() && !d.data_dir().join(format!("jobs/{big}")).exists()).then_some(())
     });
 }
+
+/// `mmkctl top` on a terminal gives the terminal back as it found it on SIGTERM (and on
+/// SIGHUP, q and Ctrl-C); without a terminal it prints plain frames, no screen clears.
+#[tokio::test]
+async fn top_restores_the_terminal_and_prints_plain_frames_elsewhere() {
+    let d = Daemon::start("a100-80gb:1");
+    // A pseudo-terminal as top's standard input, where it turns echo off.
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty with out pointers to two ints and no name, settings or size.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: fds openpty just returned, owned here from now on.
+    let (master, slave) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    };
+    let echo = |fd: &std::os::fd::OwnedFd| {
+        use std::os::fd::AsRawFd;
+        // SAFETY: tcgetattr on an open descriptor into a zeroed struct.
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::tcgetattr(fd.as_raw_fd(), &mut t) }, 0);
+        t.c_lflag & libc::ECHO != 0
+    };
+    assert!(echo(&slave), "a new terminal echoes");
+    let mut top = Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["top", "--interval", "200ms"])
+        .stdin(std::process::Stdio::from(slave.try_clone().expect("dup")))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("mmkctl top");
+    wait_for("top to turn echo off", || (!echo(&slave)).then_some(()));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(top.id() as i32, libc::SIGTERM) };
+    let status = top.wait().expect("top exits");
+    assert!(status.success(), "{status}");
+    assert!(echo(&slave), "SIGTERM left the terminal without echo");
+    drop(master);
+
+    // Through a pipe: frames one after the other, no control sequence.
+    let mut piped = Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["top", "--interval", "100ms"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("mmkctl top");
+    let mut out = piped.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut all);
+        all
+    });
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(piped.id() as i32, libc::SIGTERM) };
+    piped.wait().expect("top exits");
+    let all = String::from_utf8(reader.join().expect("reader")).expect("text");
+    assert!(!all.contains('\u{1b}'), "{all:?}");
+    assert!(all.matches("mmk top").count() >= 2, "{all}");
+}

@@ -910,6 +910,64 @@ mod tests {
         }
     }
 
+    /// A slot counts for a job only in the gate of the job's partition, and only where
+    /// that gate belongs to the job's user: a gate elsewhere that names the job's process
+    /// (a forged slot) adds nothing to it.
+    #[test]
+    fn a_slot_counts_only_in_its_jobs_gate_and_for_the_gates_owner() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (mine, other) = (dir.path().join("a.gate"), dir.path().join("b.gate"));
+        let config = GateConfig::new(98, PolicyKind::Passthrough);
+        let a = Gate::create(&mine, &config).expect("gate");
+        let b = Gate::create(&other, &config).expect("gate");
+        let in_a = a
+            .join(std::process::id(), Class::Offline, 1.0)
+            .expect("slot");
+        // Another partition's gate names this job's process.
+        let forged = b
+            .join(std::process::id(), Class::Offline, 1.0)
+            .expect("slot");
+        let (sampler, _rx, handle) = Sampler::start_with(job_seven, None, Periods::default());
+        sampler.watch(JOB, test_watch(JobClass::Offline, mine.clone(), 108));
+        sampler.watch(8, test_watch(JobClass::Offline, other.clone(), 108));
+        for _ in 0..50 {
+            b.count(forged);
+        }
+        for _ in 0..10 {
+            a.count(in_a);
+        }
+        until_read(&sampler, 10);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            sampler.totals()[&JOB].launches,
+            10,
+            "the forged slot's 50 are not job 7's"
+        );
+        if rustix::process::geteuid().is_root() {
+            // The partition's gate made anew for another user (as mmkd does when the
+            // partition passes to them): the job's process there no longer counts.
+            let theirs_path = dir.path().join("c.gate");
+            let theirs = Gate::create(&theirs_path, &config).expect("gate");
+            std::os::unix::fs::chown(&theirs_path, Some(65534), None).expect("chown");
+            let slot = theirs
+                .join(std::process::id(), Class::Offline, 1.0)
+                .expect("slot");
+            std::fs::rename(&theirs_path, &mine).expect("rename");
+            for _ in 0..10 {
+                theirs.count(slot);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(
+                sampler.totals()[&JOB].launches,
+                10,
+                "{:?}",
+                sampler.totals()
+            );
+        }
+        sampler.stop();
+        handle.join().expect("sampler");
+    }
+
     /// This process plays a job: it joins a gate and keeps 27 SMs of a 108-SM GPU in
     /// flight half of the time; a process of another user is in the gate too.
     #[tokio::test]
