@@ -11,16 +11,39 @@ fn uid() -> u32 {
     std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
 }
 
-/// `/run/mmk/mmkd.sock` for root; otherwise `$XDG_RUNTIME_DIR/mmk/mmkd.sock`, or
-/// `/tmp/mmk-$UID/mmkd.sock` when XDG_RUNTIME_DIR is unset.
+/// The node's socket: where root's mmkd (the Debian package's unit) listens.
+pub const NODE_SOCKET: &str = "/run/mmk/mmkd.sock";
+
+/// Where mmkd listens unless told: [`NODE_SOCKET`] for root; otherwise
+/// `$XDG_RUNTIME_DIR/mmk/mmkd.sock`, or `/tmp/mmk-$UID/mmkd.sock` when XDG_RUNTIME_DIR is
+/// unset (a user's own mmkd).
 pub fn default_socket() -> PathBuf {
     let uid = uid();
     if uid == 0 {
-        return PathBuf::from("/run/mmk/mmkd.sock");
+        return PathBuf::from(NODE_SOCKET);
     }
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("mmk/mmkd.sock"),
         None => PathBuf::from(format!("/tmp/mmk-{uid}/mmkd.sock")),
+    }
+}
+
+/// The socket a client calls unless told: the node's when the node runs mmkd (its folder
+/// `/run/mmk` is there, whether or not this user may enter it: the error then says so),
+/// else the user's own mmkd's ([`default_socket`]).
+pub fn client_socket() -> PathBuf {
+    let node = std::path::Path::new(NODE_SOCKET);
+    choose_socket(
+        uid() == 0 || node.parent().is_some_and(std::path::Path::exists),
+        default_socket,
+    )
+}
+
+fn choose_socket(node_runs_mmkd: bool, own: impl FnOnce() -> PathBuf) -> PathBuf {
+    if node_runs_mmkd {
+        PathBuf::from(NODE_SOCKET)
+    } else {
+        own()
     }
 }
 
@@ -43,5 +66,18 @@ pub fn preload_first(first: &str, own: Option<&str>) -> String {
     match own {
         Some(own) if !own.is_empty() => format!("{first}:{own}"),
         _ => first.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_calls_the_nodes_mmkd_where_there_is_one() {
+        let own = || PathBuf::from("/tmp/mmk-1000/mmkd.sock");
+        assert_eq!(choose_socket(true, own), PathBuf::from(NODE_SOCKET));
+        assert_eq!(choose_socket(false, own), own());
+        assert_eq!(preload_first("/lib/a.so", Some("b.so")), "/lib/a.so:b.so");
     }
 }

@@ -15,8 +15,8 @@ use crate::output;
 #[derive(Debug, Parser)]
 #[command(name = "mmkctl", version, about, long_about = None)]
 pub struct Cli {
-    /// mmkd's Unix socket [default: /run/mmk/mmkd.sock for root,
-    /// $XDG_RUNTIME_DIR/mmk/mmkd.sock or /tmp/mmk-$UID/mmkd.sock otherwise].
+    /// mmkd's Unix socket [default: the node's, /run/mmk/mmkd.sock, when /run/mmk exists;
+    /// else the user's own mmkd's, $XDG_RUNTIME_DIR/mmk/mmkd.sock or /tmp/mmk-$UID/mmkd.sock].
     #[arg(long, global = true, value_name = "PATH", env = paths::SOCKET_ENV, conflicts_with = "endpoint")]
     pub socket: Option<PathBuf>,
     /// mmkd's TCP endpoint, such as https://node1:7400; needs --tls-ca, --tls-cert and
@@ -242,7 +242,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
             }
         },
         (None, Some(p)) => Target::Socket(p),
-        (None, None) => Target::Socket(paths::default_socket()),
+        (None, None) => Target::Socket(paths::client_socket()),
     };
     let fmt = cli.output;
     match cli.command {

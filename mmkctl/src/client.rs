@@ -53,12 +53,21 @@ pub async fn connect(target: &Target) -> Result<Clients, Failure> {
     };
     let channel = match target {
         Target::Socket(path) => {
-            if !path.exists() {
-                return Err(fail(&"no such socket"));
+            match std::fs::metadata(path) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(denied(path));
+                }
+                Err(_) => return Err(fail(&"no such socket")),
             }
-            mmk_proto::unix_channel(path, None)
-                .await
-                .map_err(|e| fail(&source_chain(&e)))?
+            mmk_proto::unix_channel(path, None).await.map_err(|e| {
+                let text = source_chain(&e);
+                if text.contains("ermission denied") {
+                    denied(path)
+                } else {
+                    fail(&text)
+                }
+            })?
         }
         Target::Endpoint(url, tls) => Endpoint::from_shared(url.clone())
             .map_err(|e| Failure::usage(format!("--endpoint {url:?}: {e}")))?
@@ -74,6 +83,28 @@ pub async fn connect(target: &Target) -> Result<Clients, Failure> {
         partitions: PartitionServiceClient::new(channel.clone()),
         node: NodeServiceClient::new(channel),
     })
+}
+
+/// mmkd runs, but this user may not call it: the socket (or its folder) is for a group.
+fn denied(path: &std::path::Path) -> Failure {
+    use std::os::unix::fs::MetadataExt as _;
+    let group = [Some(path), path.parent()]
+        .into_iter()
+        .flatten()
+        .find_map(|p| std::fs::metadata(p).ok())
+        .and_then(|m| uzers::get_group_by_gid(m.gid()))
+        .map(|g| g.name().to_string_lossy().into_owned());
+    let who = match group {
+        Some(g) => format!(
+            "members of group {g} may call it; ask the node's operator to add you \
+             (usermod -aG {g} $USER), then log in again"
+        ),
+        None => "ask the node's operator for access to it".to_owned(),
+    };
+    Failure::server(format!(
+        "permission denied on mmkd's socket {}: {who} (see --socket, MMK_SOCKET)",
+        path.display()
+    ))
 }
 
 fn tls_config(files: &TlsFiles) -> Result<tonic::transport::ClientTlsConfig, Failure> {

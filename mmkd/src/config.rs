@@ -451,6 +451,8 @@ pub struct Config {
     pub socket_group: Option<u32>,
     /// The TCP listener's TLS files; set whenever `listen` is.
     pub tls: Option<TlsFiles>,
+    /// What the mmkd binary carries (the interposer).
+    pub carried: crate::Carried,
 }
 
 /// Where `/metrics` is served.
@@ -804,6 +806,7 @@ impl Config {
             job_log_max,
             job_disk_max,
             job_retention,
+            carried: crate::Carried::default(),
             access: crate::auth::Access::new(admin_gid, scheduler_uids),
             socket_group,
             kubelet,

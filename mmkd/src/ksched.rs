@@ -354,10 +354,58 @@ pub fn partition_sms(gpus: &[GpuState], a: &Assignment) -> u32 {
         })
 }
 
-/// The interposer mmkd uses when none is configured: `libmmk_interposer.so` next to the
-/// mmkd executable (where `cargo build` and `cargo install` put it), if it is there.
+/// An installed interposer, when none is configured: `libmmk_interposer.so` next to the
+/// mmkd executable (where `cargo build --workspace` puts it) or in `../lib/mmk/` from it
+/// (an install: `/usr/bin/mmkd` and `/usr/lib/mmk/libmmk_interposer.so`, as the Debian
+/// package lays them out).
 pub fn default_interposer() -> Option<PathBuf> {
-    mmk_kernel_sched::artifacts::find_next_to_exe(mmk_kernel_sched::artifacts::INTERPOSER)
+    use mmk_kernel_sched::artifacts::{INTERPOSER, find_next_to_exe};
+    find_next_to_exe(INTERPOSER).or_else(|| {
+        let exe = std::env::current_exe().ok()?;
+        let lib = exe.parent()?.parent()?.join("lib/mmk").join(INTERPOSER);
+        lib.is_file().then_some(lib)
+    })
+}
+
+/// Writes the interposer the mmkd binary carries to `<data dir>/lib/libmmk_interposer.so`
+/// (mode 0644 in a 0755 folder, both mmkd's: jobs of every user load it) unless the same
+/// bytes are there already; returns its path. Written under a temporary name and renamed
+/// into place, so that a job starting meanwhile loads a whole library.
+pub fn carried_interposer(bytes: &[u8], data_dir: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let dir = data_dir.join("lib");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    let path = dir.join(mmk_kernel_sched::artifacts::INTERPOSER);
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64)
+        && std::fs::read(&path).is_ok_and(|there| there == bytes)
+    {
+        return Ok(path);
+    }
+    let tmp = dir.join(format!(
+        ".{}.{}",
+        mmk_kernel_sched::artifacts::INTERPOSER,
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| {
+            use std::io::Write as _;
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(path)
 }
 
 /// Whether `path` looks like a loadable interposer (a readable regular file).

@@ -28,7 +28,15 @@ use std::process::ExitCode;
 use clap::Parser;
 
 /// The whole `mmkd` program: flags, logging, runtime, run until SIGINT/SIGTERM.
-pub fn main() -> ExitCode {
+/// What the `mmkd` binary carries in itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Carried {
+    /// The kernel scheduler's interposer (`libmmk_interposer.so`), built with mmkd: used
+    /// when none is installed beside mmkd ([`ksched::carried_interposer`]).
+    pub interposer: Option<&'static [u8]>,
+}
+
+pub fn main_with(carried: Carried) -> ExitCode {
     // `mmkd fake-mps-control ...` is the fake MPS control program (--mps fake): always at
     // hand, since it is mmkd itself.
     let mut argv = std::env::args_os();
@@ -45,7 +53,7 @@ pub fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = match config::Config::resolve(args) {
-        Ok(c) => c,
+        Ok(c) => config::Config { carried, ..c },
         Err(e) => {
             eprintln!("mmkd: {e}");
             return ExitCode::from(2);

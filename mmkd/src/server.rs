@@ -126,10 +126,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     health_reporter
         .set_serving::<AllocationServiceServer<AllocationApi>>()
         .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    // Reflection in both versions: grpcurl and grpcio-reflection still ask v1alpha.
+    let reflection_builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection = reflection_builder().build_v1()?;
+    let reflection_alpha = reflection_builder().build_v1alpha()?;
     // The same services on the Unix socket and, with TLS, on TCP; watch streams are
     // capped across both.
     let watches = Arc::new(crate::grpc::watches::Watches::default());
@@ -138,6 +142,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         builder
             .add_service(health.clone())
             .add_service(reflection.clone())
+            .add_service(reflection_alpha.clone())
             .add_service(JobServiceServer::new(JobApi {
                 node: node.clone(),
                 access: Arc::clone(&access),
@@ -381,21 +386,37 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
             .map(tuned)
             .map_err(|e| anyhow::Error::new(e).context("kernel scheduler"))
     };
-    match &config.interposer {
-        Some(path) => {
-            ksched::check_interposer(path)?;
-            open(path.clone())
-        }
-        None => match ksched::default_interposer() {
-            Some(path) => open(path),
-            None => {
+    if let Some(path) = &config.interposer {
+        ksched::check_interposer(path)?;
+        return open(path.clone());
+    }
+    if let Some(path) = ksched::default_interposer() {
+        return open(path);
+    }
+    // The one this mmkd was built with, written where every job can load it.
+    match config.carried.interposer {
+        Some(bytes) => match ksched::carried_interposer(bytes, &config.data_dir) {
+            Ok(path) => {
+                info!(path = %path.display(), "the interposer mmkd carries is in place");
+                open(path)
+            }
+            Err(e) => {
                 warn!(
-                    "kernel scheduler off: no libmmk_interposer.so next to mmkd \
-                     (cargo build --workspace builds it; or pass --interposer)"
+                    error = %e,
+                    dir = %config.data_dir.display(),
+                    "kernel scheduler off: cannot write the interposer mmkd carries into its data dir"
                 );
                 Ok(KernelSched::off())
             }
         },
+        None => {
+            warn!(
+                "kernel scheduler off: this mmkd carries no interposer (a cross build) and \
+                 none is installed next to it or in ../lib/mmk; build one for the node \
+                 (cargo build --release -p mmk-interposer) and pass --interposer PATH"
+            );
+            Ok(KernelSched::off())
+        }
     }
 }
 

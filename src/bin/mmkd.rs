@@ -5,6 +5,11 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The kernel scheduler's interposer, built with mmkd (build.rs).
+static INTERPOSER: &[u8] = mmk_carry::carried_interposer!();
+
 fn main() -> std::process::ExitCode {
-    mmkd::main()
+    mmkd::main_with(mmkd::Carried {
+        interposer: (!INTERPOSER.is_empty()).then_some(INTERPOSER),
+    })
 }

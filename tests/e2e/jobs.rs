@@ -317,6 +317,33 @@ async fn health_and_reflection_answer_standard_tools() {
         assert!(names.iter().any(|n| n == s), "{s} missing from {names:?}");
     }
 
+    // The older version too, which grpcurl releases and grpcio-reflection ask.
+    {
+        use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+        use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+        let mut refl = ServerReflectionClient::new(c.channel.clone());
+        let req = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut stream = refl
+            .server_reflection_info(tokio_stream::iter(vec![req]))
+            .await
+            .expect("v1alpha reflection")
+            .into_inner();
+        let resp = stream.next().await.expect("a response").expect("ok");
+        let Some(MessageResponse::ListServicesResponse(list)) = resp.message_response else {
+            panic!("expected a service list");
+        };
+        assert!(
+            list.service.iter().any(|s| s.name == "mmk.v1.JobService"),
+            "{:?}",
+            list.service
+        );
+    }
+
     let node = d.ctl_json(&["gpus"]);
     assert_eq!(node["gpus"].as_array().map(Vec::len), Some(2));
     let sms: Vec<u64> = node["gpus"][1]["profiles"]

@@ -1356,3 +1356,20 @@ async fn top_restores_the_terminal_and_prints_plain_frames_elsewhere() {
     assert!(!all.contains('\u{1b}'), "{all:?}");
     assert!(all.matches("mmk top").count() >= 2, "{all}");
 }
+
+/// A user who may not call mmkd (the socket is for a group they are not in) is told so,
+/// and which group, rather than asked whether mmkd runs.
+#[tokio::test]
+async fn a_socket_the_caller_may_not_use_says_so() {
+    let Some((alice, _, _)) = users() else { return };
+    let d = Daemon::start_with("a100-80gb:1", &["--socket-group", ADMINS]);
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let out = ctl_as(&d, alice, &["jobs"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("permission denied") && err.contains(&format!("group {ADMINS}")),
+        "{err}"
+    );
+    assert!(!err.contains("is mmkd running"), "{err}");
+}
