@@ -45,7 +45,10 @@ struct JobRow {
     name: String,
     class: String,
     state: String,
+    /// The owner's uid.
     user: Option<u32>,
+    /// The owner's name on this host (the uid when it has none).
+    user_name: Option<String>,
     mps_share: u32,
     memory_mib: u64,
     /// GPU time its kernels took per second of wall time, in percent (over the last
@@ -99,6 +102,7 @@ fn frame(r: &v1::ListPartitionsResponse, prev: Option<(&Previous, Duration)>) ->
                         class: class_name(j.class),
                         state: state_name(j.state),
                         user: j.owner_uid,
+                        user_name: j.owner_uid.map(user_name),
                         mps_share: j.mps_share,
                         memory_mib: j.gpu_memory_mib,
                         gpu_pct: rate(j.job_id, j.kernel_us, |p| p.0),
@@ -110,6 +114,14 @@ fn frame(r: &v1::ListPartitionsResponse, prev: Option<(&Previous, Duration)>) ->
             })
         })
         .collect()
+}
+
+/// The name of user `uid` on this host, or the uid where it has none.
+fn user_name(uid: u32) -> String {
+    uzers::get_user_by_uid(uid).map_or_else(
+        || uid.to_string(),
+        |u| u.name().to_string_lossy().into_owned(),
+    )
 }
 
 fn previous(r: &v1::ListPartitionsResponse) -> Previous {
@@ -154,22 +166,25 @@ fn draw(rows: &[PartitionRow], live: bool) -> String {
         }
         let _ = writeln!(
             s,
-            "    {:<6} {:<16} {:<7} {:<8} {:>6} {:>5} {:>7} {:>6} {:>6}",
+            "    {:<6} {:<15} {:<7} {:<8} {:<8} {:>5} {:>7} {:>6} {:>6}",
             "JOB", "NAME", "CLASS", "STATE", "USER", "SHARE", "MEMORY", "GPU%", "HELD%"
         );
-        for j in &p.jobs {
-            let mut name = j.name.clone();
-            if name.chars().count() > 16 {
-                name = name.chars().take(15).chain(['~']).collect();
+        let clip = |text: &str, width: usize| -> String {
+            if text.chars().count() > width {
+                text.chars().take(width - 1).chain(['~']).collect()
+            } else {
+                text.to_owned()
             }
+        };
+        for j in &p.jobs {
             let _ = writeln!(
                 s,
-                "    {:<6} {:<16} {:<7} {:<8} {:>6} {:>4}% {:>7} {:>6} {:>6}",
+                "    {:<6} {:<15} {:<7} {:<8} {:<8} {:>4}% {:>7} {:>6} {:>6}",
                 j.id,
-                name,
+                clip(&j.name, 15),
                 j.class,
                 j.state,
-                j.user.map_or_else(|| "-".into(), |u| u.to_string()),
+                clip(j.user_name.as_deref().unwrap_or("-"), 8),
                 j.mps_share,
                 format_mib(j.memory_mib),
                 pct(j.gpu_pct),
@@ -304,7 +319,8 @@ mod tests {
                         gpu_memory_mib: 10 * 1024,
                         kernel_us,
                         held_us,
-                        owner_uid: Some(1000),
+                        // A uid no user of a test machine has: shown as the number.
+                        owner_uid: Some(4_000_000),
                         ..v1::PartitionJob::default()
                     }],
                     ..v1::Partition::default()
@@ -312,6 +328,12 @@ mod tests {
                 ..v1::GpuPartitions::default()
             }],
         }
+    }
+
+    #[test]
+    fn users_are_named() {
+        assert_eq!(user_name(0), "root");
+        assert_eq!(user_name(4_000_000), "4000000");
     }
 
     #[test]
@@ -329,7 +351,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "    7      train            offline RUNNING    1000   60%   10GiB   50.0   10.0\n"
+                "    7      train           offline RUNNING  4000000    60%   10GiB   50.0   10.0\n"
             ),
             "{text}"
         );

@@ -306,15 +306,20 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
             }
         }
     }
-    // Jobs that run now, and those whose run ended in the last five minutes (so that a
-    // scrape after its end still reads its final counters).
+    // Jobs that run now, and those that ended in the last five minutes (so that a scrape
+    // after a job's end still reads its final counters): one read of the store.
+    let since = mmk_core::now_ms().saturating_sub(
+        i64::try_from(crate::learn::sampler::ENDED_KEPT.as_millis()).unwrap_or(i64::MAX),
+    );
     let mut listed: Vec<JobRecord> = active;
     let known: std::collections::HashSet<u64> = listed.iter().map(|j| j.id).collect();
-    for id in totals.keys().filter(|id| !known.contains(id)) {
-        if let Ok(j) = node.get(*id).await {
-            listed.push(j);
-        }
-    }
+    listed.extend(
+        node.ended_since(since)
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|j| !known.contains(&j.id)),
+    );
     for j in &listed {
         let labels = job_labels(j, users);
         if matches!(j.state, JobState::Starting | JobState::Running)

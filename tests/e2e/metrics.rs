@@ -228,3 +228,26 @@ async fn metrics_attribute_gpu_time_to_jobs_and_prometheus_scrapes_them() {
     assert!(answer.contains("\"name\":\"metered\""), "{answer}");
     assert!(answer.contains(",\"600\"]"), "{answer}");
 }
+
+/// A job without a kernel scheduler keeps its series for five minutes after it ends, as
+/// docs/metrics.md says; the scrape reads the ended jobs in one look at the store.
+#[tokio::test]
+async fn an_ended_jobs_series_stay_for_five_minutes() {
+    let d = Daemon::start_with("a100-80gb:1", &["--metrics", "127.0.0.1:0"]);
+    let line = d.wait_log("metrics listening").pop().unwrap_or_default();
+    let addr = line
+        .split("addr=")
+        .nth(1)
+        .and_then(|a| a.split_whitespace().next())
+        .expect("the metrics address")
+        .to_owned();
+    let mut c = d.clients().await;
+    let id = d.submit(
+        "--offline",
+        "name: brief\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/true]\n",
+    );
+    wait_state(&mut c, id, v1::JobState::Succeeded).await;
+    let text = http_get(&addr, "/metrics");
+    let info = format!("mmk_job_info{{state=\"SUCCEEDED\",job=\"{id}\",name=\"brief\"");
+    assert!(text.contains(&info), "{text}");
+}

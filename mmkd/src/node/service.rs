@@ -122,6 +122,15 @@ impl Node {
 
     /// Subscribes to job events and reads the jobs as they are, with no change in between:
     /// what WatchJobs with `include_current` sends.
+    /// The jobs that ended at `since_ms` or later.
+    pub async fn ended_since(&self, since_ms: i64) -> ServiceResult<Vec<JobRecord>> {
+        self.inner
+            .store
+            .list_jobs_ended_since(since_ms)
+            .await
+            .map_err(ServiceError::from)
+    }
+
     /// One page of every job (ids above `after`), each with the sequence number of its
     /// latest event: a watch's snapshot, read page by page after it subscribed. An event
     /// of a job whose sequence number is at most the one read with it is already in the

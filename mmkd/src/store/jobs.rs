@@ -121,6 +121,21 @@ impl Store {
         .collect()
     }
 
+    /// The jobs that ended at `since_ms` or later, in submission order.
+    pub async fn list_jobs_ended_since(&self, since_ms: i64) -> Result<Vec<JobRecord>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE finished_at >= ? ORDER BY id"
+        ))
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(job_from_row)
+        .collect()
+    }
+
     /// At most `limit` jobs with ids above `after`, in submission order, optionally only
     /// those in `states` and of `class`.
     pub async fn list_jobs_page(
