@@ -2,8 +2,8 @@
 # mmkd's memory under watchers that never read: 200 jobs of about 255 KB each, then
 # `mmkctl jobs watch --current` piped into a reader that never reads, as four users, up to
 # WATCHERS in all; prints mmkd's RSS before and after, and how many watches were refused.
-# Runs as root (it switches to the users mmk-alice, mmk-bob, mmk-carol of the test suite,
-# in group mmk-e2e; run the suite once first, or make them). A lab script: it measures.
+# Runs as root; makes the users mmk-watch-a, -b, -c (group mmk-watch) and removes them.
+# A lab script: it measures.
 #
 #   scripts/watch-memory.sh BIN [WATCHERS]     # BIN: a folder with mmkd and mmkctl
 set -euo pipefail
@@ -12,17 +12,22 @@ WATCHERS=${2:-100}
 W=$(mktemp -d)
 chmod 755 "$W"
 PIDS=()
+users=(root mmk-watch-a mmk-watch-b mmk-watch-c)
 cleanup() {
     set +e
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     pkill -f "mmkctl --socket $W/mmkd.sock" 2>/dev/null
     [ -n "${MMKD:-}" ] && kill "$MMKD" 2>/dev/null && wait "$MMKD" 2>/dev/null
+    for u in "${users[@]:1}"; do userdel "$u" 2>/dev/null; done
+    groupdel mmk-watch 2>/dev/null
     rm -rf "$W"
 }
 trap cleanup EXIT
+groupadd -f mmk-watch
+for u in "${users[@]:1}"; do id "$u" >/dev/null 2>&1 || useradd -M -N -g mmk-watch "$u"; done
 
 "$BIN/mmkd" --backend sim --sim-gpus a100-80gb:1 --kernel-policy off --metrics off \
-    --socket "$W/mmkd.sock" --socket-group mmk-e2e --data-dir "$W/data" > "$W/mmkd.log" 2>&1 &
+    --socket "$W/mmkd.sock" --socket-group mmk-watch --data-dir "$W/data" > "$W/mmkd.log" 2>&1 &
 MMKD=$!
 for _ in $(seq 100); do [ -S "$W/mmkd.sock" ] && break; sleep 0.1; done
 rss() { awk '/VmRSS/ {print $2 / 1024 " MiB"}' "/proc/$MMKD/status"; }
@@ -37,7 +42,6 @@ for _ in $(seq 200); do
 done
 echo "after 200 jobs: mmkd RSS $(rss)"
 
-users=(root mmk-alice mmk-bob mmk-carol)
 for i in $(seq "$WATCHERS"); do
     u=${users[$((i % 4))]}
     # The reader never reads: mmkctl blocks on its output and stops reading the stream.

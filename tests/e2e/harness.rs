@@ -14,7 +14,7 @@ use tokio_stream::StreamExt;
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Daemon {
-    dir: Option<tempfile::TempDir>,
+    dir: Option<DataDir>,
     pub child: Child,
     /// mmkd's stderr lines, as they come.
     pub log: mpsc::Receiver<String>,
@@ -43,19 +43,19 @@ impl Daemon {
     }
 
     /// Starts mmkd on an existing data dir (a restart) and waits until it listens.
-    pub fn start_in(dir: tempfile::TempDir, sim_gpus: &str) -> Daemon {
+    pub fn start_in(dir: impl Into<DataDir>, sim_gpus: &str) -> Daemon {
         Daemon::launch(dir, sim_gpus, &[], &[])
     }
 
     /// A restart with extra flags.
-    pub fn start_in_with(dir: tempfile::TempDir, sim_gpus: &str, extra: &[&str]) -> Daemon {
+    pub fn start_in_with(dir: impl Into<DataDir>, sim_gpus: &str, extra: &[&str]) -> Daemon {
         Daemon::launch(dir, sim_gpus, extra, &[])
     }
 
     /// A restart with extra flags and environment variables (a backend other than the
     /// simulated node, say).
     pub fn restart_with_env(
-        dir: tempfile::TempDir,
+        dir: impl Into<DataDir>,
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Daemon {
@@ -104,7 +104,7 @@ impl Daemon {
     }
 
     fn launch(
-        dir: tempfile::TempDir,
+        dir: impl Into<DataDir>,
         sim_gpus: &str,
         extra: &[&str],
         env: &[(&str, &str)],
@@ -115,12 +115,13 @@ impl Daemon {
     /// [`Daemon::launch`] through `wrap`: the program and its first arguments, then mmkd's
     /// own (`[mmkd]` alone runs mmkd itself).
     fn launch_wrapped(
-        dir: tempfile::TempDir,
+        dir: impl Into<DataDir>,
         sim_gpus: &str,
         extra: &[&str],
         env: &[(&str, &str)],
         wrap: &[&str],
     ) -> Daemon {
+        let dir: DataDir = dir.into();
         // The simulated node, unless the test names a backend.
         let backend: &[&str] = if extra.contains(&"--backend") {
             &[]
@@ -271,20 +272,20 @@ impl Daemon {
     }
 
     /// Waits for mmkd to exit by itself (an injected crash); returns its directory.
-    pub fn wait_exit(mut self) -> (std::process::ExitStatus, tempfile::TempDir) {
+    pub fn wait_exit(mut self) -> (std::process::ExitStatus, DataDir) {
         let status = self.child.wait().expect("mmkd exits");
         (status, self.dir.take().expect("the daemon owns its dir"))
     }
 
     /// SIGKILL: the crash case.
-    pub fn kill_9(mut self) -> tempfile::TempDir {
+    pub fn kill_9(mut self) -> DataDir {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.dir.take().expect("the daemon owns its dir")
     }
 
     /// SIGTERM and wait for the exit status.
-    pub fn terminate(mut self) -> (std::process::ExitStatus, tempfile::TempDir) {
+    pub fn terminate(mut self) -> (std::process::ExitStatus, DataDir) {
         // SAFETY: signalling our own child.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
@@ -304,6 +305,61 @@ impl Drop for Daemon {
                 "--- mmkd's log ---\n{}\n--- end of mmkd's log ---",
                 lines.join("\n")
             );
+        }
+    }
+}
+
+/// A daemon's folder (socket, data dir). Dropped, it stops what a killed mmkd left
+/// running there (its fake MPS control daemons, which live on by design, and a job's
+/// processes outside its group) before the folder goes.
+#[derive(Debug)]
+pub struct DataDir(tempfile::TempDir);
+
+impl DataDir {
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl From<tempfile::TempDir> for DataDir {
+    fn from(dir: tempfile::TempDir) -> DataDir {
+        DataDir(dir)
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        kill_processes_of(self.0.path());
+    }
+}
+
+/// Kills every process whose environment names a folder under `dir` as its MPS pipe
+/// directory or its job's log directory.
+pub fn kill_processes_of(dir: &Path) {
+    let markers = [
+        format!("CUDA_MPS_PIPE_DIRECTORY={}/", dir.display()),
+        format!("MMK_LOG_DIR={}/", dir.display()),
+    ];
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let me = std::process::id();
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(p.path().join("environ")) else {
+            continue;
+        };
+        let ours = env
+            .split(|b| *b == 0)
+            .any(|var| markers.iter().any(|m| var.starts_with(m.as_bytes())));
+        if ours {
+            // SAFETY: kill(2) with a pid read from /proc and a signal number.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
     }
 }

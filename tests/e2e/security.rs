@@ -37,6 +37,19 @@ fn users() -> Option<&'static (User, User, User)> {
             for g in [GROUP, ADMINS] {
                 let _ = Command::new("groupadd").arg("-f").arg(g).status();
             }
+            // Removed when the test binary exits (after every test has run).
+            extern "C" fn remove_users() {
+                for u in ["mmk-alice", "mmk-bob", "mmk-carol"] {
+                    // Their processes first: userdel refuses a user who still runs one.
+                    let _ = Command::new("pkill").args(["-KILL", "-u", u]).status();
+                    let _ = Command::new("userdel").arg(u).output();
+                }
+                for g in [GROUP, ADMINS] {
+                    let _ = Command::new("groupdel").arg(g).output();
+                }
+            }
+            // SAFETY: atexit with a function that takes nothing and returns nothing.
+            unsafe { libc::atexit(remove_users) };
             let make = |name: &'static str, groups: &str| {
                 let _ = Command::new("useradd")
                     .args(["-M", "-N", "-s", "/bin/sh", "-g", GROUP, "-G", groups, name])
