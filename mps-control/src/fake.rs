@@ -18,7 +18,9 @@
 //! `get_default_device_pinned_mem_limit DEV`, `terminate_client SERVER CLIENT`, `quit`.
 //!
 //! Commands for tests only: `fake_client PID` (a CUDA process connects: the server starts
-//! if there is none), `fake_fault` (a client faults: the server is not ready),
+//! if there is none; a client of another user than the server's is refused with `queued`
+//! while that server has live clients, as the real daemon holds it, and gets a server of
+//! its user's once they are gone), `fake_fault` (a client faults: the server is not ready),
 //! `fake_kill_server` (the server crashes).
 //!
 //! The daemon and its server exit by themselves when their pipe directory disappears, so
@@ -398,8 +400,28 @@ impl Daemon {
                 if self.server.as_ref().is_some_and(|s| s.fault.is_some()) {
                     return Err("cudaErrorMpsServerNotReady".into());
                 }
+                // One user's server at a time, as the real daemon: a client of another
+                // user waits until the running server's clients are gone (the real
+                // client blocks; this one is refused, saying so), and the next server
+                // is that user's.
+                let uid = owner_of(pid).unwrap_or(0);
+                if let Some(s) = &mut self.server
+                    && s.uid != uid
+                {
+                    s.clients.retain(|c| procs::alive(*c as i32));
+                    if !s.clients.is_empty() {
+                        return Err(format!(
+                            "queued: the server of uid {} has clients; MPS serves one user at a time",
+                            s.uid
+                        ));
+                    }
+                    let mut done = self.server.take().expect("checked above");
+                    let _ = done.child.kill();
+                    let _ = done.child.wait();
+                    self.note(&format!("server of uid {} exited: no clients", done.uid));
+                }
                 if self.server.is_none() {
-                    self.start_server(owner_of(pid).unwrap_or(0))?;
+                    self.start_server(uid)?;
                 }
                 if let Some(s) = &mut self.server {
                     s.clients.push(pid);

@@ -266,3 +266,53 @@ fn the_fake_refuses_bad_commands_and_a_second_daemon() {
     );
     assert!(!Path::new(&dirs.pipe.join(mmk_mps_control::PID_FILE)).exists());
 }
+
+/// As the real daemon, the fake serves one user at a time: a client of a second user is
+/// held (refused here, saying `queued`) while the first user's server has clients, and
+/// gets a server of its own user's once they are gone.
+#[test]
+fn the_fake_serves_one_user_at_a_time() {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: a client of another user needs root");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let control = fake();
+    let dirs = Dirs::under(&root.path().join("d"));
+    control.start_daemon(&dirs, "GPU-x").unwrap();
+    let mut mine = client(&control, &dirs);
+    let first = servers(&control, &dirs);
+    assert_eq!(first.len(), 1);
+    let mut theirs = std::process::Command::new("sleep")
+        .arg("60")
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .unwrap();
+    let err = control
+        .send(&dirs, &format!("fake_client {}", theirs.id()))
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("queued: the server of uid 0 has clients"),
+        "{err}"
+    );
+    assert_eq!(
+        servers(&control, &dirs),
+        first,
+        "still the first user's server"
+    );
+    mine.kill().unwrap();
+    mine.wait().unwrap();
+    control
+        .send(&dirs, &format!("fake_client {}", theirs.id()))
+        .unwrap();
+    let second = servers(&control, &dirs);
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first, "a server of the second user's");
+    theirs.kill().unwrap();
+    theirs.wait().unwrap();
+    control.send(&dirs, "quit").unwrap();
+}
