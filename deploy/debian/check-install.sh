@@ -31,20 +31,20 @@ fi
 say "dpkg -i $DEB"
 dpkg -i "$DEB"
 for f in /usr/bin/mmkd /usr/bin/mmkctl /usr/lib/mmk/libmmk_interposer.so \
-    /usr/lib/mmk/slurm/mmk-task-prolog.sh /etc/mmk/mmkd.yaml /lib/systemd/system/mmkd.service; do
+    /usr/lib/mmk/slurm/mmk-task-prolog.sh /etc/mmk/mmkd.yaml /usr/lib/systemd/system/mmkd.service; do
     [ -e "$f" ] || fail "$f is not installed"
 done
 getent group mmk >/dev/null || fail "the package made no group mmk"
 
 say "systemd-analyze verify mmkd.service"
-systemd-analyze verify /lib/systemd/system/mmkd.service
+systemd-analyze verify /usr/lib/systemd/system/mmkd.service
 
 if [ -d /run/systemd/system ]; then
     say "systemd runs: the package started mmkd.service"
     systemctl is-active --quiet mmkd || systemctl start mmkd
 else
     say "no systemd here: mmkd started as the unit starts it"
-    exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/mmkd.service)
+    exec_start=$(sed -n 's/^ExecStart=//p' /usr/lib/systemd/system/mmkd.service)
     # RuntimeDirectory=mmk and StateDirectory=mmk, mode 0755, as systemd makes them.
     install -d -m 0755 /run/mmk /var/lib/mmk
     # shellcheck disable=SC2086 # the unit's command line, split as systemd splits it
@@ -81,7 +81,7 @@ say "job $id ran as $USER_NAME and said: $out"
 say "dpkg --purge mmk"
 if [ -n "$MMKD_PID" ]; then kill "$MMKD_PID"; wait "$MMKD_PID" || true; MMKD_PID=; fi
 dpkg --purge mmk
-for f in /usr/bin/mmkd /usr/bin/mmkctl /usr/lib/mmk /etc/mmk /lib/systemd/system/mmkd.service; do
+for f in /usr/bin/mmkd /usr/bin/mmkctl /usr/lib/mmk /etc/mmk /usr/lib/systemd/system/mmkd.service; do
     [ ! -e "$f" ] || fail "$f is left after the purge"
 done
 say "purged; the group mmk and /var/lib/mmk stay, as documented"
