@@ -16,6 +16,7 @@ mod mig_nvml;
 mod mps;
 mod predictor;
 mod python;
+mod readme;
 mod restart;
 mod security;
 mod sharing;
