@@ -6,6 +6,7 @@
 pub mod asuser;
 pub mod auth;
 pub mod backend;
+pub mod cgroup;
 pub mod config;
 pub mod disk;
 pub mod error;

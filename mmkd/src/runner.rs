@@ -87,7 +87,7 @@ enum Stopper {
     Workload(Option<oneshot::Sender<()>>),
     /// Process group ID (the child leads its own group), and whether the group is gone:
     /// once it is, its ID may name another group, which a stop must not signal.
-    Process(i32, Arc<std::sync::atomic::AtomicBool>),
+    Process(Procs, Arc<std::sync::atomic::AtomicBool>),
 }
 
 #[derive(Debug)]
@@ -147,6 +147,32 @@ pub struct Runner {
     running: Arc<Mutex<HashMap<u64, Running>>>,
     /// The kernel scheduler: the partitions' gates and the interposer jobs preload.
     ksched: crate::ksched::KernelSched,
+    /// Each job's cgroup; `None`: a job is its process group.
+    cgroups: Option<crate::cgroup::Cgroups>,
+}
+
+/// A job's processes: its process group, and its cgroup where there are cgroups.
+#[derive(Debug, Clone)]
+struct Procs {
+    pgid: i32,
+    cgroup: Option<crate::cgroup::JobCgroup>,
+}
+
+impl Procs {
+    fn alive(&self) -> bool {
+        group_alive(self.pgid) || self.cgroup.as_ref().is_some_and(|c| c.alive())
+    }
+
+    fn signal(&self, sig: i32) {
+        signal_group(self.pgid, sig);
+        if let Some(c) = &self.cgroup {
+            if sig == libc::SIGKILL {
+                c.kill();
+            } else {
+                c.signal(sig);
+            }
+        }
+    }
 }
 
 /// The environment variables a job process inherits from mmkd; everything else comes
@@ -168,9 +194,20 @@ impl Runner {
             grace,
             drain_wait: DRAIN_WAIT,
             ksched: crate::ksched::KernelSched::off(),
+            cgroups: None,
             exits,
             running: Arc::default(),
         }
+    }
+
+    /// Puts each job's processes in a cgroup of its own (`crate::cgroup`).
+    pub fn with_cgroups(mut self, cgroups: Option<crate::cgroup::Cgroups>) -> Runner {
+        self.cgroups = cgroups;
+        self
+    }
+
+    pub fn cgroups(&self) -> Option<&crate::cgroup::Cgroups> {
+        self.cgroups.as_ref()
     }
 
     /// Wait `d` instead of [`DRAIN_WAIT`] for a job's output at its end (tests that do not
@@ -233,18 +270,24 @@ impl Runner {
                 (Stopper::Workload(Some(tx)), None, fut)
             }
             Task::Command(c) => {
-                let (mut child, drained) = self.spawn(l, c)?;
+                let (mut child, drained, cgroup) = self.spawn(l, c)?;
                 let pid = child.id().ok_or(StartError::Vanished)?;
                 let grace = self.grace;
                 let drain_wait = self.drain_wait;
                 let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let group_gone = Arc::clone(&gone);
+                let procs = Procs {
+                    pgid: pid as i32,
+                    cgroup,
+                };
+                let ending = procs.clone();
                 let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>> =
                     Box::pin(async move {
                         let status = child.wait().await;
                         // The job is over when its main process is; what it left in its
-                        // process group gets SIGTERM, the grace period, then SIGKILL.
-                        end_group(pid as i32, grace).await;
+                        // process group and its cgroup gets SIGTERM, the grace period,
+                        // then SIGKILL.
+                        end_procs(&ending, grace).await;
                         group_gone.store(true, std::sync::atomic::Ordering::Release);
                         // Everything the job wrote is in its logs before its end is told.
                         drained.wait(drain_wait).await;
@@ -263,7 +306,7 @@ impl Runner {
                             }
                         }
                     });
-                (Stopper::Process(pid as i32, gone), Some(pid), fut)
+                (Stopper::Process(procs, gone), Some(pid), fut)
             }
             Task::Attached(_) => {
                 return Err(StartError::Attached);
@@ -309,7 +352,14 @@ impl Runner {
         &self,
         l: &Launch,
         c: &CommandSpec,
-    ) -> Result<(tokio::process::Child, Drained), StartError> {
+    ) -> Result<
+        (
+            tokio::process::Child,
+            Drained,
+            Option<crate::cgroup::JobCgroup>,
+        ),
+        StartError,
+    > {
         let program = c.args.first().ok_or(StartError::NoProgram)?;
         let dir = Arc::new(JobDir::prepare(&self.jobs_dir, l.job, l.owner)?);
         let (out_r, out_w) = joblog::pipe().map_err(StartError::Pipe)?;
@@ -338,14 +388,29 @@ impl Runner {
             // std drops supplementary groups (setgroups) when a root parent sets a uid.
             cmd.uid(o.uid).gid(o.gid);
         }
-        // SAFETY: only async-signal-safe calls (prctl, setpgid) between fork and exec.
+        // The job's cgroup, and its process list opened here (as mmkd) for the child to
+        // write itself into.
+        let cgroup = match &self.cgroups {
+            Some(cgs) => Some(cgs.for_job(l.job).map_err(StartError::Cgroup)?),
+            None => None,
+        };
+        let procs = match &cgroup {
+            Some(cg) => Some(cg.procs_file().map_err(StartError::Cgroup)?),
+            None => None,
+        };
+        let procs_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        // SAFETY: only async-signal-safe calls (prctl, setpgid, write) between fork and
+        // exec.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 if libc::setpgid(0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(fd) = procs_fd {
+                    crate::cgroup::join_cgroup(fd)?;
                 }
                 Ok(())
             });
@@ -354,10 +419,11 @@ impl Runner {
             program: program.clone(),
             source,
         })?;
+        drop(procs);
         // The write ends went to the child with `cmd`; dropping it closes mmkd's copies,
         // so the copiers see the end of the output once the job's processes are gone.
         drop(cmd);
-        Ok((child, drained))
+        Ok((child, drained, cgroup))
     }
 
     pub fn is_running(&self, job: u64) -> bool {
@@ -382,8 +448,8 @@ impl Runner {
                         let _ = tx.send(());
                     }
                 }
-                Stopper::Process(pgid, gone) => {
-                    signal_live_group(*pgid, gone, libc::SIGTERM);
+                Stopper::Process(procs, gone) => {
+                    signal_live(procs, gone, libc::SIGTERM);
                 }
             }
             (
@@ -400,7 +466,7 @@ impl Runner {
         }
         if is_process.is_some() {
             if let Some(Running {
-                stopper: Stopper::Process(pgid, gone),
+                stopper: Stopper::Process(procs, gone),
                 ..
             }) = self
                 .running
@@ -412,7 +478,7 @@ impl Runner {
                     job,
                     "job ignored SIGTERM for the grace period; sending SIGKILL"
                 );
-                signal_live_group(*pgid, gone, libc::SIGKILL);
+                signal_live(procs, gone, libc::SIGKILL);
             }
             return tokio::time::timeout(Duration::from_secs(5), done.wait_for(|d| *d))
                 .await
@@ -456,6 +522,8 @@ pub enum StartError {
     Vanished,
     #[error("an attached allocation's process is started by its caller")]
     Attached,
+    #[error("cannot make the job's cgroup")]
+    Cgroup(#[source] std::io::Error),
 }
 
 /// Whether mmkd runs as root: then a job runs as the user who submitted it.
@@ -464,10 +532,10 @@ pub fn running_as_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Signals a job's process group unless the job's end found it gone.
-fn signal_live_group(pgid: i32, gone: &std::sync::atomic::AtomicBool, sig: i32) {
+/// Signals a job's processes unless the job's end found them gone.
+fn signal_live(procs: &Procs, gone: &std::sync::atomic::AtomicBool, sig: i32) {
     if !gone.load(std::sync::atomic::Ordering::Acquire) {
-        signal_group(pgid, sig);
+        procs.signal(sig);
     }
 }
 
@@ -502,28 +570,32 @@ fn live_member(pgid: i32) -> bool {
     })
 }
 
-/// Ends what is left of a job's process group after its main process exited: SIGTERM, up
-/// to `grace` for the rest to exit, then SIGKILL. Returns at once when nothing is left.
-async fn end_group(pgid: i32, grace: Duration) {
-    if !group_alive(pgid) {
-        return;
-    }
-    signal_group(pgid, libc::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
-    while group_alive(pgid) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if group_alive(pgid) {
-        tracing::warn!(
-            pgid,
-            "processes of a job outlived it and the grace period; sending SIGKILL"
-        );
-        signal_group(pgid, libc::SIGKILL);
-        // SIGKILL lands asynchronously: report the job's end once its processes are gone.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while group_alive(pgid) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+/// Ends what is left of a job's processes (its process group, and its cgroup: processes
+/// that left the group) after its main process exited: SIGTERM, up to `grace` for the rest
+/// to exit, then SIGKILL; then removes its cgroup. Returns at once when nothing is left.
+async fn end_procs(procs: &Procs, grace: Duration) {
+    if procs.alive() {
+        procs.signal(libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + grace;
+        while procs.alive() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        if procs.alive() {
+            tracing::warn!(
+                pgid = procs.pgid,
+                "processes of a job outlived it and the grace period; sending SIGKILL"
+            );
+            procs.signal(libc::SIGKILL);
+            // SIGKILL lands asynchronously: report the job's end once its processes are
+            // gone.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while procs.alive() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    if let Some(c) = &procs.cgroup {
+        c.remove();
     }
 }
 

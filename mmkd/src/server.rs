@@ -56,7 +56,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         exits_tx,
     )
     .with_log_max(config.job_log_max)
-    .with_kernel_sched(choose_ksched(&config)?);
+    .with_kernel_sched(choose_ksched(&config)?)
+    .with_cgroups(choose_cgroups(&config).await);
     let stop_loop = Arc::new(Notify::new());
     let model = load_model(&config).await?;
     let planner = mmk_partitioner::planner_with(&config.planner, model, config.offline_share_max)
@@ -266,6 +267,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         let _ = loop_handle.await;
     }
     node.runner().stop_all().await;
+    if let Some(c) = node.runner().cgroups() {
+        c.teardown();
+    }
     node.mps().stop_all().await;
     store.close().await;
     let _ = std::fs::remove_file(&config.socket);
@@ -416,6 +420,35 @@ fn choose_ksched(config: &Config) -> anyhow::Result<KernelSched> {
                  (cargo build --release -p mmk-interposer) and pass --interposer PATH"
             );
             Ok(KernelSched::off())
+        }
+    }
+}
+
+/// Each job in a cgroup of its own where mmkd may make them; else (said once) a job is its
+/// process group. What the jobs of an earlier mmkd left in their cgroups is killed.
+async fn choose_cgroups(config: &Config) -> Option<crate::cgroup::Cgroups> {
+    let data_dir = config.data_dir.clone();
+    let made = tokio::task::spawn_blocking(move || {
+        let c = crate::cgroup::Cgroups::setup(&data_dir)?;
+        let killed = c.clear_leftovers();
+        if killed > 0 {
+            warn!(killed, "killed processes that jobs of an earlier mmkd left");
+        }
+        Ok::<_, String>(c)
+    })
+    .await;
+    match made {
+        Ok(Ok(c)) => Some(c),
+        Ok(Err(why)) => {
+            warn!(
+                why,
+                "jobs are not contained in cgroups: a job is its process group, and a process it starts in a new session can outlive it"
+            );
+            None
+        }
+        Err(e) => {
+            warn!(error = %e, "jobs are not contained in cgroups");
+            None
         }
     }
 }

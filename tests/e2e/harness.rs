@@ -330,6 +330,8 @@ impl From<tempfile::TempDir> for DataDir {
 impl Drop for DataDir {
     fn drop(&mut self) {
         kill_processes_of(self.0.path());
+        // The jobs' cgroups of an mmkd killed with SIGKILL (the data dir is `data`).
+        mmkd::cgroup::remove_left_by(&self.0.path().join("data"));
     }
 }
 

@@ -6,6 +6,7 @@ mod harness;
 mod admission;
 mod bad_input;
 mod cluster;
+mod contain;
 mod deploy;
 mod jobs;
 mod k8s;
