@@ -48,6 +48,13 @@ pub struct JobOut {
     /// True for another user's job: only its id, name, class, memory, state, times,
     /// partition and owner are shown.
     pub redacted: bool,
+    /// A running command job's CPU time and memory, as its cgroup counts them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_peak_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -153,6 +160,9 @@ pub fn job_out(j: &v1::Job) -> JobOut {
         ended_by_uid: j.ended_by_uid,
         planner_profile: j.planner_profile.clone(),
         redacted: j.redacted,
+        cpu_seconds: j.cpu_seconds,
+        memory_bytes: j.memory_bytes,
+        memory_peak_bytes: j.memory_peak_bytes,
     }
 }
 
@@ -323,6 +333,18 @@ pub fn job_detail(fmt: Format, j: &v1::Job) {
     }
     if let (Some(uid), Some(gid)) = (o.owner_uid, o.owner_gid) {
         row("owner:", &format!("uid {uid}, gid {gid}"));
+    }
+    if let Some(cpu) = o.cpu_seconds {
+        let memory = match (o.memory_bytes, o.memory_peak_bytes) {
+            (Some(now), Some(peak)) => format!(
+                ", memory {} (at most {})",
+                format_mib(now >> 20),
+                format_mib(peak >> 20)
+            ),
+            (Some(now), None) => format!(", memory {}", format_mib(now >> 20)),
+            _ => String::new(),
+        };
+        row("processes:", &format!("CPU {cpu:.1} s{memory}"));
     }
 }
 

@@ -95,6 +95,9 @@ pub fn job_view(node: &Node, j: &JobRecord, caller: &Caller) -> v1::Job {
     job.log_dir.clear();
     job.exit_code = None;
     job.ended_by_uid = None;
+    job.cpu_seconds = None;
+    job.memory_bytes = None;
+    job.memory_peak_bytes = None;
     job.planner_profile.clear();
     job.redacted = true;
     job
@@ -139,6 +142,20 @@ pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
         redacted: false,
         ended_by_uid: j.ended_by,
         planner_profile: node.planner_profile(j),
+        ..usage_to_proto(node.runner().usage(j.id))
+    }
+}
+
+/// A running job's cgroup counters, as a Job's fields.
+fn usage_to_proto(usage: Option<crate::cgroup::Usage>) -> v1::Job {
+    match usage {
+        Some(u) => v1::Job {
+            cpu_seconds: Some(u.cpu_usec as f64 / 1e6),
+            memory_bytes: u.memory_bytes,
+            memory_peak_bytes: u.memory_peak_bytes,
+            ..v1::Job::default()
+        },
+        None => v1::Job::default(),
     }
 }
 

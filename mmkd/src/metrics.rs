@@ -261,6 +261,18 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
         "Time the job waited between its submission and the start of this run",
         job_wait.clone(),
     );
+    let job_cpu = Family::<JobLabels, FloatCounter>::default();
+    reg.register(
+        "job_cpu_seconds",
+        "CPU time of a running command job's processes (its cgroup)",
+        job_cpu.clone(),
+    );
+    let job_rss = Family::<JobLabels, Gauge>::default();
+    reg.register(
+        "job_memory_bytes",
+        "Memory of a running command job's processes (its cgroup, with the memory controller)",
+        job_rss.clone(),
+    );
     let job_info = Family::<InfoLabels, Gauge>::default();
     reg.register(
         "job_info",
@@ -326,6 +338,16 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
             && let Some(a) = &j.assignment
         {
             job_share.get_or_create(&labels).set(i64::from(a.mps_share));
+            if let Some(u) = node.runner().usage(j.id) {
+                job_cpu
+                    .get_or_create(&labels)
+                    .inc_by(u.cpu_usec as f64 / 1e6);
+                if let Some(b) = u.memory_bytes {
+                    job_rss
+                        .get_or_create(&labels)
+                        .set(i64::try_from(b).unwrap_or(i64::MAX));
+                }
+            }
             job_memory.get_or_create(&labels).set(
                 i64::try_from(j.spec.gpu_memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
             );

@@ -210,6 +210,15 @@ impl Runner {
         self.cgroups.as_ref()
     }
 
+    /// What a running command job's cgroup counted; `None` without one.
+    pub fn usage(&self, job: u64) -> Option<crate::cgroup::Usage> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        match &running.get(&job)?.stopper {
+            Stopper::Process(procs, _) => procs.cgroup.as_ref().map(|c| c.usage()),
+            Stopper::Workload(_) => None,
+        }
+    }
+
     /// Wait `d` instead of [`DRAIN_WAIT`] for a job's output at its end (tests that do not
     /// wait seconds for it).
     #[cfg(test)]

@@ -56,6 +56,9 @@ async fn every_process_of_a_job_ends_with_it() {
     wait_for("the job's escapees", || {
         (sleeping(&m(1)) && sleeping(&m(2)) && sleeping(&m(3))).then_some(())
     });
+    // Its cgroup counts its processes' CPU time, for `jobs get` and the metrics.
+    let shown = d.ctl_json(&["jobs", "get", &id.to_string()]);
+    assert!(shown["cpu_seconds"].as_f64().is_some(), "{shown}");
     let out = d.ctl(&["jobs", "cancel", &id.to_string()]);
     assert!(
         out.status.success(),
