@@ -227,13 +227,40 @@ impl Drop for RawKeys {
     }
 }
 
-/// Resolves when the process gets `kind` (never, where it cannot be listened for).
-async fn signalled(kind: SignalKind) {
-    match tokio::signal::unix::signal(kind) {
-        Ok(mut s) => {
-            s.recv().await;
+/// The signals that end top, listened for from before the terminal's mode changes until
+/// top returns, so that one that comes at any moment (a frame being read included) ends it
+/// through the path that restores the terminal.
+struct Stops {
+    term: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Stops {
+    fn listen() -> Stops {
+        let on = |kind| tokio::signal::unix::signal(kind).ok();
+        Stops {
+            term: on(SignalKind::terminate()),
+            hup: on(SignalKind::hangup()),
+            int: on(SignalKind::interrupt()),
         }
-        Err(_) => std::future::pending().await,
+    }
+
+    /// Resolves when one of the signals comes (never, where none can be listened for).
+    async fn any(&mut self) {
+        async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = one(&mut self.term) => {}
+            () = one(&mut self.hup) => {}
+            () = one(&mut self.int) => {}
+        }
     }
 }
 
@@ -258,6 +285,7 @@ pub async fn run(target: &Target, fmt: Format, args: TopArgs) -> Result<(), Fail
         return Ok(());
     }
     let on_terminal = rustix::termios::isatty(std::io::stdout());
+    let mut stops = Stops::listen();
     let _keys = RawKeys::new();
     let (key_tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
     if _keys.is_some() {
@@ -272,7 +300,10 @@ pub async fn run(target: &Target, fmt: Format, args: TopArgs) -> Result<(), Fail
     }
     let mut prev: Option<(Previous, Instant)> = None;
     loop {
-        let now = read().await?;
+        let now = tokio::select! {
+            now = read() => now?,
+            () = stops.any() => return Ok(()),
+        };
         let rows = frame(&now, prev.as_ref().map(|(p, t)| (p, t.elapsed())));
         prev = Some((previous(&now), Instant::now()));
         match fmt {
@@ -289,9 +320,7 @@ pub async fn run(target: &Target, fmt: Format, args: TopArgs) -> Result<(), Fail
         tokio::select! {
             () = tokio::time::sleep(args.interval) => {}
             k = keys.recv() => if matches!(k, Some(b'q' | b'Q')) { return Ok(()) },
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            () = signalled(SignalKind::terminate()) => return Ok(()),
-            () = signalled(SignalKind::hangup()) => return Ok(()),
+            () = stops.any() => return Ok(()),
         }
     }
 }

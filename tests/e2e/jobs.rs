@@ -422,7 +422,8 @@ async fn the_examples_in_the_repo_are_accepted() {
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
         submitted += 1;
     }
-    assert_eq!(submitted, 3);
+    // bert-train, hello, resnet50-serving and train-script.
+    assert_eq!(submitted, 4);
     // The daemon's own example config is valid too.
     let cfg = dir.join("mmkd.yaml");
     let dir2 = tempfile::tempdir().expect("tempdir");

@@ -1355,19 +1355,30 @@ async fn top_restores_the_terminal_and_prints_plain_frames_elsewhere() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("mmkctl top");
-    let mut out = piped.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut out, &mut all);
-        all
+    let out = piped.stdout.take().expect("stdout");
+    let all = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let all = std::sync::Arc::clone(&all);
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let mut all = all.lock().expect("lock");
+                all.push_str(&line);
+                all.push('\n');
+            }
+        })
+    };
+    // Two frames, however long a loaded machine takes to print them.
+    wait_for("two frames of top", || {
+        (all.lock().expect("lock").matches("mmk top").count() >= 2).then_some(())
     });
-    std::thread::sleep(std::time::Duration::from_millis(700));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(piped.id() as i32, libc::SIGTERM) };
     piped.wait().expect("top exits");
-    let all = String::from_utf8(reader.join().expect("reader")).expect("text");
+    reader.join().expect("reader");
+    let all = all.lock().expect("lock").clone();
     assert!(!all.contains('\u{1b}'), "{all:?}");
-    assert!(all.matches("mmk top").count() >= 2, "{all}");
 }
 
 /// A user who may not call mmkd (the socket is for a group they are not in) is told so,
