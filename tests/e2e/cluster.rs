@@ -3,7 +3,7 @@
 //! several mmkd nodes with Fit.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mmk_proto::v1;
 use mmk_proto::v1::allocation_service_client::AllocationServiceClient;
@@ -136,7 +136,9 @@ async fn a_killed_run_frees_its_allocation_when_the_lease_runs_out() {
     let job = wait_state(&mut c, 1, v1::JobState::Failed).await;
     let after = killed.elapsed();
     assert_eq!(job.reason, "lease expired: not renewed for 1s");
-    assert!(after < Duration::from_secs(5), "freed after {after:?}");
+    // Once the 1 s lease ran out (mmkd looks every 200 ms): within seconds, and well within
+    // half the harness's patience on a loaded machine.
+    assert!(after < PATIENCE / 2, "freed after {after:?}");
     // And the partition is free for the next one.
     let out = d.ctl(&["run", "--offline", "--memory", "70GiB", "--", "true"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

@@ -13,12 +13,15 @@ use crate::ksched::{built, fake_driver_in};
 /// Kernels of 54 blocks (one per SM: 54 of the A100's 108 SMs) that run 5 ms, one every
 /// 10 ms (each waited for, then 5 ms of host time): busy half the time, so half the GPU
 /// when busy and a quarter on average. Kernels of milliseconds keep the poller's delay in
-/// seeing a completion (longer on a loaded machine) small beside them.
-fn job_yaml(app: &Path, lib: &Path) -> String {
+/// seeing a completion (longer on a loaded machine) small beside them. The fake driver
+/// logs each kernel it runs to `log` (named through env(1): a job may not set `MMK_`
+/// variables).
+fn job_yaml(app: &Path, lib: &Path, log: &Path) -> String {
     format!(
-        "name: learner\ngpu_memory: 4GiB\ncommand:\n  args: [{app}, --kernels, '700', --duration-us, '5000', --gap-us, '5000', --blocks, '54', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
+        "name: learner\ngpu_memory: 4GiB\ncommand:\n  args: [env, 'MMK_FAKE_CUDA_LOG={log}', {app}, --kernels, '700', --duration-us, '5000', --gap-us, '5000', --blocks, '54', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
         app = app.display(),
         lib = lib.display(),
+        log = log.display(),
     )
 }
 
@@ -30,6 +33,49 @@ fn near(what: &str, got: f64, want: f64, within: f64) {
     );
 }
 
+/// What the fake driver's log says of the first `n` kernels it ran (all of them with
+/// `usize::MAX`): their mean time on the GPU and the mean time between their launches, in
+/// us.
+fn logged(log: &Path, n: usize) -> (f64, f64) {
+    let text = std::fs::read_to_string(log)
+        .unwrap_or_else(|e| panic!("the fake driver's log {}: {e}", log.display()));
+    let kernels: Vec<(u64, u64, u64)> = text
+        .lines()
+        .take(n)
+        .map(|line| {
+            let f: Vec<u64> = line
+                .split(',')
+                .skip(3)
+                .take(3)
+                .map(|v| v.parse().unwrap_or_else(|_| panic!("{line:?}")))
+                .collect();
+            (f[0], f[1], f[2])
+        })
+        .collect();
+    assert!(kernels.len() >= 2, "{} kernels logged", kernels.len());
+    let on_gpu = kernels.iter().map(|&(_, s, e)| e - s).sum::<u64>() as f64;
+    let launches = kernels.last().map_or(0, |k| k.0) - kernels[0].0;
+    (
+        on_gpu / kernels.len() as f64 / 1e3,
+        launches as f64 / (kernels.len() - 1) as f64 / 1e3,
+    )
+}
+
+/// A learned kernel time against what the fake driver ran, `kernel_us` and
+/// `interval_us` as [`logged`] gives them. Seen from the host, a kernel is in flight from
+/// its launch until the poller sees it end, which a loaded machine delays, while its run
+/// on the GPU never gets shorter: at least the kernels' own time (less 10 % for sampling);
+/// at most that and half of the host's time between two kernels (the app's own sleep
+/// after each kernel is not GPU time).
+fn kernel_time_fits(what: &str, learned_us: f64, kernel_us: f64, interval_us: f64) {
+    let most = kernel_us + (interval_us - kernel_us) / 2.0;
+    assert!(
+        learned_us >= 0.9 * kernel_us && learned_us <= most,
+        "{what}: {learned_us} us learned for kernels of {kernel_us} us launched every \
+         {interval_us} us (at most {most} us)"
+    );
+}
+
 #[tokio::test]
 async fn a_jobs_kernels_become_its_learned_profile_and_its_next_run_uses_it() {
     let bin = built();
@@ -37,7 +83,8 @@ async fn a_jobs_kernels_become_its_learned_profile_and_its_next_run_uses_it() {
     let flags = ["--interposer", interposer.as_str()];
     let d = Daemon::start_with("a100-80gb:1", &flags);
     let lib = fake_driver_in(&bin, d.path());
-    let yaml = job_yaml(&bin.join(FAKE_APP), &lib);
+    let log = d.path().join("learner.kernels.csv");
+    let yaml = job_yaml(&bin.join(FAKE_APP), &lib, &log);
     let mut c = d.clients().await;
 
     // Never seen: planned on the prior, and nothing learned yet.
@@ -70,14 +117,40 @@ async fn a_jobs_kernels_become_its_learned_profile_and_its_next_run_uses_it() {
             .as_f64()
             .unwrap_or_else(|| panic!("{k}: {profile}"))
     };
-    near("busy", f("busy"), 0.5, 0.1);
-    near("mean SM demand", f("sm_mean"), 0.25, 0.1);
-    near("p95 SM demand", f("sm_p95"), 0.5, 0.1);
-    near("kernel time", f("kernel_us"), 5000.0, 0.1);
-    near("launch interval", f("launch_interval_us"), 10000.0, 0.1);
-    // Measured until learned (1,500 samples, about 3 s of its 7 s), then counted only.
+    // Measured until learned (1,500 samples, about 3 s of its 7 s, and at least the 100
+    // kernels the watch for slow runs needs), then counted only.
     let launches = profile["launches"].as_u64().expect("launches");
-    assert!((150..=700).contains(&launches), "{profile}");
+    assert!((100..=700).contains(&launches), "{profile}");
+    // What the learned figures are made of, as the fake driver ran it: kernels of 5 ms,
+    // launched every 10 ms on an idle machine and further apart on a loaded one.
+    let (kernel_us, interval_us) = logged(&log, launches as usize);
+    assert!(
+        (kernel_us - 5000.0).abs() < 1.0 && interval_us >= 10_000.0,
+        "{kernel_us} us kernels every {interval_us} us"
+    );
+    kernel_time_fits("kernel time", f("kernel_us"), kernel_us, interval_us);
+    // The launch interval over sampled time: at least the 10 ms between launches (within
+    // 10 % for the sampling), and no longer than the run's (a gap between samples counts
+    // 50 ms at most).
+    let interval = f("launch_interval_us");
+    assert!(
+        interval >= 9000.0 && interval <= 1.1 * interval_us,
+        "launch interval: {interval} us learned, {interval_us} us ran"
+    );
+    // Busy for the kernels' time of each interval, and at most half of the host's time
+    // between them besides, as above (within 10 % for the sampling); half the GPU while
+    // busy, so half of that on average.
+    let busy = f("busy");
+    let (least, most) = (
+        0.9 * kernel_us / interval_us,
+        1.1 * (kernel_us + interval_us) / 2.0 / interval_us,
+    );
+    assert!(
+        busy >= least && busy <= most,
+        "busy {busy} of the time with {kernel_us} us kernels every {interval_us} us"
+    );
+    near("mean SM demand", f("sm_mean"), 0.5 * busy, 0.1);
+    near("p95 SM demand", f("sm_p95"), 0.5, 0.1);
     assert_eq!(profile["confident"], true, "{profile}");
     let table = text(&d.ctl(&["profiles"]).stdout);
     assert!(
@@ -117,10 +190,11 @@ async fn a_jobs_kernels_become_its_learned_profile_and_its_next_run_uses_it() {
         let v = d.ctl_json(&["profiles"]);
         (v[0]["runs"] == 2).then_some(v)
     });
+    // Half the GPU whenever busy, over both runs.
     near(
         "mean SM demand after two runs",
         twice[0]["sm_mean"].as_f64().expect("sm_mean"),
-        0.25,
+        0.5 * twice[0]["busy"].as_f64().expect("busy"),
         0.1,
     );
 }
@@ -151,20 +225,26 @@ async fn a_run_much_slower_than_its_profile_is_reported() {
     let interposer = bin.join(INTERPOSER).display().to_string();
     let d = Daemon::start_with("a100-80gb:1", &["--interposer", interposer.as_str()]);
     let lib = fake_driver_in(&bin, d.path());
+    let log = d.path().join("keyed.kernels.csv");
     let yaml = |kernels: u32, us: u32| {
         format!(
-            "name: keyed\ngpu_memory: 4GiB\nprofile_key: test/slow\ncommand:\n  args: [{app}, --kernels, '{kernels}', --duration-us, '{us}', --gap-us, '5000', --blocks, '54', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
+            "name: keyed\ngpu_memory: 4GiB\nprofile_key: test/slow\ncommand:\n  args: [env, 'MMK_FAKE_CUDA_LOG={log}', {app}, --kernels, '{kernels}', --duration-us, '{us}', --gap-us, '5000', --blocks, '54', --sync-every, '1']\n  env: {{LD_LIBRARY_PATH: {lib}}}\n",
             app = bin.join(FAKE_APP).display(),
             lib = lib.display(),
+            log = log.display(),
         )
     };
     let mut c = d.clients().await;
     let first = d.submit("--offline", &yaml(700, 5000));
     wait_state(&mut c, first, v1::JobState::Succeeded).await;
-    wait_for("the first run's profile", || {
+    let learned = wait_for("the first run's profile", || {
         let v = d.ctl_json(&["profiles"]);
         (v[0]["confident"] == true).then_some(v)
     });
+    // The first run as the fake driver ran it, over the launches its profile was
+    // measured on (the slow run below adds to the log).
+    let measured_on = learned[0]["launches"].as_u64().expect("launches") as usize;
+    let (kernel_us, interval_us) = logged(&log, measured_on);
     let slow = d.submit("--offline", &yaml(300, 40000));
     let told = wait_for("the slow run to be told", || {
         let j = d.ctl_json(&["jobs", "get", &slow.to_string()]);
@@ -175,17 +255,20 @@ async fn a_run_much_slower_than_its_profile_is_reported() {
         .then_some(j)
     });
     let reason = told["reason"].as_str().unwrap_or_default().to_owned();
-    // The profile's kernel time, as learned from the first run: 5 ms, within the 10 % a
-    // learned profile keeps to (a completion seen late or early moves it).
+    // The profile's kernel time, as learned from the first run: its 5 ms kernels, as
+    // `kernel_time_fits` bounds them.
     let learned_us: f64 = reason
         .split("against ")
         .nth(1)
         .and_then(|rest| rest.split(" us").next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no learned kernel time in {reason:?}"));
-    assert!(
-        reason.starts_with("running, ") && (4500.0..=5500.0).contains(&learned_us),
-        "{reason}"
+    assert!(reason.starts_with("running, "), "{reason}");
+    kernel_time_fits(
+        &format!("the learned kernel time in {reason:?}"),
+        learned_us,
+        kernel_us,
+        interval_us,
     );
     let cancel = d.ctl(&["jobs", "cancel", &slow.to_string()]);
     assert!(cancel.status.success(), "{}", text(&cancel.stderr));

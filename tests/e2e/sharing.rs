@@ -3,7 +3,6 @@
 //! waits behind offline work.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use mmk_proto::v1;
 
@@ -103,13 +102,14 @@ async fn online_work_never_waits_behind_offline_work() {
     let mut c = d.clients().await;
     let train = run(&d, &["--offline", "--memory", "30G"]);
     let t = wait_state(&mut c, 1, v1::JobState::Running).await;
-    let asked = Instant::now();
     let serve = run(&d, &["--online", "--memory", "10G"]);
     let s = wait_state(&mut c, 2, v1::JobState::Running).await;
-    let waited = asked.elapsed();
-    assert!(
-        waited < Duration::from_secs(5),
-        "the online job started {waited:?} after it asked"
+    // It did not wait for the offline job (which runs for two minutes) to end, nor stop it
+    // to make room: that one still runs.
+    let train_now = job(&d, 1).expect("job 1");
+    assert_eq!(
+        train_now["state"], "RUNNING",
+        "the online job started beside the offline one: {train_now}"
     );
     let (ta, sa) = (
         t.assignment.expect("trainer"),

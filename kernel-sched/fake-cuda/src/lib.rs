@@ -35,10 +35,11 @@
 //!
 //! Environment: `MMK_FAKE_CUDA_RECORD_DELAY_US` (each event record takes that long first),
 //! `MMK_FAKE_CUDA_SMS` (SMs of the device, default 132) and
-//! `MMK_FAKE_CUDA_LOG` (append `pid,kernel,stream,launch_ns,start_ns,end_ns,sm,passed_ns`
-//! for every kernel that runs; `passed_ns` is when the last stream wait ahead of it on its
-//! stream was seen to pass, 0 without one; `%p` in the path becomes the pid; times are
-//! `CLOCK_MONOTONIC` ns).
+//! `MMK_FAKE_CUDA_LOG` (append
+//! `pid,kernel,stream,launch_ns,start_ns,end_ns,sm,passed_ns,passed_by_ns` for every kernel
+//! that runs; the last stream wait ahead of it on its stream was seen to pass by a read of
+//! its word between `passed_ns` and `passed_by_ns`, both 0 without one; `%p` in the path
+//! becomes the pid; times are `CLOCK_MONOTONIC` ns).
 
 #![allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
@@ -129,10 +130,12 @@ struct Gpu {
     non_blocking: std::collections::HashSet<usize>,
     /// Work queued behind a stream wait that has not passed, by stream, in order.
     deferred: HashMap<usize, std::collections::VecDeque<Deferred>>,
-    /// When the last stream wait on each stream was seen to pass. A kernel launched after
+    /// When the last stream wait on each stream was seen to pass: the pass that read its
+    /// word began at the first time and read it before the second (a thread that runs late
+    /// on a loaded machine reads it well after the pass began). A kernel launched after
     /// its wait passed starts when it is launched, as on the GPU, however long after that
     /// the launching thread got there; the log keeps both times apart.
-    passed: HashMap<usize, u64>,
+    passed: HashMap<usize, (u64, u64)>,
     /// Host ranges registered with `cuMemHostRegister`: (start, bytes).
     registered: Vec<(usize, usize)>,
     log: Option<File>,
@@ -365,14 +368,16 @@ impl Gpu {
         let end = start + (duration_us as f64 * 1000.0 * factor) as u64;
         self.running.push((start, end, sm));
         self.tails.insert(key, end);
+        let passed = self.passed.get(&key).copied().unwrap_or((0, 0));
         if let Some(log) = self.log.as_mut() {
             let _ = writeln!(
                 log,
-                "{},{},{:#x},{launch_ns},{start},{end},{sm},{}",
+                "{},{},{:#x},{launch_ns},{start},{end},{sm},{},{}",
                 std::process::id(),
                 func.name.to_string_lossy(),
                 key,
-                self.passed.get(&key).copied().unwrap_or(0)
+                passed.0,
+                passed.1
             );
         }
     }
@@ -399,7 +404,7 @@ impl Gpu {
                         if !(idle && wait_passes(v, value, flags)) {
                             break;
                         }
-                        self.passed.insert(key, now);
+                        self.passed.insert(key, (now, now_ns()));
                     }
                     Deferred::Kernel {
                         name,

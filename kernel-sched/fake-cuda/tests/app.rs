@@ -41,14 +41,14 @@ fn every_launch_runs_for_the_time_it_asks() {
         let launched = report["launched"].as_u64().unwrap();
         assert!(launched >= 20, "{api}: {report}");
 
-        // pid,kernel,stream,launch_ns,start_ns,end_ns,sm,passed_ns: one line a kernel, each
-        // as long as it asked, none started before it was launched.
+        // pid,kernel,stream,launch_ns,start_ns,end_ns,sm,passed_ns,passed_by_ns: one line a
+        // kernel, each as long as it asked, none started before it was launched.
         let log = std::fs::read_to_string(&log).unwrap();
         let rows: Vec<[u64; 3]> = log
             .lines()
             .map(|l| {
                 let f: Vec<&str> = l.split(',').collect();
-                assert_eq!(f.len(), 8, "{api}: {l}");
+                assert_eq!(f.len(), 9, "{api}: {l}");
                 [3, 4, 5].map(|i| f[i].parse().unwrap())
             })
             .collect();

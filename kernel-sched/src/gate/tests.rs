@@ -214,7 +214,9 @@ fn the_anti_starvation_bound_lets_a_held_launch_go() {
         outcome.waited >= Duration::from_millis(10),
         "Thres = 5 ms / 0.5"
     );
-    assert!(outcome.waited < Duration::from_secs(2), "{outcome:?}");
+    // Forced by the bound, not by the gate's hard limit (which forces a launch only once
+    // it has waited that long), however late a loaded machine woke it.
+    assert!(outcome.waited < g.config().max_hold, "{outcome:?}");
     assert_eq!(g.slot(off).unwrap().forced, 1);
 }
 
@@ -241,24 +243,29 @@ fn a_spent_hold_budget_lets_offline_launches_go() {
     }
     let wall = t0.elapsed();
     // The full bucket (50 ms) plus 10 % of the time since: two holds of 20 ms, then
-    // one of about 15 ms, then launches that go at once. (A loaded machine wakes a
-    // sleeper late: each of the three holds may overrun a little.)
-    let late = Duration::from_millis(30);
+    // one of about 15 ms, then launches that go at once. A loaded machine wakes a sleeper
+    // late, and the hold that empties the bucket keeps what it overran (each launch
+    // after it may be held for a wakeup of its own too): the launches held past the
+    // budget are bounded by count, 10 wakeups of up to 10 ms, not by how late each woke.
+    let late = Duration::from_millis(100);
     assert!(
         held >= Duration::from_millis(50) && held <= Duration::from_millis(50) + wall / 10 + late,
         "held {held:?} in {wall:?}"
     );
     assert_eq!(g.slot(off).unwrap().forced, 10);
     // Time refills it at 10 %: after a pause of P, P / 10 may be held again (the
-    // policy's bound, 20 ms, is longer than that unless the pause ran long).
+    // policy's bound, 20 ms, is longer than that unless the pause ran long). P is
+    // measured up to the launch, so the bucket has at least P / 10.
     let paused = Instant::now();
     std::thread::sleep(Duration::from_millis(100));
+    let refill = paused.elapsed() / 10;
     let outcome = g.admit(off, &mut policy, &mut budget, &offline(132));
-    let refill = (paused.elapsed() - outcome.waited) / 10;
     assert!(outcome.forced, "{outcome:?}");
+    // At least the refill (or the bound); at most the policy's bound and one late
+    // wakeup: never the gate's hard limit.
     assert!(
         outcome.waited + Duration::from_millis(1) >= refill.min(Duration::from_millis(20))
-            && outcome.waited <= refill.min(Duration::from_millis(20)) + late,
+            && outcome.waited <= Duration::from_millis(20) + late,
         "{outcome:?} after a refill of {refill:?}"
     );
     // 100 %: no budget, the policy's bound alone.
@@ -462,17 +469,17 @@ fn a_dead_process_in_flight_does_not_hold_others() {
     let on = g.join(dead, Class::Online, 1.0).unwrap();
     g.begin(on, &sm(132));
     let off = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
+    // A bound (and the gate's hard limit) far beyond the liveness check (20 ms), however
+    // late a loaded machine runs it: a launch not forced went because the slot was dropped.
     let mut policy = Mmk {
-        base: Duration::from_secs(3),
+        base: MAX_HOLD_CEILING,
         offline_depth: 0,
     };
-    let started = Instant::now();
     let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &offline(132));
     assert!(
         !outcome.forced,
-        "the dead slot is dropped, then the launch fits"
+        "the dead slot is dropped, then the launch fits: {outcome:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(2));
     assert!(g.slots().iter().all(|s| s.pid != dead));
     child.wait().unwrap();
 }
@@ -535,10 +542,13 @@ fn a_process_is_charged_the_time_it_has_kernels_in_flight() {
     )
     .unwrap();
     let slot = g.join(std::process::id(), Class::Offline, 1.0).unwrap();
-    let t0 = monotonic_ns();
+    // The gate takes the start of a busy period at the first `begin`, between `before`
+    // and `t0` (further apart where a loaded machine ran something else in between).
+    let before = monotonic_ns();
     // Two kernels overlap: one busy period, from the first launch to the last end.
     g.begin(slot, &sm(10));
     g.begin(slot, &sm(10));
+    let t0 = monotonic_ns();
     g.end(slot, &sm(10), t0 + 2_000_000);
     assert_eq!(
         g.slot(slot).unwrap().busy_ns,
@@ -547,13 +557,22 @@ fn a_process_is_charged_the_time_it_has_kernels_in_flight() {
     );
     g.end(slot, &sm(10), t0 + 3_000_000);
     let busy = g.slot(slot).unwrap().busy_ns;
-    assert!((2_900_000..=3_000_000).contains(&busy), "{busy}");
+    assert!(
+        (3_000_000..=3_000_000 + (t0 - before)).contains(&busy),
+        "{busy} ns, begun {} ns before t0",
+        t0 - before
+    );
     // Idle time between periods is not charged.
-    let t1 = monotonic_ns();
+    let before = monotonic_ns();
     g.begin(slot, &sm(10));
+    let t1 = monotonic_ns();
     g.end(slot, &sm(10), t1 + 1_000_000);
     let busy2 = g.slot(slot).unwrap().busy_ns - busy;
-    assert!((900_000..=1_000_000).contains(&busy2), "{busy2}");
+    assert!(
+        (1_000_000..=1_000_000 + (t1 - before)).contains(&busy2),
+        "{busy2} ns, begun {} ns before t1",
+        t1 - before
+    );
 }
 
 #[test]
