@@ -1,5 +1,7 @@
-//! A bounded load test of mmkd over its Unix socket: concurrent submitters, cancellers and
-//! watchers against the simulated node. `cargo bench --bench load` (defaults below), or
+//! A bounded load test of mmkd over its Unix socket: concurrent submitters, cancellers (of
+//! jobs as they are submitted, and of running jobs while the rest drain) and watchers
+//! against the simulated node; one job in eight ends after 2 s, and mmkd's own histogram
+//! says how long the record of each end took. `cargo bench --bench load` (defaults below), or
 //! `cargo bench --bench load -- SUBMITTERS JOBS_EACH WATCHERS`. It starts its own mmkd on a
 //! temporary socket, sends nothing anywhere else, and stops after its jobs or 300 s.
 //! It prints one JSON line of what it measured (docs/security.md, "Load").
@@ -15,6 +17,8 @@ use tokio_stream::StreamExt;
 mod support;
 
 const LIMIT: Duration = Duration::from_secs(300);
+/// Cancels of running jobs the test makes.
+const RUNNING_CANCELS: usize = 100;
 
 fn percentile(v: &mut [Duration], p: f64) -> f64 {
     if v.is_empty() {
@@ -25,8 +29,11 @@ fn percentile(v: &mut [Duration], p: f64) -> f64 {
     v[i].as_secs_f64() * 1000.0
 }
 
+/// Job `i`: a 10-minute BERT training, but one in eight (offline) ends after 2 s, so that
+/// jobs end, and their ends are recorded, while the rest are submitted and placed.
 fn spec(i: usize) -> v1::JobSpec {
-    support::workload_spec(format!("load-{i}"), i, 600_000)
+    let duration_ms = if i % 8 == 3 { 2_000 } else { 600_000 };
+    support::workload_spec(format!("load-{i}"), i, duration_ms)
 }
 
 #[tokio::main]
@@ -39,7 +46,8 @@ async fn main() {
     let each = args.get(1).copied().unwrap_or(250);
     let watchers = args.get(2).copied().unwrap_or(4);
 
-    let mmkd = support::start(&["--sim-speed", "1"]).await;
+    let metrics = support::free_loopback();
+    let mmkd = support::start(&["--sim-speed", "1", "--metrics", &metrics]).await;
     let clients = mmkd.clients.clone();
 
     // Watchers: each sees the current jobs, then every event, until the end.
@@ -132,11 +140,50 @@ async fn main() {
         }
         lat
     });
+    // While the jobs are submitted and the queue is planned: cancels of running jobs (each
+    // returns once the job's end is recorded), one every 50 ms, RUNNING_CANCELS of them.
+    let running_canceller = {
+        let mut c = clients.clone();
+        tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut done = std::collections::HashSet::new();
+            while lat.len() < RUNNING_CANCELS && run_start.elapsed() < LIMIT {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let running = c
+                    .jobs
+                    .list_jobs(v1::ListJobsRequest {
+                        states: vec![v1::JobState::Running as i32],
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("list")
+                    .into_inner()
+                    .jobs;
+                let Some(job) = running.iter().find(|j| !done.contains(&j.id)) else {
+                    continue;
+                };
+                done.insert(job.id);
+                let t = Instant::now();
+                let cancelled = c
+                    .jobs
+                    .cancel_job(v1::CancelJobRequest {
+                        id: job.id,
+                        reason: "load".into(),
+                    })
+                    .await;
+                if cancelled.is_ok() {
+                    lat.push(t.elapsed());
+                }
+            }
+            lat
+        })
+    };
     let mut submit_lat = Vec::new();
     for t in submit_tasks {
         submit_lat.extend(t.await.expect("submitter"));
     }
     let submit_secs = run_start.elapsed().as_secs_f64();
+    let mut running_cancel_lat = running_canceller.await.expect("running canceller");
     cancel_lat.extend(canceller.await.expect("canceller"));
     let mut c = clients.clone();
     let t = Instant::now();
@@ -164,6 +211,10 @@ async fn main() {
     for w in watch_tasks {
         events.push(w.await.expect("watcher"));
     }
+    // How long mmkd took to record the jobs' ends (its own histogram).
+    let scraped = String::from_utf8_lossy(&support::scrape(&metrics)).into_owned();
+    let exits = support::histogram(&scraped, "mmk_job_exit_record_seconds");
+    let ms = |s: Option<f64>| s.map(|s| s * 1000.0);
     drop(mmkd);
     let n = submit_lat.len();
     println!(
@@ -178,6 +229,12 @@ async fn main() {
             "cancels": cancel_lat.len(),
             "cancel_p50_ms": percentile(&mut cancel_lat, 0.5),
             "cancel_p99_ms": percentile(&mut cancel_lat, 0.99),
+            "running_cancels": running_cancel_lat.len(),
+            "running_cancel_p50_ms": percentile(&mut running_cancel_lat, 0.5),
+            "running_cancel_p99_ms": percentile(&mut running_cancel_lat, 0.99),
+            "exits_recorded": exits.last().map(|b| b.1),
+            "exit_record_p50_le_ms": ms(support::bucket_quantile(&exits, 0.5)),
+            "exit_record_p99_le_ms": ms(support::bucket_quantile(&exits, 0.99)),
             "list_all_ms": list_ms,
             "listed": listed,
             "watch_events_min": events.iter().min(),

@@ -2,6 +2,9 @@
 //! (8 A100s, first fit, no kernel scheduler) in a temporary directory, and the workload
 //! jobs they submit.
 
+// Each benchmark uses a part of what is here.
+#![allow(dead_code)]
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,6 +16,22 @@ pub struct Mmkd {
     child: Child,
     _dir: tempfile::TempDir,
     pub clients: Clients,
+}
+
+impl Mmkd {
+    /// The CPU time mmkd has used (user and system), from /proc.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .expect("mmkd's /proc stat");
+        // The fields after the command's closing parenthesis; utime and stime are the
+        // 14th and 15th of the line, the 12th and 13th after it.
+        let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 =
+            f[11].parse::<f64>().expect("utime") + f[12].parse::<f64>().expect("stime");
+        // SAFETY: sysconf with a valid name.
+        ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    }
 }
 
 impl Drop for Mmkd {
@@ -73,5 +92,80 @@ pub fn workload_spec(name: String, i: usize, duration_ms: u64) -> v1::JobSpec {
             ..Default::default()
         })),
         ..Default::default()
+    }
+}
+
+/// A free loopback address for `--metrics`.
+pub fn free_loopback() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    format!("127.0.0.1:{port}")
+}
+
+/// One scrape of mmkd's metrics endpoint at `addr`: the whole response.
+pub fn scrape(addr: &str) -> Vec<u8> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).expect("the metrics port");
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("response");
+    assert!(raw.starts_with(b"HTTP/1.1 200"), "a scrape failed");
+    raw
+}
+
+/// The cumulative buckets of the histogram `name` in a scrape: (upper bound, count), in
+/// order, `+Inf` last.
+pub fn histogram(scraped: &str, name: &str) -> Vec<(f64, u64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    scraped
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&prefix)?;
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The upper bound of the bucket that holds the `p` quantile (`None` for no samples).
+pub fn bucket_quantile(buckets: &[(f64, u64)], p: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let want = (total as f64 * p).ceil() as u64;
+    buckets.iter().find(|(_, n)| *n >= want).map(|(le, _)| *le)
+}
+
+/// How many jobs are in `state` (every page of the list).
+pub async fn count(c: &mut Clients, state: v1::JobState) -> usize {
+    let (mut n, mut token) = (0, String::new());
+    loop {
+        let page = c
+            .jobs
+            .list_jobs(v1::ListJobsRequest {
+                states: vec![state as i32],
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        n += page.jobs.len();
+        if page.next_page_token.is_empty() {
+            return n;
+        }
+        token = page.next_page_token;
     }
 }

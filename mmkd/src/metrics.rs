@@ -34,6 +34,8 @@ pub struct NodeMetrics {
     pub reconfiguration: Histogram,
     /// One job state change written to the node store (seconds).
     pub store_write: Histogram,
+    /// From a job's end, as the runner saw it, to its state recorded (seconds).
+    pub exit_record: Histogram,
 }
 
 impl Default for NodeMetrics {
@@ -45,6 +47,8 @@ impl Default for NodeMetrics {
             reconfiguration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             // 50 us to about 1.6 s.
             store_write: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            // 1 ms to about 33 s; 0.032 and 0.064 s on either side of 50 ms.
+            exit_record: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
         }
     }
 }
@@ -407,6 +411,11 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
         "store_write_seconds",
         "Time of one job state change written to the node store",
         m.store_write.clone(),
+    );
+    reg.register(
+        "job_exit_record_seconds",
+        "Time from a job's end to its end recorded in the node store",
+        m.exit_record.clone(),
     );
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &reg).map_err(|e| e.to_string())?;

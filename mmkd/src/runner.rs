@@ -61,6 +61,8 @@ pub struct Exit {
     /// earlier run that arrives late is told apart from the current one.
     pub run: u32,
     pub outcome: Outcome,
+    /// When the runner saw the end (for `mmk_job_exit_record_seconds`).
+    pub ended: std::time::Instant,
 }
 
 /// What the runner needs to start a job.
@@ -338,6 +340,7 @@ impl Runner {
         let exits = self.exits.clone();
         tokio::spawn(async move {
             let outcome = run.await;
+            let ended = std::time::Instant::now();
             {
                 // Only this run's entry: a later run of the job may have replaced it.
                 let mut map = running.lock().unwrap_or_else(|p| p.into_inner());
@@ -349,6 +352,7 @@ impl Runner {
                 job,
                 run: generation,
                 outcome,
+                ended,
             });
             let _ = done_tx.send(true);
         });

@@ -34,14 +34,22 @@ impl Node {
             .enabled()
             .then(|| tokio::spawn(self.clone().watch_mps()));
         let allocations = tokio::spawn(self.clone().watch_allocations());
+        // A job's end is recorded as it comes, not between passes: a cancel of a running
+        // job, which waits for the end, does not wait for a pass over a long queue. Each
+        // change a pass makes re-reads its job under the state lock, as with a cancel.
+        let recorder = {
+            let node = self.clone();
+            tokio::spawn(async move {
+                while let Some(exit) = exits.recv().await {
+                    node.handle_exit(exit).await;
+                    node.inner.kick.notify_one();
+                }
+            })
+        };
         loop {
             tokio::select! {
                 () = shutdown.notified() => break,
                 () = self.inner.kick.notified() => {}
-                exit = exits.recv() => match exit {
-                    Some(exit) => self.handle_exit(exit).await,
-                    None => break,
-                },
             }
             let pending: Vec<Exit> = std::mem::take(
                 &mut *self
@@ -59,6 +67,7 @@ impl Node {
             w.abort();
         }
         allocations.abort();
+        recorder.abort();
     }
 
     /// Checks the MPS daemons now and then; what a check finds goes into the records of
@@ -180,6 +189,7 @@ impl Node {
                 .await
         };
         if result.is_ok() {
+            NodeMetrics::since(&self.inner.metrics.exit_record, exit.ended);
             self.cancelling().remove(&job.id);
             if matches!(job.spec.task, Task::Attached(_)) {
                 // An allocation that could not start: nothing to watch any more.
@@ -718,6 +728,7 @@ impl Node {
                 job: job.id,
                 run: job.restarts,
                 outcome: Outcome::NotStarted(why),
+                ended: std::time::Instant::now(),
             });
         self.inner.kick.notify_one();
     }
