@@ -227,6 +227,13 @@ pub struct Args {
     /// (docs/security.md).
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub job_retention: Option<Duration>,
+    /// How long an ended job's record (jobs get, list, events) is kept [default: 30d]
+    /// (docs/mmkd.md).
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
+    pub job_history: Option<Duration>,
+    /// Ended jobs of each user whose records are kept whatever their age [default: 100].
+    #[arg(long, value_name = "N")]
+    pub job_history_keep: Option<u32>,
     /// Members of this group act on every job, like root [default: none; root only]
     /// (docs/security.md).
     #[arg(long, value_name = "GROUP")]
@@ -347,6 +354,8 @@ struct FileConfig {
     job_log_max: Option<String>,
     job_disk_max: Option<String>,
     job_retention: Option<String>,
+    job_history: Option<String>,
+    job_history_keep: Option<u32>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
@@ -445,6 +454,8 @@ pub struct Config {
     pub job_disk_max: Option<u64>,
     /// How long an ended job's folder is kept.
     pub job_retention: Duration,
+    /// What the store keeps of ended jobs.
+    pub history: crate::node::HistoryPolicy,
     /// Who may act on which job.
     pub access: crate::auth::Access,
     /// The socket's group (`None`: mmkd's own).
@@ -771,6 +782,14 @@ impl Config {
         let job_retention =
             duration_setting(args.job_retention, file.job_retention, "job_retention")?
                 .unwrap_or(crate::disk::DEFAULT_RETENTION);
+        let history = crate::node::HistoryPolicy {
+            keep_for: duration_setting(args.job_history, file.job_history, "job_history")?
+                .unwrap_or(crate::node::HistoryPolicy::default().keep_for),
+            keep_per_user: args
+                .job_history_keep
+                .or(file.job_history_keep)
+                .unwrap_or(crate::node::HistoryPolicy::default().keep_per_user),
+        };
         let group = |field: &'static str, name: String| {
             crate::auth::group_id(&name).ok_or(ConfigError::Invalid {
                 field,
@@ -806,6 +825,7 @@ impl Config {
             job_log_max,
             job_disk_max,
             job_retention,
+            history,
             carried: crate::Carried::default(),
             access: crate::auth::Access::new(admin_gid, scheduler_uids),
             socket_group,

@@ -32,6 +32,33 @@ pub struct Policy {
     pub retention: Duration,
 }
 
+/// At mmkd's start: where the data dir's disk has less than [`LOW_WATER`] free, lets the
+/// reserve go so that the store can open, and says so; the disk guard keeps new jobs out
+/// until [`HIGH_WATER`] is free. Returns whether it did.
+pub fn release_reserve_if_full(data_dir: &Path) -> bool {
+    let Ok((free, _)) = space(data_dir) else {
+        return false;
+    };
+    let reserve = Reserve::new(data_dir);
+    if free >= LOW_WATER || !reserve.held() {
+        return false;
+    }
+    match reserve.release() {
+        Ok(()) => {
+            tracing::error!(
+                free = %bytes_text(free),
+                dir = %data_dir.display(),
+                "the data dir's disk is full: the reserve is let go for the store; mmkd serves reads and refuses new jobs until there is room"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, path = %reserve.path().display(), "cannot let the disk reserve go");
+            false
+        }
+    }
+}
+
 /// The reserve's size.
 pub const RESERVE_BYTES: u64 = 64 << 20;
 /// Free space under which the reserve is let go and the node counts as full.

@@ -44,7 +44,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .with_context(|| format!("cannot read the data dir {}", config.data_dir.display()))?;
     check_owner(&config.data_dir, &meta)?;
     let _lock = lock_data_dir(&config.data_dir)?;
-    let store = Store::open(&config.data_dir.join("mmk.db")).await?;
+    // On a full disk the store needs the reserve's room to open (its WAL and shared memory
+    // file); mmkd then serves reads and ends, and refuses new jobs until there is room.
+    crate::disk::release_reserve_if_full(&config.data_dir);
+    let store = match Store::open(&config.data_dir.join("mmk.db")).await {
+        Ok(s) => s,
+        Err(e) => {
+            // Most often a full disk with no reserve left to let go: say so.
+            let full = crate::disk::space(&config.data_dir)
+                .ok()
+                .filter(|(free, _)| *free < crate::disk::LOW_WATER);
+            return Err(match full {
+                Some((free, _)) => anyhow::Error::new(e).context(format!(
+                    "the disk of the data dir {} is full ({} free): free some space there",
+                    config.data_dir.display(),
+                    crate::disk::bytes_text(free)
+                )),
+                None => e.into(),
+            });
+        }
+    };
 
     let backend = choose_backend(&config).await?;
     let mps = choose_mps(&config, backend.kind())?;
@@ -93,6 +112,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             runner,
             mps,
             disk: Some(disk),
+            history: config.history,
         },
         exits_rx,
         Arc::clone(&stop_loop),

@@ -62,73 +62,40 @@ impl Daemon {
         Daemon::launch(dir, "", extra, env)
     }
 
-    /// Starts mmkd (with extra flags) in a mount namespace of its own where its data dir
-    /// is a tmpfs of `size` (`64m`): a small disk that only mmkd and its jobs see. `None`
-    /// (and why, printed) where no such namespace can be made; under CI that fails.
+    /// Starts mmkd (with extra flags) where its data dir is a small disk of `size` (`64m`)
+    /// that only mmkd and its jobs see ([`SmallDisk`]); a restart on the returned daemon's
+    /// folder sees the same disk. `None` (and why, printed) where no such disk can be
+    /// made; under CI that fails.
     pub fn start_on_small_disk(sim_gpus: &str, extra: &[&str], size: &str) -> Option<Daemon> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let data = dir.path().join("data");
-        std::fs::create_dir(&data).expect("data dir");
-        let probe = Command::new("unshare")
-            .args(["-m", "--propagation", "private", "--", "sh", "-c"])
-            .arg("mount -t tmpfs -o size=1m tmpfs \"$0\"")
-            .arg(&data)
-            .output();
-        match probe {
-            Ok(out) if out.status.success() => {}
-            other => {
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "no private mount namespace with a tmpfs: {other:?}"
-                );
-                eprintln!("skipped: no private mount namespace with a tmpfs here ({other:?})");
-                return None;
-            }
-        }
-        let mount = format!("mount -t tmpfs -o size={size},mode=755 tmpfs \"$0\" && exec \"$@\"");
-        let data = data.display().to_string();
-        let mmkd = env!("CARGO_BIN_EXE_mmkd");
-        let wrap = [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            mount.as_str(),
-            data.as_str(),
-            mmkd,
-        ];
-        Some(Daemon::launch_wrapped(dir, sim_gpus, extra, &[], &wrap))
+        let disk = SmallDisk::mount(&dir.path().join("data"), size)?;
+        let dir = DataDir {
+            dir,
+            disk: Some(disk),
+        };
+        Some(Daemon::launch(dir, sim_gpus, extra, &[]))
     }
 
+    /// Starts mmkd on `dir` (inside its small disk's namespace where it has one).
     fn launch(
         dir: impl Into<DataDir>,
         sim_gpus: &str,
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Daemon {
-        Daemon::launch_wrapped(dir, sim_gpus, extra, env, &[env!("CARGO_BIN_EXE_mmkd")])
-    }
-
-    /// [`Daemon::launch`] through `wrap`: the program and its first arguments, then mmkd's
-    /// own (`[mmkd]` alone runs mmkd itself).
-    fn launch_wrapped(
-        dir: impl Into<DataDir>,
-        sim_gpus: &str,
-        extra: &[&str],
-        env: &[(&str, &str)],
-        wrap: &[&str],
-    ) -> Daemon {
         let dir: DataDir = dir.into();
+        let mmkd = env!("CARGO_BIN_EXE_mmkd").to_owned();
+        let wrap = match &dir.disk {
+            Some(disk) => disk.enter(&[&mmkd]),
+            None => vec![mmkd],
+        };
         // The simulated node, unless the test names a backend.
         let backend: &[&str] = if extra.contains(&"--backend") {
             &[]
         } else {
             &["--backend", "sim", "--sim-gpus", sim_gpus]
         };
-        let mut child = Command::new(wrap[0])
+        let mut child = Command::new(&wrap[0])
             .args(&wrap[1..])
             .envs(env.iter().copied())
             .args(extra)
@@ -222,6 +189,11 @@ impl Daemon {
         self.path().join("mmkd.sock")
     }
 
+    /// The small disk the data dir is on, where it is on one.
+    pub fn disk(&self) -> Option<&SmallDisk> {
+        self.dir.as_ref().and_then(DataDir::disk)
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.path().join("data")
     }
@@ -309,29 +281,119 @@ impl Drop for Daemon {
     }
 }
 
-/// A daemon's folder (socket, data dir). Dropped, it stops what a killed mmkd left
-/// running there (its fake MPS control daemons, which live on by design, and a job's
-/// processes outside its group) before the folder goes.
+/// A daemon's folder (socket, data dir), and the small disk its data dir is on where it
+/// has one. Dropped, it stops what a killed mmkd left running there (its fake MPS control
+/// daemons, which live on by design, and a job's processes outside its group) before the
+/// folder goes.
 #[derive(Debug)]
-pub struct DataDir(tempfile::TempDir);
+pub struct DataDir {
+    dir: tempfile::TempDir,
+    disk: Option<SmallDisk>,
+}
 
 impl DataDir {
     pub fn path(&self) -> &Path {
-        self.0.path()
+        self.dir.path()
+    }
+
+    /// The small disk the data dir is on, where it is on one.
+    pub fn disk(&self) -> Option<&SmallDisk> {
+        self.disk.as_ref()
     }
 }
 
 impl From<tempfile::TempDir> for DataDir {
     fn from(dir: tempfile::TempDir) -> DataDir {
-        DataDir(dir)
+        DataDir { dir, disk: None }
     }
 }
 
 impl Drop for DataDir {
     fn drop(&mut self) {
-        kill_processes_of(self.0.path());
+        kill_processes_of(self.dir.path());
         // The jobs' cgroups of an mmkd killed with SIGKILL (the data dir is `data`).
-        mmkd::cgroup::remove_left_by(&self.0.path().join("data"));
+        mmkd::cgroup::remove_left_by(&self.dir.path().join("data"));
+    }
+}
+
+/// A tmpfs of a given size at a data dir, in a mount namespace of its own that a holder
+/// process keeps for as long as this lives: what runs through [`SmallDisk::enter`] (each
+/// mmkd started on it, restarts included, and their jobs) sees the same small disk; the
+/// rest of the machine sees an empty folder.
+#[derive(Debug)]
+pub struct SmallDisk {
+    holder: Child,
+    at: PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts it at `at` (made here). `None` (and why, printed) where no private mount
+    /// namespace with a tmpfs can be made; under CI that fails.
+    pub fn mount(at: &Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(at).expect("the small disk's folder");
+        let fail = |why: String| {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "no private mount namespace with a tmpfs: {why}"
+            );
+            eprintln!("skipped: no private mount namespace with a tmpfs here ({why})");
+        };
+        let mut holder = match Command::new("unshare")
+            .args(["-m", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount -t tmpfs -o size=\"$1\",mode=755 tmpfs \"$0\" && echo mounted && exec sleep 100000")
+            .arg(at)
+            .arg(size)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                fail(format!("unshare: {e}"));
+                return None;
+            }
+        };
+        let mut line = String::new();
+        let _ = BufReader::new(holder.stdout.take().expect("piped stdout")).read_line(&mut line);
+        if line.trim() != "mounted" {
+            let _ = holder.kill();
+            let out = holder.wait_with_output().expect("unshare ends");
+            fail(text(&out.stderr));
+            return None;
+        }
+        Some(SmallDisk {
+            holder,
+            at: at.to_owned(),
+        })
+    }
+
+    /// `command` run inside the disk's namespace.
+    pub fn enter(&self, command: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = ["nsenter", "-t", &self.holder.id().to_string(), "-m", "--"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        v.extend(command.iter().map(|s| (*s).to_owned()));
+        v
+    }
+
+    /// Runs the shell script `script` inside the disk's namespace, with `$0` the disk's
+    /// folder (`dd ... of="$0/fill"`).
+    pub fn sh(&self, script: &str) -> Output {
+        let at = self.at.display().to_string();
+        let argv = self.enter(&["sh", "-c", script, &at]);
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .expect("nsenter runs")
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
     }
 }
 

@@ -279,3 +279,48 @@ async fn a_crash_between_layout_steps_converges_after_restart() {
         "nothing lost"
     );
 }
+
+/// Ended jobs' records go after `--job-history`, but for the newest of each user
+/// (`--job-history-keep`); a job that has not ended stays; a restart does not bring them
+/// back, and a new job gets a new ID.
+#[tokio::test]
+async fn ended_jobs_records_go_after_the_history_but_the_newest() {
+    let d = Daemon::start_with(
+        "a100-80gb:1",
+        &["--job-history", "1s", "--job-history-keep", "1"],
+    );
+    let mut c = d.clients().await;
+    let quick = "name: quick\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/true]\n";
+    let first = d.submit("--offline", quick);
+    wait_state(&mut c, first, v1::JobState::Succeeded).await;
+    let second = d.submit("--offline", quick);
+    wait_state(&mut c, second, v1::JobState::Succeeded).await;
+    let waiting = d.submit(
+        "--offline",
+        "name: waiting\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/sleep, '600']\n",
+    );
+    wait_state(&mut c, waiting, v1::JobState::Running).await;
+    d.wait_log("removed ended jobs' records past the history");
+    let out = d.ctl(&["jobs", "get", &first.to_string()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains(&format!("job {first} not found")),
+        "{}",
+        text(&out.stderr)
+    );
+    let listed: Vec<u64> = d
+        .ctl_json(&["jobs"])
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["id"].as_u64().expect("id"))
+        .collect();
+    assert_eq!(listed, [second, waiting]);
+
+    let (_, dir) = d.terminate();
+    let d = Daemon::start_in(dir, "a100-80gb:1");
+    let out = d.ctl(&["jobs", "get", &first.to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let next = d.submit("--offline", quick);
+    assert!(next > waiting, "{next} after {waiting}");
+}

@@ -1262,6 +1262,72 @@ async fn a_job_that_fills_the_disk_is_stopped_and_the_store_keeps_working() {
     wait_state(&mut c, id, v1::JobState::Succeeded).await;
 }
 
+/// mmkd restarted on a disk that filled while it was down starts (the store opens in the
+/// reserve's room), answers reads of the jobs it has, refuses new ones saying why, and
+/// takes them again once there is room.
+#[tokio::test]
+async fn mmkd_starts_on_a_full_disk_and_serves_reads() {
+    let Some(d) = Daemon::start_on_small_disk("a100-80gb:1", &[], "400m") else {
+        return;
+    };
+    let mut c = d.clients().await;
+    let hello = d.submit(
+        "--offline",
+        "name: hello\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/echo, hello]\n",
+    );
+    wait_state(&mut c, hello, v1::JobState::Succeeded).await;
+    let (_, dir) = d.terminate();
+    // Everything but the reserve mmkd holds taken while it is down.
+    let out = dir
+        .disk()
+        .expect("a small disk")
+        .sh("dd if=/dev/zero of=\"$0/fill\" bs=1M count=400 2>/dev/null; df -k \"$0\"");
+    assert!(text(&out.stdout).contains("100%"), "{}", text(&out.stdout));
+
+    let d = Daemon::start_in(dir, "a100-80gb:1");
+    let job = d.ctl_json(&["jobs", "get", &hello.to_string()]);
+    assert_eq!(job["state"], "SUCCEEDED", "{job}");
+    // Its log, read where the small disk is seen.
+    let socket = d.socket().display().to_string();
+    let logs = d.disk().expect("a small disk").enter(&[
+        env!("CARGO_BIN_EXE_mmkctl"),
+        "--socket",
+        &socket,
+        "jobs",
+        "logs",
+        &hello.to_string(),
+    ]);
+    let out = Command::new(&logs[0])
+        .args(&logs[1..])
+        .output()
+        .expect("mmkctl");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "hello");
+    let quick = d.job_file(
+        "quick.yaml",
+        "name: quick\ngpu_memory: 1GiB\ncommand:\n  args: [/bin/true]\n",
+    );
+    let out = d.ctl(&["submit", "--offline", &quick]);
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("disk is full"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Room again: new jobs come in and run.
+    let out = d.disk().expect("a small disk").sh("rm \"$0/fill\"");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut c = d.clients().await;
+    let id = wait_for("a submit accepted again", || {
+        let out = d.ctl(&["--output", "json", "submit", "--offline", &quick]);
+        out.status.success().then(|| {
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")["id"]
+                .as_u64()
+                .expect("id")
+        })
+    });
+    wait_state(&mut c, id, v1::JobState::Succeeded).await;
+}
+
 /// A job's folder past its cap fails the job; an ended job's folder goes after the
 /// retention.
 #[tokio::test]

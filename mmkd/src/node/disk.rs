@@ -48,13 +48,16 @@ pub(super) struct DiskState {
 impl DiskState {
     pub(super) fn new(config: DiskConfig) -> DiskState {
         let reserve = Reserve::new(&config.data_dir);
-        if let Err(e) = reserve.take() {
+        // Started on a full disk: new jobs wait for room from the first request on, and the
+        // reserve is taken once there is.
+        let full = crate::disk::space(&config.data_dir).is_ok_and(|(free, _)| free < LOW_WATER);
+        if !full && let Err(e) = reserve.take() {
             warn!(path = %reserve.path().display(), error = %e, "cannot take the disk reserve; taking it once there is room");
         }
         DiskState {
             config,
             reserve,
-            full: AtomicBool::new(false),
+            full: AtomicBool::new(full),
             stopping: Mutex::default(),
         }
     }

@@ -31,12 +31,14 @@ use tracing::{info, warn};
 
 mod attached;
 mod disk;
+mod history;
 mod reconciler;
 mod recovery;
 mod service;
 
 pub use attached::{AllocationView, Capacity, Fit, GpuCapacity, Mount, Verdict};
 pub use disk::DiskConfig;
+pub use history::{HistoryPolicy, Pruned};
 pub use reconciler::planner_profile;
 pub use service::MAX_REQUEST_ID;
 
@@ -98,6 +100,8 @@ struct Inner {
     calm: Mutex<Calm>,
     /// The data dir's disk: jobs' folders, the store's reserve; `None`: not guarded.
     disk: Option<disk::DiskState>,
+    /// What the store keeps of ended jobs.
+    history: HistoryPolicy,
 }
 
 /// The node's calm for the planner (`NodeState::calm_arrivals`): jobs submitted since a
@@ -157,6 +161,8 @@ pub struct Parts {
     pub mps: Mps,
     /// The data dir's disk guard; `None`: not guarded.
     pub disk: Option<DiskConfig>,
+    /// What the store keeps of ended jobs.
+    pub history: HistoryPolicy,
 }
 
 impl Node {
@@ -174,6 +180,7 @@ impl Node {
             runner,
             mps,
             disk,
+            history,
         } = parts;
         let (events, _) = broadcast::channel(1024);
         let learned = Profiles::new(load_profiles(&store).await?);
@@ -203,6 +210,7 @@ impl Node {
                 slow_noted: Mutex::default(),
                 calm: Mutex::default(),
                 disk: disk.map(disk::DiskState::new),
+                history,
             }),
         };
         node.recover().await?;
@@ -221,6 +229,7 @@ impl Node {
             let _ = learning.await;
         });
         tokio::spawn(node.clone().guard_disk());
+        tokio::spawn(node.clone().keep_history());
         node.inner.kick.notify_one();
         Ok((node, handle))
     }

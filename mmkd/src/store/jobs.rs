@@ -11,6 +11,9 @@ use crate::job::{Assignment, Change, EventRecord, JobRecord, Owner};
 
 use super::{Result, Store, StoreError};
 
+/// Jobs removed in one transaction by [`Store::prune_ended`].
+const PRUNE_BATCH: usize = 500;
+
 impl Store {
     /// Stores a new QUEUED job and its first event.
     pub async fn insert_job(
@@ -134,6 +137,43 @@ impl Store {
         .iter()
         .map(job_from_row)
         .collect()
+    }
+
+    /// Removes the ended jobs (their rows and events) that ended before `before_ms`, but
+    /// for the `keep` newest of each user; returns how many. In transactions of
+    /// [`PRUNE_BATCH`] jobs, so that submits and state changes wait for none long.
+    pub async fn prune_ended(&self, before_ms: i64, keep: u32) -> Result<u64> {
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM ( \
+               SELECT id, COALESCE(finished_at, updated_at) AS ended, \
+                 ROW_NUMBER() OVER (PARTITION BY owner_uid ORDER BY id DESC) AS newest \
+               FROM jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) \
+             WHERE newest > ? AND ended < ? ORDER BY id",
+        )
+        .bind(i64::from(keep))
+        .bind(before_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut removed = 0;
+        for batch in ids.chunks(PRUNE_BATCH) {
+            let list = serde_json::to_string(batch).unwrap_or_else(|_| "[]".into());
+            let mut tx = self.write().await?;
+            sqlx::query("DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(?))")
+                .bind(&list)
+                .execute(&mut *tx)
+                .await?;
+            // Only jobs still ended (none can start again, but the check costs nothing).
+            let done = sqlx::query(
+                "DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(?)) \
+                 AND state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')",
+            )
+            .bind(&list)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            removed += done.rows_affected();
+        }
+        Ok(removed)
     }
 
     /// At most `limit` jobs with ids above `after`, in submission order, optionally only

@@ -141,6 +141,42 @@ impl Store {
         rows.iter().map(step_of).collect()
     }
 
+    /// Removes the layout steps that no longer tell anything, from before `before_ms`:
+    /// failed and interrupted ones, creates that a later destroy undid, and destroys with
+    /// no earlier create left at their GPU and slice. Returns how many.
+    pub async fn prune_steps(&self, before_ms: i64) -> Result<u64> {
+        let mut tx = self.write().await?;
+        let mut removed = sqlx::query(
+            "DELETE FROM layout_steps WHERE state IN ('failed', 'interrupted') AND finished_at < ?",
+        )
+        .bind(before_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        removed += sqlx::query(
+            "DELETE FROM layout_steps AS c WHERE c.kind = 'create' AND c.state = 'done' \
+             AND EXISTS (SELECT 1 FROM layout_steps d WHERE d.kind = 'destroy' \
+               AND d.state = 'done' AND d.gpu_uuid = c.gpu_uuid \
+               AND d.start_slice = c.start_slice AND d.id > c.id AND d.finished_at < ?)",
+        )
+        .bind(before_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        removed += sqlx::query(
+            "DELETE FROM layout_steps AS d WHERE d.kind = 'destroy' AND d.state = 'done' \
+             AND d.finished_at < ? \
+             AND NOT EXISTS (SELECT 1 FROM layout_steps c WHERE c.kind = 'create' \
+               AND c.gpu_uuid = d.gpu_uuid AND c.start_slice = d.start_slice AND c.id < d.id)",
+        )
+        .bind(before_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(removed)
+    }
+
     pub async fn remove_instance(&self, gpu_uuid: &str, start: u8) -> Result<()> {
         let mut conn = self.pool.acquire().await?;
         delete_instance(&mut conn, gpu_uuid, start).await

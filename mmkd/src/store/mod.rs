@@ -112,6 +112,9 @@ macro_rules! job_columns {
     };
 }
 
+/// What the write-ahead log is cut back to after a checkpoint, in bytes.
+const JOURNAL_SIZE_LIMIT: u64 = 16 << 20;
+
 /// Connections of the store's pool.
 const MAX_CONNECTIONS: u32 = 4;
 
@@ -156,6 +159,15 @@ impl Store {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// Copies the write-ahead log into the store file and truncates it to nothing, so that
+    /// the log holds only what came since (and a restart reads little).
+    pub async fn checkpoint(&self) -> Result<()> {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     pub async fn close(&self) {
         self.pool.close().await;
     }
@@ -169,6 +181,9 @@ pub(super) fn connect_options(path: &Path) -> SqliteConnectOptions {
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
         .busy_timeout(Duration::from_secs(5))
+        // After a checkpoint the log file is cut back to this much (it grows past it only
+        // between checkpoints).
+        .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT.to_string())
 }
 
 /// The store's pool. A connection goes back to it only once no transaction is open on it:

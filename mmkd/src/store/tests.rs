@@ -1,5 +1,5 @@
 use super::*;
-use crate::job::{Assignment, Change, InstanceRecord, StepRecord};
+use crate::job::{Assignment, Change, InstanceRecord, Owner, StepRecord};
 use crate::learn::{Learned, Observed};
 use mmk_core::spec::{RestartPolicy, Task, WorkloadSpec};
 use mmk_core::{JobClass, JobSpec};
@@ -461,4 +461,96 @@ async fn learned_profiles_are_kept_and_a_bad_row_is_named_not_fatal() {
     assert_eq!(bad, "1000/key/bad");
     assert!(why.starts_with("observed:"), "{why}");
     assert_eq!(rows[1], Ok(later), "the newer write replaced the first");
+}
+
+/// Ended jobs past the age go with their events, but for the newest few of each user;
+/// jobs that have not ended stay whatever their age; IDs are not reused.
+#[tokio::test]
+async fn the_history_prunes_old_ended_jobs_but_the_newest_of_each_user() {
+    let (dir, s) = store().await;
+    let alice = Some(Owner {
+        uid: 1001,
+        gid: 1001,
+    });
+    let bob = Some(Owner {
+        uid: 1002,
+        gid: 1002,
+    });
+    let mut ended = Vec::new();
+    for (owner, at) in [
+        (alice, 10),
+        (alice, 11),
+        (alice, 12),
+        (bob, 13),
+        (alice, 500),
+    ] {
+        let (j, _) = s.insert_job(&spec("a"), owner, at).await.expect("insert");
+        s.transition(
+            j.id,
+            JobState::Cancelled,
+            "cancelled",
+            Change::default(),
+            at,
+        )
+        .await
+        .expect("cancel");
+        ended.push(j.id);
+    }
+    let (old_queued, _) = s.insert_job(&spec("q"), alice, 1).await.expect("insert");
+    // Ended before 100, the newest one of each user kept: alice's 500 is newer than 100,
+    // so alice's ended at 10, 11 and 12 go (her newest, at 500, is kept), bob's only one stays.
+    assert_eq!(s.prune_ended(100, 1).await.expect("prune"), 3);
+    for id in &ended[..3] {
+        assert!(matches!(s.get_job(*id).await, Err(StoreError::NotFound(_))));
+        assert!(s.job_events(*id).await.expect("events").is_empty());
+    }
+    for id in [ended[3], ended[4], old_queued.id] {
+        s.get_job(id).await.expect("kept");
+    }
+    // Nothing left to prune; a new job gets a new ID.
+    assert_eq!(s.prune_ended(100, 1).await.expect("again"), 0);
+    let (next, _) = s.insert_job(&spec("n"), bob, 600).await.expect("insert");
+    assert!(next.id > old_queued.id);
+    s.checkpoint().await.expect("checkpoint");
+    let wal = sibling(&dir.path().join("mmk.db"), "-wal");
+    assert_eq!(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0), 0);
+}
+
+/// Old layout steps go where they tell nothing: a create a later destroy undid and that
+/// destroy, failed steps; a create still standing is kept however old.
+#[tokio::test]
+async fn the_history_keeps_the_steps_of_instances_that_stand() {
+    let (_dir, s) = store().await;
+    let step = |kind: &str, start: u8| StepRecord {
+        id: 0,
+        gpu_uuid: "GPU-1".into(),
+        gpu_index: 0,
+        kind: kind.into(),
+        profile_id: 19,
+        start,
+        instance_id: Some(u32::from(start) + 1),
+    };
+    let rec = |start: u8| InstanceRecord {
+        gpu_uuid: "GPU-1".into(),
+        gpu_index: 0,
+        instance: Instance {
+            id: u32::from(start) + 1,
+            profile_id: 19,
+            placement: Placement { start, size: 1 },
+            uuid: format!("MIG-{start}"),
+        },
+    };
+    // Slice 0: made and destroyed. Slice 1: made and standing. Slice 2: a failed create.
+    let a = s.begin_step(&step("create", 0), 1).await.expect("begin");
+    s.finish_create(a, &rec(0), 2).await.expect("made");
+    let b = s.begin_step(&step("destroy", 0), 3).await.expect("begin");
+    s.finish_destroy(b, "GPU-1", 0, 4).await.expect("destroyed");
+    let c = s.begin_step(&step("create", 1), 5).await.expect("begin");
+    s.finish_create(c, &rec(1), 6).await.expect("made");
+    let d = s.begin_step(&step("create", 2), 7).await.expect("begin");
+    s.fail_step(d, "no room", 8).await.expect("failed");
+    let standing = s.created_instances().await.expect("created");
+    assert_eq!(s.prune_steps(100).await.expect("prune"), 3);
+    assert_eq!(s.created_instances().await.expect("created"), standing);
+    assert_eq!(standing.iter().map(|x| x.start).collect::<Vec<_>>(), [1]);
 }
