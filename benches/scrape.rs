@@ -79,6 +79,7 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    eprintln!("{running} running, {succeeded} ended: scraping");
     // The first scrape looks the users up and sizes the buffers; it is timed on its own.
     let t = Instant::now();
     scrape(&addr);

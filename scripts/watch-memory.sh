@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mmkd's memory under watchers that never read: 200 jobs of about 255 KB each, then
 # `mmkctl jobs watch --current` piped into a reader that never reads, as four users, up to
-# WATCHERS in all; prints mmkd's RSS before and after, and how many watches were refused.
+# WATCHERS in all; prints mmkd's RSS before, with them and after they close, and how many
+# watches were refused.
 # Runs as root; makes the users mmk-watch-a, -b, -c (group mmk-watch) and removes them.
 # A lab script: it measures.
 #
@@ -52,3 +53,10 @@ done
 sleep 20
 echo "after $WATCHERS watchers that never read (20 s): mmkd RSS $(rss)"
 echo "watches refused: $(grep -c 'watches open' "$W/refused.txt" || true)"
+
+# The watchers go: what their streams took is given back.
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+pkill -f "mmkctl --socket $W/mmkd.sock" 2>/dev/null || true
+PIDS=()
+sleep 10
+echo "10 s after the watchers closed: mmkd RSS $(rss)"

@@ -35,9 +35,45 @@ impl Mmkd {
 }
 
 impl Drop for Mmkd {
+    /// SIGTERM, as a service manager stops it (SIGKILL after 30 s), then the MPS control
+    /// daemons it leaves for the next mmkd on its data dir, which a benchmark never
+    /// starts: left running, they would load the next benchmark's machine.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let began = Instant::now();
+        while !matches!(self.child.try_wait(), Ok(Some(_))) {
+            if began.elapsed() > Duration::from_secs(30) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        kill_processes_under(self._dir.path());
+    }
+}
+
+/// Kills every process whose MPS pipe directory is under `dir`.
+fn kill_processes_under(dir: &std::path::Path) {
+    let marker = format!("CUDA_MPS_PIPE_DIRECTORY={}/", dir.display());
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(p.path().join("environ")) else {
+            continue;
+        };
+        if env
+            .split(|b| *b == 0)
+            .any(|var| var.starts_with(marker.as_bytes()))
+        {
+            // SAFETY: kill(2) with a pid read from /proc and a signal number.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
 }
 

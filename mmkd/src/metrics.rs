@@ -11,10 +11,12 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -22,7 +24,7 @@ use tracing::{info, warn};
 
 use mmk_core::JobState;
 
-use crate::job::JobRecord;
+use crate::node::JobSeries;
 use crate::node::Node;
 
 /// The latencies mmkd records as it works, from its start.
@@ -101,12 +103,20 @@ struct InfoLabels {
     partition: String,
 }
 
-type FloatGauge = Gauge<f64, AtomicU64>;
 type FloatCounter = Counter<f64, AtomicU64>;
 
 /// User names by uid, looked up once.
 #[derive(Debug, Default)]
 struct Users(Mutex<HashMap<u32, String>>);
+
+/// What a metrics server keeps from one scrape to the next: user names, and the series
+/// of the jobs that ended (they no longer change), made once for all the scrapes of
+/// their five minutes.
+#[derive(Debug, Default)]
+struct Scrapes {
+    users: Users,
+    ended: Mutex<HashMap<u64, Arc<JobRow>>>,
+}
 
 impl Users {
     fn name(&self, uid: Option<u32>) -> String {
@@ -128,7 +138,7 @@ impl Users {
 }
 
 /// A job's labels: its partition's (empty before it is placed) and its own.
-fn job_labels(j: &JobRecord, users: &Users) -> JobLabels {
+fn job_labels(j: &JobSeries, users: &Users) -> JobLabels {
     let a = j.assignment.as_ref();
     let mig = a.filter(|a| a.slot.profile_id.is_some());
     JobLabels {
@@ -140,9 +150,9 @@ fn job_labels(j: &JobRecord, users: &Users) -> JobLabels {
             crate::mps::partition_key(&a.slot, a.instance_id)
         }),
         job: j.id.to_string(),
-        name: label(&j.spec.name),
-        class: j.spec.class.as_str().to_owned(),
-        user: label(&users.name(j.owner.map(|o| o.uid))),
+        name: label(&j.name),
+        class: j.class.as_str().to_owned(),
+        user: label(&users.name(j.owner_uid)),
     }
 }
 
@@ -162,8 +172,176 @@ fn label(value: &str) -> String {
     out
 }
 
+/// One job's series, as a scrape writes them.
+#[derive(Debug)]
+struct JobRow {
+    labels: JobLabels,
+    info: InfoLabels,
+    /// While it runs: its MPS share, its GPU memory limit, its processes' CPU and memory.
+    share: Option<i64>,
+    memory_limit: Option<i64>,
+    cpu_seconds: Option<f64>,
+    memory: Option<i64>,
+    /// Its gate's totals, over its runs (online jobs: also beside offline kernels).
+    kernel_seconds: Option<f64>,
+    launches: Option<u64>,
+    held_seconds: Option<f64>,
+    beside_offline_seconds: Option<f64>,
+    queue_wait_seconds: Option<f64>,
+}
+
+impl JobRow {
+    fn of(
+        j: &JobSeries,
+        node: &Node,
+        totals: &HashMap<u64, crate::learn::sampler::JobTotals>,
+        users: &Users,
+    ) -> JobRow {
+        let labels = job_labels(j, users);
+        let running =
+            matches!(j.state, JobState::Starting | JobState::Running) && j.assignment.is_some();
+        let usage = running.then(|| node.runner().usage(j.id)).flatten();
+        let t = totals.get(&j.id);
+        JobRow {
+            info: InfoLabels {
+                state: j.state.to_string(),
+                job: labels.job.clone(),
+                name: labels.name.clone(),
+                class: labels.class.clone(),
+                user: labels.user.clone(),
+                partition: labels.partition.clone(),
+            },
+            share: running
+                .then(|| j.assignment.as_ref().map(|a| i64::from(a.mps_share)))
+                .flatten(),
+            memory_limit: running.then(|| {
+                i64::try_from(j.gpu_memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX)
+            }),
+            cpu_seconds: usage.as_ref().map(|u| u.cpu_usec as f64 / 1e6),
+            memory: usage
+                .as_ref()
+                .and_then(|u| u.memory_bytes)
+                .map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
+            kernel_seconds: t.map(|t| t.kernel_ns as f64 / 1e9),
+            launches: t.map(|t| t.launches),
+            held_seconds: t.map(|t| t.held_ns as f64 / 1e9),
+            beside_offline_seconds: t
+                .filter(|_| j.class == mmk_core::JobClass::Online)
+                .map(|t| t.beside_offline_ns as f64 / 1e9),
+            queue_wait_seconds: j
+                .started_at
+                .map(|started| ((started - j.submitted_at).max(0)) as f64 / 1000.0),
+            labels,
+        }
+    }
+}
+
+/// The jobs' series of one scrape, written family by family from [`JobRow`]s.
+#[derive(Debug)]
+struct JobSeriesCollector(Vec<Arc<JobRow>>);
+
+impl JobSeriesCollector {
+    /// One family: `value` of each row that has one.
+    fn family<M: EncodeMetric>(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        metric_type: MetricType,
+        value: impl Fn(&JobRow) -> Option<M>,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+        for row in &self.0 {
+            if let Some(m) = value(row) {
+                m.encode(family.encode_family(&row.labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Collector for JobSeriesCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let (gauge, counter) = (MetricType::Gauge, MetricType::Counter);
+        self.family(
+            &mut e,
+            "job_mps_share_percent",
+            "The job's MPS active thread percentage",
+            gauge,
+            |r| r.share.map(ConstGauge::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_memory_limit_bytes",
+            "The job's GPU memory limit",
+            gauge,
+            |r| r.memory_limit.map(ConstGauge::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_gpu_kernel_seconds",
+            "GPU time attributed to the job: time its processes had kernels in flight, over its runs",
+            counter,
+            |r| r.kernel_seconds.map(ConstCounter::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_launches",
+            "Kernel launches of the job's processes, over its runs",
+            counter,
+            |r| r.launches.map(ConstCounter::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_held_seconds",
+            "Time the job's launches spent held by the gate, over its runs",
+            counter,
+            |r| r.held_seconds.map(ConstCounter::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_beside_offline_seconds",
+            "Online jobs: time their kernels were in flight while offline kernels of the partition were too (sampled), over their runs",
+            counter,
+            |r| r.beside_offline_seconds.map(ConstCounter::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_queue_wait_seconds",
+            "Time the job waited between its submission and the start of this run",
+            gauge,
+            |r| r.queue_wait_seconds.map(ConstGauge::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_cpu_seconds",
+            "CPU time of a running command job's processes (its cgroup)",
+            counter,
+            |r| r.cpu_seconds.map(ConstCounter::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_memory_bytes",
+            "Memory of a running command job's processes (its cgroup, with the memory controller)",
+            gauge,
+            |r| r.memory.map(ConstGauge::new),
+        )?;
+        let mut info = e.encode_descriptor(
+            "job_info",
+            "1 for each job running or ended in the last five minutes, with its state",
+            None,
+            gauge,
+        )?;
+        for row in &self.0 {
+            ConstGauge::new(1i64).encode(info.encode_family(&row.info)?)?;
+        }
+        Ok(())
+    }
+}
+
 /// The metrics text of the node as it is now.
-async fn render(node: &Node, users: &Users) -> Result<String, String> {
+async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
+    let users = &scrapes.users;
     let active = crate::grpc::active_jobs(node)
         .await
         .map_err(|s| s.message().to_owned())?;
@@ -223,67 +401,6 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
         held_seconds.clone(),
     );
 
-    let job_share = Family::<JobLabels, Gauge>::default();
-    reg.register(
-        "job_mps_share_percent",
-        "The job's MPS active thread percentage",
-        job_share.clone(),
-    );
-    let job_memory = Family::<JobLabels, Gauge>::default();
-    reg.register(
-        "job_memory_limit_bytes",
-        "The job's GPU memory limit",
-        job_memory.clone(),
-    );
-    let job_kernel = Family::<JobLabels, FloatCounter>::default();
-    reg.register(
-        "job_gpu_kernel_seconds",
-        "GPU time attributed to the job: time its processes had kernels in flight, over its runs",
-        job_kernel.clone(),
-    );
-    let job_launches = Family::<JobLabels, Counter>::default();
-    reg.register(
-        "job_launches",
-        "Kernel launches of the job's processes, over its runs",
-        job_launches.clone(),
-    );
-    let job_held = Family::<JobLabels, FloatCounter>::default();
-    reg.register(
-        "job_held_seconds",
-        "Time the job's launches spent held by the gate, over its runs",
-        job_held.clone(),
-    );
-    let job_beside = Family::<JobLabels, FloatCounter>::default();
-    reg.register(
-        "job_beside_offline_seconds",
-        "Online jobs: time their kernels were in flight while offline kernels of the partition were too (sampled), over their runs",
-        job_beside.clone(),
-    );
-    let job_wait = Family::<JobLabels, FloatGauge>::default();
-    reg.register(
-        "job_queue_wait_seconds",
-        "Time the job waited between its submission and the start of this run",
-        job_wait.clone(),
-    );
-    let job_cpu = Family::<JobLabels, FloatCounter>::default();
-    reg.register(
-        "job_cpu_seconds",
-        "CPU time of a running command job's processes (its cgroup)",
-        job_cpu.clone(),
-    );
-    let job_rss = Family::<JobLabels, Gauge>::default();
-    reg.register(
-        "job_memory_bytes",
-        "Memory of a running command job's processes (its cgroup, with the memory controller)",
-        job_rss.clone(),
-    );
-    let job_info = Family::<InfoLabels, Gauge>::default();
-    reg.register(
-        "job_info",
-        "1 for each job running or ended in the last five minutes, with its state",
-        job_info.clone(),
-    );
-
     for g in &view.gpus {
         for p in &g.partitions {
             let key = crate::mps::instance_key(g.gpu_index, g.mig_enabled.then_some(p.instance_id));
@@ -323,69 +440,30 @@ async fn render(node: &Node, users: &Users) -> Result<String, String> {
         }
     }
     // Jobs that run now, and those that ended in the last five minutes (so that a scrape
-    // after a job's end still reads its final counters): one read of the store.
-    let since = mmk_core::now_ms().saturating_sub(
-        i64::try_from(crate::learn::sampler::ENDED_KEPT.as_millis()).unwrap_or(i64::MAX),
-    );
-    let mut listed: Vec<JobRecord> = active;
-    let known: std::collections::HashSet<u64> = listed.iter().map(|j| j.id).collect();
-    listed.extend(
-        node.ended_since(since)
-            .await
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .filter(|j| !known.contains(&j.id)),
-    );
-    for j in &listed {
-        let labels = job_labels(j, users);
-        if matches!(j.state, JobState::Starting | JobState::Running)
-            && let Some(a) = &j.assignment
-        {
-            job_share.get_or_create(&labels).set(i64::from(a.mps_share));
-            if let Some(u) = node.runner().usage(j.id) {
-                job_cpu
-                    .get_or_create(&labels)
-                    .inc_by(u.cpu_usec as f64 / 1e6);
-                if let Some(b) = u.memory_bytes {
-                    job_rss
-                        .get_or_create(&labels)
-                        .set(i64::try_from(b).unwrap_or(i64::MAX));
-                }
+    // after a job's end still reads its final counters), these from memory; their series
+    // are written straight from the rows, with no map of label sets to build.
+    let known: std::collections::HashSet<u64> = active.iter().map(|j| j.id).collect();
+    let mut rows: Vec<Arc<JobRow>> = active
+        .iter()
+        .map(|j| Arc::new(JobRow::of(&JobSeries::from(j), node, &totals, users)))
+        .collect();
+    {
+        let mut cached = scrapes.ended.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut now = HashMap::with_capacity(cached.len());
+        node.with_recently_ended(|ended| {
+            for j in ended.filter(|j| !known.contains(&j.id)) {
+                let row = cached
+                    .remove(&j.id)
+                    .filter(|r| r.info.state == j.state.as_str())
+                    .unwrap_or_else(|| Arc::new(JobRow::of(j, node, &totals, users)));
+                rows.push(Arc::clone(&row));
+                now.insert(j.id, row);
             }
-            job_memory.get_or_create(&labels).set(
-                i64::try_from(j.spec.gpu_memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX),
-            );
-        }
-        if let Some(t) = totals.get(&j.id) {
-            job_kernel
-                .get_or_create(&labels)
-                .inc_by(t.kernel_ns as f64 / 1e9);
-            job_launches.get_or_create(&labels).inc_by(t.launches);
-            job_held
-                .get_or_create(&labels)
-                .inc_by(t.held_ns as f64 / 1e9);
-            if j.spec.class == mmk_core::JobClass::Online {
-                job_beside
-                    .get_or_create(&labels)
-                    .inc_by(t.beside_offline_ns as f64 / 1e9);
-            }
-        }
-        if let Some(started) = j.started_at {
-            job_wait
-                .get_or_create(&labels)
-                .set(((started - j.submitted_at).max(0)) as f64 / 1000.0);
-        }
-        job_info
-            .get_or_create(&InfoLabels {
-                state: j.state.to_string(),
-                job: labels.job.clone(),
-                name: labels.name.clone(),
-                class: labels.class.clone(),
-                user: labels.user.clone(),
-                partition: labels.partition.clone(),
-            })
-            .set(1);
+        });
+        // Those no longer recent are forgotten.
+        *cached = now;
     }
+    reg.register_collector(Box::new(JobSeriesCollector(rows)));
 
     let by_state = Family::<StateLabels, Gauge>::default();
     reg.register("jobs", "Jobs in the node store by state", by_state.clone());
@@ -454,18 +532,18 @@ const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The `/metrics` route: OpenMetrics to a client that accepts it (Prometheus), the
 /// classic text format to others.
 fn router(node: Node) -> axum::Router {
-    let users = Arc::new(Users::default());
+    let scrapes = Arc::new(Scrapes::default());
     axum::Router::new().route(
         "/metrics",
         axum::routing::get(move |headers: axum::http::HeaderMap| {
             let node = node.clone();
-            let users = Arc::clone(&users);
+            let scrapes = Arc::clone(&scrapes);
             async move {
                 let open = headers
                     .get(axum::http::header::ACCEPT)
                     .and_then(|v| v.to_str().ok())
                     .is_some_and(|v| v.contains("application/openmetrics-text"));
-                match render(&node, &users).await {
+                match render(&node, &scrapes).await {
                     Ok(text) if open => (
                         axum::http::StatusCode::OK,
                         [(axum::http::header::CONTENT_TYPE, OPENMETRICS)],

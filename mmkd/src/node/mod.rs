@@ -32,6 +32,7 @@ use tracing::{info, warn};
 mod attached;
 mod disk;
 mod history;
+pub mod recent;
 mod reconciler;
 mod recovery;
 mod service;
@@ -39,6 +40,7 @@ mod service;
 pub use attached::{AllocationView, Capacity, Fit, GpuCapacity, Mount, Verdict};
 pub use disk::DiskConfig;
 pub use history::{HistoryPolicy, Pruned};
+pub use recent::JobSeries;
 pub use reconciler::planner_profile;
 pub use service::MAX_REQUEST_ID;
 
@@ -102,6 +104,8 @@ struct Inner {
     disk: Option<disk::DiskState>,
     /// What the store keeps of ended jobs.
     history: HistoryPolicy,
+    /// The jobs that ended in the last minutes, for the metrics.
+    recent: Mutex<recent::RecentlyEnded>,
 }
 
 /// The node's calm for the planner (`NodeState::calm_arrivals`): jobs submitted since a
@@ -211,9 +215,21 @@ impl Node {
                 calm: Mutex::default(),
                 disk: disk.map(disk::DiskState::new),
                 history,
+                recent: Mutex::default(),
             }),
         };
         node.recover().await?;
+        // The jobs that ended in the last minutes before this start, for the metrics.
+        let kept_ms = i64::try_from(recent::KEPT_FOR.as_millis()).unwrap_or(i64::MAX);
+        let now = mmk_core::now_ms();
+        for job in node
+            .inner
+            .store
+            .list_jobs_ended_since(now.saturating_sub(kept_ms))
+            .await?
+        {
+            node.recent().seen(&job, now);
+        }
         let looping = node.clone();
         let keeping = node.clone();
         let finishing = node.clone();
@@ -364,7 +380,15 @@ impl Node {
         self.inner.events.subscribe()
     }
 
+    fn recent(&self) -> std::sync::MutexGuard<'_, recent::RecentlyEnded> {
+        self.inner
+            .recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn emit(&self, seq: u64, at: i64, job: JobRecord) {
+        self.recent().seen(&job, at);
         // No receivers is fine: nobody watches.
         let _ = self.inner.events.send(JobEvent { seq, at, job });
     }

@@ -328,9 +328,40 @@ impl Node {
                 None => no_room.push(p.for_job),
             }
         }
+        // A job that was to stop for a move or a preemption and has not (its run is ending
+        // by itself, or it is being cancelled) still holds its instance: the layout of its
+        // GPU waits, with the placements there, for the pass its end starts.
+        let held = |gpu: u32, instance: u32| {
+            by_id.values().any(|j| {
+                matches!(j.state, JobState::Starting | JobState::Running)
+                    && j.assignment
+                        .as_ref()
+                        .is_some_and(|a| a.slot.gpu == gpu && a.instance_id == instance)
+            })
+        };
+        let waiting_gpus: Vec<u32> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Destroy { slot, instance } if held(slot.gpu, *instance) => Some(slot.gpu),
+                _ => None,
+            })
+            .collect();
+        if !waiting_gpus.is_empty() {
+            info!(
+                gpus = ?waiting_gpus,
+                "a job that was to stop still holds its instance: the layout change waits for its end"
+            );
+        }
         // A step that fails leaves its partition missing; placements elsewhere go ahead.
         let mut failed: Option<ServiceError> = None;
         for step in &plan.steps {
+            let gpu = match step {
+                Step::Destroy { slot, .. } | Step::Create { slot } => slot.gpu,
+            };
+            if waiting_gpus.contains(&gpu) {
+                continue;
+            }
             if let Err(e) = self.apply(&node, step).await {
                 warn!(error = %e, ?step, "reconfiguration step failed");
                 failed.get_or_insert(e);
@@ -348,6 +379,10 @@ impl Node {
             };
             if no_room.contains(&p.job) {
                 self.retry_later();
+                continue;
+            }
+            // Its partition comes with the layout change that waits: so does it.
+            if waiting_gpus.contains(&p.slot.gpu) && assignment(&gpus, p.slot, 0).is_none() {
                 continue;
             }
             match assignment(&gpus, p.slot, p.mps_share) {

@@ -14,6 +14,7 @@ use mmk_partitioner::{GpuState, JobDemand, NodeState, Plan};
 use tokio::sync::broadcast;
 use tracing::{info, instrument, warn};
 
+use super::recent::JobSeries;
 use super::reconciler::{demand, waiting_demand};
 use super::{Cancel, Node};
 use crate::job::{Change, JobRecord, Owner};
@@ -120,15 +121,15 @@ impl Node {
         Ok(job)
     }
 
-    /// Subscribes to job events and reads the jobs as they are, with no change in between:
-    /// what WatchJobs with `include_current` sends.
-    /// The jobs that ended at `since_ms` or later.
-    pub async fn ended_since(&self, since_ms: i64) -> ServiceResult<Vec<JobRecord>> {
-        self.inner
-            .store
-            .list_jobs_ended_since(since_ms)
-            .await
-            .map_err(ServiceError::from)
+    /// Calls `f` with the jobs that ended in the last five minutes, oldest ID first, without
+    /// copying them (under a lock that every job's end takes: `f` is quick).
+    pub fn with_recently_ended(&self, f: impl FnOnce(&mut dyn Iterator<Item = &JobSeries>)) {
+        let mut recent = self
+            .inner
+            .recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut recent.iter(now_ms()));
     }
 
     /// One page of every job (ids above `after`), each with the sequence number of its
