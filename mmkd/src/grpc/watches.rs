@@ -1,8 +1,6 @@
 //! How many streams (WatchJobs, WatchCapacity) may be open at once: per user and on the
 //! whole node. A watch holds a task, a buffer of events and, while its snapshot is sent,
 //! a page of jobs; a caller that opens many and reads none must not take mmkd's memory.
-//! When the last open stream closes after many did, the allocator is asked to give the
-//! memory they took back to the system (glibc keeps freed memory in its arenas).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,22 +11,13 @@ use tonic::Status;
 pub const PER_USER: usize = 32;
 /// Streams open on the node at once.
 pub const TOTAL: usize = 256;
-/// Streams closed since the memory was last given back that make it worth a trim.
-const TRIM_AFTER: usize = 16;
 
 /// The open streams, by uid.
 #[derive(Debug)]
 pub struct Watches {
     per_user: usize,
     total: usize,
-    open: Mutex<Open>,
-}
-
-/// The open streams by uid, and how many closed since the last trim.
-#[derive(Debug, Default)]
-struct Open {
-    by_uid: HashMap<u32, usize>,
-    closed: usize,
+    open: Mutex<HashMap<u32, usize>>,
 }
 
 impl Default for Watches {
@@ -50,8 +39,8 @@ impl Watches {
     /// RESOURCE_EXHAUSTED when the user or the node has as many open as they may.
     pub fn open(self: &Arc<Watches>, uid: u32) -> Result<WatchGuard, Status> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let total: usize = open.by_uid.values().sum();
-        let mine = open.by_uid.get(&uid).copied().unwrap_or(0);
+        let total: usize = open.values().sum();
+        let mine = open.get(&uid).copied().unwrap_or(0);
         if mine >= self.per_user {
             return Err(Status::resource_exhausted(format!(
                 "uid {uid} has {mine} watches open, the most one user may; close one first"
@@ -62,7 +51,7 @@ impl Watches {
                 "the node has {total} watches open, the most it serves; try again later"
             )));
         }
-        *open.by_uid.entry(uid).or_default() += 1;
+        *open.entry(uid).or_default() += 1;
         Ok(WatchGuard {
             watches: Arc::clone(self),
             uid,
@@ -74,7 +63,6 @@ impl Watches {
         self.open
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .by_uid
             .values()
             .sum()
     }
@@ -94,35 +82,11 @@ impl Drop for WatchGuard {
             .open
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = open.by_uid.get_mut(&self.uid) {
+        if let Some(n) = open.get_mut(&self.uid) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                open.by_uid.remove(&self.uid);
+                open.remove(&self.uid);
             }
-        }
-        open.closed += 1;
-        if open.by_uid.is_empty() && open.closed >= TRIM_AFTER {
-            open.closed = 0;
-            drop(open);
-            give_memory_back();
-        }
-    }
-}
-
-/// Asks the allocator to return the free memory at the top of its heaps and in its
-/// arenas to the system (off the runtime's threads: it walks every arena).
-fn give_memory_back() {
-    #[cfg(target_env = "gnu")]
-    {
-        // SAFETY: malloc_trim takes no pointers and may be called from any thread.
-        let trim = || unsafe {
-            libc::malloc_trim(0);
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn_blocking(trim);
-            }
-            Err(_) => trim(),
         }
     }
 }
