@@ -84,6 +84,9 @@ struct Inner {
     kick: Notify,
     /// Jobs being cancelled, with the reason to record when they stop and who cancelled.
     cancelling: Mutex<HashMap<u64, Cancel>>,
+    /// Jobs a pass is stopping for a move or a preemption: the pass records how their run
+    /// ended (back to the queue), not the exit that its stop causes.
+    moving: Mutex<std::collections::HashSet<u64>>,
     /// Exits whose recording failed (the store refused), tried again before each pass.
     pending_exits: Mutex<Vec<Exit>>,
     /// The pause before a failed pass runs again; doubles up to RETRY_MAX, reset on success.
@@ -205,6 +208,7 @@ impl Node {
                 emit: tokio::sync::Mutex::new(()),
                 kick: Notify::new(),
                 cancelling: Mutex::default(),
+                moving: Mutex::default(),
                 pending_exits: Mutex::default(),
                 retry_delay: Mutex::new(RETRY_FIRST),
                 attached: Mutex::default(),

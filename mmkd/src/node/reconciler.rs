@@ -123,6 +123,11 @@ impl Node {
             what = format!("{what}; {trouble}");
         }
         let _state = self.inner.state.lock().await;
+        let moving = self.moving().contains(&exit.job);
+        if moving {
+            // Stopped by a pass for a move or a preemption, which records its end.
+            return;
+        }
         let job = match self.inner.store.get_job(exit.job).await {
             Ok(j) => j,
             Err(e) => {
@@ -422,24 +427,43 @@ impl Node {
         reason: &str,
     ) -> ServiceResult<Option<JobRecord>> {
         let id = job.id;
-        let cancelling = self.cancelling().contains_key(&id);
-        if cancelling || !self.inner.runner.is_running(id) {
-            return Ok(None);
+        {
+            // Marked under the state lock, as a cancel is: the exit its stop causes is
+            // this pass's to record from here on.
+            let _state = self.inner.state.lock().await;
+            let cancelling = self.cancelling().contains_key(&id);
+            if cancelling || !self.inner.runner.is_running(id) {
+                return Ok(None);
+            }
+            self.moving().insert(id);
         }
-        if !self.inner.runner.stop(id).await {
+        let stopped = self.inner.runner.stop(id).await;
+        let _state = self.inner.state.lock().await;
+        self.moving().remove(&id);
+        if !stopped {
             warn!(
                 job = id,
                 "a job to stop for a move or an online job did not stop; it stays where it is"
             );
             return Ok(None);
         }
-        let _state = self.inner.state.lock().await;
-        if let Some(c) = self.cancelling().get_mut(&id) {
-            // Cancelled while it stopped: its exit records that (mmk stopped the run).
-            c.stopped = true;
+        // Its run ended (by the stop, or by itself just before): the job as it is now.
+        let now = self.get(id).await?;
+        if !now.state.is_active() || now.restarts != job.restarts {
             return Ok(None);
         }
         self.release(job);
+        let cancelled = self.cancelling().get(&id).cloned();
+        if let Some(c) = cancelled {
+            // Cancelled while it stopped: recorded here, the exit having been this pass's.
+            let change = Change {
+                ended_by: c.by,
+                ..Change::default()
+            };
+            self.transition(id, c.ends_as, &c.reason, change).await?;
+            self.cancelling().remove(&id);
+            return Ok(None);
+        }
         let change = Change {
             moved: true,
             ..Change::default()
@@ -448,6 +472,11 @@ impl Node {
             self.transition(id, JobState::Queued, reason, change)
                 .await?,
         ))
+    }
+
+    /// The jobs a pass is stopping for a move or a preemption.
+    fn moving(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
+        self.inner.moving.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Jobs submitted since a pass last left one waiting (or since this daemon's first
