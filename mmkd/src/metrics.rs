@@ -116,6 +116,8 @@ struct Users(Mutex<HashMap<u32, String>>);
 struct Scrapes {
     users: Users,
     ended: Mutex<HashMap<u64, Arc<JobRow>>>,
+    /// The length of the last scrape's text.
+    last_len: std::sync::atomic::AtomicUsize,
 }
 
 impl Users {
@@ -495,8 +497,14 @@ async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
         "Time from a job's end to its end recorded in the node store",
         m.exit_record.clone(),
     );
-    let mut text = String::new();
+    // Room for the last scrape's text and some: grown from nothing, it is copied a dozen
+    // times on the way.
+    let last = scrapes.last_len.load(std::sync::atomic::Ordering::Relaxed);
+    let mut text = String::with_capacity(last + last / 8);
     prometheus_client::encoding::text::encode(&mut text, &reg).map_err(|e| e.to_string())?;
+    scrapes
+        .last_len
+        .store(text.len(), std::sync::atomic::Ordering::Relaxed);
     Ok(text)
 }
 
