@@ -440,6 +440,9 @@ impl Node {
         let stopped = self.inner.runner.stop(id).await;
         let _state = self.inner.state.lock().await;
         self.moving().remove(&id);
+        // A run that ended just after the stop gave up waiting ended all the same (and
+        // its exit may have come while the job was still marked).
+        let stopped = stopped || !self.inner.runner.is_running(id);
         if !stopped {
             warn!(
                 job = id,
