@@ -41,6 +41,9 @@ pub struct NvmlBackend {
     take_over: bool,
     /// Instances mmkd created: (GPU UUID, GPU instance ID).
     own: Mutex<HashSet<(String, u32)>>,
+    /// GPU and start slice of each instance mmkd is creating now: until it is recorded as
+    /// mmkd's, a read of the layout that finds it must not take it for another's.
+    creating: Mutex<HashSet<(String, u8)>>,
     /// The GPM samples [`GpuBackend::dram_bandwidth`] compares against.
     gpm: Mutex<GpmSamples>,
 }
@@ -155,6 +158,7 @@ impl NvmlBackend {
             mig_gpus,
             take_over,
             own: Mutex::new(HashSet::new()),
+            creating: Mutex::new(HashSet::new()),
             gpm: Mutex::default(),
         })
     }
@@ -173,6 +177,51 @@ impl NvmlBackend {
             .contains(&(gpu_uuid.to_owned(), instance))
     }
 
+    /// Whether `instance` is one mmkd is creating now (not yet recorded as its own).
+    fn being_created(&self, gpu_uuid: &str, instance: &Instance) -> bool {
+        self.creating
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&(gpu_uuid.to_owned(), instance.placement.start))
+    }
+
+    /// [`GpuBackend::create_instance`] once the GPU is known to be handed to mmkd.
+    fn create_at(
+        &self,
+        gpu: u32,
+        d: &Device<'_>,
+        profile_id: u32,
+        start: u8,
+        size: u8,
+        what: String,
+    ) -> Result<Instance> {
+        let gi = raw::create_gpu_instance(&self.nvml, d, profile_id, start, size)
+            .map_err(refusal(gpu, None, what.clone()))?;
+        let info = match raw::gpu_instance_info(&self.nvml, gi) {
+            Ok(info) => info,
+            Err(e) => {
+                let _ = raw::destroy_gpu_instance(&self.nvml, gi);
+                return Err(refusal(gpu, None, what)(e));
+            }
+        };
+        if let Err(e) = raw::create_compute_instance(&self.nvml, gi) {
+            let _ = raw::destroy_gpu_instance(&self.nvml, gi);
+            return Err(refusal(gpu, None, format!("{what}: its compute instance"))(
+                e,
+            ));
+        }
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((self.uuid(gpu)?.to_owned(), info.id));
+        Ok(Instance {
+            id: info.id,
+            profile_id: info.profile_id,
+            placement: info.placement,
+            uuid: self.mig_uuid(d, info.id),
+        })
+    }
+
     /// Whether mmkd may change this GPU's layout, given what is on it.
     fn changeable(&self, gpu: u32, mig_enabled: bool, instances: &[Instance]) -> bool {
         let Ok(uuid) = self.uuid(gpu) else {
@@ -180,7 +229,10 @@ impl NvmlBackend {
         };
         mig_enabled
             && self.mig_gpus.contains(gpu)
-            && (self.take_over || instances.iter().all(|i| self.is_own(uuid, i.id)))
+            && (self.take_over
+                || instances
+                    .iter()
+                    .all(|i| self.is_own(uuid, i.id) || self.being_created(uuid, i)))
     }
 
     fn device(&self, gpu: u32) -> Result<Device<'_>> {
@@ -343,31 +395,17 @@ impl GpuBackend for NvmlBackend {
                 start,
                 why: "the GPU has no such profile".into(),
             })?;
-        let gi = raw::create_gpu_instance(&self.nvml, &d, profile_id, start, size)
-            .map_err(refusal(gpu, None, what.clone()))?;
-        let info = match raw::gpu_instance_info(&self.nvml, gi) {
-            Ok(info) => info,
-            Err(e) => {
-                let _ = raw::destroy_gpu_instance(&self.nvml, gi);
-                return Err(refusal(gpu, None, what)(e));
-            }
-        };
-        if let Err(e) = raw::create_compute_instance(&self.nvml, gi) {
-            let _ = raw::destroy_gpu_instance(&self.nvml, gi);
-            return Err(refusal(gpu, None, format!("{what}: its compute instance"))(
-                e,
-            ));
-        }
-        self.own
+        let creating = (self.uuid(gpu)?.to_owned(), start);
+        self.creating
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert((self.uuid(gpu)?.to_owned(), info.id));
-        Ok(Instance {
-            id: info.id,
-            profile_id: info.profile_id,
-            placement: info.placement,
-            uuid: self.mig_uuid(&d, info.id),
-        })
+            .insert(creating.clone());
+        let made = self.create_at(gpu, &d, profile_id, start, size, what);
+        self.creating
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&creating);
+        made
     }
 
     /// Its compute instances, then the GPU instance. A busy one (a process on it) is
