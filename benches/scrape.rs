@@ -63,17 +63,7 @@ async fn main() {
             .expect("submit");
     }
     let running = loop {
-        let n = c
-            .jobs
-            .list_jobs(v1::ListJobsRequest {
-                states: vec![v1::JobState::Running as i32],
-                ..Default::default()
-            })
-            .await
-            .expect("list")
-            .into_inner()
-            .jobs
-            .len();
+        let n = support::count(&mut c, v1::JobState::Running).await;
         if n >= jobs || started.elapsed() > Duration::from_secs(60) {
             break n;
         }

@@ -506,3 +506,20 @@ pub async fn wait_state(c: &mut Clients, id: u64, state: v1::JobState) -> v1::Jo
         .await
         .unwrap_or_else(|_| panic!("job {id} did not become {state:?} in time"))
 }
+
+/// (launch_ns, start_ns, end_ns) of each kernel in a fake driver's log.
+pub fn kernels_in(log: &Path) -> Vec<(u64, u64, u64)> {
+    let text = std::fs::read_to_string(log)
+        .unwrap_or_else(|e| panic!("the fake driver's log {}: {e}", log.display()));
+    text.lines()
+        .map(|line| {
+            let f: Vec<u64> = line
+                .split(',')
+                .skip(3)
+                .take(3)
+                .map(|v| v.parse().unwrap_or_else(|_| panic!("{line:?}")))
+                .collect();
+            (f[0], f[1], f[2])
+        })
+        .collect()
+}

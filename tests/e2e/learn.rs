@@ -7,7 +7,7 @@ use std::path::Path;
 use mmk_kernel_sched::artifacts::{FAKE_APP, INTERPOSER};
 use mmk_proto::v1;
 
-use crate::harness::{Daemon, text, wait_for, wait_state};
+use crate::harness::{Daemon, kernels_in, text, wait_for, wait_state};
 use crate::ksched::{built, fake_driver_in};
 
 /// Kernels of 54 blocks (one per SM: 54 of the A100's 108 SMs) that run 5 ms, one every
@@ -37,21 +37,7 @@ fn near(what: &str, got: f64, want: f64, within: f64) {
 /// `usize::MAX`): their mean time on the GPU and the mean time between their launches, in
 /// us.
 fn logged(log: &Path, n: usize) -> (f64, f64) {
-    let text = std::fs::read_to_string(log)
-        .unwrap_or_else(|e| panic!("the fake driver's log {}: {e}", log.display()));
-    let kernels: Vec<(u64, u64, u64)> = text
-        .lines()
-        .take(n)
-        .map(|line| {
-            let f: Vec<u64> = line
-                .split(',')
-                .skip(3)
-                .take(3)
-                .map(|v| v.parse().unwrap_or_else(|_| panic!("{line:?}")))
-                .collect();
-            (f[0], f[1], f[2])
-        })
-        .collect();
+    let kernels: Vec<(u64, u64, u64)> = kernels_in(log).into_iter().take(n).collect();
     assert!(kernels.len() >= 2, "{} kernels logged", kernels.len());
     let on_gpu = kernels.iter().map(|&(_, s, e)| e - s).sum::<u64>() as f64;
     let launches = kernels.last().map_or(0, |k| k.0) - kernels[0].0;

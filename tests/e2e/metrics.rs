@@ -14,7 +14,7 @@ use std::time::Duration;
 use mmk_kernel_sched::artifacts::{FAKE_APP, INTERPOSER};
 use mmk_proto::v1;
 
-use crate::harness::{Daemon, text, wait_for, wait_state};
+use crate::harness::{Daemon, kernels_in, text, wait_for, wait_state};
 use crate::ksched::{built, fake_driver_in};
 
 /// `GET path` over plain HTTP/1.1: the body of a 200 answer; `None` when there is none
@@ -81,23 +81,6 @@ fn job_yaml(app: &Path, lib: &Path, log: &Path) -> String {
         lib = lib.display(),
         log = log.display(),
     )
-}
-
-/// (launch_ns, start_ns, end_ns) of each kernel in a fake driver's log.
-fn kernels_in(log: &Path) -> Vec<(u64, u64, u64)> {
-    let text = std::fs::read_to_string(log)
-        .unwrap_or_else(|e| panic!("the fake driver's log {}: {e}", log.display()));
-    text.lines()
-        .map(|line| {
-            let f: Vec<u64> = line
-                .split(',')
-                .skip(3)
-                .take(3)
-                .map(|v| v.parse().unwrap_or_else(|_| panic!("{line:?}")))
-                .collect();
-            (f[0], f[1], f[2])
-        })
-        .collect()
 }
 
 fn free_port() -> u16 {
