@@ -114,7 +114,7 @@ pub struct CommandSpec {
     /// it is profiled; none: the planner assumes it fills its partition.
     #[serde(default)]
     pub profile: Option<String>,
-    /// The job's kernel profile (`mmkctl profile`), an absolute path; the `orion` and
+    /// The job's kernel profile (`mmk-lab profile`), an absolute path; the `orion` and
     /// `fikit` kernel policies look its launches up there.
     #[serde(default)]
     pub kernel_profile: Option<String>,

@@ -1029,11 +1029,11 @@ mod tests {
         }
     }
 
-    /// A record in experiments/ (`nvidia-smi mig -lgip` on a GPU): per profile its ID,
+    /// A reading in data/ (`nvidia-smi mig -lgip` on a GPU): per profile its ID,
     /// instances at most, SMs and memory (GiB), by ID.
     fn read_lgip(record: &str) -> Vec<(u32, u32, u32, f64)> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../experiments")
+            .join("data")
             .join(record);
         let text = std::fs::read_to_string(&path).unwrap();
         let mut read: Vec<(u32, u32, u32, f64)> = text
@@ -1061,11 +1061,11 @@ mod tests {
     fn the_profile_table_is_what_nvidia_smi_read_on_the_h200_and_h100() {
         same(
             &profiles_through_nvml("h200-141gb"),
-            &read_lgip("2026-11-21-h200-nvidia-smi-lgip.txt"),
+            &read_lgip("h200-nvidia-smi-mig-lgip.txt"),
         );
         same(
             &profiles_through_nvml("h100-80gb"),
-            &read_lgip("2026-11-26-h100-nvml-backend/nvidia-smi-mig-lgip.txt"),
+            &read_lgip("h100-nvidia-smi-mig-lgip.txt"),
         );
     }
 
@@ -1074,7 +1074,7 @@ mod tests {
     #[test]
     fn the_h100_placements_are_what_nvidia_smi_read() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../experiments/2026-11-26-h100-nvml-backend/nvidia-smi-mig-lgipp.txt");
+            .join("data/h100-nvidia-smi-mig-lgipp.txt");
         let text = std::fs::read_to_string(&path).unwrap();
         let model = mmk_partitioner::catalog::model("h100-80gb").unwrap();
         let mut seen = 0;

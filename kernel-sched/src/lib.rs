@@ -10,7 +10,7 @@
 //! - [`policy`]: the decision for one launch, as a pure function of the launch, what is in
 //!   flight and how long it has waited. `passthrough` measures only; `mmk` lets online
 //!   kernels go first and offline ones in when they fit.
-//! - [`profile`]: per-kernel statistics of a job run alone (`mmkctl profile`), which the
+//! - [`profile`]: per-kernel statistics of a job run alone (`mmk-lab profile`), which the
 //!   `orion` and `fikit` policies look launches up in.
 //! - [`sim`]: the kernel-level simulator, which replays recorded traces of several jobs on
 //!   a simulated SM pool under each policy (`mmk-lab ksim`).
@@ -49,7 +49,7 @@ pub mod env {
     /// Write the process's launch counts and the interposer's own cost as JSON to this file
     /// when the process exits (`%p` becomes the pid).
     pub const STATS: &str = "MMK_KSCHED_STATS";
-    /// The job's kernel profile (`mmkctl profile`), for the `orion` and `fikit` policies.
+    /// The job's kernel profile (`mmk-lab profile`), for the `orion` and `fikit` policies.
     pub const PROFILE: &str = "MMK_KSCHED_PROFILE";
     /// `1`: intercept nothing (the library stays loaded but every call goes straight through).
     pub const OFF: &str = "MMK_KSCHED_OFF";

@@ -1,6 +1,6 @@
 //! Kernel profiles: what a job's kernels did when the job ran alone.
 //!
-//! `mmkctl profile job.yaml` runs a job under the interposer in record mode and turns the
+//! `mmk-lab profile job.yaml` runs a job under the interposer in record mode and turns the
 //! trace into a [`Profile`]: per kernel identity (name, grid, block, dynamic shared memory,
 //! as shared/DESIGN.md defines it) the number of launches, the run time (mean and p95), the
 //! GPU idle gap after it, its SM demand and, where `ncu` data is available, whether it is

@@ -289,7 +289,7 @@ fn kernel_trace() {
         let Ok(records) = trace::parse(&String::from_utf8_lossy(bytes)) else {
             return false;
         };
-        // What `mmkctl profile` does with a trace.
+        // What `mmk-lab profile` does with a trace.
         if let Ok(p) = Profile::from_trace("fuzz", Class::Online, &records) {
             let _ = p.index();
             let _ = Profile::parse(&p.to_json());

@@ -82,7 +82,7 @@ struct OnlineRow {
     mean_ms: f64,
     p50_ms: f64,
     p99_ms: f64,
-    /// What `mmkctl simulate --kernel-sched FILE` takes.
+    /// What `mmk-lab simulate --kernel-sched FILE` takes.
     mean_vs_alone: f64,
     p50_vs_alone: f64,
     p99_vs_alone: f64,

@@ -1,4 +1,4 @@
-//! `mmkctl profile`: run a command job alone under the interposer in record mode and turn
+//! `mmk-lab profile`: run a command job alone under the interposer in record mode and turn
 //! its kernel trace into a kernel profile (docs/kernel-sched.md), which the `orion` and
 //! `fikit` policies load through the job spec's `command.kernel_profile`.
 
@@ -109,7 +109,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
         let mut traces = Vec::new();
         for run in 1..=args.runs {
             eprintln!(
-                "mmkctl profile: run {run}/{} of {} ...",
+                "mmk-lab profile: run {run}/{} of {} ...",
                 args.runs, spec.name
             );
             let pattern = work.path().join(format!("run{run}-%p.csv"));
@@ -123,7 +123,7 @@ pub fn run(fmt: Format, args: ProfileArgs) -> Result<(), Failure> {
             let started = Instant::now();
             let status = run_child(cmd, args.duration)?;
             eprintln!(
-                "mmkctl profile: run {run} ended ({status}) after {:.1} s",
+                "mmk-lab profile: run {run} ended ({status}) after {:.1} s",
                 started.elapsed().as_secs_f64()
             );
             traces.extend(
@@ -290,7 +290,7 @@ fn run_ncu(
     work: &Path,
 ) -> Result<String, Failure> {
     eprintln!(
-        "mmkctl profile: --deep: one run under {} ({} launches) ...",
+        "mmk-lab profile: --deep: one run under {} ({} launches) ...",
         args.ncu.display(),
         args.ncu_launches
     );

@@ -61,16 +61,14 @@ pub enum Command {
     /// What mmkd learned of your jobs' GPU use, by job signature (an operator sees every
     /// user's); the planner uses a profile once it says USED yes.
     Profiles,
-    /// Replay a job trace through the planners and the baselines (no mmkd needed).
-    Simulate(crate::simulate::SimulateArgs),
-    /// Run a command job alone under the interposer and write its kernel profile, for the
-    /// orion and fikit kernel policies (no mmkd needed).
-    Profile(mmk_lab::profile::ProfileArgs),
-    /// Make, train, evaluate and explain performance models (no mmkd needed).
-    Predictor {
-        #[command(subcommand)]
-        command: crate::predictor::PredictorCommand,
-    },
+    /// `simulate`, `profile` and `predictor` moved to `mmk-lab`, the lab's program; these
+    /// hidden commands say so.
+    #[command(hide = true, disable_help_flag = true)]
+    Simulate(MovedToLab),
+    #[command(hide = true, disable_help_flag = true)]
+    Profile(MovedToLab),
+    #[command(hide = true, disable_help_flag = true)]
+    Predictor(MovedToLab),
     /// Run a command in an mmk partition (attached mode): allocate, start it with the
     /// allocation's environment, release when it exits; exits with its code.
     Run(crate::attach::RunArgs),
@@ -191,6 +189,21 @@ pub enum PartitionsCommand {
     },
 }
 
+/// The arguments of a command that moved to `mmk-lab`, whatever they are.
+#[derive(Debug, Args)]
+pub struct MovedToLab {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    _args: Vec<String>,
+}
+
+/// The answer to a lab command asked of mmkctl.
+fn moved_to_lab(command: &str) -> Failure {
+    Failure::usage(format!(
+        "`mmkctl {command}` is now `mmk-lab {command}`: the lab's tools are apart from the \
+         node's client (lab/README.md; build it with `cargo build --release -p mmk-lab`)"
+    ))
+}
+
 /// What `partitions export` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
@@ -264,9 +277,9 @@ async fn run_command(target: &Target, fmt: Format, command: Command) -> Result<(
             reason,
         } => crate::attach::release_cmd(&target, fmt, id, exit_code, reason).await,
         Command::Capacity { watch } => crate::attach::capacity(&target, fmt, watch).await,
-        Command::Predictor { command } => crate::predictor::run(fmt, command),
-        Command::Simulate(args) => crate::simulate::run(fmt, args),
-        Command::Profile(args) => mmk_lab::profile::run(fmt, args),
+        Command::Simulate(_) => Err(moved_to_lab("simulate")),
+        Command::Profile(_) => Err(moved_to_lab("profile")),
+        Command::Predictor(_) => Err(moved_to_lab("predictor")),
         Command::Submit(args) => submit(&target, fmt, args).await,
         Command::Jobs(args) => match args.command {
             None => list(&target, fmt, &args.state, args.class).await,

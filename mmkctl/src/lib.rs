@@ -7,8 +7,8 @@
 //! tool that SIGPIPE ended.
 
 //!
-//! What it shares with `mmk-lab` (the failure type, `--output`, standard output, capped
-//! input, job files) is the `mmk-cli` crate; `mmkctl profile` runs `mmk-lab`'s profiler.
+//! What it shares with `mmk-lab`, the lab's program (the failure type, `--output`, standard
+//! output, capped input, job files), is the `mmk-cli` crate; it links nothing of the lab.
 
 #[macro_use]
 extern crate mmk_cli;
@@ -19,8 +19,6 @@ pub mod client;
 mod export;
 mod output;
 mod picture;
-mod predictor;
-mod simulate;
 mod top;
 
 use std::process::ExitCode;

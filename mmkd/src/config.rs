@@ -36,7 +36,7 @@ pub enum ModelChoice {
     Builtin,
     /// The analytic model (docs/planner.md).
     Analytic,
-    /// A model file (`mmkctl predictor train`); `./analytic` names a file of that name.
+    /// A model file (`mmk-lab predictor train`); `./analytic` names a file of that name.
     File(PathBuf),
 }
 
@@ -139,7 +139,7 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub mps_check_interval: Option<Duration>,
     /// The planner's performance model: `builtin` (the forest trained on the repo's H200
-    /// dataset, built into mmkd), `analytic`, or a model file (`mmkctl predictor train`)
+    /// dataset, built into mmkd), `analytic`, or a model file (`mmk-lab predictor train`)
     /// [default: builtin] (docs/predictor.md).
     #[arg(long, value_name = "builtin|analytic|FILE")]
     pub model: Option<PathBuf>,

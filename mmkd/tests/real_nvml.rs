@@ -1,5 +1,5 @@
 //! mmkd's NVML backend on a real GPU with MIG off. Ignored elsewhere, since it needs the
-//! GPU and its libnvidia-ml; scripts/gpu/nvml-backend-check.sh runs it there:
+//! GPU and its libnvidia-ml; lab/scripts/gpu/nvml-backend-check.sh runs it there:
 //! `cargo test -p mmkd --release --test real_nvml --no-run` builds it, and the binary runs
 //! with `--ignored`. It changes nothing: with MIG on it stops before any call that could.
 
@@ -8,7 +8,7 @@ use mmkd::backend::{BackendError, GpuBackend};
 use mmkd::config::MigGpus;
 
 #[test]
-#[ignore = "needs a real GPU with MIG off: scripts/gpu/nvml-backend-check.sh"]
+#[ignore = "needs a real GPU with MIG off: lab/scripts/gpu/nvml-backend-check.sh"]
 fn on_a_gpu_with_mig_off_the_backend_reads_it_and_refuses_a_layout_change() {
     let backend = NvmlBackend::new(None, MigGpus::All, false).expect("NVML loads, with a GPU");
     let before = backend.gpus().expect("the GPUs read");

@@ -26,7 +26,7 @@
 //! The daemon and its server exit by themselves when their pipe directory disappears, so
 //! that a test that dies leaves nothing running.
 //!
-//! What it copies was seen on an H200 (scripts/gpu/mps-smoke.sh): the pid file, `ACTIVE`
+//! What it copies was seen on an H200 (lab/scripts/gpu/mps-smoke.sh): the pid file, `ACTIVE`
 //! as a server's status, `100.0` after setting 100 (and after 140), a limit set as `4096M`
 //! read back as `4G`, and `Unknown command "..."` with exit status 0. Other errors (a bad
 //! pid) make the fake's client exit 1; what the real one prints for them is not known.

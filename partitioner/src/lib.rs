@@ -24,7 +24,7 @@ pub use plan::{
     FirstFit, JobDemand, JobPlacement, NodeState, Plan, Planner, Preemption, QueuedJob, Slot, Step,
 };
 
-/// The planners by name, as `mmkd --planner` and `mmkctl simulate` take them.
+/// The planners by name, as `mmkd --planner` and `mmk-lab simulate` take them.
 pub const PLANNERS: [&str; 6] = ["mmk", "miger", "miso", "mps", "default", "first-fit"];
 
 /// A planner by name, with `model` for those that predict.

@@ -1,6 +1,6 @@
 //! The catalog against hardware: `tests/data/h200-nvml-gpus.json` is what
 //! `mmkctl --output json gpus` printed with mmkd's NVML backend on an NVIDIA H200
-//! (driver 580.159.04, MIG off; scripts/gpu/nvml-inventory.sh, 2026-11-21). The simulated
+//! (driver 580.159.04, MIG off; lab/scripts/gpu/nvml-inventory.sh, 2026-11-21). The simulated
 //! H200 must be the GPU NVML describes.
 
 use mmk_partitioner::catalog;

@@ -22,7 +22,7 @@ pub type Forest = RandomForestRegressor<f64, f64, DenseMatrix<f64>, Vec<f64>>;
 /// The first bytes of a model file.
 pub const MAGIC: &[u8; 8] = b"MMKMODEL";
 /// The model file format this build reads and writes. A file of another version is
-/// refused: retrain it with `mmkctl predictor train`.
+/// refused: retrain it with `mmk-lab predictor train`.
 pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Error)]
@@ -36,7 +36,7 @@ pub enum ModelError {
     #[error("{path} is not an mmk model file")]
     NotAModel { path: String },
     #[error(
-        "{path} is a model file of format version {found}; this mmk reads version {FORMAT_VERSION}: retrain it with `mmkctl predictor train`"
+        "{path} is a model file of format version {found}; this mmk reads version {FORMAT_VERSION}: retrain it with `mmk-lab predictor train`"
     )]
     Version { path: String, found: u32 },
     #[error("{path} is corrupted: {why}")]

@@ -1,6 +1,6 @@
 //! The forest mmkd plans with unless told otherwise: trained on the repo's real-GPU
 //! dataset (`data/gpu/h200-2026-11-21/dataset.csv`, 472 rows measured on an H200) with
-//! `mmkctl predictor train --seed 1`, and built into the binary. A test trains it again
+//! `mmk-lab predictor train --seed 1`, and built into the binary. A test trains it again
 //! from the dataset and requires the same bytes, so the file and its provenance cannot
 //! drift apart (`data/predictor/README.md` says how to make it again).
 
@@ -9,7 +9,7 @@ use crate::forest::{ModelError, Predictor};
 /// The dataset the shipped forest was trained on, from the repository's root.
 pub const DATASET: &str = "data/gpu/h200-2026-11-21/dataset.csv";
 
-/// The seed it was trained with (`mmkctl predictor train --seed 1`).
+/// The seed it was trained with (`mmk-lab predictor train --seed 1`).
 pub const SEED: u64 = 1;
 
 /// What the shipped forest is called in logs and errors.

@@ -33,7 +33,7 @@
 //!
 //! Jobs are told apart by their profile (class, SM and bandwidth demand), which the
 //! simulator takes from [`MeasuredTruth::jobs`]: the planner sees the same measured
-//! demands that `mmkctl predictor import` puts in the rows.
+//! demands that `mmk-lab predictor import` puts in the rows.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! Fuzzing the predictor's inputs: the dataset CSV (`mmkctl predictor train`), the
+//! Fuzzing the predictor's inputs: the dataset CSV (`mmk-lab predictor train`), the
 //! measurement records (`mmk-lab measure`) and the model file (`mmkd --model`, `mmkctl
 //! simulate --model`). Any bytes give a value or an error, never a panic or a hang; what is
 //! accepted is then used as its readers use it (core/tests/support/fuzz.rs says how inputs
@@ -64,7 +64,7 @@ fn dataset_csv() {
         };
         let _ = data.xy();
         if data.rows.len() <= 64 {
-            // What `mmkctl predictor train` does with it.
+            // What `mmk-lab predictor train` does with it.
             if let Ok(model) = Predictor::train(&data, &quick()) {
                 let _ = model.predict(&data.xy().0);
             }

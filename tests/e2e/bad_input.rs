@@ -259,3 +259,43 @@ fn help_lists_every_command_and_flag() {
         assert!(help.contains(word), "mmkd --help lacks {word}:\n{help}");
     }
 }
+
+/// The lab's commands left the client; a user who looks for them there is told where
+/// they went, whatever arguments they gave, and `--help` does not list them.
+#[test]
+fn the_lab_commands_point_to_mmk_lab() {
+    for (command, args) in [
+        ("simulate", &["--online", "4", "--gpus", "1"][..]),
+        ("predictor", &["train", "data.csv", "-o", "m.mmk"][..]),
+        ("profile", &["--help"][..]),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+            .arg(command)
+            .args(args)
+            .output()
+            .expect("mmkctl runs");
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(&format!("`mmkctl {command}` is now `mmk-lab {command}`")),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mmkctl"))
+        .arg("--help")
+        .output()
+        .expect("mmkctl runs");
+    let commands: Vec<String> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("  ")?
+                .split_whitespace()
+                .next()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(commands.iter().any(|c| c == "submit"), "{commands:?}");
+    for lab in ["simulate", "predictor", "profile"] {
+        assert!(!commands.iter().any(|c| c == lab), "{commands:?}");
+    }
+}

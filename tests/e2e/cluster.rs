@@ -562,7 +562,7 @@ async fn next_capacity(
     tokio::time::timeout(PATIENCE, fut).await
 }
 
-/// Several mmkd nodes and a scheduler-side script (scripts/cluster/place.py) that asks each
+/// Several mmkd nodes and a scheduler-side script (examples/cluster/place.py) that asks each
 /// node Fit for each job of a trace and submits it to the best one.
 #[tokio::test]
 async fn a_scheduler_script_places_a_trace_across_nodes_with_fit() {

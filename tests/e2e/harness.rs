@@ -434,24 +434,6 @@ fn rand_suffix() -> String {
     N.fetch_add(1, Ordering::Relaxed).to_string()
 }
 
-/// Runs mmkctl in `dir` without a daemon (predictor, simulate).
-pub fn mmkctl_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mmkctl"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("mmkctl runs")
-}
-
-/// Runs mmk-lab (measure, ksim) in `dir`.
-pub fn lab_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mmk-lab"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("mmk-lab runs")
-}
-
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

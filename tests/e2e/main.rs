@@ -21,5 +21,4 @@ mod readme;
 mod restart;
 mod security;
 mod sharing;
-mod simulate;
 mod slurm;

@@ -2,7 +2,7 @@
 //! MPS shares, alone, in pairs and in groups of three or more, for the predictor's dataset
 //! and the simulator's ground truth (docs/measure.md).
 //!
-//! A worker process (the plan's `worker` command, for example scripts/gpu/workloads.py)
+//! A worker process (the plan's `worker` command, for example lab/scripts/gpu/workloads.py)
 //! runs the workloads; mmk-lab starts one per MPS share (the share is fixed when a CUDA
 //! context starts), tells it what to build and when to measure over a line protocol, and
 //! samples the GPU's GPM metrics over each window through NVML. Each run is appended to

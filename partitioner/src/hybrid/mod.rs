@@ -13,7 +13,7 @@
 //!    (STP). A partition meets a job when its free memory holds the job and the MPS shares
 //!    of its jobs leave at least 10 % (DESIGN item 5). `MPSConfig` chooses the new job's
 //!    share. Two rules keep MPS-first from locking GPUs into one big shared instance
-//!    (found on the measured ground truth, experiments/2026-11-21-vm-simulate/README.md):
+//!    (found on the measured ground truth, lab/runs/2026-11-21-vm-simulate/README.md):
 //!    - sharing must add throughput: a job joins running jobs only when the partition's
 //!      STP grows by at least `min_colocation_gain` (MMK: half) of the newcomer's own
 //!      predicted performance. When co-runners mostly slow each other down, the newcomer
@@ -194,7 +194,7 @@ const SHARE_STEP: u8 = 10;
 /// sharing): at 4 or 5 MMK's mean JCT with 10 % online rose 15-27 %, at 8 the H200 stayed
 /// 5 % behind at 20 s, at 6 the H200 came within 1.4 % of MISO's makespan at 20 s and 6 %
 /// ahead at 40 s. The other setups moved by 2.5 % or less, but for 128 GPUs at 2.5 s, whose
-/// makespan grew 4.4 % (one seed; experiments/2026-11-26-vm-crowd-cap), which starved jobs
+/// makespan grew 4.4 % (one seed; lab/runs/2026-11-26-vm-crowd-cap), which starved jobs
 /// spreading ([`STARVED`]) more than took back.
 pub const CROWD_MAX: usize = 6;
 
@@ -204,7 +204,7 @@ pub const CROWD_MAX: usize = 6;
 /// online case 13 % of average JCT at 80 s and 12 % at 160 s, and its online jobs' SLO:
 /// spread jobs took the idle GPUs that later arrivals needed. With no idle share asked,
 /// the paper's setup lost 2.6 % of average JCT at 40 s; with a quarter of the GPUs idle,
-/// 1.1 %; with a third, nothing (experiments/2026-11-26-vm-spread).
+/// 1.1 %; with a third, nothing (lab/runs/2026-11-26-vm-spread).
 pub const STARVED: f64 = 0.25;
 
 /// MMK's `plateau_gain`: where a share one step higher adds nothing, a higher one that
@@ -218,11 +218,11 @@ pub const STARVED: f64 = 0.25;
 /// (`Raise::Climb`). Newcomers climbing wherever a job waited for a GPU cost
 /// 10 % online jobs at 160 s 1.0 % of average JCT and their online time out of SLO went
 /// from 6.6 % to 12.9 %: the online jobs that came later ran beside the larger shares
-/// (experiments/2026-11-27-vm-plateau).
+/// (lab/runs/2026-11-27-vm-plateau).
 pub const PLATEAU_GAIN: f64 = 0.01;
 
 /// MMK's `best_share_when_calm`: arrivals without a wait before a newcomer may take the
-/// share the model likes best. On the measured ground truth (`mmkctl simulate --preset
+/// share the model likes best. On the measured ground truth (`mmk-lab simulate --preset
 /// mmk-paper`, seeds 1-5), the best share whenever every waiting job had an idle GPU cost
 /// 2-7 % of mean JCT at 20-80 s between arrivals: the jobs placed at calm moments, the
 /// first ones above all, hold shares that the arrivals after them need. With 48 calm
@@ -281,7 +281,7 @@ impl Hybrid {
     /// minutes to hours, and it never stops a running job. At 0.05 (until 2026-11-21) MMK
     /// kept layouts that its own model said were worse, and jobs waited: on the measured
     /// ground truth its average JCT was 0.7-8.7 % longer at 20, 40 and 80 s between
-    /// arrivals in the simulation sweep (seeds 1-3; experiments/2026-11-21-vm-simulate/),
+    /// arrivals in the simulation sweep (seeds 1-3; lab/runs/2026-11-21-vm-simulate/),
     /// and the same at 160 s.
     pub fn mmk(model: Arc<dyn PerfModel>) -> Hybrid {
         Hybrid::new(

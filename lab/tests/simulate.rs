@@ -1,0 +1,519 @@
+//! `mmk-lab simulate` end to end: no mmkd, a generated trace, every policy.
+
+use crate::harness::{lab_in as lab, text};
+
+#[test]
+fn simulate_compares_every_policy_reproducibly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let args = [
+        "simulate",
+        "--online",
+        "20",
+        "--offline",
+        "10",
+        "--gpus",
+        "2",
+        "--model",
+        "analytic",
+        "--seed",
+        "4",
+        "--output",
+        "json",
+        "--svg",
+        "cdf.svg",
+        "--save-trace",
+        "trace.csv",
+        "--jobs-out",
+        "jobs.csv",
+    ];
+    let out = lab(d, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let policies = report["policies"].as_array().expect("policies");
+    let names: Vec<&str> = policies
+        .iter()
+        .filter_map(|p| p["policy"].as_str())
+        .collect();
+    assert_eq!(names, ["default", "mps", "miso", "miger", "mmk"]);
+    for p in policies {
+        assert_eq!(
+            p["jobs"], 30,
+            "every job finishes once under {}",
+            p["policy"]
+        );
+        assert!(p["avg_jct_s"].as_f64().is_some_and(|v| v > 0.0));
+    }
+    assert_eq!(policies[0]["jct_vs_default_pct"], 0.0);
+    assert_eq!(policies[3]["jct_vs_miger_pct"], 0.0);
+    // Default runs each job alone on a GPU: never beside a job of the other class.
+    assert_eq!(policies[0]["mixed_pct"], 0.0);
+    // MMK runs under the kernel scheduler's effect measured on the H200 (docs/simulate.md:
+    // 12 % of the online slowdown kept, offline at 77 %).
+    let effect = &report["kernel_sched"];
+    assert!(
+        effect["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("ksfull-mmk-cprio-base1500-depth8, measured: h200-")),
+        "{effect}"
+    );
+    let kept = effect["online_excess_kept"].as_f64().expect("kept");
+    let offline = effect["offline_kept"].as_f64().expect("offline");
+    assert!((0.115..0.125).contains(&kept), "{effect}");
+    assert!((0.765..0.775).contains(&offline), "{effect}");
+    let svg = std::fs::read_to_string(d.join("cdf.svg")).expect("svg");
+    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 5);
+    // A row per job and policy, whose JCTs average to the report's.
+    let jobs = std::fs::read_to_string(d.join("jobs.csv")).expect("jobs.csv");
+    assert!(jobs.starts_with("policy,id,workload,class,arrival_s,start_s,finish_s,jct_s,"));
+    let mmk: Vec<f64> = jobs
+        .lines()
+        .filter(|l| l.starts_with("mmk,"))
+        .map(|l| {
+            l.split(',')
+                .nth(7)
+                .and_then(|v| v.parse().ok())
+                .expect("jct")
+        })
+        .collect();
+    assert_eq!((jobs.lines().count(), mmk.len()), (1 + 5 * 30, 30));
+    let mean = mmk.iter().sum::<f64>() / 30.0;
+    let reported = policies[4]["avg_jct_s"].as_f64().expect("jct");
+    assert!(
+        (mean - reported).abs() < 0.01 * reported,
+        "{mean} against {reported}"
+    );
+
+    // The same seed, or the saved trace, gives the same numbers.
+    let again: serde_json::Value = serde_json::from_slice(&lab(d, &args).stdout).expect("JSON");
+    assert_eq!(again["policies"][4]["avg_jct_s"], policies[4]["avg_jct_s"]);
+    let replay = lab(
+        d,
+        &[
+            "simulate",
+            "--trace",
+            "trace.csv",
+            "--gpus",
+            "2",
+            "--model",
+            "analytic",
+            "--policies",
+            "mmk",
+            "--output",
+            "json",
+        ],
+    );
+    let replay: serde_json::Value = serde_json::from_slice(&replay.stdout).expect("JSON");
+    // The saved trace rounds times to milliseconds: close, not bit-equal.
+    let (a, b) = (
+        replay["policies"][0]["avg_jct_s"].as_f64().expect("jct"),
+        policies[4]["avg_jct_s"].as_f64().expect("jct"),
+    );
+    assert!((a - b).abs() / b < 0.01, "{a} vs {b}");
+
+    // Without the kernel scheduler the report says so; a report that is not there is named.
+    let off = lab(
+        d,
+        &[
+            "simulate",
+            "--online",
+            "4",
+            "--offline",
+            "2",
+            "--gpus",
+            "1",
+            "--model",
+            "analytic",
+            "--policies",
+            "mmk",
+            "--kernel-sched",
+            "off",
+            "--output",
+            "json",
+        ],
+    );
+    assert!(off.status.success(), "{}", text(&off.stderr));
+    let off: serde_json::Value = serde_json::from_slice(&off.stdout).expect("JSON");
+    assert_eq!(off["kernel_sched"], serde_json::Value::Null);
+    let out = lab(d, &["simulate", "--kernel-sched", "nope.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).starts_with(
+            "mmk-lab: --kernel-sched: \"nope.json\" is not `measured`, `off` or a readable ksim report: "
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The kernel scheduler changes MMK's run and nothing else: on a trace where MMK puts
+    // online and offline jobs together, plain MPS (which mixes
+    // them all the time) runs the same with it on or off.
+    let with = |k: &str| {
+        let out = lab(
+            d,
+            &[
+                "simulate",
+                "--online",
+                "20",
+                "--offline",
+                "10",
+                "--gpus",
+                "1",
+                "--interval",
+                "20",
+                "--seed",
+                "2",
+                "--truth",
+                "analytic",
+                "--model",
+                "analytic",
+                "--policies",
+                "mps,mmk",
+                "--kernel-sched",
+                k,
+                "--output",
+                "json",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let (mut on, mut off) = (with("measured"), with("off"));
+    for r in [&mut on, &mut off] {
+        r["policies"][0]["seconds"] = serde_json::Value::Null; // wall time
+    }
+    assert_eq!(
+        on["policies"][0], off["policies"][0],
+        "plain MPS does not run it"
+    );
+    let mmk = |r: &serde_json::Value| r["policies"][1]["stp"].as_f64().expect("stp");
+    assert!(on["policies"][0]["mixed_pct"].as_f64().expect("mixed") > 0.0);
+    assert!(
+        off["policies"][1]["mixed_pct"].as_f64().expect("mixed") > 0.0,
+        "the trace must mix classes under MMK: {off}"
+    );
+    assert_ne!(mmk(&on), mmk(&off), "MMK runs under it");
+
+    // A bad trace names the line and the column.
+    std::fs::write(
+        d.join("bad.csv"),
+        "arrival_s,workload,class,duration_s,gpu_memory_mib,checkpoint\n0,resnet50-inference,online,60,4096,maybe\n",
+    )
+    .expect("write");
+    let out = lab(d, &["simulate", "--trace", "bad.csv"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "mmk-lab: bad.csv: line 2, column checkpoint: \"maybe\" must be true or false"
+    );
+}
+
+#[test]
+fn simulate_sweeps_arrival_rates_over_seeds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let out = lab(
+        d,
+        &[
+            "simulate",
+            "--online",
+            "8",
+            "--offline",
+            "4",
+            "--gpus",
+            "1",
+            "--model",
+            "analytic",
+            "--interval",
+            "30,120",
+            "--seed",
+            "1,2,3",
+            "--policies",
+            "miger,mps,mmk",
+            "--output",
+            "json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["jobs_per_run"], 12);
+    let runs = r["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 6, "two intervals x three seeds");
+    let rows = r["rows"].as_array().expect("rows");
+    let keys: Vec<(f64, &str)> = rows
+        .iter()
+        .map(|w| {
+            (
+                w["interval_s"].as_f64().expect("interval"),
+                w["policy"].as_str().expect("policy"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (30.0, "miger"),
+            (30.0, "mps"),
+            (30.0, "mmk"),
+            (120.0, "miger"),
+            (120.0, "mps"),
+            (120.0, "mmk")
+        ]
+    );
+    for row in rows {
+        assert_eq!(row["runs"], 3);
+        let interval = row["interval_s"].as_f64().expect("interval");
+        // The row's mean and range of a figure are those of its runs; returns the mean.
+        let checked = |field: &str| {
+            let values: Vec<f64> = runs
+                .iter()
+                .filter(|run| run["interval_s"].as_f64() == Some(interval))
+                .flat_map(|run| run["policies"].as_array().expect("policies").iter())
+                .filter(|p| p["policy"] == row["policy"])
+                .map(|p| p[field].as_f64().expect(field))
+                .collect();
+            assert_eq!(values.len(), 3, "{field}");
+            let spread = &row[field];
+            let mean = values.iter().sum::<f64>() / 3.0;
+            assert!((spread["mean"].as_f64().expect(field) - mean).abs() < 1e-9);
+            let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            assert_eq!(spread["min"].as_f64(), Some(min), "{field}");
+            assert_eq!(spread["max"].as_f64(), Some(max), "{field}");
+            mean
+        };
+        let jct = checked("jct_vs_miger_pct");
+        if row["policy"] == "miger" {
+            assert_eq!(jct, 0.0);
+        }
+        // Also the share of time beside a job of the other class.
+        let mixed = checked("mixed_pct");
+        if row["policy"] == "mps" {
+            assert!(mixed > 0.0, "plain MPS puts both classes together: {row}");
+        }
+    }
+    // Seeds make different traces: the runs of one interval differ.
+    let jct = |i: usize| runs[i]["policies"][0]["avg_jct_s"].as_f64();
+    assert_ne!(jct(0), jct(1));
+
+    // A sweep cannot replay one trace or draw one picture.
+    for (extra, message) in [
+        (
+            ["--trace", "t.csv"],
+            "mmk-lab: --trace replays one trace: several --interval or --seed values generate several",
+        ),
+        (
+            ["--svg", "c.svg"],
+            "mmk-lab: --svg, --save-trace and --jobs-out need one trace: give one --interval and one --seed",
+        ),
+    ] {
+        let mut args = vec!["simulate", "--seed", "1,2"];
+        args.extend(extra);
+        let out = lab(d, &args);
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(text(&out.stderr).trim(), message);
+    }
+    let out = lab(d, &["simulate", "--seed", "1,2,1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr).trim(), "mmk-lab: --seed: 1 given twice");
+    let out = lab(d, &["simulate", "--interval", "40,0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "mmk-lab: --interval must be greater than zero (got 0)"
+    );
+    let out = lab(d, &["simulate", "--gpus", "129"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "mmk-lab: --gpus must be between 1 and 128"
+    );
+}
+
+/// MMK at least level with every baseline that keeps online jobs within their SLO
+/// (Default, MISO, MIGER) on a small sweep (120 jobs on 4 GPUs, a busy and a light arrival
+/// rate, three seeds): its mean average JCT and makespan no longer, its mean STP no lower,
+/// its online jobs' time out of SLO no higher (docs/simulate.md).
+#[test]
+fn mmk_is_level_with_every_baseline_on_a_small_sweep() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = [
+        "simulate",
+        "--online",
+        "80",
+        "--offline",
+        "40",
+        "--gpus",
+        "4",
+        "--interval",
+        "40,160",
+        "--seed",
+        "1,2,3",
+        "--output",
+        "json",
+    ];
+    let out = lab(dir.path(), &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = report["rows"].as_array().expect("rows");
+    let mean = |interval: f64, policy: &str, field: &str| {
+        rows.iter()
+            .find(|r| r["interval_s"].as_f64() == Some(interval) && r["policy"] == policy)
+            .and_then(|r| r[field]["mean"].as_f64())
+            .unwrap_or_else(|| panic!("{policy} at {interval} s: no {field}"))
+    };
+    for interval in [40.0, 160.0] {
+        let mmk = |field: &str| mean(interval, "mmk", field);
+        for baseline in ["default", "miso", "miger"] {
+            let other = |field: &str| mean(interval, baseline, field);
+            let at = format!("{interval} s against {baseline}");
+            assert!(
+                mmk("avg_jct_s") <= other("avg_jct_s") * 1.005,
+                "JCT at {at}"
+            );
+            // Against MIGER in percent: lower is shorter, higher is more throughput.
+            assert!(
+                mmk("makespan_vs_miger_pct") <= other("makespan_vs_miger_pct") + 0.5,
+                "makespan at {at}"
+            );
+            assert!(
+                mmk("stp_vs_miger_pct") >= other("stp_vs_miger_pct") - 0.5,
+                "STP at {at}"
+            );
+            assert!(mmk("slo_miss_pct") <= other("slo_miss_pct"), "SLO at {at}");
+        }
+    }
+}
+
+/// The reference schedule beside the policies on a trace small enough for its search to be
+/// exact: Default, whose schedules are in its class, is at or behind it, each policy's JCT
+/// is given against it, and its bound is its own average (docs/simulate.md, "Distance from
+/// the best schedule").
+#[test]
+fn simulate_measures_the_policies_against_the_reference_schedule() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let args = [
+        "simulate",
+        "--online",
+        "3",
+        "--offline",
+        "1",
+        "--gpus",
+        "2",
+        "--model",
+        "analytic",
+        "--truth",
+        "analytic",
+        "--kernel-sched",
+        "off",
+        "--policies",
+        "default,miso,mmk,reference",
+        "--output",
+        "json",
+    ];
+    let out = lab(d, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let policies = report["policies"].as_array().expect("policies");
+    let row = |name: &str| {
+        policies
+            .iter()
+            .find(|p| p["policy"] == name)
+            .unwrap_or_else(|| panic!("no {name} row"))
+    };
+    let reference = row("reference");
+    assert_eq!(reference["jobs"], 4);
+    assert_eq!(reference["search"]["exact"], true, "{reference}");
+    let avg = reference["avg_jct_s"].as_f64().expect("avg");
+    let bound = reference["search"]["lower_bound_avg_jct_s"]
+        .as_f64()
+        .expect("bound");
+    assert!((avg - bound).abs() < 1e-6, "{avg} against {bound}");
+    assert_eq!(reference["moves"], 0);
+    let vs = row("default")["jct_vs_reference_pct"].as_f64().expect("vs");
+    assert!(vs >= -1e-6, "default ahead of the exact reference: {vs}");
+    for name in ["miso", "mmk"] {
+        assert!(row(name)["jct_vs_reference_pct"].as_f64().is_some());
+    }
+    // The table says what the search came to.
+    let table = lab(d, &args[..args.len() - 2]);
+    assert!(table.status.success(), "{}", text(&table.stderr));
+    let t = text(&table.stdout);
+    assert!(t.contains("reference: exact ("), "{t}");
+    assert!(
+        t.contains("average JCT against the reference's: default +"),
+        "{t}"
+    );
+
+    // Too large for the search: refused before anything runs, naming the flag.
+    let out = lab(
+        d,
+        &["simulate", "--gpus", "8", "--policies", "mmk,reference"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr)
+            .contains("--policies reference: the reference search takes at most 4 GPUs"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lab(d, &["simulate", "--gpus", "2", "--policies", "reference"]);
+    assert!(
+        text(&out.stderr).contains("at most 40 jobs (--online 80 --offline 40)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `--offline-share-max` caps MMK's offline shares as `mmkd --offline-share-max` does: the
+/// report says so, and a share mmk never gives is refused naming the flag.
+#[test]
+fn simulate_caps_offline_shares_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let run = |cap: &str| {
+        let out = lab(
+            d,
+            &[
+                "simulate",
+                "--online",
+                "20",
+                "--offline",
+                "10",
+                "--gpus",
+                "2",
+                "--interval",
+                "160",
+                "--model",
+                "analytic",
+                "--policies",
+                "mmk",
+                "--offline-share-max",
+                cap,
+                "--output",
+                "json",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let (capped, free) = (run("30"), run("100"));
+    assert_eq!(capped["offline_share_max"], 30);
+    assert_eq!(free["offline_share_max"], 100);
+    // At 30 % a training alone on a GPU runs at a fraction of its speed: the jobs take longer.
+    let jct = |r: &serde_json::Value| r["policies"][0]["avg_jct_s"].as_f64().expect("jct");
+    assert!(
+        jct(&capped) > jct(&free),
+        "{} against {}",
+        jct(&capped),
+        jct(&free)
+    );
+    let out = lab(d, &["simulate", "--offline-share-max", "85"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--offline-share-max: 85 is not an MPS share mmk gives"),
+        "{}",
+        text(&out.stderr)
+    );
+}
