@@ -5,7 +5,7 @@
 //! recorded traces. The gate calls it again whenever in-flight work completes or the
 //! `recheck` it asked for has passed.
 //!
-//! Rules every policy keeps (shared/DESIGN.md, decisions 1-4):
+//! Rules every policy keeps (docs/architecture.md, decisions 1-4):
 //! - online launches never wait;
 //! - an offline launch waits only while it would get in the way of online work in flight
 //!   (each policy has its own idea of that);
@@ -139,7 +139,7 @@ pub trait Policy: Send + fmt::Debug {
 pub enum PolicyKind {
     /// Count and measure; never hold a launch.
     Passthrough,
-    /// MMK's Listing 1 with the fixes of shared/DESIGN.md.
+    /// MMK's Listing 1 with the fixes of docs/architecture.md.
     Mmk,
     /// Orion's policy: opposite compute/memory profiles, SM_THRESHOLD, DUR_THRESHOLD.
     Orion,
@@ -201,7 +201,7 @@ impl PolicyKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyParams {
     /// The anti-starvation base, which is also Orion's DUR_THRESHOLD and FIKIT's bound on
-    /// queued offline work (shared/DESIGN.md, decision 3).
+    /// queued offline work (docs/architecture.md, decision 3).
     pub base: Duration,
     /// SMs of the partition.
     pub sm_count: u32,
@@ -271,7 +271,7 @@ pub fn starvation_bound(base: Duration, mps_fraction: f64) -> Duration {
 /// How often a launch waiting at `mmk`'s depth cap asks again if no completion woke it.
 pub const QUEUED_RECHECK: Duration = Duration::from_millis(1);
 
-/// MMK's kernel scheduler (Listing 1), as fixed in shared/DESIGN.md:
+/// MMK's kernel scheduler (Listing 1), as fixed in docs/architecture.md:
 /// - online kernels always launch (an online kernel that does not fit still launches; its
 ///   SMs count as in flight, which keeps offline kernels out);
 /// - an offline kernel launches when it fits: no online kernel is in flight, or its SM demand

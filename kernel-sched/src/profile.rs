@@ -2,7 +2,7 @@
 //!
 //! `mmk-lab profile job.yaml` runs a job under the interposer in record mode and turns the
 //! trace into a [`Profile`]: per kernel identity (name, grid, block, dynamic shared memory,
-//! as shared/DESIGN.md defines it) the number of launches, the run time (mean and p95), the
+//! as docs/architecture.md defines it) the number of launches, the run time (mean and p95), the
 //! GPU idle gap after it, its SM demand and, where `ncu` data is available, whether it is
 //! compute- or memory-bound. The job's processes load it (`MMK_KSCHED_PROFILE`) so the
 //! policies can look up each launch ([`Expect`]).
@@ -320,7 +320,7 @@ impl Profile {
         serde_json::to_string_pretty(self).expect("a profile always serializes")
     }
 
-    /// The 2.5 % of the request length that Orion uses as DUR_THRESHOLD (shared/DESIGN.md,
+    /// The 2.5 % of the request length that Orion uses as DUR_THRESHOLD (docs/architecture.md,
     /// decision 3: the anti-starvation base); `None` without requests.
     pub fn dur_threshold_ns(&self) -> Option<u64> {
         (self.request_ns > 0).then(|| (self.request_ns / 40).max(1))

@@ -5,7 +5,7 @@
 //! profiles come from NVML; this catalog is what the simulated node uses, and what a test
 //! checks the NVML reading against.
 //!
-//! Sources (see shared/REFERENCE.md): profile names, slices, instance limits and start
+//! Sources (see docs/reference.md): profile names, slices, instance limits and start
 //! slots from NVIDIA's MIG documentation; SM counts and memory of the H200 read with
 //! `nvidia-smi` on that GPU. The memory of the other models' profiles is the size their
 //! `nvidia-smi mig -lgip` lists as far as we know it; the [`GpuModel::memory_source`] field
@@ -73,7 +73,7 @@ type Shape = (u32, u8, u8, u8, &'static [u8], bool);
 
 /// The profile shapes of the 7-slice GPUs (A100, H100, H200): ID, compute slices, memory
 /// slices, max count, start slots, media extensions. The order is the table's order in
-/// shared/REFERENCE.md.
+/// docs/reference.md.
 const SEVEN_SLICE: [Shape; 7] = [
     (19, 1, 1, 7, &[0, 1, 2, 3, 4, 5, 6], false),
     (20, 1, 1, 1, &[0, 1, 2, 3, 4, 5, 6], true),
@@ -214,8 +214,7 @@ pub fn models() -> Vec<GpuModel> {
                 ],
                 HOPPER_SMS,
             ),
-            memory_source: "read with nvidia-smi on an H200, driver 580 (shared/REFERENCE.md)"
-                .into(),
+            memory_source: "read with nvidia-smi on an H200, driver 580 (docs/reference.md)".into(),
         },
         GpuModel {
             key: "a30-24gb".into(),
@@ -284,7 +283,7 @@ mod tests {
             .collect()
     }
 
-    /// The profile names of every model, as in shared/REFERENCE.md's table.
+    /// The profile names of every model, as in docs/reference.md's table.
     #[test]
     fn profile_names_match_the_reference_table() {
         assert_eq!(

@@ -1,6 +1,6 @@
 //! The predictor's inputs: Table I of the MMK paper, the partition's size, and the
 //! kernel-level features that SM and bandwidth use alone miss
-//! (shared/papers/gpu-utilization-one-level-deeper.txt).
+//! ("Measuring GPU utilization one level deeper"; docs/architecture.md lists the papers).
 //!
 //! Fractions are of the whole GPU: `job_sm_frac` is the share of the GPU's SMs the job
 //! keeps busy alone on the whole GPU, `partition_mem_frac` the share of its memory slices

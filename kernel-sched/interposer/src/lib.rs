@@ -1,7 +1,7 @@
 //! `libmmk_interposer.so`: loaded with `LD_PRELOAD` into a job, it sees every kernel launch
 //! and passes it through the partition's gate (crate `mmk-kernel-sched`).
 //!
-//! How launches are caught (shared/REFERENCE.md: on CUDA 13 the runtime reaches the driver
+//! How launches are caught (docs/reference.md: on CUDA 13 the runtime reaches the driver
 //! through `dlsym` and `cuGetProcAddress`, so exported symbols alone catch almost nothing):
 //! - `dlsym` is ours: a lookup of a launch entry point, or of a way to find one
 //!   (`cuGetProcAddress`, `cudaGetDriverEntryPoint`), returns our hook;

@@ -8,7 +8,7 @@
 //! the instances it finds and changes nothing there.
 //!
 //! nvml-wrapper's `possible_placements` returns an empty list (it never sets the vector's
-//! length, see shared/REFERENCE.md), and its safe API cannot list, create or destroy
+//! length, see docs/reference.md), and its safe API cannot list, create or destroy
 //! instances; those calls are the raw functions in this module's `raw` section, which with
 //! the GPM samples kept between two readings (`gpm_sample`) is the only unsafe code here.
 

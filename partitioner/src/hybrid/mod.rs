@@ -1,5 +1,5 @@
 //! MMK's hybrid partition scheduler (MMK paper, Algorithm 1) with the fixes of
-//! shared/DESIGN.md items 5 to 9, and the MIGER and MISO baselines as readings of the same
+//! docs/architecture.md items 5 to 9, and the MIGER and MISO baselines as readings of the same
 //! search with different options.
 //!
 //! One pass, for the jobs waiting now. A running MPS client's share cannot change, so a
