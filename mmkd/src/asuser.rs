@@ -52,7 +52,7 @@ fn read_file_within(
     max: u64,
     timeout: Duration,
 ) -> Result<Vec<u8>, ReadError> {
-    let switch = owner.filter(|o| o.uid != 0 && crate::runner::running_as_root());
+    let switch = owner.filter(|o| o.uid != 0 && crate::os::running_as_root());
     let owned = path.to_owned();
     within(path, timeout, move || match switch {
         // This thread's identity changes for good: it ends after this one read.
@@ -94,23 +94,11 @@ fn become_user(o: Owner, path: &Path) -> Result<(), ReadError> {
         path: path.to_owned(),
         uid: o.uid,
     };
-    // SAFETY: raw syscalls on this thread's credentials (glibc's setgroups would change
-    // every thread's); no memory is passed but a null list of length 0.
-    unsafe {
-        if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0 {
-            return Err(failed());
-        }
-        libc::syscall(libc::SYS_setfsgid, o.gid);
-        libc::syscall(libc::SYS_setfsuid, o.uid);
-        // setfsuid and setfsgid report no errors: read the identity back (an invalid id
-        // leaves it unchanged and returns the current one).
-        let uid = libc::syscall(libc::SYS_setfsuid, u32::MAX);
-        let gid = libc::syscall(libc::SYS_setfsgid, u32::MAX);
-        if uid != i64::from(o.uid) || gid != i64::from(o.gid) {
-            return Err(failed());
-        }
+    if crate::os::become_fs_user(o.uid, o.gid) {
+        Ok(())
+    } else {
+        Err(failed())
     }
-    Ok(())
 }
 
 fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
@@ -201,7 +189,7 @@ mod tests {
 
     #[test]
     fn root_reads_a_jobs_file_with_the_jobs_rights() {
-        if !crate::runner::running_as_root() {
+        if !crate::os::running_as_root() {
             eprintln!("skipped: not root");
             return;
         }

@@ -104,7 +104,7 @@ impl Access {
         // mmkd's own) would let a remote caller run processes as root, so TCP never grants
         // it unless the operator named that user with --scheduler-user.
         let (uid, gid) = (user.uid(), user.primary_group_id());
-        let me = rustix::process::geteuid().as_raw();
+        let me = crate::os::euid();
         // Group root counts too: a command job runs with the user's primary group. A
         // system user (a uid outside the node's UID_MIN..=UID_MAX: daemons, nobody) is no
         // person's.
@@ -122,7 +122,7 @@ impl Access {
     }
 
     fn role(&self, uid: u32, gid: u32) -> Role {
-        let me = rustix::process::geteuid().as_raw();
+        let me = crate::os::euid();
         if uid == 0 || uid == me || self.scheduler_uids.contains(&uid) {
             return Role::Operator;
         }

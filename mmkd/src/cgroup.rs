@@ -163,7 +163,7 @@ impl Cgroups {
     /// A process of another user (nobody) must join a cgroup through a file mmkd opened:
     /// kernels before 5.16 check the writer's rights instead of the opener's.
     fn check_another_user(&self) -> Result<(), String> {
-        if !crate::runner::running_as_root() {
+        if !crate::os::running_as_root() {
             return Ok(());
         }
         let probe = JobCgroup {
@@ -176,9 +176,10 @@ impl Cgroups {
             use std::os::unix::process::CommandExt as _;
             cmd.uid(65534).gid(65534);
             let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
-            // SAFETY: write(2) to an open descriptor between fork and exec.
+            // SAFETY: `os::join_cgroup` is async-signal-safe, and `procs` stays open
+            // until the probe has been spawned.
             unsafe {
-                cmd.pre_exec(move || join_cgroup(fd));
+                cmd.pre_exec(move || crate::os::join_cgroup(fd));
             }
             let status = cmd.status().map_err(|e| {
                 format!("a process of another user cannot join a job's cgroup: {e}")
@@ -211,17 +212,6 @@ pub fn remove_left_by(data_dir: &Path) {
     cgroups.teardown();
 }
 
-/// Writes the calling process into the cgroup whose `cgroup.procs` is open as `fd`: for
-/// `pre_exec`, async-signal-safe.
-pub fn join_cgroup(fd: i32) -> io::Result<()> {
-    // SAFETY: write(2) of two bytes from a static buffer.
-    let n = unsafe { libc::write(fd, b"0\n".as_ptr().cast(), 2) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 impl JobCgroup {
     pub fn path(&self) -> &Path {
         &self.path
@@ -250,8 +240,7 @@ impl JobCgroup {
     /// Sends `sig` to every process in the cgroup.
     pub fn signal(&self, sig: i32) {
         for pid in self.pids() {
-            // SAFETY: kill(2) with a pid the cgroup listed and a signal number.
-            unsafe { libc::kill(pid, sig) };
+            crate::os::signal(pid, sig);
         }
     }
 

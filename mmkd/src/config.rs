@@ -5,6 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+
+pub use crate::backend::{MigGpus, NotAGpuIndex};
+pub use crate::ksched::DEFAULT_KERNEL_HOLD_BUDGET;
+pub use crate::tcp::TlsFiles;
 use mmk_core::paths;
 use mmk_partitioner::GpuModel;
 use serde::Deserialize;
@@ -252,13 +256,6 @@ pub struct Args {
     pub kubelet_check_interval: Option<Duration>,
 }
 
-/// The kernel gate's hold budget unless configured: 0, so that the gate tracks every launch
-/// (the learned profiles, `mmkctl top`) and holds none. Holding offline launches while
-/// online work is in flight cost the training 17-59 % against plain MPS on the co-location
-/// matrix, on an H100 and an H200, and raised the services' p99 over plain MPS's in 8 of
-/// 12 runs (docs/colocation.md); `--kernel-hold-budget N` asks for it.
-pub const DEFAULT_KERNEL_HOLD_BUDGET: u32 = 0;
-
 /// A base over the gates' hard bound on any hold is refused: under `mmk` it would never act.
 const MAX_KERNEL_BASE: Duration = mmk_kernel_sched::DEFAULT_MAX_HOLD;
 
@@ -288,25 +285,14 @@ fn duration_setting(
 /// Whether `dir` (or, when it does not exist yet, the nearest directory above it that does)
 /// is on tmpfs or ramfs; the error says what it is on.
 fn on_memory_fs(dir: &Path) -> Result<(), String> {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
     let existing = dir
         .ancestors()
         .find(|d| d.exists())
         .unwrap_or(Path::new("/"));
-    let c = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("{} has a NUL byte", dir.display()))?;
-    // SAFETY: statfs with a NUL-terminated path and a zeroed out struct.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::statfs(c.as_ptr(), &mut fs) } != 0 {
-        return Err(format!(
-            "cannot stat {}: {}",
-            existing.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
-    let kind = fs.f_type as i64;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let kind = crate::os::fs_type(existing)
+        .map_err(|e| format!("cannot stat {}: {e}", existing.display()))?;
     if kind == TMPFS_MAGIC || kind == RAMFS_MAGIC {
         Ok(())
     } else {
@@ -365,45 +351,6 @@ struct FileConfig {
 }
 
 /// The resolved configuration.
-/// The GPUs whose MIG layout mmkd may change (`--mig-gpus`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum MigGpus {
-    #[default]
-    All,
-    Listed(std::collections::BTreeSet<u32>),
-}
-
-/// A `--mig-gpus` entry that is not a GPU index.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0:?} is not a GPU index (all, none or I,J,...)")]
-pub struct NotAGpuIndex(pub String);
-
-impl MigGpus {
-    /// `all`, `none` or GPU indices separated by commas.
-    pub fn parse(text: &str) -> Result<MigGpus, NotAGpuIndex> {
-        match text.trim() {
-            "all" => Ok(MigGpus::All),
-            "none" | "" => Ok(MigGpus::Listed(Default::default())),
-            list => list
-                .split(',')
-                .map(|i| {
-                    i.trim()
-                        .parse::<u32>()
-                        .map_err(|_| NotAGpuIndex(i.to_owned()))
-                })
-                .collect::<Result<_, _>>()
-                .map(MigGpus::Listed),
-        }
-    }
-
-    pub fn contains(&self, gpu: u32) -> bool {
-        match self {
-            MigGpus::All => true,
-            MigGpus::Listed(set) => set.contains(&gpu),
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct Config {
     pub socket: PathBuf,
@@ -476,14 +423,6 @@ pub struct MetricsAddr {
 
 /// Metrics are served here unless `--metrics` says otherwise.
 pub const DEFAULT_METRICS: &str = "127.0.0.1:9410";
-
-/// The files of the TCP listener's mutual TLS.
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub client_ca: PathBuf,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

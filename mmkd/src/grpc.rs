@@ -28,9 +28,7 @@ use crate::auth::{Access, Caller};
 use crate::job::JobRecord;
 use crate::ksched::GateView;
 use crate::learn::sampler::JobTotals;
-use crate::mps::instance_key;
-use crate::node::{JobEvent, Node};
-use mmk_mps_control::DaemonInfo;
+use crate::node::{JobEvent, Node, PartitionView, free_memory_mib, free_slices};
 
 pub(crate) fn status(e: ServiceError) -> Status {
     service_error_to_status(e)
@@ -394,25 +392,6 @@ pub struct PartitionApi {
     pub access: Arc<Access>,
 }
 
-/// Memory slices no instance holds.
-pub(crate) fn free_slices(g: &GpuState) -> u32 {
-    if !g.mig_enabled {
-        return 0;
-    }
-    let used: u32 = g
-        .instances
-        .iter()
-        .map(|i| u32::from(i.placement.size))
-        .sum();
-    u32::from(g.model.memory_slices).saturating_sub(used)
-}
-
-pub(crate) async fn active_jobs(node: &Node) -> Result<Vec<JobRecord>, Status> {
-    node.list(&[JobState::Starting, JobState::Running], None)
-        .await
-        .map_err(status)
-}
-
 fn gate_to_proto(v: &GateView) -> v1::KernelGate {
     let path = v.path.display().to_string();
     let us = |ns: u64| ns / 1_000;
@@ -454,105 +433,54 @@ fn gate_to_proto(v: &GateView) -> v1::KernelGate {
     }
 }
 
-/// The keys of a GPU's partitions (`mps::instance_key`), for their gates.
-fn partition_keys(g: &GpuState) -> Vec<String> {
-    if !g.mig_enabled {
-        return vec![instance_key(g.index, None)];
-    }
-    g.instances
-        .iter()
-        .map(|i| instance_key(g.index, Some(i.id)))
-        .collect()
-}
-
-fn partitions_of(
-    g: &GpuState,
+/// A partition as ListPartitions shows it, with `jobs`' jobs in it and what each did in
+/// its gate.
+fn partition_to_proto(
+    p: &PartitionView,
     jobs: &[JobRecord],
-    daemons: &[DaemonInfo],
-    gates: &HashMap<String, GateView>,
     totals: &HashMap<u64, JobTotals>,
-) -> Vec<v1::Partition> {
-    let gate = |instance: Option<u32>| {
-        gates
-            .get(&instance_key(g.index, instance))
-            .map(gate_to_proto)
-    };
-    let mps = |device: &str| {
-        daemons
-            .iter()
-            .find(|d| d.partition.device == device)
-            .map(|d| v1::MpsDaemon {
-                pid: d.pid.unwrap_or(0),
-                pipe_dir: d.pipe_dir.display().to_string(),
-                restarts: d.restarts,
-                servers: d.servers.clone(),
-            })
-    };
-    let jobs_in = |instance: Option<u32>, start: u8| -> Vec<v1::PartitionJob> {
-        jobs.iter()
-            .filter(|j| {
-                j.assignment.as_ref().is_some_and(|a| {
-                    a.slot.gpu == g.index && a.slot.profile_id == instance && a.slot.start == start
-                })
-            })
-            .map(|j| {
-                let t = totals.get(&j.id).copied().unwrap_or_default();
-                v1::PartitionJob {
-                    job_id: j.id,
-                    name: j.spec.name.clone(),
-                    class: class_to_proto(j.spec.class) as i32,
-                    state: state_to_proto(j.state) as i32,
-                    mps_share: j.assignment.as_ref().map_or(0, |a| u32::from(a.mps_share)),
-                    gpu_memory_mib: j.spec.gpu_memory_mib,
-                    kernel_us: t.kernel_ns / 1000,
-                    launches: t.launches,
-                    held: t.held,
-                    held_us: t.held_ns / 1000,
-                    owner_uid: j.owner.map(|o| o.uid),
-                    beside_offline_us: t.beside_offline_ns / 1000,
-                }
-            })
-            .collect()
-    };
-    let used = |js: &[v1::PartitionJob]| js.iter().map(|j| j.gpu_memory_mib).sum();
-    if !g.mig_enabled {
-        let js = jobs_in(None, 0);
-        return vec![v1::Partition {
-            instance_id: 0,
-            device_uuid: g.uuid.clone(),
-            profile: "whole".into(),
-            profile_id: 0,
-            start_slice: 0,
-            size_slices: u32::from(g.model.memory_slices),
-            memory_mib: g.model.memory_mib,
-            sm_count: g.model.sm_count,
-            used_memory_mib: used(&js),
-            jobs: js,
-            mps: mps(&g.uuid),
-            gate: gate(None),
-        }];
-    }
-    g.instances
+) -> v1::Partition {
+    let js: Vec<v1::PartitionJob> = p
+        .jobs
         .iter()
-        .map(|i| {
-            let p = g.model.profile(i.profile_id);
-            let js = jobs_in(Some(i.profile_id), i.placement.start);
-            v1::Partition {
-                instance_id: i.id,
-                device_uuid: i.uuid.clone(),
-                profile: p.map_or_else(|| i.profile_id.to_string(), |p| p.name.clone()),
-                profile_id: i.profile_id,
-                start_slice: u32::from(i.placement.start),
-                size_slices: u32::from(i.placement.size),
-                memory_mib: p.map_or(0, |p| p.memory_mib),
-                sm_count: p.map_or(0, |p| p.sm_count),
-                used_memory_mib: used(&js),
-                jobs: js,
-                mps: mps(&i.uuid),
-                gate: gate(Some(i.id)),
+        .map(|&i| {
+            let j = &jobs[i];
+            let t = totals.get(&j.id).copied().unwrap_or_default();
+            v1::PartitionJob {
+                job_id: j.id,
+                name: j.spec.name.clone(),
+                class: class_to_proto(j.spec.class) as i32,
+                state: state_to_proto(j.state) as i32,
+                mps_share: j.assignment.as_ref().map_or(0, |a| u32::from(a.mps_share)),
+                gpu_memory_mib: j.spec.gpu_memory_mib,
+                kernel_us: t.kernel_ns / 1000,
+                launches: t.launches,
+                held: t.held,
+                held_us: t.held_ns / 1000,
+                owner_uid: j.owner.map(|o| o.uid),
+                beside_offline_us: t.beside_offline_ns / 1000,
             }
         })
-        .collect()
+        .collect();
+    v1::Partition {
+        instance_id: p.instance.unwrap_or(0),
+        device_uuid: p.device_uuid.clone(),
+        profile: p.profile.clone(),
+        profile_id: p.profile_id,
+        start_slice: u32::from(p.start_slice),
+        size_slices: u32::from(p.size_slices),
+        memory_mib: p.memory_mib,
+        sm_count: p.sm_count,
+        used_memory_mib: p.used_memory_mib,
+        jobs: js,
+        mps: p.mps.as_ref().map(|d| v1::MpsDaemon {
+            pid: d.pid.unwrap_or(0),
+            pipe_dir: d.pipe_dir.display().to_string(),
+            restarts: d.restarts,
+            servers: d.servers.clone(),
+        }),
+        gate: p.gate.as_ref().map(gate_to_proto),
+    }
 }
 
 /// A profile's name on a GPU, or "whole" for a GPU with MIG off.
@@ -655,33 +583,25 @@ impl PartitionService for PartitionApi {
 }
 
 /// The GPUs' partitions now, with their jobs (and what each did in its gate), MPS daemons
-/// and gates: ListPartitions's answer, which `mmkd --metrics` reads too.
+/// and gates: ListPartitions's answer.
 pub async fn partitions(node: &Node) -> Result<v1::ListPartitionsResponse, Status> {
-    let jobs = active_jobs(node).await?;
-    partitions_of_jobs(node, &jobs).await
-}
-
-/// [`partitions`] with the active jobs already read.
-pub async fn partitions_of_jobs(
-    node: &Node,
-    jobs: &[JobRecord],
-) -> Result<v1::ListPartitionsResponse, Status> {
-    let gpus = node.gpus().await.map_err(status)?;
-    let daemons = node.mps().daemons().await;
-    let gates = node
-        .gates(gpus.iter().flat_map(partition_keys).collect())
-        .await;
+    let jobs = node.active_jobs().await.map_err(status)?;
+    let view = node.partitions(&jobs).await.map_err(status)?;
     let totals = node.job_totals();
     Ok(v1::ListPartitionsResponse {
-        gpus: gpus
+        gpus: view
             .iter()
             .map(|g| v1::GpuPartitions {
-                gpu_index: g.index,
-                gpu_uuid: g.uuid.clone(),
-                model: g.model.product_name.clone(),
-                mig_enabled: g.mig_enabled,
-                memory_slices: u32::from(g.model.memory_slices),
-                partitions: partitions_of(g, jobs, &daemons, &gates, &totals),
+                gpu_index: g.gpu.index,
+                gpu_uuid: g.gpu.uuid.clone(),
+                model: g.gpu.model.product_name.clone(),
+                mig_enabled: g.gpu.mig_enabled,
+                memory_slices: u32::from(g.gpu.model.memory_slices),
+                partitions: g
+                    .partitions
+                    .iter()
+                    .map(|p| partition_to_proto(p, &jobs, &totals))
+                    .collect(),
             })
             .collect(),
     })
@@ -701,7 +621,7 @@ impl NodeService for NodeApi {
     ) -> Result<Response<v1::Node>, Status> {
         caller(&self.access, &req)?;
         let gpus = self.node.gpus().await.map_err(status)?;
-        let jobs = active_jobs(&self.node).await?;
+        let jobs = self.node.active_jobs().await.map_err(status)?;
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_default();
@@ -755,25 +675,6 @@ fn profile_to_proto(p: &crate::learn::Learned) -> v1::LearnedProfile {
     }
 }
 
-/// GPU memory that jobs could still use on `g`: what the partitions' jobs leave, plus the
-/// free memory slices. GetNode and WatchCapacity both report this.
-pub(crate) fn free_memory_mib(g: &GpuState, jobs: &[JobRecord]) -> u64 {
-    let partitions = partitions_of(g, jobs, &[], &HashMap::new(), &HashMap::new());
-    let free_in_partitions: u64 = partitions
-        .iter()
-        .map(|p| p.memory_mib.saturating_sub(p.used_memory_mib))
-        .sum();
-    let slice_mib = g
-        .model
-        .profiles
-        .iter()
-        .filter(|p| p.memory_slices == 1)
-        .map(|p| p.memory_mib)
-        .max()
-        .unwrap_or(0);
-    free_in_partitions + u64::from(free_slices(g)) * slice_mib
-}
-
 fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
     let existing: Vec<(u32, u8)> = g
         .instances
@@ -819,39 +720,5 @@ fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
                 media_extensions: p.media_extensions,
             })
             .collect(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::mps::partition_key;
-    use mmk_partitioner::layout::{Instance, Placement};
-
-    #[test]
-    fn partitions_are_looked_up_by_the_keys_their_gates_are_made_with() {
-        let node = mmk_partitioner::mix::empty_node("a100-80gb", 2).expect("a100-80gb");
-        let mut whole = node.gpus[1].clone();
-        whole.mig_enabled = false;
-        let slot = Slot {
-            gpu: 1,
-            start: 0,
-            profile_id: None,
-        };
-        assert_eq!(partition_keys(&whole), [partition_key(&slot, 0)]);
-
-        let mut mig = node.gpus[0].clone();
-        mig.instances = vec![Instance {
-            id: 5,
-            profile_id: 9,
-            placement: Placement { start: 4, size: 4 },
-            uuid: "MIG-5".into(),
-        }];
-        let slot = Slot {
-            gpu: 0,
-            start: 4,
-            profile_id: Some(9),
-        };
-        assert_eq!(partition_keys(&mig), [partition_key(&slot, 5)]);
     }
 }

@@ -126,7 +126,7 @@ impl JobDir {
         let dir = JobDir {
             fd,
             path,
-            owner: owner.filter(|_| crate::runner::running_as_root()),
+            owner: owner.filter(|_| crate::os::running_as_root()),
         };
         let work = open_dir(&dir.fd, &dir.path, WORK_DIR, Mode::from_raw_mode(0o700))?;
         dir.give(&work, &dir.path.join(WORK_DIR))?;

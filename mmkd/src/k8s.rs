@@ -110,7 +110,7 @@ impl Plugin {
             .node
             .capacity(self.cfg.unit_mib)
             .await
-            .map_err(crate::grpc::status)?;
+            .map_err(mmk_proto::service_error_to_status)?;
         let free_units = match self.class {
             JobClass::Online => cap.online_units,
             JobClass::Offline => cap.offline_units,
@@ -358,7 +358,7 @@ impl dp::device_plugin_server::DevicePlugin for Plugin {
             container_responses.push(
                 self.allocate_container(&c.devices_ids)
                     .await
-                    .map_err(crate::grpc::status)?,
+                    .map_err(mmk_proto::service_error_to_status)?,
             );
         }
         Ok(Response::new(dp::AllocateResponse {

@@ -19,6 +19,7 @@ pub mod learn;
 pub mod metrics;
 pub mod mps;
 pub mod node;
+pub mod os;
 pub mod runner;
 pub mod server;
 pub mod store;

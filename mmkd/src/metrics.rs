@@ -5,7 +5,7 @@
 //! `GPU_I_PROFILE`), plus `partition` (mmkd's key of the partition, as in its gate's file
 //! name); job series add `job`, `name`, `class` and `user`. Each scrape reads the node as
 //! ListPartitions does; the latency histograms are kept from mmkd's start
-//! ([`NodeMetrics`]).
+//! (`node::NodeMetrics`).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -17,50 +17,13 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use mmk_core::JobState;
 
-use crate::node::JobSeries;
-use crate::node::Node;
-
-/// The latencies mmkd records as it works, from its start.
-#[derive(Debug)]
-pub struct NodeMetrics {
-    /// One planning run (seconds).
-    pub planning: Histogram,
-    /// One MIG step: creating or destroying an instance (seconds).
-    pub reconfiguration: Histogram,
-    /// One job state change written to the node store (seconds).
-    pub store_write: Histogram,
-    /// From a job's end, as the runner saw it, to its state recorded (seconds).
-    pub exit_record: Histogram,
-}
-
-impl Default for NodeMetrics {
-    fn default() -> NodeMetrics {
-        NodeMetrics {
-            // 50 us to about 1.6 s.
-            planning: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
-            // 1 ms to about 33 s.
-            reconfiguration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
-            // 50 us to about 1.6 s.
-            store_write: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
-            // 1 ms to about 33 s; 0.032 and 0.064 s on either side of 50 ms.
-            exit_record: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
-        }
-    }
-}
-
-impl NodeMetrics {
-    /// Records the time since `started` in `h`.
-    pub fn since(h: &Histogram, started: std::time::Instant) {
-        h.observe(started.elapsed().as_secs_f64());
-    }
-}
+use crate::node::{JobSeries, Node};
 
 /// A partition's labels.
 #[allow(non_snake_case)]
@@ -344,12 +307,8 @@ impl Collector for JobSeriesCollector {
 /// The metrics text of the node as it is now.
 async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
     let users = &scrapes.users;
-    let active = crate::grpc::active_jobs(node)
-        .await
-        .map_err(|s| s.message().to_owned())?;
-    let view = crate::grpc::partitions_of_jobs(node, &active)
-        .await
-        .map_err(|s| s.message().to_owned())?;
+    let active = node.active_jobs().await.map_err(|e| e.to_string())?;
+    let view = node.partitions(&active).await.map_err(|e| e.to_string())?;
     let counts = node.count_by_state().await.map_err(|e| e.to_string())?;
     let totals = node.job_totals();
     let mut reg = Registry::with_prefix("mmk");
@@ -403,23 +362,18 @@ async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
         held_seconds.clone(),
     );
 
-    for g in &view.gpus {
+    for g in &view {
         for p in &g.partitions {
-            let key = crate::mps::instance_key(g.gpu_index, g.mig_enabled.then_some(p.instance_id));
             let l = PartLabels {
-                gpu: g.gpu_index.to_string(),
-                UUID: label(&g.gpu_uuid),
-                GPU_I_ID: if g.mig_enabled {
-                    p.instance_id.to_string()
-                } else {
-                    String::new()
-                },
-                GPU_I_PROFILE: if g.mig_enabled {
+                gpu: g.gpu.index.to_string(),
+                UUID: label(&g.gpu.uuid),
+                GPU_I_ID: p.instance.map(|i| i.to_string()).unwrap_or_default(),
+                GPU_I_PROFILE: if p.instance.is_some() {
                     label(&p.profile)
                 } else {
                     String::new()
                 },
-                partition: key,
+                partition: p.key.clone(),
             };
             sms.get_or_create(&l).set(i64::from(p.sm_count));
             memory
@@ -428,16 +382,19 @@ async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
             jobs.get_or_create(&l)
                 .set(i64::try_from(p.jobs.len()).unwrap_or(i64::MAX));
             if let Some(m) = &p.mps {
-                mps_up.get_or_create(&l).set(i64::from(m.pid != 0));
+                mps_up
+                    .get_or_create(&l)
+                    .set(i64::from(m.pid.is_some_and(|p| p != 0)));
                 mps_restarts.get_or_create(&l).inc_by(u64::from(m.restarts));
             }
-            if let Some(gate) = p.gate.as_ref().filter(|g| g.error.is_empty()) {
-                launches.get_or_create(&l).inc_by(gate.launches);
-                held.get_or_create(&l).inc_by(gate.held);
-                forced.get_or_create(&l).inc_by(gate.forced);
+            if let Some(Ok(gate)) = p.gate.as_ref().map(|g| g.state.as_ref()) {
+                let t = &gate.totals;
+                launches.get_or_create(&l).inc_by(t.launches);
+                held.get_or_create(&l).inc_by(t.held);
+                forced.get_or_create(&l).inc_by(t.forced);
                 held_seconds
                     .get_or_create(&l)
-                    .inc_by(gate.held_us as f64 / 1e6);
+                    .inc_by((t.held_ns / 1_000) as f64 / 1e6);
             }
         }
     }
@@ -587,7 +544,7 @@ fn router(node: Node) -> axum::Router {
 pub async fn serve(
     listener: TcpListener,
     node: Node,
-    tls: Option<crate::config::TlsFiles>,
+    tls: Option<crate::tcp::TlsFiles>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let app = router(node);

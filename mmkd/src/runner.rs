@@ -153,6 +153,46 @@ pub struct Runner {
     cgroups: Option<crate::cgroup::Cgroups>,
 }
 
+/// The thread that starts jobs: their folders, logs and fork happen here, off the state
+/// lock and off the runtime's worker threads. It lives as long as mmkd: a job's process
+/// gets SIGKILL when the thread that forked it ends (PR_SET_PDEATHSIG), so that a
+/// crashed mmkd leaves no job behind, and a pool thread would end when idle.
+#[derive(Debug, Clone)]
+pub struct Spawner {
+    tx: std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>,
+}
+
+impl Spawner {
+    /// Starts the thread, in the current runtime's context (a job's run is a task of it).
+    pub fn start() -> std::io::Result<Spawner> {
+        let runtime = tokio::runtime::Handle::current();
+        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        std::thread::Builder::new()
+            .name("mmkd-spawner".into())
+            .spawn(move || {
+                let _in_runtime = runtime.enter();
+                for call in rx {
+                    call();
+                }
+            })?;
+        Ok(Spawner { tx })
+    }
+
+    /// Runs `f` on the thread and returns what it returned; `None` when the thread is gone.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Box::new(move || {
+                let _ = tx.send(f());
+            }))
+            .ok()?;
+        rx.await.ok()
+    }
+}
+
 /// A job's processes: its process group, and its cgroup where there are cgroups.
 #[derive(Debug, Clone)]
 struct Procs {
@@ -166,7 +206,7 @@ impl Procs {
     }
 
     fn signal(&self, sig: i32) {
-        signal_group(self.pgid, sig);
+        crate::os::signal_group(self.pgid, sig);
         if let Some(c) = &self.cgroup {
             if sig == libc::SIGKILL {
                 c.kill();
@@ -255,9 +295,9 @@ impl Runner {
         self.jobs_dir.join(job.to_string())
     }
 
-    /// Starts a job; returns the pid of a command job. Must be called from a runtime
-    /// worker thread: a child dies with the thread that spawned it (PR_SET_PDEATHSIG), so
-    /// that a crashed mmkd leaves no job behind.
+    /// Starts a job; returns the pid of a command job. Called on a thread that lives as
+    /// long as mmkd ([`Spawner`]), in a runtime's context: a child dies with the thread that
+    /// spawned it (PR_SET_PDEATHSIG), so that a crashed mmkd leaves no job behind.
     pub fn start(&self, l: &Launch) -> Result<Option<u32>, StartError> {
         let (done_tx, done_rx) = watch::channel(false);
         let (stopper, pid, run) = match &l.task {
@@ -386,7 +426,7 @@ impl Runner {
             joblog::copy(Arc::clone(&dir), "stdout.log", cap, out_r)?,
             joblog::copy(Arc::clone(&dir), "stderr.log", cap, err_r)?,
         ]);
-        let switch_to = l.owner.filter(|_| running_as_root());
+        let switch_to = l.owner.filter(|_| crate::os::running_as_root());
         let work = dir.work_dir();
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&c.args[1..])
@@ -412,21 +452,10 @@ impl Runner {
             None => None,
         };
         let procs_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
-        // SAFETY: only async-signal-safe calls (prctl, setpgid, write) between fork and
-        // exec.
+        // SAFETY: `os::job_pre_exec` makes only async-signal-safe calls, and `procs`
+        // stays open until the child is spawned.
         unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::setpgid(0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if let Some(fd) = procs_fd {
-                    crate::cgroup::join_cgroup(fd)?;
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || crate::os::job_pre_exec(procs_fd));
         }
         let child = cmd.spawn().map_err(|source| StartError::Spawn {
             program: program.clone(),
@@ -539,12 +568,6 @@ pub enum StartError {
     Cgroup(#[source] std::io::Error),
 }
 
-/// Whether mmkd runs as root: then a job runs as the user who submitted it.
-pub fn running_as_root() -> bool {
-    // SAFETY: geteuid(2) has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Signals a job's processes unless the job's end found them gone.
 fn signal_live(procs: &Procs, gone: &std::sync::atomic::AtomicBool, sig: i32) {
     if !gone.load(std::sync::atomic::Ordering::Acquire) {
@@ -552,16 +575,11 @@ fn signal_live(procs: &Procs, gone: &std::sync::atomic::AtomicBool, sig: i32) {
     }
 }
 
-fn signal_group(pgid: i32, sig: i32) -> bool {
-    // SAFETY: kill(2) with a negative pid signals the process group; no memory involved.
-    pgid > 1 && unsafe { libc::kill(-pgid, sig) } == 0
-}
-
 /// Whether a live process of the group is left. Signal 0 checks without sending, but it
 /// also counts zombies, which wait for their new parent to reap them: those are read from
 /// /proc and do not count.
 fn group_alive(pgid: i32) -> bool {
-    signal_group(pgid, 0) && live_member(pgid)
+    crate::os::signal_group(pgid, 0) && live_member(pgid)
 }
 
 fn live_member(pgid: i32) -> bool {
@@ -586,13 +604,25 @@ fn live_member(pgid: i32) -> bool {
 /// Ends what is left of a job's processes (its process group, and its cgroup: processes
 /// that left the group) after its main process exited: SIGTERM, up to `grace` for the rest
 /// to exit, then SIGKILL; then removes its cgroup. Returns at once when nothing is left.
+/// Finding what is left reads /proc: done on a blocking thread, off the runtime's workers.
 async fn end_procs(procs: &Procs, grace: Duration) {
+    let procs = procs.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || end_procs_now(&procs, grace)).await {
+        tracing::warn!(error = %e, "ending a job's processes failed");
+    }
+}
+
+/// [`end_procs`] on the calling thread.
+fn end_procs_now(procs: &Procs, grace: Duration) {
+    let wait_while_alive = |limit: Duration, every: Duration| {
+        let deadline = std::time::Instant::now() + limit;
+        while procs.alive() && std::time::Instant::now() < deadline {
+            std::thread::sleep(every);
+        }
+    };
     if procs.alive() {
         procs.signal(libc::SIGTERM);
-        let deadline = tokio::time::Instant::now() + grace;
-        while procs.alive() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_while_alive(grace, Duration::from_millis(50));
         if procs.alive() {
             tracing::warn!(
                 pgid = procs.pgid,
@@ -601,10 +631,7 @@ async fn end_procs(procs: &Procs, grace: Duration) {
             procs.signal(libc::SIGKILL);
             // SIGKILL lands asynchronously: report the job's end once its processes are
             // gone.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-            while procs.alive() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            wait_while_alive(Duration::from_secs(5), Duration::from_millis(10));
         }
     }
     if let Some(c) = &procs.cgroup {
@@ -615,7 +642,7 @@ async fn end_procs(procs: &Procs, grace: Duration) {
 /// The environment of a job process: a few variables inherited from mmkd, the spec's own,
 /// then mmk's (which the spec cannot override).
 pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, String> {
-    let mut env = identity_env(l.owner.filter(|_| running_as_root()));
+    let mut env = identity_env(l.owner.filter(|_| crate::os::running_as_root()));
     env.extend(c.env.clone());
     let own_preload = env.remove("LD_PRELOAD");
     env.extend(mmk_env(l));
@@ -652,7 +679,7 @@ pub fn job_env(l: &Launch, c: &CommandSpec, log_dir: &Path) -> BTreeMap<String, 
 /// inherits all six from mmkd.
 fn identity_env(runs_as: Option<Owner>) -> BTreeMap<String, String> {
     use uzers::os::unix::UserExt as _;
-    let mine = rustix::process::geteuid().as_raw();
+    let mine = crate::os::euid();
     let mut env: BTreeMap<String, String> = INHERITED_ENV
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
@@ -829,7 +856,7 @@ mod tests {
             None => assert_eq!(env["HOME"], "/"),
         }
         // mmkd's own user's job inherits mmkd's.
-        let me = rustix::process::geteuid().as_raw();
+        let me = crate::os::euid();
         let own = identity_env(Some(Owner { uid: me, gid: 0 }));
         assert_eq!(own.get("HOME"), std::env::var("HOME").ok().as_ref());
         assert_eq!(own, identity_env(None));

@@ -3,7 +3,6 @@
 use std::fs::File;
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,272 +31,361 @@ use crate::node::Node;
 use crate::runner::Runner;
 use crate::store::Store;
 
-/// Runs mmkd until `shutdown` resolves, then stops cleanly: stop accepting, end watch
-/// streams, stop running jobs (their records are reconciled at the next start), close the
-/// store, remove the socket.
+/// Runs mmkd until `shutdown` resolves: opens it on its data dir, binds its sockets, and
+/// serves them ([`Daemon::serve`]).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    // As many descriptors as the system lets mmkd have; TCP clients get a share of them.
-    let fds = crate::tcp::raise_fd_limit();
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create the data dir {}", config.data_dir.display()))?;
-    let meta = std::fs::metadata(&config.data_dir)
-        .with_context(|| format!("cannot read the data dir {}", config.data_dir.display()))?;
-    check_owner(&config.data_dir, &meta)?;
-    let _lock = lock_data_dir(&config.data_dir)?;
-    // On a full disk the store needs the reserve's room to open (its WAL and shared memory
-    // file); mmkd then serves reads and ends, and refuses new jobs until there is room.
-    crate::disk::release_reserve_if_full(&config.data_dir);
-    let store = match Store::open(&config.data_dir.join("mmk.db")).await {
-        Ok(s) => s,
-        Err(e) => {
-            // Most often a full disk with no reserve left to let go: say so.
-            let full = crate::disk::space(&config.data_dir)
-                .ok()
-                .filter(|(free, _)| *free < crate::disk::LOW_WATER);
-            return Err(match full {
-                Some((free, _)) => anyhow::Error::new(e).context(format!(
-                    "the disk of the data dir {} is full ({} free): free some space there",
-                    config.data_dir.display(),
-                    crate::disk::bytes_text(free)
-                )),
-                None => e.into(),
-            });
-        }
-    };
+    let daemon = Daemon::open(config).await?;
+    let listeners = Listeners::bind(&daemon.config).await?;
+    daemon.serve(listeners, shutdown).await
+}
 
-    let backend = choose_backend(&config).await?;
-    let mps = choose_mps(&config, backend.kind())?;
-    let (exits_tx, exits_rx) = mpsc::unbounded_channel();
-    let runner = Runner::new(
-        config.data_dir.join("jobs"),
-        config.sim_speed,
-        config.stop_grace,
-        exits_tx,
-    )
-    .with_log_max(config.job_log_max)
-    .with_kernel_sched(choose_ksched(&config)?)
-    .with_cgroups(choose_cgroups(&config).await);
-    let stop_loop = Arc::new(Notify::new());
-    let model = load_model(&config).await?;
-    let planner = mmk_partitioner::planner_with(&config.planner, model, config.offline_share_max)
-        .with_context(|| format!("unknown planner {}", config.planner))?;
-    info!(
-        planner = planner.name(),
-        offline_share_max = config.offline_share_max,
-        "planner"
-    );
-    // What a job's folder may take: as set, or a quarter of the data dir's disk.
-    let disk = crate::node::DiskConfig {
-        data_dir: config.data_dir.clone(),
-        policy: crate::disk::Policy {
-            job_disk_max: config.job_disk_max.unwrap_or_else(|| {
-                crate::disk::space(&config.data_dir)
-                    .map_or(crate::disk::DEFAULT_JOB_DISK_MAX, |(_, size)| {
-                        crate::disk::default_job_disk_max(size)
-                    })
-            }),
-            retention: config.job_retention,
-        },
-    };
-    info!(
-        job_disk_max = %crate::disk::bytes_text(disk.policy.job_disk_max),
-        retention = ?disk.policy.retention,
-        "jobs' folders"
-    );
-    let (node, loop_handle) = Node::start(
-        crate::node::Parts {
-            store: store.clone(),
-            backend,
-            planner: planner.into(),
-            runner,
-            mps,
-            disk: Some(disk),
-            history: config.history,
-        },
-        exits_rx,
-        Arc::clone(&stop_loop),
-    )
-    .await?;
+/// The sockets mmkd serves: its Unix socket, and with `--listen` and `--metrics` its TCP
+/// listeners. [`Daemon::serve`] serves what it is given, so that a test can run the
+/// daemon in-process on sockets of its own.
+#[derive(Debug)]
+pub struct Listeners {
+    pub socket: UnixListener,
+    pub tcp: Option<tokio::net::TcpListener>,
+    pub metrics: Option<tokio::net::TcpListener>,
+}
 
-    let uds = bind_socket(&config.socket, config.socket_group)?;
-    let access = Arc::new(config.access.clone());
-    info!(socket = %config.socket.display(), data_dir = %config.data_dir.display(), "listening");
-    let tcp = match config.listen {
-        Some(addr) => {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr}"))?;
-            info!(addr = %l.local_addr()?, "listening on tcp (TLS, client certificates)");
-            Some(l)
-        }
-        None => None,
-    };
-
-    let (stopping_tx, stopping_rx) = watch::channel(false);
-    let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<JobServiceServer<JobApi>>()
-        .await;
-    health_reporter
-        .set_serving::<PartitionServiceServer<PartitionApi>>()
-        .await;
-    health_reporter
-        .set_serving::<NodeServiceServer<NodeApi>>()
-        .await;
-    health_reporter
-        .set_serving::<AllocationServiceServer<AllocationApi>>()
-        .await;
-    // Reflection in both versions: grpcurl and grpcio-reflection still ask v1alpha.
-    let reflection_builder = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection = reflection_builder().build_v1()?;
-    let reflection_alpha = reflection_builder().build_v1alpha()?;
-    // The same services on the Unix socket and, with TLS, on TCP; watch streams are
-    // capped across both.
-    let watches = Arc::new(crate::grpc::watches::Watches::default());
-    let router = |builder: tonic::transport::Server| {
-        let mut builder = builder;
-        builder
-            .add_service(health.clone())
-            .add_service(reflection.clone())
-            .add_service(reflection_alpha.clone())
-            .add_service(JobServiceServer::new(JobApi {
-                node: node.clone(),
-                access: Arc::clone(&access),
-                watches: Arc::clone(&watches),
-                stopping: stopping_rx.clone(),
-            }))
-            .add_service(AllocationServiceServer::new(AllocationApi {
-                node: node.clone(),
-                access: Arc::clone(&access),
-                watches: Arc::clone(&watches),
-                unit_mib: config.capacity_unit_mib,
-                stopping: stopping_rx.clone(),
-            }))
-            .add_service(PartitionServiceServer::new(PartitionApi {
-                node: node.clone(),
-                access: Arc::clone(&access),
-            }))
-            .add_service(NodeServiceServer::new(NodeApi {
-                node: node.clone(),
-                access: Arc::clone(&access),
-            }))
-    };
-    // TLS is done by `tcp`, which also caps connections and drops silent ones.
-    let tcp_router = match (&tcp, &config.tls) {
-        (Some(_), Some(files)) => Some((
-            router(
-                tonic::transport::Server::builder()
-                    .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-                    .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-                    .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION),
-            ),
-            Arc::new(tls_config(files)?),
-        )),
-        _ => None,
-    };
-    let uds_router = router(tonic::transport::Server::builder());
-
-    if let Some(k) = config.kubelet.clone() {
-        info!(dir = %k.kubelet_dir.display(), "kubernetes device plugin");
-        crate::k8s::start(node.clone(), k, stopping_rx);
-    }
-    let (closed_tx, _) = tokio::sync::broadcast::channel::<()>(1);
-    let closed = |tx: &tokio::sync::broadcast::Sender<()>| {
-        let mut rx = tx.subscribe();
-        async move {
-            let _ = rx.recv().await;
-        }
-    };
-    let uds_server =
-        uds_router.serve_with_incoming_shutdown(UnixListenerStream::new(uds), closed(&closed_tx));
-    let tcp_server = async {
-        match (tcp, tcp_router) {
-            (Some(l), Some((router, tls))) => {
-                let conns = crate::tcp::incoming(
-                    l,
-                    Some(tls),
-                    crate::tcp::api_limits(fds),
-                    crate::tcp::Opening::Http2,
-                    "api",
-                );
-                router
-                    .serve_with_incoming_shutdown(ReceiverStream::new(conns), closed(&closed_tx))
+impl Listeners {
+    /// Binds what `config` asks for: the socket (refusing a directory others could swap
+    /// it in, or another mmkd's socket), `--listen` and `--metrics`. The default metrics
+    /// address taken by something else is left out with a warning.
+    pub async fn bind(config: &Config) -> anyhow::Result<Listeners> {
+        let socket = bind_socket(&config.socket, config.socket_group)?;
+        let tcp = match config.listen {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
                     .await
-            }
-            _ => Ok(()),
-        }
-    };
-    if let Some(m) = config.metrics {
-        match tokio::net::TcpListener::bind(m.addr).await {
-            Ok(l) => {
-                // Beyond loopback, only with TLS and client certificates (checked at start).
-                let tls = (!m.addr.ip().is_loopback())
-                    .then(|| config.tls.clone())
-                    .flatten();
-                let serving = crate::metrics::serve(l, node.clone(), tls, closed(&closed_tx));
-                tokio::spawn(async move {
-                    if let Err(e) = serving.await {
-                        warn!(error = %format!("{e:#}"), "metrics server stopped");
-                    }
+                    .with_context(|| format!("cannot listen on {addr}"))?,
+            ),
+            None => None,
+        };
+        let metrics = match &config.metrics {
+            None => None,
+            Some(m) => match tokio::net::TcpListener::bind(m.addr).await {
+                Ok(l) => Some(l),
+                Err(e) if m.default => {
+                    warn!(addr = %m.addr, error = %e, "cannot serve metrics at the default address; going on without (--metrics ADDR or off)");
+                    None
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("cannot serve metrics on {}", m.addr)));
+                }
+            },
+        };
+        Ok(Listeners {
+            socket,
+            tcp,
+            metrics,
+        })
+    }
+}
+
+/// mmkd opened on its data dir: the dir locked, the store open, what a previous mmkd left
+/// reconciled and the node's loop started; not serving yet.
+#[derive(Debug)]
+pub struct Daemon {
+    config: Config,
+    /// Descriptors mmkd may have: TCP clients get a share of them.
+    fds: u64,
+    /// One mmkd per data dir: held while it runs.
+    _lock: File,
+    store: Store,
+    node: Node,
+    loop_handle: tokio::task::JoinHandle<()>,
+    stop_loop: Arc<Notify>,
+}
+
+impl Daemon {
+    pub async fn open(config: Config) -> anyhow::Result<Daemon> {
+        // As many descriptors as the system lets mmkd have; TCP clients get a share of them.
+        let fds = crate::tcp::raise_fd_limit();
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("cannot create the data dir {}", config.data_dir.display()))?;
+        let meta = std::fs::metadata(&config.data_dir)
+            .with_context(|| format!("cannot read the data dir {}", config.data_dir.display()))?;
+        check_owner(&config.data_dir, &meta)?;
+        let lock = lock_data_dir(&config.data_dir)?;
+        // On a full disk the store needs the reserve's room to open (its WAL and shared memory
+        // file); mmkd then serves reads and ends, and refuses new jobs until there is room.
+        crate::disk::release_reserve_if_full(&config.data_dir);
+        let store = match Store::open(&config.data_dir.join("mmk.db")).await {
+            Ok(s) => s,
+            Err(e) => {
+                // Most often a full disk with no reserve left to let go: say so.
+                let full = crate::disk::space(&config.data_dir)
+                    .ok()
+                    .filter(|(free, _)| *free < crate::disk::LOW_WATER);
+                return Err(match full {
+                    Some((free, _)) => anyhow::Error::new(e).context(format!(
+                        "the disk of the data dir {} is full ({} free): free some space there",
+                        config.data_dir.display(),
+                        crate::disk::bytes_text(free)
+                    )),
+                    None => e.into(),
                 });
             }
-            Err(e) if m.default => {
-                warn!(addr = %m.addr, error = %e, "cannot serve metrics at the default address; going on without (--metrics ADDR or off)");
-            }
-            Err(e) => {
-                return Err(
-                    anyhow::Error::new(e).context(format!("cannot serve metrics on {}", m.addr))
-                );
-            }
-        }
+        };
+
+        let backend = choose_backend(&config).await?;
+        let mps = choose_mps(&config, backend.kind())?;
+        let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+        let runner = Runner::new(
+            config.data_dir.join("jobs"),
+            config.sim_speed,
+            config.stop_grace,
+            exits_tx,
+        )
+        .with_log_max(config.job_log_max)
+        .with_kernel_sched(choose_ksched(&config)?)
+        .with_cgroups(choose_cgroups(&config).await);
+        let stop_loop = Arc::new(Notify::new());
+        let model = load_model(&config).await?;
+        let planner =
+            mmk_partitioner::planner_with(&config.planner, model, config.offline_share_max)
+                .with_context(|| format!("unknown planner {}", config.planner))?;
+        info!(
+            planner = planner.name(),
+            offline_share_max = config.offline_share_max,
+            "planner"
+        );
+        // What a job's folder may take: as set, or a quarter of the data dir's disk.
+        let disk = crate::node::DiskConfig {
+            data_dir: config.data_dir.clone(),
+            policy: crate::disk::Policy {
+                job_disk_max: config.job_disk_max.unwrap_or_else(|| {
+                    crate::disk::space(&config.data_dir)
+                        .map_or(crate::disk::DEFAULT_JOB_DISK_MAX, |(_, size)| {
+                            crate::disk::default_job_disk_max(size)
+                        })
+                }),
+                retention: config.job_retention,
+            },
+        };
+        info!(
+            job_disk_max = %crate::disk::bytes_text(disk.policy.job_disk_max),
+            retention = ?disk.policy.retention,
+            "jobs' folders"
+        );
+        let (node, loop_handle) = Node::start(
+            crate::node::Parts {
+                store: store.clone(),
+                backend,
+                planner: planner.into(),
+                runner,
+                mps,
+                disk: Some(disk),
+                history: config.history,
+            },
+            exits_rx,
+            Arc::clone(&stop_loop),
+        )
+        .await?;
+        Ok(Daemon {
+            config,
+            fds,
+            _lock: lock,
+            store,
+            node,
+            loop_handle,
+            stop_loop,
+        })
     }
-    let servers = async { tokio::try_join!(uds_server, tcp_server) };
-    tokio::pin!(servers);
-    let mut loop_handle = loop_handle;
-    let mut loop_died = None;
-    tokio::select! {
-        res = &mut servers => { res?; }
-        res = &mut loop_handle => {
-            // The scheduling loop never ends by itself: without it no job would start
-            // or end, so mmkd stops rather than accept work it cannot do.
-            loop_died = Some(match res {
-                Err(e) if e.is_panic() => "the scheduling loop panicked".to_owned(),
-                _ => "the scheduling loop ended".to_owned(),
+
+    /// The node, for calls made in-process.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// Serves `listeners` until `shutdown` resolves, then stops cleanly: stop accepting,
+    /// end watch streams, stop running jobs (their records are reconciled at the next
+    /// start), close the store, remove the socket.
+    pub async fn serve(
+        self,
+        listeners: Listeners,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        let Daemon {
+            config,
+            fds,
+            _lock,
+            store,
+            node,
+            loop_handle,
+            stop_loop,
+        } = self;
+        let Listeners {
+            socket: uds,
+            tcp,
+            metrics,
+        } = listeners;
+        let access = Arc::new(config.access.clone());
+        info!(socket = %config.socket.display(), data_dir = %config.data_dir.display(), "listening");
+        if let Some(l) = &tcp {
+            info!(addr = %l.local_addr()?, "listening on tcp (TLS, client certificates)");
+        }
+
+        let (stopping_tx, stopping_rx) = watch::channel(false);
+        let (health_reporter, health) = tonic_health::server::health_reporter();
+        health_reporter
+            .set_serving::<JobServiceServer<JobApi>>()
+            .await;
+        health_reporter
+            .set_serving::<PartitionServiceServer<PartitionApi>>()
+            .await;
+        health_reporter
+            .set_serving::<NodeServiceServer<NodeApi>>()
+            .await;
+        health_reporter
+            .set_serving::<AllocationServiceServer<AllocationApi>>()
+            .await;
+        // Reflection in both versions: grpcurl and grpcio-reflection still ask v1alpha.
+        let reflection_builder = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection = reflection_builder().build_v1()?;
+        let reflection_alpha = reflection_builder().build_v1alpha()?;
+        // The same services on the Unix socket and, with TLS, on TCP; watch streams are
+        // capped across both.
+        let watches = Arc::new(crate::grpc::watches::Watches::default());
+        let router = |builder: tonic::transport::Server| {
+            let mut builder = builder;
+            builder
+                .add_service(health.clone())
+                .add_service(reflection.clone())
+                .add_service(reflection_alpha.clone())
+                .add_service(JobServiceServer::new(JobApi {
+                    node: node.clone(),
+                    access: Arc::clone(&access),
+                    watches: Arc::clone(&watches),
+                    stopping: stopping_rx.clone(),
+                }))
+                .add_service(AllocationServiceServer::new(AllocationApi {
+                    node: node.clone(),
+                    access: Arc::clone(&access),
+                    watches: Arc::clone(&watches),
+                    unit_mib: config.capacity_unit_mib,
+                    stopping: stopping_rx.clone(),
+                }))
+                .add_service(PartitionServiceServer::new(PartitionApi {
+                    node: node.clone(),
+                    access: Arc::clone(&access),
+                }))
+                .add_service(NodeServiceServer::new(NodeApi {
+                    node: node.clone(),
+                    access: Arc::clone(&access),
+                }))
+        };
+        // TLS is done by `tcp`, which also caps connections and drops silent ones.
+        let tcp_router = match (&tcp, &config.tls) {
+            (Some(_), Some(files)) => Some((
+                router(
+                    tonic::transport::Server::builder()
+                        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+                        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+                        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION),
+                ),
+                Arc::new(tls_config(files)?),
+            )),
+            _ => None,
+        };
+        let uds_router = router(tonic::transport::Server::builder());
+
+        if let Some(k) = config.kubelet.clone() {
+            info!(dir = %k.kubelet_dir.display(), "kubernetes device plugin");
+            crate::k8s::start(node.clone(), k, stopping_rx);
+        }
+        let (closed_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+        let closed = |tx: &tokio::sync::broadcast::Sender<()>| {
+            let mut rx = tx.subscribe();
+            async move {
+                let _ = rx.recv().await;
+            }
+        };
+        let uds_server = uds_router
+            .serve_with_incoming_shutdown(UnixListenerStream::new(uds), closed(&closed_tx));
+        let tcp_server = async {
+            match (tcp, tcp_router) {
+                (Some(l), Some((router, tls))) => {
+                    let conns = crate::tcp::incoming(
+                        l,
+                        Some(tls),
+                        crate::tcp::api_limits(fds),
+                        crate::tcp::Opening::Http2,
+                        "api",
+                    );
+                    router
+                        .serve_with_incoming_shutdown(
+                            ReceiverStream::new(conns),
+                            closed(&closed_tx),
+                        )
+                        .await
+                }
+                _ => Ok(()),
+            }
+        };
+        if let (Some(l), Some(m)) = (metrics, &config.metrics) {
+            // Beyond loopback, only with TLS and client certificates (checked at start).
+            let tls = (!m.addr.ip().is_loopback())
+                .then(|| config.tls.clone())
+                .flatten();
+            let serving = crate::metrics::serve(l, node.clone(), tls, closed(&closed_tx));
+            tokio::spawn(async move {
+                if let Err(e) = serving.await {
+                    warn!(error = %format!("{e:#}"), "metrics server stopped");
+                }
             });
-            let _ = stopping_tx.send(true);
-            let _ = closed_tx.send(());
-            let _ = tokio::time::timeout(DRAIN, &mut servers).await;
         }
-        () = shutdown => {
-            info!("shutting down");
-            health_reporter.set_not_serving::<JobServiceServer<JobApi>>().await;
-            let _ = stopping_tx.send(true);
-            let _ = closed_tx.send(());
-            if tokio::time::timeout(DRAIN, &mut servers).await.is_err() {
-                warn!(after = ?DRAIN, "requests still open at shutdown; closing them");
+        let servers = async { tokio::try_join!(uds_server, tcp_server) };
+        tokio::pin!(servers);
+        let mut loop_handle = loop_handle;
+        let mut loop_died = None;
+        tokio::select! {
+            res = &mut servers => { res?; }
+            res = &mut loop_handle => {
+                // The scheduling loop never ends by itself: without it no job would start
+                // or end, so mmkd stops rather than accept work it cannot do.
+                loop_died = Some(match res {
+                    Err(e) if e.is_panic() => "the scheduling loop panicked".to_owned(),
+                    _ => "the scheduling loop ended".to_owned(),
+                });
+                let _ = stopping_tx.send(true);
+                let _ = closed_tx.send(());
+                let _ = tokio::time::timeout(DRAIN, &mut servers).await;
+            }
+            () = shutdown => {
+                info!("shutting down");
+                health_reporter.set_not_serving::<JobServiceServer<JobApi>>().await;
+                let _ = stopping_tx.send(true);
+                let _ = closed_tx.send(());
+                if tokio::time::timeout(DRAIN, &mut servers).await.is_err() {
+                    warn!(after = ?DRAIN, "requests still open at shutdown; closing them");
+                }
             }
         }
+        if loop_died.is_none() {
+            stop_loop.notify_one();
+            let _ = loop_handle.await;
+        }
+        node.runner().stop_all().await;
+        if let Some(c) = node.runner().cgroups() {
+            c.teardown();
+        }
+        node.mps().stop_all().await;
+        store.close().await;
+        let _ = std::fs::remove_file(&config.socket);
+        if let Some(why) = loop_died {
+            bail!("{why}; job records are reconciled at the next start");
+        }
+        info!("stopped");
+        Ok(())
     }
-    if loop_died.is_none() {
-        stop_loop.notify_one();
-        let _ = loop_handle.await;
-    }
-    node.runner().stop_all().await;
-    if let Some(c) = node.runner().cgroups() {
-        c.teardown();
-    }
-    node.mps().stop_all().await;
-    store.close().await;
-    let _ = std::fs::remove_file(&config.socket);
-    if let Some(why) = loop_died {
-        bail!("{why}; job records are reconciled at the next start");
-    }
-    info!("stopped");
-    Ok(())
 }
 
 /// How long open requests get to finish at shutdown.
@@ -532,9 +620,7 @@ fn find_program(path: &Path) -> Option<std::path::PathBuf> {
 fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
     let path = dir.join("mmkd.lock");
     let f = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
-    // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    if crate::os::lock_exclusive(&f).is_err() {
         bail!(
             "another mmkd is using the data dir {} (it holds {})",
             dir.display(),
@@ -546,7 +632,7 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<File> {
 
 /// The TCP listener's TLS: mmkd's certificate and key, and the client CA whose
 /// certificates it requires; a key other users may read is refused.
-fn tls_config(files: &crate::config::TlsFiles) -> anyhow::Result<rustls::ServerConfig> {
+fn tls_config(files: &crate::tcp::TlsFiles) -> anyhow::Result<rustls::ServerConfig> {
     let key_meta = std::fs::metadata(&files.key)
         .with_context(|| format!("cannot read the TLS key {}", files.key.display()))?;
     if key_meta.permissions().mode() & 0o077 != 0 {
@@ -569,7 +655,7 @@ const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 /// Refuses a directory owned by someone else than mmkd's user or root.
 fn check_owner(dir: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::geteuid().as_raw();
+    let me = crate::os::euid();
     if meta.uid() != me && meta.uid() != 0 {
         bail!(
             "{} belongs to uid {}, not to mmkd's user (uid {me}); another user may have made it \

@@ -349,10 +349,7 @@ async fn handshake(
 /// The TLS of mmkd's TCP listeners: its certificate and key, and the client CA whose
 /// certificates it takes (`--tls-cert`, `--tls-key`, `--tls-client-ca`); `alpn`: the
 /// protocols offered (`h2` for gRPC).
-pub fn server_config(
-    files: &crate::config::TlsFiles,
-    alpn: &[&[u8]],
-) -> anyhow::Result<rustls::ServerConfig> {
+pub fn server_config(files: &TlsFiles, alpn: &[&[u8]]) -> anyhow::Result<rustls::ServerConfig> {
     use anyhow::Context as _;
     use rustls_pki_types::PrivateKeyDer;
     use rustls_pki_types::pem::PemObject as _;
@@ -420,6 +417,14 @@ pub const METRICS_LIMITS: Limits = Limits {
     per_peer: 8,
     total: 64,
 };
+
+/// The files of the TCP listener's mutual TLS.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub client_ca: std::path::PathBuf,
+}
 
 #[cfg(test)]
 mod tests {

@@ -98,3 +98,42 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
         None
     }
 }
+
+/// The GPUs whose MIG layout mmkd may change (`--mig-gpus`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum MigGpus {
+    #[default]
+    All,
+    Listed(std::collections::BTreeSet<u32>),
+}
+
+/// A `--mig-gpus` entry that is not a GPU index.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0:?} is not a GPU index (all, none or I,J,...)")]
+pub struct NotAGpuIndex(pub String);
+
+impl MigGpus {
+    /// `all`, `none` or GPU indices separated by commas.
+    pub fn parse(text: &str) -> std::result::Result<MigGpus, NotAGpuIndex> {
+        match text.trim() {
+            "all" => Ok(MigGpus::All),
+            "none" | "" => Ok(MigGpus::Listed(Default::default())),
+            list => list
+                .split(',')
+                .map(|i| {
+                    i.trim()
+                        .parse::<u32>()
+                        .map_err(|_| NotAGpuIndex(i.to_owned()))
+                })
+                .collect::<std::result::Result<_, _>>()
+                .map(MigGpus::Listed),
+        }
+    }
+
+    pub fn contains(&self, gpu: u32) -> bool {
+        match self {
+            MigGpus::All => true,
+            MigGpus::Listed(set) => set.contains(&gpu),
+        }
+    }
+}

@@ -24,8 +24,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES as INSUFFICIENT_RESOURCES,
 };
 
+use super::MigGpus;
 use super::{BackendError, GpuBackend, Result};
-use crate::config::MigGpus;
 
 /// NVML profile enums of the `+me` profiles (1_SLICE_REV1, 2_SLICE_REV1).
 const MEDIA_EXTENSION_ENUMS: [u32; 2] = [7, 8];

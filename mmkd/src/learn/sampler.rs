@@ -838,7 +838,7 @@ mod tests {
             partition: (0, None),
             partition_mem_frac: 1.0,
             gpu_sms,
-            uid: rustix::process::getuid().as_raw(),
+            uid: crate::os::uid(),
             learned: false,
             learned_ns_per_launch: None,
         }
@@ -855,7 +855,7 @@ mod tests {
 
     /// Every process is job 7 of this test's user, except pid 1.
     fn job_seven(pid: u32) -> Option<(u64, u32)> {
-        (pid != 1).then(|| (JOB, rustix::process::getuid().as_raw()))
+        (pid != 1).then(|| (JOB, crate::os::uid()))
     }
 
     /// A gate under the `mmk` policy with this hold budget (0: mmkd's default, holding
@@ -950,7 +950,7 @@ mod tests {
             10,
             "the forged slot's 50 are not job 7's"
         );
-        if rustix::process::geteuid().is_root() {
+        if crate::os::running_as_root() {
             // The partition's gate made anew for another user (as mmkd does when the
             // partition passes to them): the job's process there no longer counts.
             let theirs_path = dir.path().join("c.gate");

@@ -660,8 +660,8 @@ impl Node {
                     index: g.index,
                     uuid: g.uuid.clone(),
                     memory_mib: g.model.memory_mib,
-                    free_memory_mib: crate::grpc::free_memory_mib(g, &active),
-                    free_memory_slices: crate::grpc::free_slices(g),
+                    free_memory_mib: super::free_memory_mib(g, &active),
+                    free_memory_slices: super::free_slices(g),
                     online_jobs: count(mmk_core::JobClass::Online).unwrap_or(u32::MAX),
                     offline_jobs: count(mmk_core::JobClass::Offline).unwrap_or(u32::MAX),
                 }

@@ -30,25 +30,28 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 mod attached;
+mod capacity;
 mod disk;
 mod history;
 pub mod recent;
 mod reconciler;
 mod recovery;
 mod service;
+mod telemetry;
 
 pub use attached::{AllocationView, Capacity, Fit, GpuCapacity, Mount, Verdict};
+pub use capacity::{GpuView, PartitionView, free_memory_mib, free_slices, partitions_of};
 pub use disk::DiskConfig;
 pub use history::{HistoryPolicy, Pruned};
 pub use recent::JobSeries;
 pub use reconciler::planner_profile;
 pub use service::MAX_REQUEST_ID;
+pub use telemetry::NodeMetrics;
 
 use crate::backend::GpuBackend;
 use crate::job::{Change, JobRecord};
 use crate::learn::sampler::{Readings, Sampler};
 use crate::learn::{Learned, Profiles, Seen};
-use crate::metrics::NodeMetrics;
 use crate::mps::Mps;
 use crate::runner::{Exit, Runner};
 use crate::store::{Store, StoreError};
@@ -72,6 +75,9 @@ struct Inner {
     backend: Arc<dyn GpuBackend>,
     planner: Arc<dyn Planner>,
     runner: Runner,
+    /// Where jobs are started; `None` when its thread could not be made (then on the
+    /// runtime).
+    spawner: Option<crate::runner::Spawner>,
     /// One MPS control daemon per partition in use.
     mps: Mps,
     events: broadcast::Sender<JobEvent>,
@@ -196,12 +202,16 @@ impl Node {
             memory: device.process_memory(),
             bandwidth: device.dram_bandwidth(),
         })));
+        let spawner = crate::runner::Spawner::start()
+            .inspect_err(|e| warn!(error = %e, "cannot start the thread that starts jobs; starting them on the runtime"))
+            .ok();
         let node = Node {
             inner: Arc::new(Inner {
                 store,
                 backend,
                 planner,
                 runner,
+                spawner,
                 mps,
                 events,
                 state: tokio::sync::Mutex::new(()),

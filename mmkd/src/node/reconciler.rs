@@ -16,12 +16,12 @@ use mmk_partitioner::{GpuState, JobDemand, JobProfile, NodeState, Plan, Slot, St
 use tokio::sync::{Notify, mpsc};
 use tracing::{info, instrument, warn};
 
+use super::NodeMetrics;
 use super::{Node, RETRY_FIRST, RETRY_MAX};
 use crate::job::{Assignment, Change, InstanceRecord, JobRecord, Owner, StepRecord};
 use crate::ksched;
 use crate::learn::sampler::Watch;
 use crate::learn::{self, Learned, Profiles};
-use crate::metrics::NodeMetrics;
 use crate::mps;
 use crate::runner::{Exit, Launch, Outcome};
 use crate::store::StoreError;
@@ -690,7 +690,7 @@ impl Node {
         };
         // The job may have been cancelled while its partition was made ready: decided
         // under the state lock, as the cancel was.
-        let _state = self.inner.state.lock().await;
+        let state = self.inner.state.lock().await;
         if matches!(job.spec.task, Task::Attached(_)) {
             if self.get(job.id).await?.state != JobState::Starting {
                 return Ok(()); // ended meanwhile (its end released what it held)
@@ -710,12 +710,52 @@ impl Node {
             self.cancelling().remove(&job.id);
             return Ok(());
         }
-        match self.inner.runner.start(&launch) {
-            Ok(pid) => {
-                self.learn(job, &a, gpus, &launch);
-                self.started(job, &a, pid, "running").await?;
+        drop(state);
+        // Making the job's folders and forking it: off the state lock (API calls go on
+        // meanwhile) and off the runtime's worker threads ([`crate::runner::Spawner`]).
+        let (started, launch) = match &self.inner.spawner {
+            Some(spawner) => {
+                let node = self.clone();
+                let started = spawner
+                    .run(move || {
+                        let started = node.inner.runner.start(&launch);
+                        (started, launch)
+                    })
+                    .await;
+                let Some(started) = started else {
+                    self.not_started(job, "the thread that starts jobs has ended".into());
+                    return Ok(());
+                };
+                started
             }
-            Err(why) => self.not_started(job, crate::error::chain(&why)),
+            None => (self.inner.runner.start(&launch), launch),
+        };
+        let pid = match started {
+            Ok(pid) => pid,
+            Err(why) => {
+                self.not_started(job, crate::error::chain(&why));
+                return Ok(());
+            }
+        };
+        let state = self.inner.state.lock().await;
+        if self.get(job.id).await?.state != JobState::Starting {
+            // Its run ended already, and its exit was recorded.
+            return Ok(());
+        }
+        self.learn(job, &a, gpus, &launch);
+        self.started(job, &a, pid, "running").await?;
+        // A cancel that came while the run was being started found nothing to stop: the
+        // run is stopped now, and its exit records the cancel.
+        let stop = match self.cancelling().get_mut(&job.id) {
+            Some(c) if !c.stopped => {
+                c.stopped = true;
+                true
+            }
+            _ => false,
+        };
+        drop(state);
+        if stop {
+            self.inner.runner.stop(job.id).await;
         }
         Ok(())
     }
@@ -731,7 +771,7 @@ impl Node {
             .iter()
             .find(|g| g.index == a.slot.gpu)
             .map_or(0, |g| g.model.sm_count);
-        let uid = runs_as(job).map_or_else(|| rustix::process::geteuid().as_raw(), |o| o.uid);
+        let uid = runs_as(job).map_or_else(|| crate::os::euid(), |o| o.uid);
         let learned = self.inner.learned.for_job(job.owner, &job.spec);
         self.inner.sampler.watch(
             job.id,
@@ -934,7 +974,7 @@ fn runs_as(job: &JobRecord) -> Option<Owner> {
 fn user_running(task: &Task, owner: Option<Owner>) -> Option<Owner> {
     match (task, owner) {
         (Task::Attached(_), Some(o)) => Some(o),
-        (_, Some(o)) if crate::runner::running_as_root() => Some(o),
+        (_, Some(o)) if crate::os::running_as_root() => Some(o),
         _ => None,
     }
 }
@@ -942,5 +982,5 @@ fn user_running(task: &Task, owner: Option<Owner>) -> Option<Owner> {
 /// The uid a job of `owner` with this task runs as (see [`runs_as`]): the user the planner
 /// keeps its partition for.
 pub(super) fn run_uid(task: &Task, owner: Option<Owner>) -> u32 {
-    user_running(task, owner).map_or_else(|| rustix::process::geteuid().as_raw(), |o| o.uid)
+    user_running(task, owner).map_or_else(|| crate::os::euid(), |o| o.uid)
 }

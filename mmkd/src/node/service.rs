@@ -19,7 +19,6 @@ use super::reconciler::{demand, waiting_demand};
 use super::{Cancel, Node};
 use crate::job::{Change, JobRecord, Owner};
 use crate::ksched;
-use crate::runner;
 
 /// The longest request id a submit may carry.
 pub const MAX_REQUEST_ID: usize = 128;
@@ -70,7 +69,7 @@ impl Node {
         self.check_room()?;
         if owner.is_none()
             && matches!(spec.task, mmk_core::Task::Command(_))
-            && runner::running_as_root()
+            && crate::os::running_as_root()
         {
             return Err(ServiceError::PermissionDenied(
                 "command jobs must come over mmkd's Unix socket, which tells who submits them; \
