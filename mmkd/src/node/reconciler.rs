@@ -771,7 +771,7 @@ impl Node {
             .iter()
             .find(|g| g.index == a.slot.gpu)
             .map_or(0, |g| g.model.sm_count);
-        let uid = runs_as(job).map_or_else(|| crate::os::euid(), |o| o.uid);
+        let uid = runs_as(job).map_or_else(crate::os::euid, |o| o.uid);
         let learned = self.inner.learned.for_job(job.owner, &job.spec);
         self.inner.sampler.watch(
             job.id,
@@ -982,5 +982,5 @@ fn user_running(task: &Task, owner: Option<Owner>) -> Option<Owner> {
 /// The uid a job of `owner` with this task runs as (see [`runs_as`]): the user the planner
 /// keeps its partition for.
 pub(super) fn run_uid(task: &Task, owner: Option<Owner>) -> u32 {
-    user_running(task, owner).map_or_else(|| crate::os::euid(), |o| o.uid)
+    user_running(task, owner).map_or_else(crate::os::euid, |o| o.uid)
 }
