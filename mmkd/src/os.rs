@@ -21,6 +21,11 @@ pub fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// mmkd's effective group ID.
+pub fn egid() -> u32 {
+    rustix::process::getegid().as_raw()
+}
+
 /// mmkd's real user ID.
 pub fn uid() -> u32 {
     rustix::process::getuid().as_raw()
