@@ -1,6 +1,7 @@
 use super::*;
-use crate::policy::Mmk;
+use crate::policy::{Launch, Mmk};
 use std::sync::Arc;
+use std::time::Instant;
 
 fn gate(dir: &tempfile::TempDir, policy: PolicyKind) -> Gate {
     let mut config = GateConfig::new(132, policy);

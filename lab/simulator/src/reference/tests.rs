@@ -1,0 +1,267 @@
+use std::sync::Arc;
+
+use mmk_core::workload;
+use mmk_partitioner::{AnalyticModel, planner};
+
+use super::*;
+use crate::trace::{TraceJob, TraceSpec, generate};
+use mmk_partitioner::PartitionShape;
+
+fn job(arrival_s: f64, name: &str, duration_s: f64) -> TraceJob {
+    let w = workload::find(name).expect("workload");
+    TraceJob {
+        arrival_s,
+        workload: w,
+        class: w.class(),
+        duration_s,
+        memory_mib: w.nominal_memory_mib,
+        checkpoint: false,
+    }
+}
+
+fn jct_sum(r: &RunResult) -> f64 {
+    r.jobs.iter().map(|j| j.jct_s()).sum()
+}
+
+/// The search with nothing pruned: every schedule of the class.
+fn brute(
+    trace: &Trace,
+    cfg: &SimConfig,
+    truth: &dyn PerfModel,
+    opts: &ReferenceOptions,
+) -> Reference {
+    let model = catalog::model(&cfg.gpu_model).expect("model");
+    let mut s = Search::new(trace, cfg, model, truth, opts, true);
+    s.run().expect("searched");
+    finish(s, trace, cfg, truth).expect("a schedule")
+}
+
+/// Small traces of the generator's mix, their jobs cut short so that they overlap.
+fn small(n: usize, seed: u64, interval: f64) -> Trace {
+    let mut t = generate(TraceSpec {
+        online: n - n / 3,
+        offline: n / 3,
+        mean_interval_s: interval,
+        seed,
+    });
+    for j in &mut t.jobs {
+        j.duration_s = j.duration_s.min(300.0);
+    }
+    t
+}
+
+#[test]
+fn branch_and_bound_finds_what_brute_force_finds() {
+    let truth = AnalyticModel::default();
+    let opts = ReferenceOptions {
+        shares: vec![100, 50],
+        node_limit: u64::MAX,
+    };
+    for (gpus, seed) in [(1, 1), (1, 2), (2, 3), (2, 4)] {
+        let t = small(3, seed, 30.0);
+        let cfg = SimConfig::new("a100-80gb", gpus);
+        let exact = solve(&t, &cfg, &truth, &opts).expect("solved");
+        let all = brute(&t, &cfg, &truth, &opts);
+        assert!(exact.exact);
+        assert!(
+            (jct_sum(&exact.run) - jct_sum(&all.run)).abs() < 1e-6,
+            "{gpus} GPUs, seed {seed}: {} against brute force {}",
+            jct_sum(&exact.run),
+            jct_sum(&all.run)
+        );
+        assert!(
+            exact.nodes < all.nodes,
+            "{gpus} GPUs, seed {seed}: the bound pruned nothing"
+        );
+        assert!((exact.lower_bound_jct_sum_s - jct_sum(&exact.run)).abs() < 1e-6);
+    }
+}
+
+/// The search simulates as the engine does: the schedule it found, replayed through
+/// `simulate`, has the JCTs it computed (`solve` checks, and fails otherwise).
+#[test]
+fn the_engine_replays_the_schedule_the_search_found() {
+    let truth = AnalyticModel::default();
+    for (gpus, seed) in [(1, 5), (2, 6), (2, 7)] {
+        let t = small(6, seed, 20.0);
+        let cfg = SimConfig::new("a100-80gb", gpus);
+        let r = solve(
+            &t,
+            &cfg,
+            &truth,
+            &ReferenceOptions {
+                node_limit: 2_000,
+                ..ReferenceOptions::default()
+            },
+        )
+        .expect("solved and replayed");
+        assert_eq!(r.run.policy, "reference");
+        assert_eq!(r.run.jobs.len(), t.jobs.len());
+        assert_eq!(r.run.moves, 0);
+        assert!(r.lower_bound_jct_sum_s <= jct_sum(&r.run) + 1e-6);
+    }
+}
+
+/// Default's schedules are in the class, so the exact reference is never behind them.
+#[test]
+fn default_never_beats_the_exact_reference() {
+    let truth = AnalyticModel::default();
+    for seed in 1..=3 {
+        let t = small(4, seed, 40.0);
+        let cfg = SimConfig::new("a100-80gb", 2);
+        let r = solve(&t, &cfg, &truth, &ReferenceOptions::default()).expect("solved");
+        assert!(r.exact);
+        let p = planner("default", Arc::new(AnalyticModel::default())).expect("planner");
+        let run = simulate(&t, &cfg, p.as_ref(), &truth, &mut |_, _| {}).expect("run");
+        assert!(
+            jct_sum(&r.run) <= jct_sum(&run) + 1e-6,
+            "seed {seed}: reference {} behind default {}",
+            jct_sum(&r.run),
+            jct_sum(&run)
+        );
+    }
+}
+
+/// A truth where company speeds a job up breaks the bound's premise: the schedule
+/// found stands, but it is not called exact, and the bound is the solo times.
+#[test]
+fn a_truth_where_company_helps_gets_no_exact_claim() {
+    #[derive(Debug)]
+    struct Company;
+    impl PerfModel for Company {
+        fn estimate(
+            &self,
+            _: &mmk_partitioner::JobProfile,
+            p: &PartitionShape,
+            _: u8,
+            co: &[CoRunner],
+        ) -> f64 {
+            let frac = f64::from(p.sm_count) / f64::from(p.gpu_sm_count);
+            (frac * 0.5 * (1.0 + co.len() as f64)).min(1.0)
+        }
+    }
+    let t = small(3, 2, 10.0);
+    let cfg = SimConfig::new("a100-80gb", 1);
+    let r = solve(&t, &cfg, &Company, &ReferenceOptions::default()).expect("solved");
+    assert!(!r.exact);
+    let solo: f64 = t.jobs.iter().map(|j| j.duration_s).sum();
+    assert!((r.lower_bound_jct_sum_s - solo).abs() < 1e-6);
+}
+
+#[test]
+fn two_jobs_on_one_gpu_share_it_or_queue_as_their_speeds_say() {
+    // Two trainings arriving together on one GPU. Nothing slows a co-runner: they
+    // share the GPU. Co-runners that crawl: one after the other.
+    #[derive(Debug)]
+    struct Corunner(f64);
+    impl PerfModel for Corunner {
+        fn estimate(
+            &self,
+            _: &mmk_partitioner::JobProfile,
+            p: &PartitionShape,
+            share: u8,
+            co: &[CoRunner],
+        ) -> f64 {
+            let frac = f64::from(p.sm_count) / f64::from(p.gpu_sm_count);
+            (frac * f64::from(share) / 100.0 * self.0.powi(co.len() as i32)).min(1.0)
+        }
+        fn company_never_helps(&self) -> bool {
+            self.0 <= 1.0
+        }
+    }
+    let t = Trace {
+        jobs: vec![
+            job(0.0, "resnet50-train", 100.0),
+            job(0.0, "bert-train", 100.0),
+        ],
+    };
+    let cfg = SimConfig::new("a100-80gb", 1);
+    let opts = ReferenceOptions {
+        shares: vec![100],
+        node_limit: u64::MAX,
+    };
+    let setup = cfg.create_s;
+    // The 7g.80gb instance has 98 of the A100's 108 SMs.
+    let solo = 100.0 * 108.0 / 98.0;
+    let r = solve(&t, &cfg, &Corunner(1.0), &opts).expect("solved");
+    assert!(r.exact);
+    assert!(
+        (jct_sum(&r.run) - 2.0 * (solo + setup)).abs() < 1e-6,
+        "{:?}",
+        r.run.jobs
+    );
+    let r = solve(&t, &cfg, &Corunner(0.3), &opts).expect("solved");
+    assert!(
+        (jct_sum(&r.run) - (solo + setup + 2.0 * solo + setup)).abs() < 1e-6,
+        "{:?}",
+        r.run.jobs
+    );
+}
+
+#[test]
+fn a_search_cut_short_keeps_its_best_and_a_bound_below_it() {
+    let truth = AnalyticModel::default();
+    let t = small(8, 3, 15.0);
+    let cfg = SimConfig::new("a100-80gb", 2);
+    let r = solve(
+        &t,
+        &cfg,
+        &truth,
+        &ReferenceOptions {
+            node_limit: 50,
+            ..ReferenceOptions::default()
+        },
+    )
+    .expect("solved");
+    assert!(!r.exact);
+    assert_eq!(r.nodes, 50);
+    assert!(r.lower_bound_jct_sum_s < jct_sum(&r.run));
+    let solo: f64 = t.jobs.iter().map(|j| j.duration_s).sum();
+    assert!(r.lower_bound_jct_sum_s >= solo - 1e-6);
+}
+
+#[test]
+fn bad_requests_are_refused() {
+    let truth = AnalyticModel::default();
+    let t = small(4, 1, 30.0);
+    let e = solve(
+        &t,
+        &SimConfig::new("a100-80gb", 5),
+        &truth,
+        &ReferenceOptions::default(),
+    )
+    .expect_err("too many GPUs");
+    assert!(e.to_string().contains("at most 40 jobs and 4 GPUs"), "{e}");
+    let e = solve(
+        &t,
+        &SimConfig::new("a100-80gb", 1),
+        &truth,
+        &ReferenceOptions {
+            shares: vec![0],
+            ..ReferenceOptions::default()
+        },
+    )
+    .expect_err("no share");
+    assert_eq!(e, ReferenceError::Shares(vec![0]));
+    #[derive(Debug)]
+    struct Fast;
+    impl PerfModel for Fast {
+        fn estimate(
+            &self,
+            _: &mmk_partitioner::JobProfile,
+            _: &PartitionShape,
+            _: u8,
+            _: &[CoRunner],
+        ) -> f64 {
+            1.5
+        }
+    }
+    let e = solve(
+        &t,
+        &SimConfig::new("a100-80gb", 1),
+        &Fast,
+        &ReferenceOptions::default(),
+    )
+    .expect_err("faster than alone");
+    assert!(matches!(e, ReferenceError::FasterThanAlone { .. }), "{e}");
+}
