@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mmk_proto::v1;
+use mmkctl::client::Clients;
 use tokio::sync::Mutex;
 use tokio_stream::StreamExt;
 
@@ -34,6 +35,64 @@ fn percentile(v: &mut [Duration], p: f64) -> f64 {
 fn spec(i: usize) -> v1::JobSpec {
     let duration_ms = if i % 8 == 3 { 2_000 } else { 600_000 };
     support::workload_spec(format!("load-{i}"), i, duration_ms)
+}
+
+/// Cancels running jobs, one every 50 ms, RUNNING_CANCELS of them (each cancel returns
+/// once the job's end is recorded); how long each took.
+async fn cancel_running(mut c: Clients, run_start: Instant) -> Vec<Duration> {
+    let mut lat = Vec::new();
+    let mut done = std::collections::HashSet::new();
+    while lat.len() < RUNNING_CANCELS && run_start.elapsed() < LIMIT {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let running = c
+            .jobs
+            .list_jobs(v1::ListJobsRequest {
+                states: vec![v1::JobState::Running as i32],
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner()
+            .jobs;
+        let Some(job) = running.iter().find(|j| !done.contains(&j.id)) else {
+            continue;
+        };
+        done.insert(job.id);
+        let t = Instant::now();
+        let cancelled = c
+            .jobs
+            .cancel_job(v1::CancelJobRequest {
+                id: job.id,
+                reason: "load".into(),
+            })
+            .await;
+        if cancelled.is_ok() {
+            lat.push(t.elapsed());
+        }
+    }
+    lat
+}
+
+/// Lists every job, page by page; how many there are.
+async fn list_all(mut c: Clients) -> usize {
+    let mut listed = 0;
+    let mut token = String::new();
+    loop {
+        let page = c
+            .jobs
+            .list_jobs(v1::ListJobsRequest {
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        listed += page.jobs.len();
+        if page.next_page_token.is_empty() {
+            return listed;
+        }
+        token = page.next_page_token;
+    }
 }
 
 #[tokio::main]
@@ -142,42 +201,7 @@ async fn main() {
     });
     // While the jobs are submitted and the queue is planned: cancels of running jobs (each
     // returns once the job's end is recorded), one every 50 ms, RUNNING_CANCELS of them.
-    let running_canceller = {
-        let mut c = clients.clone();
-        tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut done = std::collections::HashSet::new();
-            while lat.len() < RUNNING_CANCELS && run_start.elapsed() < LIMIT {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let running = c
-                    .jobs
-                    .list_jobs(v1::ListJobsRequest {
-                        states: vec![v1::JobState::Running as i32],
-                        ..Default::default()
-                    })
-                    .await
-                    .expect("list")
-                    .into_inner()
-                    .jobs;
-                let Some(job) = running.iter().find(|j| !done.contains(&j.id)) else {
-                    continue;
-                };
-                done.insert(job.id);
-                let t = Instant::now();
-                let cancelled = c
-                    .jobs
-                    .cancel_job(v1::CancelJobRequest {
-                        id: job.id,
-                        reason: "load".into(),
-                    })
-                    .await;
-                if cancelled.is_ok() {
-                    lat.push(t.elapsed());
-                }
-            }
-            lat
-        })
-    };
+    let running_canceller = tokio::spawn(cancel_running(clients.clone(), run_start));
     let mut submit_lat = Vec::new();
     for t in submit_tasks {
         submit_lat.extend(t.await.expect("submitter"));
@@ -185,26 +209,8 @@ async fn main() {
     let submit_secs = run_start.elapsed().as_secs_f64();
     let mut running_cancel_lat = running_canceller.await.expect("running canceller");
     cancel_lat.extend(canceller.await.expect("canceller"));
-    let mut c = clients.clone();
     let t = Instant::now();
-    let mut listed = 0;
-    let mut token = String::new();
-    loop {
-        let page = c
-            .jobs
-            .list_jobs(v1::ListJobsRequest {
-                page_token: token,
-                ..Default::default()
-            })
-            .await
-            .expect("list")
-            .into_inner();
-        listed += page.jobs.len();
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        token = page.next_page_token;
-    }
+    let listed = list_all(clients.clone()).await;
     let list_ms = t.elapsed().as_secs_f64() * 1000.0;
     let _ = stop_tx.send(true);
     let mut events = Vec::new();

@@ -156,7 +156,8 @@ fn ms(ns: Option<u64>) -> Option<f64> {
     ns.map(|n| n as f64 / 1e6)
 }
 
-pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
+/// The policies to replay, once the flags `run` needs are checked.
+fn checked_policies(args: &KsimArgs) -> Result<Vec<PolicyKind>, Failure> {
     for (flag, share) in [
         ("--online-share", args.online_share),
         ("--offline-share", args.offline_share),
@@ -171,14 +172,17 @@ pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
     if args.interval.is_zero() {
         return Err(Failure::usage("--interval: must be above zero"));
     }
-    let policies: Vec<PolicyKind> = args
-        .policies
+    args.policies
         .iter()
         .map(|p| {
             p.parse()
                 .map_err(|e| Failure::usage(format!("--policies: {e}")))
         })
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+}
+
+pub fn run(fmt: Format, args: KsimArgs) -> Result<(), Failure> {
+    let policies = checked_policies(&args)?;
     let mut jobs = Vec::new();
     let mut dur_threshold = None;
     for (i, p) in args.online.iter().enumerate() {

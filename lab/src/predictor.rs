@@ -83,6 +83,70 @@ fn json(v: &impl Serialize) {
     }
 }
 
+/// `predictor train`: a forest cross-validated on `data`, written to `out`.
+fn train(fmt: Format, data: &Path, out: &Path, seed: u64) -> Result<(), Failure> {
+    let d = load_data(data)?;
+    let opts = TrainOptions::standard(seed);
+    eprintln!(
+        "training on {} rows: {} candidates x {} folds, then {} trees",
+        d.rows.len(),
+        opts.grid.len(),
+        opts.folds,
+        opts.final_trees
+    );
+    let started = std::time::Instant::now();
+    let model = Predictor::train(&d, &opts).map_err(|e| Failure::usage(e.to_string()))?;
+    model
+        .save(out)
+        .map_err(|e| Failure::usage(source_chain(&e)))?;
+    #[derive(Serialize)]
+    struct Cv {
+        params: String,
+        cv_rel_error_pct: f64,
+    }
+    #[derive(Serialize)]
+    struct Trained {
+        model: String,
+        rows: u64,
+        seed: u64,
+        chosen: String,
+        seconds: f64,
+        cross_validation: Vec<Cv>,
+    }
+    let t = Trained {
+        model: out.display().to_string(),
+        rows: model.rows,
+        seed,
+        chosen: model.params.to_string(),
+        seconds: started.elapsed().as_secs_f64(),
+        cross_validation: model
+            .cv
+            .iter()
+            .map(|c| Cv {
+                params: c.params.to_string(),
+                cv_rel_error_pct: c.mre_pct,
+            })
+            .collect(),
+    };
+    match fmt {
+        Format::Json => json(&t),
+        Format::Table => {
+            outln!("CANDIDATE (cross-validated)                                REL ERR");
+            for c in &t.cross_validation {
+                outln!("{:<58} {:>6.2} %", c.params, c.cv_rel_error_pct);
+            }
+            outln!(
+                "wrote {} ({} rows, {:.1} s): {}",
+                t.model,
+                t.rows,
+                t.seconds,
+                t.chosen
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
     match cmd {
         PredictorCommand::Generate { out, rows, seed } => {
@@ -127,68 +191,7 @@ pub fn run(fmt: Format, cmd: PredictorCommand) -> Result<(), Failure> {
             }
             Ok(())
         }
-        PredictorCommand::Train { data, out, seed } => {
-            let d = load_data(&data)?;
-            let opts = TrainOptions::standard(seed);
-            eprintln!(
-                "training on {} rows: {} candidates x {} folds, then {} trees",
-                d.rows.len(),
-                opts.grid.len(),
-                opts.folds,
-                opts.final_trees
-            );
-            let started = std::time::Instant::now();
-            let model = Predictor::train(&d, &opts).map_err(|e| Failure::usage(e.to_string()))?;
-            model
-                .save(&out)
-                .map_err(|e| Failure::usage(source_chain(&e)))?;
-            #[derive(Serialize)]
-            struct Cv {
-                params: String,
-                cv_rel_error_pct: f64,
-            }
-            #[derive(Serialize)]
-            struct Trained {
-                model: String,
-                rows: u64,
-                seed: u64,
-                chosen: String,
-                seconds: f64,
-                cross_validation: Vec<Cv>,
-            }
-            let t = Trained {
-                model: out.display().to_string(),
-                rows: model.rows,
-                seed,
-                chosen: model.params.to_string(),
-                seconds: started.elapsed().as_secs_f64(),
-                cross_validation: model
-                    .cv
-                    .iter()
-                    .map(|c| Cv {
-                        params: c.params.to_string(),
-                        cv_rel_error_pct: c.mre_pct,
-                    })
-                    .collect(),
-            };
-            match fmt {
-                Format::Json => json(&t),
-                Format::Table => {
-                    outln!("CANDIDATE (cross-validated)                                REL ERR");
-                    for c in &t.cross_validation {
-                        outln!("{:<58} {:>6.2} %", c.params, c.cv_rel_error_pct);
-                    }
-                    outln!(
-                        "wrote {} ({} rows, {:.1} s): {}",
-                        t.model,
-                        t.rows,
-                        t.seconds,
-                        t.chosen
-                    );
-                }
-            }
-            Ok(())
-        }
+        PredictorCommand::Train { data, out, seed } => train(fmt, &data, &out, seed),
         PredictorCommand::Eval { model, data, seed } => {
             let m = load_model(&model)?;
             let d = load_data(&data)?;

@@ -92,25 +92,45 @@ pub struct SimulateArgs {
     pub jobs_out: Option<PathBuf>,
 }
 
-pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
-    let (mut online, mut offline, mut interval, mut gpus) = (80, 40, 40.0, 8);
-    match a.preset.as_deref() {
-        None => {}
-        Some("mmk-paper") => (online, offline, interval, gpus) = (800, 400, 40.0, 8),
-        Some(other) => {
-            return Err(Failure::usage(format!(
-                "--preset: unknown preset {other:?}; known: mmk-paper"
-            )));
+/// `--kernel-sched`: `off`, `measured`, or a ksim report's file.
+fn kernel_effect(flag: &str) -> Result<Option<KernelEffect>, Failure> {
+    Ok(match flag {
+        "off" => None,
+        "measured" => Some(measured_kernel_effect().map_err(usage)?),
+        path => {
+            let text = mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES).map_err(|e| {
+                Failure::usage(format!(
+                    "--kernel-sched: {path:?} is not `measured`, `off` or a readable ksim report: {e}"
+                ))
+            })?;
+            Some(
+                KernelEffect::from_ksim(path, &text)
+                    .map_err(|e| Failure::usage(format!("--kernel-sched: {}", source_chain(&e))))?,
+            )
         }
+    })
+}
+
+/// The workloads that the measured ground truth has no measurements of.
+fn unmeasured(truth: &str, cfg: &SimConfig) -> Vec<&'static str> {
+    if truth != "measured" {
+        return Vec::new();
     }
-    let online = a.online.unwrap_or(online);
-    let offline = a.offline.unwrap_or(offline);
-    let intervals = if a.interval.is_empty() {
-        vec![interval]
-    } else {
-        a.interval.clone()
-    };
-    let gpus = a.gpus.unwrap_or(gpus);
+    workload::WORKLOADS
+        .iter()
+        .map(|w| w.name)
+        .filter(|n| !cfg.profiles.contains_key(n))
+        .collect()
+}
+
+/// The flags that `run` cannot go on with, refused with the flag named; whether they ask
+/// for a sweep, and for the reference schedule.
+fn check(
+    a: &SimulateArgs,
+    intervals: &[f64],
+    gpus: u32,
+    jobs: usize,
+) -> Result<(bool, bool), Failure> {
     if let Some(bad) = intervals.iter().find(|i| !(i.is_finite() && **i > 0.0)) {
         return Err(Failure::usage(format!(
             "--interval must be greater than zero (got {bad})"
@@ -166,9 +186,32 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             reference::MAX_GPUS
         )));
     }
-    if a.trace.is_none() && online + offline == 0 {
+    if a.trace.is_none() && jobs == 0 {
         return Err(Failure::usage("--online and --offline are both 0: no jobs"));
     }
+    Ok((sweep, with_reference))
+}
+
+pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
+    let (mut online, mut offline, mut interval, mut gpus) = (80, 40, 40.0, 8);
+    match a.preset.as_deref() {
+        None => {}
+        Some("mmk-paper") => (online, offline, interval, gpus) = (800, 400, 40.0, 8),
+        Some(other) => {
+            return Err(Failure::usage(format!(
+                "--preset: unknown preset {other:?}; known: mmk-paper"
+            )));
+        }
+    }
+    let online = a.online.unwrap_or(online);
+    let offline = a.offline.unwrap_or(offline);
+    let intervals = if a.interval.is_empty() {
+        vec![interval]
+    } else {
+        a.interval.clone()
+    };
+    let gpus = a.gpus.unwrap_or(gpus);
+    let (sweep, with_reference) = check(&a, &intervals, gpus, online + offline)?;
     let generate = |interval: f64, seed: u64| {
         trace::generate(TraceSpec {
             online,
@@ -214,21 +257,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     } else {
         Arc::new(AnalyticModel::default())
     };
-    let kernel_sched = match a.kernel_sched.as_str() {
-        "off" => None,
-        "measured" => Some(measured_kernel_effect().map_err(usage)?),
-        path => {
-            let text = mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES).map_err(|e| {
-                Failure::usage(format!(
-                    "--kernel-sched: {path:?} is not `measured`, `off` or a readable ksim report: {e}"
-                ))
-            })?;
-            Some(
-                KernelEffect::from_ksim(path, &text)
-                    .map_err(|e| Failure::usage(format!("--kernel-sched: {}", source_chain(&e))))?,
-            )
-        }
-    };
+    let kernel_sched = kernel_effect(&a.kernel_sched)?;
     let jobs = experiment::planners_jobs(&cfg.profiles);
     let file_model: Option<Arc<dyn PerfModel>> = match a.model.as_str() {
         "analytic" | "forest" => None,
@@ -270,15 +299,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         }
         _ => None,
     };
-    let unmeasured: Vec<&'static str> = if a.truth == "measured" {
-        workload::WORKLOADS
-            .iter()
-            .map(|w| w.name)
-            .filter(|n| !cfg.profiles.contains_key(n))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let unmeasured = unmeasured(&a.truth, &cfg);
     let setup = Setup {
         gpus,
         gpu_model: a.gpu_model.clone(),
@@ -294,40 +315,8 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         offline_share_max: a.offline_share_max,
     };
     if sweep {
-        let mut runs = Vec::new();
-        for &interval in &intervals {
-            for &seed in &a.seed {
-                let t = generate(interval, seed);
-                let label = format!("interval {interval} s, seed {seed}: ");
-                let results = run_policies(
-                    &t,
-                    &cfg,
-                    &a.policies,
-                    &plain,
-                    scheduled.as_ref(),
-                    a.offline_share_max,
-                    &label,
-                )?;
-                runs.push(SweepRun {
-                    interval_s: interval,
-                    seed,
-                    policies: relative(&results),
-                });
-            }
-        }
-        let report = SweepReport {
-            jobs_per_run: online + offline,
-            setup,
-            seeds: a.seed.clone(),
-            intervals_s: intervals.clone(),
-            rows: sweep_rows(&intervals, &a.policies, &runs),
-            runs,
-        };
-        match fmt {
-            Format::Json => print_json(&report),
-            Format::Table => print_sweep(&report),
-        }
-        return Ok(());
+        let worlds = (&plain, scheduled.as_ref());
+        return run_sweep(fmt, &a, (online, offline), &intervals, &cfg, worlds, setup);
     }
     let runs = run_policies(
         &t,
@@ -356,6 +345,57 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
     match fmt {
         Format::Json => print_json(&report),
         Format::Table => print_table(&report),
+    }
+    Ok(())
+}
+
+/// A sweep: a trace generated per interval and seed, every policy run on each.
+fn run_sweep(
+    fmt: Format,
+    a: &SimulateArgs,
+    (online, offline): (usize, usize),
+    intervals: &[f64],
+    cfg: &SimConfig,
+    (plain, scheduled): (&World, Option<&World>),
+    setup: Setup,
+) -> Result<(), Failure> {
+    let mut runs = Vec::new();
+    for &interval in intervals {
+        for &seed in &a.seed {
+            let t = trace::generate(TraceSpec {
+                online,
+                offline,
+                mean_interval_s: interval,
+                seed,
+            });
+            let label = format!("interval {interval} s, seed {seed}: ");
+            let results = run_policies(
+                &t,
+                cfg,
+                &a.policies,
+                plain,
+                scheduled,
+                a.offline_share_max,
+                &label,
+            )?;
+            runs.push(SweepRun {
+                interval_s: interval,
+                seed,
+                policies: relative(&results),
+            });
+        }
+    }
+    let report = SweepReport {
+        jobs_per_run: online + offline,
+        setup,
+        seeds: a.seed.clone(),
+        intervals_s: intervals.to_vec(),
+        rows: sweep_rows(intervals, &a.policies, &runs),
+        runs,
+    };
+    match fmt {
+        Format::Json => print_json(&report),
+        Format::Table => print_sweep(&report),
     }
     Ok(())
 }

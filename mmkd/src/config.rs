@@ -9,9 +9,12 @@ use clap::{Parser, ValueEnum};
 pub use crate::backend::{MigGpus, NotAGpuIndex};
 pub use crate::ksched::DEFAULT_KERNEL_HOLD_BUDGET;
 pub use crate::tcp::TlsFiles;
+
+mod settings;
 use mmk_core::paths;
 use mmk_partitioner::GpuModel;
 use serde::Deserialize;
+use settings::*;
 
 use crate::backend::sim::parse_sim_gpus;
 
@@ -147,8 +150,8 @@ pub struct Args {
     /// [default: builtin] (docs/predictor.md).
     #[arg(long, value_name = "builtin|analytic|FILE")]
     pub model: Option<PathBuf>,
-    /// The kernel scheduler's policy in every partition: mmk, passthrough or off
-    /// [default: mmk] (docs/kernel-sched.md).
+    /// The kernel scheduler's policy in every partition: mmk, orion, fikit, passthrough or
+    /// off [default: mmk] (docs/kernel-sched.md).
     #[arg(long, value_name = "NAME")]
     pub kernel_policy: Option<String>,
     /// The `mmk` policy's offline depth cap: while an online job is in a partition, at
@@ -442,11 +445,33 @@ pub enum ConfigError {
 }
 
 impl Config {
-    pub fn resolve(args: Args) -> Result<Config, ConfigError> {
-        let file = match &args.config {
+    pub fn resolve(mut args: Args) -> Result<Config, ConfigError> {
+        let mut file = match &args.config {
             Some(p) => read_file(p)?,
             None => FileConfig::default(),
         };
+        // Settings read whole by their own functions first; the rest below.
+        let data_dir = absolute(
+            args.data_dir
+                .take()
+                .or(file.data_dir.take())
+                .unwrap_or_else(paths::default_data_dir),
+            "data_dir",
+        )?;
+        let kernel = kernel_settings(&mut args, &mut file, &data_dir)?;
+        let (listen, tls, metrics) = network(&mut args, &mut file)?;
+        let capacity_unit_mib = match args.capacity_unit.take().or(file.capacity_unit.take()) {
+            None => DEFAULT_CAPACITY_UNIT_MIB,
+            Some(text) => {
+                mmk_core::units::parse_memory_mib(&text).map_err(|e| ConfigError::Invalid {
+                    field: "capacity_unit",
+                    message: e.to_string(),
+                })?
+            }
+        };
+        let kubelet = kubelet(&mut args, &mut file, capacity_unit_mib)?;
+        let (job_log_max, job_disk_max, job_retention, history) = job_limits(&mut args, &mut file)?;
+        let (access, socket_group) = access(&mut args, &mut file)?;
         let sim_text = args
             .sim_gpus
             .or(file.sim_gpus)
@@ -460,16 +485,6 @@ impl Config {
             return Err(ConfigError::Invalid {
                 field: "sim_speed",
                 message: format!("{sim_speed} must be between 0.001 and 1e9"),
-            });
-        }
-        let kernel_hold_budget = args
-            .kernel_hold_budget
-            .or(file.kernel_hold_budget)
-            .unwrap_or(DEFAULT_KERNEL_HOLD_BUDGET);
-        if kernel_hold_budget > 100 {
-            return Err(ConfigError::Invalid {
-                field: "kernel_hold_budget",
-                message: format!("{kernel_hold_budget} is not a percentage (0 to 100)"),
             });
         }
         let offline_share_max = args
@@ -491,36 +506,6 @@ impl Config {
                 message: e.to_string(),
             })?,
         };
-        let listen = args.listen.or(file.listen);
-        let tls = match (
-            args.tls_cert.or(file.tls_cert),
-            args.tls_key.or(file.tls_key),
-            args.tls_client_ca.or(file.tls_client_ca),
-        ) {
-            (Some(cert), Some(key), Some(client_ca)) => Some(TlsFiles {
-                cert,
-                key,
-                client_ca,
-            }),
-            (None, None, None) => None,
-            _ => {
-                return Err(ConfigError::Invalid {
-                    field: "tls_cert",
-                    message: "tls_cert, tls_key and tls_client_ca go together".into(),
-                });
-            }
-        };
-        if let Some(addr) = listen
-            && tls.is_none()
-        {
-            return Err(ConfigError::Invalid {
-                field: "listen",
-                message: format!(
-                    "{addr}: TCP needs TLS with client certificates (tls_cert, tls_key, \
-                     tls_client_ca); without them use the Unix socket"
-                ),
-            });
-        }
         let stop_grace = duration_setting(args.stop_grace, file.stop_grace, "stop_grace")?
             .unwrap_or(DEFAULT_STOP_GRACE);
         let mps_check_interval = duration_setting(
@@ -548,217 +533,8 @@ impl Config {
                 ),
             });
         }
-        let kernel_policy = match args.kernel_policy.or(file.kernel_policy).as_deref() {
-            None => Some(mmk_kernel_sched::PolicyKind::Mmk),
-            Some("off") => None,
-            Some(name) => Some(name.parse().map_err(|e: mmk_kernel_sched::UnknownName| {
-                ConfigError::Invalid {
-                    field: "kernel_policy",
-                    message: format!("{e}, or off"),
-                }
-            })?),
-        };
-        let kernel_base = duration_setting(args.kernel_base, file.kernel_base, "kernel_base")?;
-        if let Some(base) = kernel_base
-            && base > MAX_KERNEL_BASE
-        {
-            return Err(ConfigError::Invalid {
-                field: "kernel_base",
-                message: format!("{base:?} is over {MAX_KERNEL_BASE:?}, the gate's hard bound"),
-            });
-        }
-        let grain = duration_setting(
-            args.kernel_device_wait_grain,
-            file.kernel_device_wait_grain,
-            "kernel_device_wait_grain",
-        )?;
-        let wait_on = args.kernel_device_wait || file.kernel_device_wait.unwrap_or(false);
-        if grain.is_some() && !wait_on {
-            return Err(ConfigError::Invalid {
-                field: "kernel_device_wait_grain",
-                message: "acts only with kernel_device_wait on".into(),
-            });
-        }
-        let kernel_device_wait = wait_on.then(|| grain.unwrap_or(Duration::ZERO));
-        if let Some(grain) = kernel_device_wait
-            && grain > MAX_KERNEL_BASE
-        {
-            return Err(ConfigError::Invalid {
-                field: "kernel_device_wait_grain",
-                message: format!("{grain:?} is over {MAX_KERNEL_BASE:?}"),
-            });
-        }
         // Absolute, whatever the operator wrote: the MPS daemons and the jobs, which run
         // elsewhere, find their folders by these paths.
-        let absolute = |path: PathBuf, field: &'static str| {
-            std::path::absolute(&path).map_err(|e| ConfigError::Invalid {
-                field,
-                message: format!("{}: {e}", path.display()),
-            })
-        };
-        let data_dir = absolute(
-            args.data_dir
-                .or(file.data_dir)
-                .unwrap_or_else(paths::default_data_dir),
-            "data_dir",
-        )?;
-        let kernel_gate_dir = absolute(
-            args.kernel_gate_dir
-                .or(file.kernel_gate_dir)
-                .unwrap_or_else(|| data_dir.join("ksched")),
-            "kernel_gate_dir",
-        )?;
-        if kernel_device_wait.is_some() && kernel_policy.is_some() {
-            on_memory_fs(&kernel_gate_dir).map_err(|message| ConfigError::Invalid {
-                field: "kernel_gate_dir",
-                message: format!(
-                    "{message}; --kernel-device-wait needs the gates on a memory file system \
-                     (the driver maps a gate's page for the GPU only from one), for example \
-                     --kernel-gate-dir /dev/shm/mmk"
-                ),
-            })?;
-        }
-        let capacity_unit_mib = match args.capacity_unit.or(file.capacity_unit) {
-            None => DEFAULT_CAPACITY_UNIT_MIB,
-            Some(text) => {
-                mmk_core::units::parse_memory_mib(&text).map_err(|e| ConfigError::Invalid {
-                    field: "capacity_unit",
-                    message: e.to_string(),
-                })?
-            }
-        };
-        let metrics = match args.metrics.or(file.metrics) {
-            None => Some(MetricsAddr {
-                addr: DEFAULT_METRICS.parse().map_err(|e| ConfigError::Invalid {
-                    field: "metrics",
-                    message: format!("{DEFAULT_METRICS}: {e}"),
-                })?,
-                default: true,
-            }),
-            Some(text) if text == "off" => None,
-            Some(text) => Some(MetricsAddr {
-                addr: text.parse().map_err(|e| ConfigError::Invalid {
-                    field: "metrics",
-                    message: format!("{text:?} is not an address like 127.0.0.1:9410 or off ({e})"),
-                })?,
-                default: false,
-            }),
-        };
-        if let Some(m) = metrics
-            && !m.addr.ip().is_loopback()
-            && tls.is_none()
-        {
-            return Err(ConfigError::Invalid {
-                field: "metrics",
-                message: format!(
-                    "{}: beyond loopback metrics need TLS with client certificates \
-                     (tls_cert, tls_key, tls_client_ca), as the TCP API does",
-                    m.addr
-                ),
-            });
-        }
-        let check_every = duration_setting(
-            args.kubelet_check_interval,
-            file.kubelet_check_interval,
-            "kubelet_check_interval",
-        )?
-        .unwrap_or(Duration::from_secs(2));
-        if !(Duration::from_millis(10)..=crate::k8s::MAX_CHECK).contains(&check_every) {
-            return Err(ConfigError::Invalid {
-                field: "kubelet_check_interval",
-                message: format!(
-                    "{check_every:?} is outside 10ms..=20s (the plugin's leases last 60s)"
-                ),
-            });
-        }
-        let kubelet = args.kubelet_dir.or(file.kubelet_dir).map(|dir| {
-            let pod_resources = args
-                .kubelet_pod_resources
-                .or(file.kubelet_pod_resources)
-                .unwrap_or_else(|| dir.join("../pod-resources/kubelet.sock"));
-            crate::k8s::PluginConfig {
-                kubelet_dir: dir,
-                pod_resources,
-                unit_mib: capacity_unit_mib,
-                check_every,
-            }
-        });
-        let job_log_max = match args.job_log_max.or(file.job_log_max) {
-            None => crate::joblog::DEFAULT_JOB_LOG_MAX,
-            Some(text) => mmk_core::units::parse_memory_mib(&text)
-                .map_err(|e| e.to_string())
-                .map(|mib| mib.saturating_mul(1024 * 1024))
-                .and_then(|b| {
-                    if b < crate::joblog::MIN_JOB_LOG_MAX {
-                        Err(format!("{text} is less than 1M"))
-                    } else {
-                        Ok(b)
-                    }
-                })
-                .map_err(|message| ConfigError::Invalid {
-                    field: "job_log_max",
-                    message,
-                })?,
-        };
-        let job_disk_max = match args.job_disk_max.or(file.job_disk_max) {
-            None => None,
-            Some(text) => Some(
-                mmk_core::units::parse_memory_mib(&text)
-                    .map_err(|e| e.to_string())
-                    .and_then(|mib| {
-                        if mib == 0 {
-                            Err(format!("{text} is less than 1M"))
-                        } else {
-                            Ok(mib.saturating_mul(1024 * 1024))
-                        }
-                    })
-                    .map_err(|message| ConfigError::Invalid {
-                        field: "job_disk_max",
-                        message,
-                    })?,
-            ),
-        };
-        let job_retention =
-            duration_setting(args.job_retention, file.job_retention, "job_retention")?
-                .unwrap_or(crate::disk::DEFAULT_RETENTION);
-        let history = crate::node::HistoryPolicy {
-            keep_for: duration_setting(args.job_history, file.job_history, "job_history")?
-                .unwrap_or(crate::node::HistoryPolicy::default().keep_for),
-            keep_per_user: args
-                .job_history_keep
-                .or(file.job_history_keep)
-                .unwrap_or(crate::node::HistoryPolicy::default().keep_per_user),
-        };
-        let group = |field: &'static str, name: String| {
-            crate::auth::group_id(&name).ok_or(ConfigError::Invalid {
-                field,
-                message: format!("no group named {name:?} on this node"),
-            })
-        };
-        let admin_gid = args
-            .admin_group
-            .or(file.admin_group)
-            .map(|g| group("admin_group", g))
-            .transpose()?;
-        let socket_group = args
-            .socket_group
-            .or(file.socket_group)
-            .map(|g| group("socket_group", g))
-            .transpose()?;
-        let scheduler_names = if args.scheduler_users.is_empty() {
-            file.scheduler_users.unwrap_or_default()
-        } else {
-            args.scheduler_users
-        };
-        let scheduler_uids = scheduler_names
-            .iter()
-            .map(|name| {
-                crate::auth::user_id(name).ok_or(ConfigError::Invalid {
-                    field: "scheduler_users",
-                    message: format!("no user named {name:?} on this node"),
-                })
-            })
-            .collect::<Result<Vec<u32>, ConfigError>>()?;
         Ok(Config {
             tls,
             job_log_max,
@@ -766,7 +542,7 @@ impl Config {
             job_retention,
             history,
             carried: crate::Carried::default(),
-            access: crate::auth::Access::new(admin_gid, scheduler_uids),
+            access,
             socket_group,
             kubelet,
             capacity_unit_mib,
@@ -793,7 +569,7 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_CONTROL)),
             mps_check_interval,
             model: ModelChoice::from(args.model.or(file.model)),
-            kernel_policy,
+            kernel_policy: kernel.policy,
             kernel_offline_depth: args
                 .kernel_offline_depth
                 .or(file.kernel_offline_depth)
@@ -802,10 +578,10 @@ impl Config {
                 .kernel_gemm_slice
                 .or(file.kernel_gemm_slice)
                 .unwrap_or(0),
-            kernel_hold_budget,
-            kernel_base,
-            kernel_device_wait,
-            kernel_gate_dir,
+            kernel_hold_budget: kernel.hold_budget,
+            kernel_base: kernel.base,
+            kernel_device_wait: kernel.device_wait,
+            kernel_gate_dir: kernel.gate_dir,
             interposer: args.interposer.or(file.interposer),
         })
     }

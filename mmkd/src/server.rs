@@ -230,27 +230,10 @@ impl Daemon {
         }
 
         let (stopping_tx, stopping_rx) = watch::channel(false);
-        let (health_reporter, health) = tonic_health::server::health_reporter();
-        health_reporter
-            .set_serving::<JobServiceServer<JobApi>>()
-            .await;
-        health_reporter
-            .set_serving::<PartitionServiceServer<PartitionApi>>()
-            .await;
-        health_reporter
-            .set_serving::<NodeServiceServer<NodeApi>>()
-            .await;
-        health_reporter
-            .set_serving::<AllocationServiceServer<AllocationApi>>()
-            .await;
+        let (health_reporter, health) = serving_health().await;
         // Reflection in both versions: grpcurl and grpcio-reflection still ask v1alpha.
-        let reflection_builder = || {
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        };
-        let reflection = reflection_builder().build_v1()?;
-        let reflection_alpha = reflection_builder().build_v1alpha()?;
+        let reflection_alpha = reflection().build_v1alpha()?;
+        let reflection = reflection().build_v1()?;
         // The same services on the Unix socket and, with TLS, on TCP; watch streams are
         // capped across both.
         let watches = Arc::new(crate::grpc::watches::Watches::default());
@@ -373,13 +356,7 @@ impl Daemon {
             stop_loop.notify_one();
             let _ = loop_handle.await;
         }
-        node.runner().stop_all().await;
-        if let Some(c) = node.runner().cgroups() {
-            c.teardown();
-        }
-        node.mps().stop_all().await;
-        store.close().await;
-        let _ = std::fs::remove_file(&config.socket);
+        stop_node(&node, &store, &config.socket).await;
         if let Some(why) = loop_died {
             bail!("{why}; job records are reconciled at the next start");
         }
@@ -390,6 +367,42 @@ impl Daemon {
 
 /// How long open requests get to finish at shutdown.
 const DRAIN: Duration = Duration::from_secs(10);
+
+/// Reflection of mmkd's services and of health.
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(mmk_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+}
+
+/// The health service, with mmkd's four services serving.
+async fn serving_health() -> (
+    tonic_health::server::HealthReporter,
+    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+) {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<JobServiceServer<JobApi>>().await;
+    reporter
+        .set_serving::<PartitionServiceServer<PartitionApi>>()
+        .await;
+    reporter.set_serving::<NodeServiceServer<NodeApi>>().await;
+    reporter
+        .set_serving::<AllocationServiceServer<AllocationApi>>()
+        .await;
+    (reporter, health)
+}
+
+/// After serving: running jobs stopped (their records are reconciled at the next start),
+/// cgroups and MPS daemons gone, the store closed, the socket removed.
+async fn stop_node(node: &Node, store: &Store, socket: &Path) {
+    node.runner().stop_all().await;
+    if let Some(c) = node.runner().cgroups() {
+        c.teardown();
+    }
+    node.mps().stop_all().await;
+    store.close().await;
+    let _ = std::fs::remove_file(socket);
+}
 
 async fn choose_backend(config: &Config) -> anyhow::Result<Arc<dyn GpuBackend>> {
     let nvml = match config.backend {

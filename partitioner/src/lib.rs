@@ -5,7 +5,7 @@
 //! - [`model`]: the performance-model interface the planners ask, and an analytic model;
 //! - [`plan`]: the planner interface (`Planner::plan`) and the first-fit planner;
 //! - [`hybrid`]: MMK's hybrid partition scheduler (Algorithm 1 with the fixes in
-//!   DESIGN.md), and the MIGER and MISO baselines as readings of the same search;
+//!   docs/architecture.md), and the MIGER and MISO baselines as readings of the same search;
 //! - [`baselines`]: the Default (one job per GPU) and MPS (everything shared) baselines.
 
 pub mod baselines;

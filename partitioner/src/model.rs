@@ -1,7 +1,7 @@
 //! The performance model the planner asks: how well does a job run in a partition, at an
 //! MPS share, next to other jobs?
 //!
-//! Performance is normalized to the job running alone on the whole GPU (DESIGN.md item 7):
+//! Performance is normalized to the job running alone on the whole GPU (docs/architecture.md, item 7):
 //! an offline job's throughput over its throughput alone, an online job's latency alone over
 //! its latency. 1.0 is "as good as alone on the whole GPU"; the sum over jobs is the
 //! system throughput (STP) the planner maximizes.

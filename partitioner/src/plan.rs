@@ -59,7 +59,7 @@ pub struct JobDemand {
     pub slo_ms: Option<u64>,
     pub profile: JobProfile,
     /// The job can be stopped and restarted elsewhere or with another share (an offline
-    /// job that declared `checkpoint: true`, DESIGN.md item 8).
+    /// job that declared `checkpoint: true`, docs/architecture.md, item 8).
     pub movable: bool,
     /// The job has its partition to itself (`exclusive: true`): no other job joins it,
     /// and it joins no partition that runs jobs.

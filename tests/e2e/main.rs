@@ -2,6 +2,7 @@
 //! by the real `mmkctl` and by a tonic client. One test binary; each test owns its daemon.
 
 mod harness;
+mod house;
 
 mod admission;
 mod bad_input;

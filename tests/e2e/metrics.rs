@@ -262,7 +262,7 @@ async fn metrics_attribute_gpu_time_to_jobs_and_prometheus_scrapes_them() {
 }
 
 /// A job without a kernel scheduler keeps its series for five minutes after it ends, as
-/// docs/metrics.md says; the scrape reads the ended jobs in one look at the store.
+/// docs/metrics.md says; the scrape reads the ended jobs from what mmkd keeps in memory.
 #[tokio::test]
 async fn an_ended_jobs_series_stay_for_five_minutes() {
     let d = Daemon::start_with("a100-80gb:1", &["--metrics", "127.0.0.1:0"]);

@@ -20,6 +20,31 @@ use std::process::ExitCode;
 
 use mmk_fake_nvml::state::{self, Locked, Node};
 
+/// `show`: the GPU instances, like `nvidia-smi mig -lgi`.
+fn show(path: &Path) -> Result<(), String> {
+    let locked = Locked::open(path).map_err(|e| e.to_string())?;
+    println!("GPU  GI  PROFILE          ID  PLACEMENT  CI  BUSY");
+    for (g, gpu) in locked.node.gpus.iter().enumerate() {
+        if !gpu.mig {
+            println!("{g:<4} MIG off");
+            continue;
+        }
+        for i in &gpu.instances {
+            let name = gpu.profile_of(i).map(|p| p.name).unwrap_or_default();
+            println!(
+                "{g:<4} {:<3} {name:<16} {:<3} {}:{:<8} {:<3} {}",
+                i.id,
+                i.profile_id,
+                i.start,
+                i.size,
+                i.compute.map_or("-".to_owned(), |c| c.to_string()),
+                if i.busy { "yes" } else { "no" }
+            );
+        }
+    }
+    Ok(())
+}
+
 fn run(args: &[String]) -> Result<(), String> {
     let usage = || {
         "usage: mmk-fake-nvml init|show|json|create|destroy|busy|mig|proc|gpm STATE ...".to_owned()
@@ -54,29 +79,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let node = Node::new(&gpus, mig).map_err(|e| e.to_string())?;
             state::create(path, &node).map_err(|e| e.to_string())
         }
-        "show" => {
-            let locked = Locked::open(path).map_err(|e| e.to_string())?;
-            println!("GPU  GI  PROFILE          ID  PLACEMENT  CI  BUSY");
-            for (g, gpu) in locked.node.gpus.iter().enumerate() {
-                if !gpu.mig {
-                    println!("{g:<4} MIG off");
-                    continue;
-                }
-                for i in &gpu.instances {
-                    let name = gpu.profile_of(i).map(|p| p.name).unwrap_or_default();
-                    println!(
-                        "{g:<4} {:<3} {name:<16} {:<3} {}:{:<8} {:<3} {}",
-                        i.id,
-                        i.profile_id,
-                        i.start,
-                        i.size,
-                        i.compute.map_or("-".to_owned(), |c| c.to_string()),
-                        if i.busy { "yes" } else { "no" }
-                    );
-                }
-            }
-            Ok(())
-        }
+        "show" => show(path),
         "json" => {
             let locked = Locked::open(path).map_err(|e| e.to_string())?;
             println!(

@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,mig.mode.current,clocks.
 if [ "$part" = repeat ]; then
   "$bin/mmk-lab" measure lab/scripts/gpu/measure-repeat.yaml -o "$raw" "${resume[@]}"
 elif [ "$part" = groups ]; then
-  "$bin/mmk-lab" measure "${GROUPS_PLAN:-scripts/gpu/measure-groups.yaml}" -o "$raw" "${resume[@]}"
+  "$bin/mmk-lab" measure "${GROUPS_PLAN:-lab/scripts/gpu/measure-groups.yaml}" -o "$raw" "${resume[@]}"
 elif [ "$part" = kernels ]; then
   "$bin/mmk-lab" measure lab/scripts/gpu/measure-plan.yaml -o "$raw" --only kernels \
     --interposer "$bin/libmmk_interposer.so" "${resume[@]}"

@@ -174,6 +174,144 @@ pub(crate) fn demand(id: u64, j: &TraceJob, cfg: &SimConfig) -> JobDemand {
     d
 }
 
+/// How fast each of `jobs`, the running jobs of the partition at `placed`, goes beside
+/// the others, as the ground truth says; and whether it runs beside the other class.
+fn partition_speeds(
+    node: &NodeState,
+    placed: Option<Slot>,
+    jobs: &[&JobDemand],
+    who: Vec<(u64, u8)>,
+    truth: &dyn PerfModel,
+) -> PartitionSpeeds {
+    let slot = placed.unwrap_or(Slot {
+        gpu: 0,
+        start: 0,
+        profile_id: None,
+    });
+    let shape = shape(node, slot);
+    let (speeds, mixed) = jobs
+        .iter()
+        .enumerate()
+        .map(|(k, j)| {
+            let co: Vec<CoRunner> = jobs
+                .iter()
+                .enumerate()
+                .filter(|&(o, _)| o != k)
+                .map(|(_, o)| CoRunner {
+                    profile: o.profile,
+                    mps_share: o.mps_share,
+                })
+                .collect();
+            let mixed = co.iter().any(|c| c.profile.class != j.profile.class);
+            let speed = truth
+                .estimate(&j.profile, &shape, j.mps_share, &co)
+                .max(1e-6);
+            (speed, mixed)
+        })
+        .unzip();
+    PartitionSpeeds { who, speeds, mixed }
+}
+
+/// Why a run cannot go on: the first job that waits, and the planner's reason for it.
+fn stuck(
+    trace: &Trace,
+    active: &[JobDemand],
+    last_queue_reason: &HashMap<u64, String>,
+) -> SimError {
+    let stuck = active.iter().find(|j| j.placed.is_none());
+    match stuck {
+        Some(j) => SimError::Stuck {
+            job: j.id,
+            workload: trace.jobs[(j.id - 1) as usize].workload.name.to_owned(),
+            reason: last_queue_reason
+                .get(&j.id)
+                .cloned()
+                .unwrap_or_else(|| "the planner never placed it".into()),
+        },
+        None => SimError::Stuck {
+            job: 0,
+            workload: String::new(),
+            reason: "no job can make progress".into(),
+        },
+    }
+}
+
+/// Accounts `dt` seconds of the running jobs' progress, busy GPUs and online time in and
+/// out of SLO; returns the jobs that finished.
+fn account(
+    result: &mut RunResult,
+    (active, running): (&[JobDemand], &[usize]),
+    runs: &mut HashMap<u64, Run>,
+    (speeds, mixed): (&[f64], &[bool]),
+    dt: f64,
+) -> Vec<u64> {
+    let busy_gpus: std::collections::BTreeSet<u32> = running
+        .iter()
+        .filter_map(|&i| active[i].placed.map(|s| s.gpu))
+        .collect();
+    result.gpu_busy_s += dt * busy_gpus.len() as f64;
+    let mut finished = Vec::new();
+    for (k, &i) in running.iter().enumerate() {
+        let id = active[i].id;
+        if let Some(r) = runs.get_mut(&id) {
+            r.remaining -= speeds[k] * dt;
+            result.stp_integral += speeds[k] * dt;
+            result.job_run_s += dt;
+            if mixed[k] {
+                result.mixed_run_s += dt;
+            }
+            let j = &active[i];
+            if j.slo_ms.is_some() && j.profile.solo_latency_ms.is_some() {
+                result.online_run_s += dt;
+                if !j.slo_met(speeds[k]) {
+                    result.slo_miss_s += dt;
+                }
+            }
+            if r.remaining <= 1e-6 {
+                finished.push(id);
+            }
+        }
+    }
+    // An online job in the system that is not running (waiting for room, starting, or
+    // restarting after a move) serves nothing: its requests wait, out of SLO.
+    let mut is_running = vec![false; active.len()];
+    for &i in running {
+        is_running[i] = true;
+    }
+    for (i, j) in active.iter().enumerate() {
+        if j.slo_ms.is_some() && j.profile.solo_latency_ms.is_some() && !is_running[i] {
+            result.online_run_s += dt;
+            result.slo_miss_s += dt;
+        }
+    }
+    finished
+}
+
+/// When the next event comes: an arrival, a job's end at its speed, or a job ready.
+fn next_event(
+    now: f64,
+    arriving: Option<&crate::trace::TraceJob>,
+    (active, running): (&[JobDemand], &[usize]),
+    runs: &HashMap<u64, Run>,
+    speeds: &[f64],
+) -> f64 {
+    let mut t_next = f64::INFINITY;
+    if let Some(j) = arriving {
+        t_next = t_next.min(j.arrival_s);
+    }
+    for (k, &i) in running.iter().enumerate() {
+        let r = &runs[&active[i].id];
+        t_next = t_next.min(now + r.remaining / speeds[k]);
+    }
+    for j in active.iter().filter(|j| j.placed.is_some()) {
+        let r = &runs[&j.id];
+        if r.ready_at > now + 1e-9 {
+            t_next = t_next.min(r.ready_at);
+        }
+    }
+    t_next
+}
+
 /// Runs `trace` under `planner`, with `truth` as how fast jobs really run. `progress` is
 /// told (jobs finished, jobs in all) as jobs finish.
 pub fn simulate(
@@ -286,39 +424,7 @@ pub fn simulate(
             let jobs: Vec<&JobDemand> = members.iter().map(|&n| &active[running[n]]).collect();
             let who: Vec<(u64, u8)> = jobs.iter().map(|j| (j.id, j.mps_share)).collect();
             let known = speeds_then.remove(&placed).filter(|p| p.who == who);
-            let part = known.unwrap_or_else(|| {
-                let slot = placed.unwrap_or(Slot {
-                    gpu: 0,
-                    start: 0,
-                    profile_id: None,
-                });
-                let shape = shape(&node, slot);
-                let (speeds, mixed) = jobs
-                    .iter()
-                    .enumerate()
-                    .map(|(k, j)| {
-                        let co: Vec<CoRunner> = jobs
-                            .iter()
-                            .enumerate()
-                            .filter(|&(o, _)| o != k)
-                            .map(|(_, o)| CoRunner {
-                                profile: o.profile,
-                                mps_share: o.mps_share,
-                            })
-                            .collect();
-                        let mixed = co.iter().any(|c| c.profile.class != j.profile.class);
-                        let speed = truth
-                            .estimate(&j.profile, &shape, j.mps_share, &co)
-                            .max(1e-6);
-                        (speed, mixed)
-                    })
-                    .unzip();
-                PartitionSpeeds {
-                    who: who.clone(),
-                    speeds,
-                    mixed,
-                }
-            });
+            let part = known.unwrap_or_else(|| partition_speeds(&node, placed, &jobs, who, truth));
             for (k, &n) in members.iter().enumerate() {
                 speeds[n] = part.speeds[k];
                 mixed[n] = part.mixed[k];
@@ -328,82 +434,27 @@ pub fn simulate(
         speeds_then = speeds_now;
 
         // The next event.
-        let mut t_next = f64::INFINITY;
-        if next < total {
-            t_next = t_next.min(trace.jobs[next].arrival_s);
-        }
-        for (k, &i) in running.iter().enumerate() {
-            let r = &runs[&active[i].id];
-            t_next = t_next.min(now + r.remaining / speeds[k]);
-        }
-        for j in active.iter().filter(|j| j.placed.is_some()) {
-            let r = &runs[&j.id];
-            if r.ready_at > now + 1e-9 {
-                t_next = t_next.min(r.ready_at);
-            }
-        }
+        let t_next = next_event(
+            now,
+            trace.jobs.get(next),
+            (&active, &running),
+            &runs,
+            &speeds,
+        );
         if t_next.is_infinite() {
             if active.is_empty() && next >= total {
                 break;
             }
-            let stuck = active.iter().find(|j| j.placed.is_none());
-            return Err(match stuck {
-                Some(j) => SimError::Stuck {
-                    job: j.id,
-                    workload: trace.jobs[(j.id - 1) as usize].workload.name.to_owned(),
-                    reason: last_queue_reason
-                        .get(&j.id)
-                        .cloned()
-                        .unwrap_or_else(|| "the planner never placed it".into()),
-                },
-                None => SimError::Stuck {
-                    job: 0,
-                    workload: String::new(),
-                    reason: "no job can make progress".into(),
-                },
-            });
+            return Err(stuck(trace, &active, &last_queue_reason));
         }
 
-        let dt = t_next - now;
-        let busy_gpus: std::collections::BTreeSet<u32> = running
-            .iter()
-            .filter_map(|&i| active[i].placed.map(|s| s.gpu))
-            .collect();
-        result.gpu_busy_s += dt * busy_gpus.len() as f64;
-        let mut finished = Vec::new();
-        for (k, &i) in running.iter().enumerate() {
-            let id = active[i].id;
-            if let Some(r) = runs.get_mut(&id) {
-                r.remaining -= speeds[k] * dt;
-                result.stp_integral += speeds[k] * dt;
-                result.job_run_s += dt;
-                if mixed[k] {
-                    result.mixed_run_s += dt;
-                }
-                let j = &active[i];
-                if j.slo_ms.is_some() && j.profile.solo_latency_ms.is_some() {
-                    result.online_run_s += dt;
-                    if !j.slo_met(speeds[k]) {
-                        result.slo_miss_s += dt;
-                    }
-                }
-                if r.remaining <= 1e-6 {
-                    finished.push(id);
-                }
-            }
-        }
-        // An online job in the system that is not running (waiting for room, starting, or
-        // restarting after a move) serves nothing: its requests wait, out of SLO.
-        let mut is_running = vec![false; active.len()];
-        for &i in &running {
-            is_running[i] = true;
-        }
-        for (i, j) in active.iter().enumerate() {
-            if j.slo_ms.is_some() && j.profile.solo_latency_ms.is_some() && !is_running[i] {
-                result.online_run_s += dt;
-                result.slo_miss_s += dt;
-            }
-        }
+        let finished = account(
+            &mut result,
+            (&active, &running),
+            &mut runs,
+            (&speeds, &mixed),
+            t_next - now,
+        );
         now = t_next;
         if !finished.is_empty() {
             active.retain(|j| !finished.contains(&j.id));

@@ -434,9 +434,9 @@ pub fn measured_truth()
 }
 
 /// The kernel scheduler's effect in the co-location rounds measured on the H200
-/// (docs/kernel-sched.md), shipped in lab/data/kernel-sched/h200-2026-11-21: the
-/// graph-replaying ResNet-50 service beside BERT training on plain MPS, `mmk` with a
-/// 1,500 us base and the offline depth cap of 8, in every call that ran that configuration.
+/// (docs/results.md, "A graph-replaying service beside BERT training"), shipped in
+/// lab/data/kernel-sched/h200-2026-11-21: the graph-replaying ResNet-50 service beside
+/// BERT training on plain MPS, `mmk` with a 1,500 us base and the offline depth cap of 8, in every call that ran that configuration.
 pub fn measured_kernel_effect() -> Result<KernelEffect, ExperimentError> {
     macro_rules! rounds {
         ($($run:literal),*) => {

@@ -421,19 +421,24 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_owned()
 }
 
-pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
-    let started = Instant::now();
-    let text = mmk_cli::input::read_capped_text(args.plan.as_ref(), mmk_cli::input::MAX_DATA_BYTES)
-        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", args.plan.display())))?;
-    let dir = args
-        .plan
+/// The plan file, read and checked; relative paths in it are relative to it.
+fn read_plan(path: &Path) -> Result<Plan, Failure> {
+    let text = mmk_cli::input::read_capped_text(path, mmk_cli::input::MAX_DATA_BYTES)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+    let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
         .to_path_buf();
-    let mut plan = Plan::parse(&text, &dir)
-        .map_err(|e| Failure::usage(format!("{}: {e}", args.plan.display())))?;
-    plan.file = args.plan.display().to_string();
+    let mut plan =
+        Plan::parse(&text, &dir).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    plan.file = path.display().to_string();
+    Ok(plan)
+}
+
+pub fn run(fmt: Format, args: MeasureArgs) -> Result<(), Failure> {
+    let started = Instant::now();
+    let mut plan = read_plan(&args.plan)?;
     // The passes run on every job of the plan, alone at 100 %.
     let mut pass_jobs: Vec<(String, u32)> = Vec::new();
     for g in &plan.groups {

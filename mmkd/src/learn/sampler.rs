@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use mmk_core::JobClass;
 use mmk_kernel_sched::Class;
-use mmk_kernel_sched::gate::{GateFile, process_alive};
+use mmk_kernel_sched::gate::{GateFile, SlotStats, process_alive};
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -178,6 +178,61 @@ struct Window {
 }
 
 impl Watched {
+    /// Adds what a slot of the job's counted since the last sample: launches, completions,
+    /// GPU time (measured while tracked, estimated per launch while counted only) and
+    /// holds.
+    fn count(&mut self, slot: &SlotStats, now: Instant) {
+        let per_launch = self.ns_per_launch().unwrap_or(0.0);
+        let last = self.counters.entry(slot.pid).or_default();
+        // Counters start again when a slot is taken anew: only forward.
+        let forward = |last: &mut u64, now: u64| {
+            let d = if now >= *last { now - *last } else { now };
+            *last = now;
+            d
+        };
+        let launches = forward(&mut last.launches, slot.launches);
+        let completed = forward(&mut last.completed, slot.completed);
+        if !self.counted_only {
+            // A profile's launch interval and kernel time are over sampled time.
+            self.observed.launches = self.observed.launches.saturating_add(launches);
+            self.observed.completed = self.observed.completed.saturating_add(completed);
+            self.run_completed = self.run_completed.saturating_add(completed);
+        }
+        self.launched |= launches > 0;
+        self.tracked |= completed > 0;
+        // A job writes its own slot: counters that jump add up saturating.
+        self.totals.launches = self.totals.launches.saturating_add(launches);
+        // Busy time comes from tracked launches only, also when it is credited
+        // after the window closed (at the end of a busy stretch).
+        let busy_ns = forward(&mut last.busy_ns, slot.busy_ns);
+        self.totals.kernel_ns = self.totals.kernel_ns.saturating_add(busy_ns);
+        self.tracked_busy_ns = self.tracked_busy_ns.saturating_add(busy_ns);
+        if self.counted_only {
+            // Counted, not tracked: each the GPU time a launch takes; all of them
+            // together at most the time this process has been counted only (a
+            // float cast saturates).
+            let (since, so_far) = last.counting.get_or_insert((now, 0));
+            let wall = u64::try_from(now.duration_since(*since).as_nanos())
+                .unwrap_or(u64::MAX)
+                .saturating_add(ESTIMATE_AHEAD_NS);
+            let estimate =
+                ((launches as f64 * per_launch) as u64).min(wall.saturating_sub(*so_far));
+            *so_far = so_far.saturating_add(estimate);
+            self.totals.kernel_ns = self.totals.kernel_ns.saturating_add(estimate);
+        } else {
+            last.counting = None;
+            self.tracked_launches = self.tracked_launches.saturating_add(launches);
+        }
+        self.totals.held_ns = self
+            .totals
+            .held_ns
+            .saturating_add(forward(&mut last.held_ns, slot.held_ns));
+        self.totals.held = self
+            .totals
+            .held
+            .saturating_add(forward(&mut last.held, slot.held));
+    }
+
     fn window(&self) -> Window {
         Window {
             samples: self.run_samples,
@@ -640,55 +695,7 @@ impl Sampler {
                 };
                 e.0 = e.0.saturating_add(u64::from(ask));
                 e.1 |= slot.inflight > 0;
-                let per_launch = w.ns_per_launch().unwrap_or(0.0);
-                let last = w.counters.entry(slot.pid).or_default();
-                // Counters start again when a slot is taken anew: only forward.
-                let forward = |last: &mut u64, now: u64| {
-                    let d = if now >= *last { now - *last } else { now };
-                    *last = now;
-                    d
-                };
-                let launches = forward(&mut last.launches, slot.launches);
-                let completed = forward(&mut last.completed, slot.completed);
-                if !w.counted_only {
-                    // A profile's launch interval and kernel time are over sampled time.
-                    w.observed.launches = w.observed.launches.saturating_add(launches);
-                    w.observed.completed = w.observed.completed.saturating_add(completed);
-                    w.run_completed = w.run_completed.saturating_add(completed);
-                }
-                w.launched |= launches > 0;
-                w.tracked |= completed > 0;
-                // A job writes its own slot: counters that jump add up saturating.
-                w.totals.launches = w.totals.launches.saturating_add(launches);
-                // Busy time comes from tracked launches only, also when it is credited
-                // after the window closed (at the end of a busy stretch).
-                let busy_ns = forward(&mut last.busy_ns, slot.busy_ns);
-                w.totals.kernel_ns = w.totals.kernel_ns.saturating_add(busy_ns);
-                w.tracked_busy_ns = w.tracked_busy_ns.saturating_add(busy_ns);
-                if w.counted_only {
-                    // Counted, not tracked: each the GPU time a launch takes; all of them
-                    // together at most the time this process has been counted only (a
-                    // float cast saturates).
-                    let (since, so_far) = last.counting.get_or_insert((now, 0));
-                    let wall = u64::try_from(now.duration_since(*since).as_nanos())
-                        .unwrap_or(u64::MAX)
-                        .saturating_add(ESTIMATE_AHEAD_NS);
-                    let estimate =
-                        ((launches as f64 * per_launch) as u64).min(wall.saturating_sub(*so_far));
-                    *so_far = so_far.saturating_add(estimate);
-                    w.totals.kernel_ns = w.totals.kernel_ns.saturating_add(estimate);
-                } else {
-                    last.counting = None;
-                    w.tracked_launches = w.tracked_launches.saturating_add(launches);
-                }
-                w.totals.held_ns = w
-                    .totals
-                    .held_ns
-                    .saturating_add(forward(&mut last.held_ns, slot.held_ns));
-                w.totals.held = w
-                    .totals
-                    .held
-                    .saturating_add(forward(&mut last.held, slot.held));
+                w.count(&slot, now);
             }
         }
         owners.retain(|pid, _| seen_pids.contains(pid));

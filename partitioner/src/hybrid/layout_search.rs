@@ -53,31 +53,22 @@ impl Hybrid {
         )
     }
 
-    /// Step 3 for one GPU (`gpu`, and its plan `now`): the best candidate layout for the
-    /// waiting jobs, as (score gain over the GPU as it is, the GPU's new plan, jobs
-    /// placed).
-    pub(super) fn best_layout(
+    /// Candidate part lists for `gpu` (see the comment inside).
+    fn layout_candidates(
         &self,
-        (gpu, now): (&GpuState, &GpuPlan),
-        jobs: &[JobDemand],
-        waiting: &[usize],
-        kinds: &Kinds,
-        slo_blocked: &mut [bool],
-        raise: Raise,
-    ) -> Option<(f64, GpuPlan, Vec<usize>)> {
-        let base: f64 = now.parts.iter().map(|p| self.part_stp(jobs, p)).sum();
-        let reconfigurable = gpu.mig_enabled && !gpu.layout_fixed;
+        gpu: &GpuState,
+        now: &GpuPlan,
+        busy: &[&Part],
+        empty: &[&Part],
+    ) -> Vec<Candidate> {
         let model = &gpu.model;
-        let busy: Vec<&Part> = now.parts.iter().filter(|p| !p.members.is_empty()).collect();
-        let empty: Vec<&Part> = now.parts.iter().filter(|p| p.members.is_empty()).collect();
-
         // Candidate part lists: the current layout, then each maximal layout that keeps
         // every busy instance, deduplicated by the profiles it adds, keeping the one with
         // the fewest steps. This is an approximation for speed: two layouts that add the
         // same profiles at other positions predict the same for a job alone in each new
         // instance, but re-packing may fill them differently.
         let mut cands: Vec<Candidate> = vec![(now.parts.clone(), Vec::new())];
-        if reconfigurable {
+        if gpu.mig_enabled && !gpu.layout_fixed {
             let mut seen: BTreeMap<Vec<u32>, usize> = BTreeMap::new();
             for l in self.candidates(model).iter() {
                 let keeps_busy = busy.iter().all(|b| {
@@ -118,7 +109,7 @@ impl Hybrid {
                     });
                 }
                 // Empty instances that a new one overlaps must go.
-                for e in &empty {
+                for e in empty {
                     let ep = e.placement(model);
                     let kept = parts.iter().any(|p| p.slot == e.slot);
                     if !kept
@@ -145,6 +136,27 @@ impl Hybrid {
                 }
             }
         }
+        cands
+    }
+
+    /// Step 3 for one GPU (`gpu`, and its plan `now`): the best candidate layout for the
+    /// waiting jobs, as (score gain over the GPU as it is, the GPU's new plan, jobs
+    /// placed).
+    pub(super) fn best_layout(
+        &self,
+        (gpu, now): (&GpuState, &GpuPlan),
+        jobs: &[JobDemand],
+        waiting: &[usize],
+        kinds: &Kinds,
+        slo_blocked: &mut [bool],
+        raise: Raise,
+    ) -> Option<(f64, GpuPlan, Vec<usize>)> {
+        let base: f64 = now.parts.iter().map(|p| self.part_stp(jobs, p)).sum();
+        let model = &gpu.model;
+        let busy: Vec<&Part> = now.parts.iter().filter(|p| !p.members.is_empty()).collect();
+        let empty: Vec<&Part> = now.parts.iter().filter(|p| p.members.is_empty()).collect();
+
+        let cands = self.layout_candidates(gpu, now, &busy, &empty);
 
         let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
         for (mut parts, destroyed) in cands {

@@ -11,7 +11,7 @@
 //! 2. **MPS first** (lines 3-10): each job goes, if it can, into an existing partition of
 //!    any GPU that runs jobs, the one where it adds the most predicted system throughput
 //!    (STP). A partition meets a job when its free memory holds the job and the MPS shares
-//!    of its jobs leave at least 10 % (DESIGN item 5). `MPSConfig` chooses the new job's
+//!    of its jobs leave at least 10 % (docs/architecture.md, item 5). `MPSConfig` chooses the new job's
 //!    share. Two rules keep MPS-first from locking GPUs into one big shared instance
 //!    (found on the measured ground truth, lab/runs/2026-11-21-vm-simulate/README.md):
 //!    - sharing must add throughput: a job joins running jobs only when the partition's
@@ -26,8 +26,8 @@
 //! 3. **MIG reconfiguration** (lines 11-21), for the jobs still waiting: for each GPU, every
 //!    maximal MIG layout that keeps each busy instance where it is (so no slice that hosts
 //!    a job, online or not, changes) is a candidate. Each candidate re-packs the waiting
-//!    jobs first-fit decreasing on memory and runs `MPSConfig` per partition (DESIGN
-//!    item 6). Its score is the GPU's predicted STP minus `reconfig_cost` per instance
+//!    jobs first-fit decreasing on memory and runs `MPSConfig` per partition
+//!    (docs/architecture.md, item 6). Its score is the GPU's predicted STP minus `reconfig_cost` per instance
 //!    created or destroyed. The GPU whose best candidate gains the most takes its jobs;
 //!    this repeats while some GPU gains.
 //! 4. **Shares grow back** (line 6: "when jobs arrive or complete, we update the MPS
@@ -44,7 +44,7 @@
 //!    partition and is predicted below `spread_below` of its speed alone moves to a GPU
 //!    that runs nothing, when the STP grows by more than the move costs.
 //! 5. **No job waits while memory is free beside running jobs** (`share_before_waiting`,
-//!    MMK only; DESIGN.md, "Job profiles"): a job that steps 2 to 4 left waiting joins the
+//!    MMK only; docs/architecture.md, "Job profiles"): a job that steps 2 to 4 left waiting joins the
 //!    partition where its memory fits and it adds the most STP, whatever the gain; where
 //!    the shares are spent and no online job runs, it joins as plain MPS would take it
 //!    (shares are caps, not reservations) with the share MPSConfig picks. A partition with
@@ -56,11 +56,11 @@
 //! user's server at a time, and queues another user's clients until it exits.
 //!
 //! **Online work first** (`online_first`, MMK only): where online and offline jobs share a
-//! partition, each class has 100 % of shares of its own (DESIGN item 5 holds per class),
+//! partition, each class has 100 % of shares of its own (docs/architecture.md, item 5 holds per class),
 //! and an online job joining offline ones takes all the online budget left, so that it
 //! runs at least as fast as under plain MPS while the kernel gate holds offline kernels
 //! behind its own. An online job never waits behind offline work for shares.
-//! 6. A plan that breaks a predicted SLO of an online job is never chosen (DESIGN item 7).
+//! 6. A plan that breaks a predicted SLO of an online job is never chosen (docs/architecture.md, item 7).
 //! 7. **Online precedence** (`online_first`): an online job still waiting for memory takes
 //!    it from offline jobs: those placed but not started first, then checkpointable ones
 //!    that run, which the plan stops and requeues (`Plan::preempted`; `preempt.rs`).
@@ -180,7 +180,7 @@ pub struct HybridOptions {
     pub plateau_gain: Option<f64>,
 }
 
-/// MPS shares are chosen in steps of this many percent (DESIGN item 6).
+/// MPS shares are chosen in steps of this many percent (docs/architecture.md, item 6).
 const SHARE_STEP: u8 = 10;
 
 /// MMK's `crowd_max`: the most jobs a partition runs before the last resort (step 5)
@@ -228,7 +228,7 @@ pub const PLATEAU_GAIN: f64 = 0.01;
 /// first ones above all, hold shares that the arrivals after them need. With 48 calm
 /// arrivals and a quarter of the GPUs idle, 20-80 s are within 0.1 % of the greedy raise
 /// and 160 and 240 s gain 3-4 % (16 to 96 arrivals gave the same within 1.5 %;
-/// docs/simulate.md).
+/// docs/results.md, "Why MMK's rules").
 const CALM_ARRIVALS: u64 = 48;
 
 #[derive(Debug)]
@@ -398,6 +398,43 @@ impl Hybrid {
             _ => Raise::Greedy,
         }
     }
+
+    /// The layout search (step 3), GPU by GPU: each round the GPU whose best layout gains
+    /// the most takes it, until no layout gains or no job waits.
+    fn search_layouts(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
+        while !p.waiting.is_empty() {
+            let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
+            // GPUs in the same state get the same answer: only the first of them is asked,
+            // since a later one's equal gain never beats it.
+            let mut seen: BTreeSet<Signature> = BTreeSet::new();
+            for (gi, gpu) in node.gpus.iter().enumerate() {
+                if !seen.insert(signature(gpu, &p.plans[gi])) {
+                    continue;
+                }
+                let answer = self.best_layout(
+                    (gpu, &p.plans[gi]),
+                    jobs,
+                    &p.waiting,
+                    &p.kinds,
+                    &mut p.slo_blocked,
+                    p.raise,
+                );
+                if let Some((gain, plan, placed)) = answer
+                    && gain > 1e-9
+                    && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9)
+                {
+                    best = Some((gain, gi, plan, placed));
+                }
+            }
+            let Some((_, gi, plan, placed)) = best else {
+                break;
+            };
+            let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
+            p.plans[gi] = plan;
+            p.plans[gi].destroyed.extend(destroyed);
+            p.waiting.retain(|j| !placed.contains(j));
+        }
+    }
 }
 
 /// The GPUs of `plans` that run nothing.
@@ -439,38 +476,7 @@ impl Planner for Hybrid {
         if self.options.mps_first {
             self.mps_first(node, jobs, &mut p, true, false);
         }
-        while !p.waiting.is_empty() {
-            let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
-            // GPUs in the same state get the same answer: only the first of them is asked,
-            // since a later one's equal gain never beats it.
-            let mut seen: BTreeSet<Signature> = BTreeSet::new();
-            for (gi, gpu) in node.gpus.iter().enumerate() {
-                if !seen.insert(signature(gpu, &p.plans[gi])) {
-                    continue;
-                }
-                let answer = self.best_layout(
-                    (gpu, &p.plans[gi]),
-                    jobs,
-                    &p.waiting,
-                    &p.kinds,
-                    &mut p.slo_blocked,
-                    p.raise,
-                );
-                if let Some((gain, plan, placed)) = answer
-                    && gain > 1e-9
-                    && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9)
-                {
-                    best = Some((gain, gi, plan, placed));
-                }
-            }
-            let Some((_, gi, plan, placed)) = best else {
-                break;
-            };
-            let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
-            p.plans[gi] = plan;
-            p.plans[gi].destroyed.extend(destroyed);
-            p.waiting.retain(|j| !placed.contains(j));
-        }
+        self.search_layouts(node, jobs, &mut p);
         // A job deferred to the layout search that found nothing better still takes the
         // place MPS-first had for it.
         if self.options.mps_first && !p.waiting.is_empty() {

@@ -54,7 +54,7 @@ struct Asked {
 impl Hybrid {
     /// Step 2: each waiting job into the existing partition where it adds the most STP,
     /// re-choosing the shares of the partition's checkpointable offline jobs when that
-    /// pays for their restart (Algorithm 1, line 9; DESIGN item 8). `last_resort`: the
+    /// pays for their restart (Algorithm 1, line 9; docs/architecture.md, item 8). `last_resort`: the
     /// pass for the jobs every other step left waiting (`share_before_waiting`), where
     /// joining need not add `min_colocation_gain` and may oversubscribe a partition
     /// without online jobs (`compute_mps_config`).

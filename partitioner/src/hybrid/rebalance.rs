@@ -251,7 +251,7 @@ impl Hybrid {
     /// search finds best for them on that GPU, when its predicted STP grows by more than
     /// the moves cost. Without this a job that started in a small instance beside others
     /// keeps it after they leave, at a fraction of its speed (the reference schedule,
-    /// docs/simulate.md, found the case: two trainings at 2.3x and 1.7x their solo time
+    /// docs/results.md, "Distance from the best schedule", found the case: two trainings at 2.3x and 1.7x their solo time
     /// in small instances on GPUs that had emptied around them).
     pub(super) fn widen(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
         if self.options.move_cost.is_none() || !p.waiting.is_empty() {

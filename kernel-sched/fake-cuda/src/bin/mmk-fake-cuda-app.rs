@@ -293,6 +293,116 @@ unsafe fn open() -> Result<Cuda, String> {
 /// One thread's launches, failures, launch-call wall times, and its stream's priority.
 type Counts = (u64, u64, Vec<u64>, c_int);
 
+/// One launch of the test kernel through `api`; the driver's (or runtime's) code.
+unsafe fn launch_one(
+    cuda: &Cuda,
+    api: &str,
+    b: u32,
+    stream: Handle,
+    exec: Handle,
+    params: *mut *mut c_void,
+) -> Result<c_int, String> {
+    let one = Dim3 { x: 1, y: 1, z: 1 };
+    let grid = Dim3 { x: b, y: 1, z: 1 };
+    // SAFETY: the CUDA API's contracts; the caller's kernel parameters outlive the call.
+    Ok(unsafe {
+        match api {
+            "driver" => cuda.get::<Launch>(c"cuLaunchKernel", 0)?(
+                cuda.kernel,
+                b,
+                1,
+                1,
+                128,
+                1,
+                1,
+                0,
+                stream,
+                params,
+                std::ptr::null_mut(),
+            ),
+            "driver-ptsz" => cuda.get::<Launch>(c"cuLaunchKernel", PER_THREAD_DEFAULT_STREAM)?(
+                cuda.kernel,
+                b,
+                1,
+                1,
+                128,
+                1,
+                1,
+                0,
+                stream,
+                params,
+                std::ptr::null_mut(),
+            ),
+            "driver-ex" => {
+                let config = LaunchConfig {
+                    grid: [b, 1, 1],
+                    block: [128, 1, 1],
+                    shared_mem: 0,
+                    stream,
+                    attrs: std::ptr::null_mut(),
+                    num_attrs: 0,
+                };
+                cuda.get::<LaunchEx>(c"cuLaunchKernelEx", 0)?(
+                    &config,
+                    cuda.kernel,
+                    params,
+                    std::ptr::null_mut(),
+                )
+            }
+            "cooperative" => cuda.get::<Coop>(c"cuLaunchCooperativeKernel", 0)?(
+                cuda.kernel,
+                b,
+                1,
+                1,
+                128,
+                1,
+                1,
+                0,
+                stream,
+                params,
+            ),
+            "graph" => cuda.get::<GraphLaunch>(c"cuGraphLaunch", 0)?(exec, stream),
+            "runtime" => cuda.runtime::<RtLaunch>(c"cudaLaunchKernel")?(
+                cuda.kernel,
+                grid,
+                one,
+                params,
+                0,
+                stream,
+            ),
+            "runtime-internal" => cuda.runtime::<RtLaunch>(c"__cudaLaunchKernel")?(
+                cuda.kernel,
+                grid,
+                one,
+                params,
+                0,
+                stream,
+            ),
+            "runtime-ex" => {
+                let config = RtConfig {
+                    grid,
+                    block: one,
+                    smem: 0,
+                    stream,
+                    attrs: std::ptr::null_mut(),
+                    num_attrs: 0,
+                };
+                cuda.runtime::<RtLaunchEx>(c"cudaLaunchKernelExC")?(&config, cuda.kernel, params)
+            }
+            "runtime-coop" => cuda.runtime::<RtLaunch>(c"cudaLaunchCooperativeKernel")?(
+                cuda.kernel,
+                grid,
+                one,
+                params,
+                0,
+                stream,
+            ),
+            "runtime-graph" => cuda.runtime::<GraphLaunch>(c"cudaGraphLaunch")?(exec, stream),
+            other => return Err(format!("unknown api {other}")),
+        }
+    })
+}
+
 unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String> {
     // SAFETY: the CUDA API's contracts; kernel parameters outlive each launch call.
     unsafe {
@@ -340,8 +450,6 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
         let (mut launched, mut failed) = (0, 0);
         let mut times = Vec::with_capacity(a.kernels as usize);
         let b = a.blocks;
-        let one = Dim3 { x: 1, y: 1, z: 1 };
-        let grid = Dim3 { x: b, y: 1, z: 1 };
         for i in 0..a.kernels {
             let api = if a.api == "all" {
                 APIS[(i as usize + thread as usize) % APIS.len()]
@@ -349,105 +457,7 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
                 a.api.as_str()
             };
             let t = Instant::now();
-            let rc = match api {
-                "driver" => cuda.get::<Launch>(c"cuLaunchKernel", 0)?(
-                    cuda.kernel,
-                    b,
-                    1,
-                    1,
-                    128,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "driver-ptsz" => cuda
-                    .get::<Launch>(c"cuLaunchKernel", PER_THREAD_DEFAULT_STREAM)?(
-                    cuda.kernel,
-                    b,
-                    1,
-                    1,
-                    128,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                ),
-                "driver-ex" => {
-                    let config = LaunchConfig {
-                        grid: [b, 1, 1],
-                        block: [128, 1, 1],
-                        shared_mem: 0,
-                        stream,
-                        attrs: std::ptr::null_mut(),
-                        num_attrs: 0,
-                    };
-                    cuda.get::<LaunchEx>(c"cuLaunchKernelEx", 0)?(
-                        &config,
-                        cuda.kernel,
-                        params.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                }
-                "cooperative" => cuda.get::<Coop>(c"cuLaunchCooperativeKernel", 0)?(
-                    cuda.kernel,
-                    b,
-                    1,
-                    1,
-                    128,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    params.as_mut_ptr(),
-                ),
-                "graph" => cuda.get::<GraphLaunch>(c"cuGraphLaunch", 0)?(exec, stream),
-                "runtime" => cuda.runtime::<RtLaunch>(c"cudaLaunchKernel")?(
-                    cuda.kernel,
-                    grid,
-                    one,
-                    params.as_mut_ptr(),
-                    0,
-                    stream,
-                ),
-                "runtime-internal" => cuda.runtime::<RtLaunch>(c"__cudaLaunchKernel")?(
-                    cuda.kernel,
-                    grid,
-                    one,
-                    params.as_mut_ptr(),
-                    0,
-                    stream,
-                ),
-                "runtime-ex" => {
-                    let config = RtConfig {
-                        grid,
-                        block: one,
-                        smem: 0,
-                        stream,
-                        attrs: std::ptr::null_mut(),
-                        num_attrs: 0,
-                    };
-                    cuda.runtime::<RtLaunchEx>(c"cudaLaunchKernelExC")?(
-                        &config,
-                        cuda.kernel,
-                        params.as_mut_ptr(),
-                    )
-                }
-                "runtime-coop" => cuda.runtime::<RtLaunch>(c"cudaLaunchCooperativeKernel")?(
-                    cuda.kernel,
-                    grid,
-                    one,
-                    params.as_mut_ptr(),
-                    0,
-                    stream,
-                ),
-                "runtime-graph" => cuda.runtime::<GraphLaunch>(c"cudaGraphLaunch")?(exec, stream),
-                other => return Err(format!("unknown api {other}")),
-            };
+            let rc = launch_one(cuda, api, b, stream, exec, params.as_mut_ptr())?;
             times.push(t.elapsed().as_nanos() as u64);
             if rc == 0 {
                 launched += 1
