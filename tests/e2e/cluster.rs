@@ -587,7 +587,7 @@ async fn a_scheduler_script_places_a_trace_across_nodes_with_fit() {
         .iter()
         .map(|n| n.socket().display().to_string())
         .collect();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cluster/place.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cluster/place.py");
     let out = Command::new("python3")
         .arg(script)
         .arg("--mmkctl")
