@@ -251,7 +251,7 @@ def main():
         y = f"{work}/{name}.yaml"
         job_yaml(y, name, cls, args)
         t = time.time()
-        r = subprocess.run([f"{bin_dir}/mmkctl", "--output", "json", "profile", y,
+        r = subprocess.run([f"{bin_dir}/mmk-lab", "--output", "json", "profile", y,
                             "--interposer", so, "-o", f"{out}/{name}.kprofile.json",
                             "--save-trace", f"{out}/{name}.trace.csv"],
                            env=base, capture_output=True, text=True)

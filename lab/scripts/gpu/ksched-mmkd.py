@@ -183,7 +183,7 @@ def main():
             y = f"{work}/p-{name}.yaml"
             job_file(y, name, cls, "8GiB", args, {}, None)
             profiles[name] = f"{out}/{name}.kprofile.json"
-            run([f"{bin_dir}/mmkctl", "profile", y, "--interposer",
+            run([f"{bin_dir}/mmk-lab", "profile", y, "--interposer",
                  f"{bin_dir}/libmmk_interposer.so", "-o", profiles[name]], env, f"mmk-lab profile {name}")
             log(f"profile {name}: done")
         runs = []
