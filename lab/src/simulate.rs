@@ -87,9 +87,17 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     pub save_trace: Option<PathBuf>,
     /// Also write each job's times under each policy (CSV: arrival, start, finish, JCT,
-    /// solo time, wait, JCT over solo time).
+    /// solo time, wait, JCT over solo time, moves).
     #[arg(long, value_name = "FILE")]
     pub jobs_out: Option<PathBuf>,
+    /// Generated trace: the share of offline jobs that can checkpoint, 0 to 1 (the others
+    /// are never moved or preempted) [default: 1].
+    #[arg(long, value_name = "FRACTION", default_value_t = 1.0)]
+    pub checkpointable: f64,
+    /// How often a checkpointable job checkpoints (seconds of its run): a move or a
+    /// preemption loses the work since the last checkpoint [default: a move loses none].
+    #[arg(long, value_name = "SECONDS")]
+    pub checkpoint_every: Option<f64>,
 }
 
 /// `--kernel-sched`: `off`, `measured`, or a ksim report's file.
@@ -121,6 +129,30 @@ fn unmeasured(truth: &str, cfg: &SimConfig) -> Vec<&'static str> {
         .map(|w| w.name)
         .filter(|n| !cfg.profiles.contains_key(n))
         .collect()
+}
+
+/// The reference search takes small traces only: refused, saying how large this one is.
+fn check_reference_size(
+    a: &SimulateArgs,
+    t: &Trace,
+    (online, offline): (usize, usize),
+    with_reference: bool,
+) -> Result<(), Failure> {
+    // A generated trace (or each of a sweep's) has `online + offline` jobs.
+    let (jobs, given) = match &a.trace {
+        Some(_) => (t.jobs.len(), format!("the trace has {}", t.jobs.len())),
+        None => (
+            online + offline,
+            format!("--online {online} --offline {offline}"),
+        ),
+    };
+    if with_reference && jobs > reference::MAX_JOBS {
+        return Err(Failure::usage(format!(
+            "--policies {REFERENCE_POLICY}: the reference search takes at most {} jobs ({given})",
+            reference::MAX_JOBS
+        )));
+    }
+    Ok(())
 }
 
 /// The flags that `run` cannot go on with, refused with the flag named; whether they ask
@@ -166,6 +198,19 @@ fn check(
         return Err(Failure::usage(format!(
             "--offline-share-max: {} is not an MPS share mmk gives (10 to 100, a multiple of 10)",
             a.offline_share_max
+        )));
+    }
+    if !(0.0..=1.0).contains(&a.checkpointable) {
+        return Err(Failure::usage(format!(
+            "--checkpointable: {} is not a share between 0 and 1",
+            a.checkpointable
+        )));
+    }
+    if let Some(every) = a.checkpoint_every
+        && !(every.is_finite() && every > 0.0)
+    {
+        return Err(Failure::usage(format!(
+            "--checkpoint-every: {every} is not a number of seconds above zero"
         )));
     }
     if gpus == 0 || gpus > 128 {
@@ -218,6 +263,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             offline,
             mean_interval_s: interval,
             seed,
+            checkpointable: a.checkpointable,
         })
     };
     // One trace to replay or generate; a sweep generates its own below.
@@ -231,25 +277,13 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         None if sweep => Trace { jobs: Vec::new() },
         None => generate(intervals[0], a.seed[0]),
     };
-    // A generated trace (or each of a sweep's) has `online + offline` jobs.
-    let (jobs, given) = match &a.trace {
-        Some(_) => (t.jobs.len(), format!("the trace has {}", t.jobs.len())),
-        None => (
-            online + offline,
-            format!("--online {online} --offline {offline}"),
-        ),
-    };
-    if with_reference && jobs > reference::MAX_JOBS {
-        return Err(Failure::usage(format!(
-            "--policies {REFERENCE_POLICY}: the reference search takes at most {} jobs ({given})",
-            reference::MAX_JOBS
-        )));
-    }
+    check_reference_size(&a, &t, (online, offline), with_reference)?;
     if let Some(path) = &a.save_trace {
         std::fs::write(path, t.to_csv())
             .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
     }
     let mut cfg = SimConfig::new(&a.gpu_model, gpus);
+    cfg.checkpoint_every_s = a.checkpoint_every;
     let truth: Arc<dyn PerfModel> = if a.truth == "measured" {
         let (truth, profiles) = measured_truth().map_err(usage)?;
         cfg.profiles = profiles;
@@ -313,6 +347,8 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         // Reported only where it acts.
         kernel_sched: kernel_sched.filter(|_| a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY)),
         offline_share_max: a.offline_share_max,
+        checkpointable: a.trace.is_none().then_some(a.checkpointable),
+        checkpoint_every_s: a.checkpoint_every,
     };
     if sweep {
         let worlds = (&plain, scheduled.as_ref());
@@ -367,6 +403,7 @@ fn run_sweep(
                 offline,
                 mean_interval_s: interval,
                 seed,
+                checkpointable: a.checkpointable,
             });
             let label = format!("interval {interval} s, seed {seed}: ");
             let results = run_policies(
@@ -558,6 +595,32 @@ fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:+.1}%"))
 }
 
+/// Each class apart: average JCT, the offline jobs' tail slowdown, the jobs slowed more
+/// than ten times.
+fn print_classes(r: &Report) {
+    outln!(
+        "{:<9} {:>11} {:>12} {:>17} {:>10}",
+        "POLICY",
+        "ONLINE JCT",
+        "OFFLINE JCT",
+        "OFFLINE P95 SLOW",
+        "OVER 10x"
+    );
+    let secs = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}s"));
+    for p in &r.policies {
+        let s = &p.summary;
+        outln!(
+            "{:<9} {:>11} {:>12} {:>17} {:>9.1}%",
+            s.policy,
+            secs(s.online_avg_jct_s),
+            secs(s.offline_avg_jct_s),
+            s.offline_p95_slowdown
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}x")),
+            s.slowed_10x_pct
+        );
+    }
+}
+
 fn print_table(r: &Report) {
     outln!(
         "{} jobs, {} x {}, planners' model: {}, ground truth: {}",
@@ -606,6 +669,7 @@ fn print_table(r: &Report) {
             s.moves
         );
     }
+    print_classes(r);
     if let Some(search) = r.policies.iter().find_map(|p| p.search) {
         let how = if search.exact {
             format!("exact ({} nodes)", search.nodes)

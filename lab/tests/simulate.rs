@@ -521,3 +521,127 @@ fn simulate_caps_offline_shares_when_asked() {
         text(&out.stderr)
     );
 }
+
+/// Each class apart, the jobs slowed more than ten times, and moves per job: with no
+/// checkpointable job nothing moves, and the report's figures are the jobs' own.
+#[test]
+fn simulate_reports_each_class_and_the_moves_of_each_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let run = |checkpointable: &str, out: &str| {
+        let out = lab(
+            d,
+            &[
+                "--output",
+                "json",
+                "simulate",
+                "--online",
+                "8",
+                "--offline",
+                "8",
+                "--gpus",
+                "1",
+                "--interval",
+                "5",
+                "--model",
+                "analytic",
+                "--truth",
+                "analytic",
+                "--policies",
+                "miso,mmk",
+                "--checkpointable",
+                checkpointable,
+                "--checkpoint-every",
+                "30",
+                "--jobs-out",
+                out,
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let report = run("0", "none.csv");
+    assert_eq!(report["checkpointable"], 0.0, "{report}");
+    assert_eq!(report["checkpoint_every_s"], 30.0, "{report}");
+    let jobs = std::fs::read_to_string(d.join("none.csv")).expect("jobs.csv");
+    let header: Vec<&str> = jobs.lines().next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let rows: Vec<Vec<&str>> = jobs
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2 * 16);
+    assert!(
+        rows.iter().all(|r| r[col("moves")] == "0"),
+        "no job can checkpoint, so none moves:\n{jobs}"
+    );
+    for s in report["policies"].as_array().expect("policies") {
+        let name = s["policy"].as_str().expect("policy");
+        let mine: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == name).collect();
+        let field = |r: &Vec<&str>, c: &str| -> f64 { r[col(c)].parse().expect(c) };
+        let avg = |class: &str| {
+            let js: Vec<f64> = mine
+                .iter()
+                .filter(|r| r[col("class")] == class)
+                .map(|r| field(r, "jct_s"))
+                .collect();
+            js.iter().sum::<f64>() / js.len() as f64
+        };
+        for (class, key) in [
+            ("online", "online_avg_jct_s"),
+            ("offline", "offline_avg_jct_s"),
+        ] {
+            let reported = s[key].as_f64().expect(key);
+            assert!(
+                (avg(class) - reported).abs() <= 0.01 * reported.max(1.0),
+                "{name} {class}: {} against {reported}",
+                avg(class)
+            );
+        }
+        let over = mine
+            .iter()
+            .filter(|r| field(r, "relative_jct") > 10.0)
+            .count();
+        let pct = s["slowed_10x_pct"].as_f64().expect("slowed");
+        assert!(
+            (pct - 100.0 * over as f64 / mine.len() as f64).abs() < 0.01,
+            "{name}: {pct} % against {over} of {}",
+            mine.len()
+        );
+        assert!(s["offline_p95_slowdown"].as_f64().expect("p95") >= 1.0);
+        assert_eq!(s["moves"], 0, "{s}");
+    }
+    // The table shows each class apart.
+    let out = lab(
+        d,
+        &[
+            "simulate",
+            "--online",
+            "4",
+            "--offline",
+            "4",
+            "--gpus",
+            "1",
+            "--model",
+            "analytic",
+            "--truth",
+            "analytic",
+            "--policies",
+            "mmk",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("ONLINE JCT") && text(&out.stdout).contains("OVER 10x"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A share that is not one is refused, naming the flag.
+    let out = lab(d, &["simulate", "--checkpointable", "1.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "mmk-lab: --checkpointable: 1.5 is not a share between 0 and 1"
+    );
+}

@@ -32,6 +32,7 @@ fn main() {
         offline: 400,
         mean_interval_s: interval,
         seed: 1,
+        checkpointable: 1.0,
     });
     let mut sums = Vec::new();
     for name in ["default", "mps", "miso", "miger", "mmk"] {

@@ -23,6 +23,10 @@ pub struct SimConfig {
     pub destroy_s: f64,
     /// Seconds a moved job loses to checkpoint and restart.
     pub restart_s: f64,
+    /// How often a checkpointable job checkpoints, in seconds of its run; a move loses the
+    /// work since its last checkpoint. `None`: a move loses no work (it checkpoints as it
+    /// stops).
+    pub checkpoint_every_s: Option<f64>,
     /// What the planners know of a workload, by name, where it is not the workload
     /// table's nominal demands (the measured ones, with a measured ground truth).
     pub profiles: HashMap<&'static str, JobProfile>,
@@ -36,6 +40,7 @@ impl SimConfig {
             create_s: 0.4,
             destroy_s: 0.2,
             restart_s: 10.0,
+            checkpoint_every_s: None,
             profiles: HashMap::new(),
         }
     }
@@ -65,6 +70,8 @@ pub struct JobOutcome {
     pub finish_s: f64,
     /// How long it takes alone on a whole GPU.
     pub solo_s: f64,
+    /// How often it was stopped and restarted elsewhere (moves and preemptions).
+    pub moves: u32,
 }
 
 impl JobOutcome {
@@ -138,6 +145,34 @@ struct Run {
     remaining: f64,
     ready_at: f64,
     start_s: Option<f64>,
+    /// Run time and work (solo seconds) since its last checkpoint.
+    since_checkpoint: (f64, f64),
+    moves: u32,
+}
+
+impl Run {
+    /// Stopped for a move: the work since the last checkpoint is done again.
+    fn moved(&mut self) {
+        self.remaining += self.since_checkpoint.1;
+        self.since_checkpoint = (0.0, 0.0);
+        self.moves += 1;
+    }
+
+    /// `dt` seconds run at `speed`, checkpointing every `every` seconds of run time.
+    fn ran(&mut self, dt: f64, speed: f64, every: Option<f64>) {
+        self.remaining -= speed * dt;
+        let Some(every) = every.filter(|e| *e > 0.0) else {
+            return;
+        };
+        let (wall, work) = &mut self.since_checkpoint;
+        *wall += dt;
+        *work += speed * dt;
+        if *wall >= every {
+            // The last checkpoint was `wall % every` seconds ago.
+            *wall %= every;
+            *work = speed * *wall;
+        }
+    }
 }
 
 fn shape(node: &NodeState, slot: Slot) -> PartitionShape {
@@ -243,7 +278,7 @@ fn account(
     (active, running): (&[JobDemand], &[usize]),
     runs: &mut HashMap<u64, Run>,
     (speeds, mixed): (&[f64], &[bool]),
-    dt: f64,
+    (dt, checkpoint_every): (f64, Option<f64>),
 ) -> Vec<u64> {
     let busy_gpus: std::collections::BTreeSet<u32> = running
         .iter()
@@ -254,7 +289,7 @@ fn account(
     for (k, &i) in running.iter().enumerate() {
         let id = active[i].id;
         if let Some(r) = runs.get_mut(&id) {
-            r.remaining -= speeds[k] * dt;
+            r.ran(dt, speeds[k], checkpoint_every);
             result.stp_integral += speeds[k] * dt;
             result.job_run_s += dt;
             if mixed[k] {
@@ -312,6 +347,21 @@ fn next_event(
     t_next
 }
 
+/// What became of job `id`, which finished at `now`.
+fn outcome(trace: &Trace, id: u64, run: Option<Run>, now: f64) -> JobOutcome {
+    let tj = &trace.jobs[(id - 1) as usize];
+    JobOutcome {
+        id,
+        workload: tj.workload.name,
+        online: tj.class == mmk_core::JobClass::Online,
+        arrival_s: tj.arrival_s,
+        start_s: run.as_ref().and_then(|r| r.start_s).unwrap_or(now),
+        finish_s: now,
+        solo_s: tj.duration_s,
+        moves: run.map_or(0, |r| r.moves),
+    }
+}
+
 /// Runs `trace` under `planner`, with `truth` as how fast jobs really run. `progress` is
 /// told (jobs finished, jobs in all) as jobs finish.
 pub fn simulate(
@@ -346,6 +396,8 @@ pub fn simulate(
                     remaining: j.duration_s,
                     ready_at: f64::INFINITY,
                     start_s: None,
+                    since_checkpoint: (0.0, 0.0),
+                    moves: 0,
                 },
             );
             next += 1;
@@ -366,6 +418,7 @@ pub fn simulate(
             for id in &plan.moves {
                 if let Some(r) = runs.get_mut(id) {
                     r.ready_at = now + cfg.restart_s;
+                    r.moved();
                     result.moves += 1;
                 }
             }
@@ -373,6 +426,9 @@ pub fn simulate(
             // it is placed again.
             for p in &plan.preempted {
                 preempted.insert(p.job);
+                if let Some(r) = runs.get_mut(&p.job) {
+                    r.moved();
+                }
                 result.moves += 1;
             }
             if !plan.queued.is_empty() {
@@ -453,23 +509,13 @@ pub fn simulate(
             (&active, &running),
             &mut runs,
             (&speeds, &mixed),
-            t_next - now,
+            (t_next - now, cfg.checkpoint_every_s),
         );
         now = t_next;
         if !finished.is_empty() {
             active.retain(|j| !finished.contains(&j.id));
             for id in finished {
-                let tj = &trace.jobs[(id - 1) as usize];
-                let start_s = runs.remove(&id).and_then(|r| r.start_s).unwrap_or(now);
-                done.push(JobOutcome {
-                    id,
-                    workload: tj.workload.name,
-                    online: tj.class == mmk_core::JobClass::Online,
-                    arrival_s: tj.arrival_s,
-                    start_s,
-                    finish_s: now,
-                    solo_s: tj.duration_s,
-                });
+                done.push(outcome(trace, id, runs.remove(&id), now));
             }
             progress(done.len(), total);
             dirty = true;
@@ -490,6 +536,34 @@ mod tests {
 
     use super::*;
     use crate::trace::{TraceSpec, generate};
+
+    /// A move loses the work since the last checkpoint, and nothing without checkpoints.
+    #[test]
+    fn a_move_loses_the_work_since_the_last_checkpoint() {
+        let fresh = || Run {
+            remaining: 100.0,
+            ready_at: 0.0,
+            start_s: Some(0.0),
+            since_checkpoint: (0.0, 0.0),
+            moves: 0,
+        };
+        let mut r = fresh();
+        // 25 s at half speed, checkpoints every 10 s: the last one 5 s ago.
+        for _ in 0..5 {
+            r.ran(5.0, 0.5, Some(10.0));
+        }
+        assert!((r.remaining - 87.5).abs() < 1e-9, "{r:?}");
+        r.moved();
+        assert!(
+            (r.remaining - 90.0).abs() < 1e-9,
+            "5 s at half speed is done again: {r:?}"
+        );
+        assert_eq!((r.moves, r.since_checkpoint), (1, (0.0, 0.0)));
+        let mut r = fresh();
+        r.ran(25.0, 0.5, None);
+        r.moved();
+        assert!((r.remaining - 87.5).abs() < 1e-9, "{r:?}");
+    }
 
     fn job(arrival_s: f64, name: &str, duration_s: f64) -> TraceJob {
         let w = workload::find(name).unwrap();
@@ -606,6 +680,7 @@ mod tests {
             offline: 20,
             mean_interval_s: 20.0,
             seed: 3,
+            checkpointable: 1.0,
         });
         for policy in ["default", "mps", "miso", "miger", "mmk"] {
             let r = run(policy, &t, 2);

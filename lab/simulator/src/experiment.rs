@@ -309,6 +309,13 @@ pub struct Setup {
     pub kernel_sched: Option<KernelEffect>,
     /// The most MPS share (%) an offline job gets from MMK and MIGER (100: no cap).
     pub offline_share_max: u8,
+    /// A generated trace's share of checkpointable offline jobs (a replayed trace says
+    /// per job).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpointable: Option<f64>,
+    /// How often checkpointable jobs checkpoint; none: a move loses no work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_every_s: Option<f64>,
 }
 
 /// A sweep over arrival intervals and seeds.

@@ -31,6 +31,13 @@ pub struct Summary {
     pub mixed_pct: f64,
     pub reconfigurations: u64,
     pub moves: u64,
+    /// Average JCT of each class apart (seconds); none without jobs of the class.
+    pub online_avg_jct_s: Option<f64>,
+    pub offline_avg_jct_s: Option<f64>,
+    /// The 95th percentile of the offline jobs' JCT over their solo time.
+    pub offline_p95_slowdown: Option<f64>,
+    /// The share of jobs (percent) whose JCT was more than 10 times their solo time.
+    pub slowed_10x_pct: f64,
 }
 
 impl Summary {
@@ -64,8 +71,41 @@ impl Summary {
             },
             reconfigurations: r.reconfigurations,
             moves: r.moves,
+            online_avg_jct_s: class_avg_jct(r, true),
+            offline_avg_jct_s: class_avg_jct(r, false),
+            offline_p95_slowdown: {
+                let mut s: Vec<f64> = r
+                    .jobs
+                    .iter()
+                    .filter(|j| !j.online)
+                    .map(|j| j.jct_s() / j.solo_s)
+                    .collect();
+                s.sort_by(f64::total_cmp);
+                (!s.is_empty()).then(|| quantile(&s, 0.95))
+            },
+            slowed_10x_pct: if r.jobs.is_empty() {
+                0.0
+            } else {
+                100.0
+                    * r.jobs
+                        .iter()
+                        .filter(|j| j.jct_s() > 10.0 * j.solo_s)
+                        .count() as f64
+                    / r.jobs.len() as f64
+            },
         }
     }
+}
+
+/// The average JCT of the online (or the offline) jobs of a run.
+fn class_avg_jct(r: &RunResult, online: bool) -> Option<f64> {
+    let jct: Vec<f64> = r
+        .jobs
+        .iter()
+        .filter(|j| j.online == online)
+        .map(|j| j.jct_s())
+        .collect();
+    (!jct.is_empty()).then(|| jct.iter().sum::<f64>() / jct.len() as f64)
 }
 
 /// Each job's JCT over its solo time, sorted (the CDF's x values).
@@ -180,13 +220,13 @@ pub fn cdf_svg(runs: &[&RunResult]) -> String {
 /// time.
 pub fn jobs_csv(runs: &[&RunResult]) -> String {
     let mut s = String::from(
-        "policy,id,workload,class,arrival_s,start_s,finish_s,jct_s,solo_s,wait_s,relative_jct\n",
+        "policy,id,workload,class,arrival_s,start_s,finish_s,jct_s,solo_s,wait_s,relative_jct,moves\n",
     );
     for r in runs {
         for j in &r.jobs {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4}",
+                "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{}",
                 r.policy,
                 j.id,
                 j.workload,
@@ -197,7 +237,8 @@ pub fn jobs_csv(runs: &[&RunResult]) -> String {
                 j.jct_s(),
                 j.solo_s,
                 j.start_s - j.arrival_s,
-                j.jct_s() / j.solo_s
+                j.jct_s() / j.solo_s,
+                j.moves
             );
         }
     }
@@ -220,6 +261,7 @@ mod tests {
                 start_s: 25.0,
                 finish_s: 110.0,
                 solo_s: 50.0,
+                moves: 0,
             }],
             plans: 1,
             ..RunResult::empty("mmk")

@@ -59,13 +59,18 @@ pub struct TraceSpec {
     /// Mean time between arrivals (Poisson arrivals), seconds.
     pub mean_interval_s: f64,
     pub seed: u64,
+    /// The share of offline jobs that can checkpoint (0 to 1); online jobs never do.
+    pub checkpointable: f64,
 }
 
 /// A trace of `online` inference jobs and `offline` training jobs of the workload table,
 /// in random order, arriving as a Poisson process. A job runs its workload's nominal
-/// duration times a factor uniform in [0.5, 1.5); offline jobs may checkpoint.
+/// duration times a factor uniform in [0.5, 1.5); a `checkpointable` share of the offline
+/// jobs may checkpoint, drawn from a stream of its own (so that the rest of a seed's trace
+/// does not depend on it).
 pub fn generate(spec: TraceSpec) -> Trace {
     let mut rng = Rng::new(spec.seed);
+    let mut checkpoints = Rng::new(spec.seed ^ 0xC4EC_4901_4E7A_B1E5);
     let pick = |phase: Phase| -> Vec<&'static workload::Workload> {
         workload::WORKLOADS
             .iter()
@@ -95,7 +100,8 @@ pub fn generate(spec: TraceSpec) -> Trace {
                 class,
                 duration_s: nominal * (0.5 + rng.unit()),
                 memory_mib: w.nominal_memory_mib,
-                checkpoint: class == JobClass::Offline,
+                checkpoint: class == JobClass::Offline
+                    && (spec.checkpointable >= 1.0 || checkpoints.unit() < spec.checkpointable),
             }
         })
         .collect();
@@ -235,6 +241,7 @@ mod tests {
             offline: 10,
             mean_interval_s: 40.0,
             seed: 5,
+            checkpointable: 1.0,
         };
         let t = generate(spec);
         assert_eq!(t.jobs.len(), 30);

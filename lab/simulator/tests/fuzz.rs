@@ -17,6 +17,7 @@ fn seeds() -> Vec<Vec<u8>> {
         offline: 3,
         mean_interval_s: 30.0,
         seed: 1,
+        checkpointable: 1.0,
     })
     .to_csv();
     vec![

@@ -43,6 +43,7 @@ fn small(n: usize, seed: u64, interval: f64) -> Trace {
         offline: n / 3,
         mean_interval_s: interval,
         seed,
+        checkpointable: 1.0,
     });
     for j in &mut t.jobs {
         j.duration_s = j.duration_s.min(300.0);
