@@ -73,6 +73,16 @@ async fn cancel_running(mut c: Clients, run_start: Instant) -> Vec<Duration> {
     lat
 }
 
+/// SUBMITTERS EACH WATCHERS from the command line [default: 8 250 4].
+fn counts() -> (usize, usize, usize) {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let at = |i: usize, default: usize| args.get(i).copied().unwrap_or(default);
+    (at(0, 8), at(1, 250), at(2, 4))
+}
+
 /// Lists every job, page by page; how many there are.
 async fn list_all(mut c: Clients) -> usize {
     let mut listed = 0;
@@ -97,13 +107,7 @@ async fn list_all(mut c: Clients) -> usize {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let submitters = args.first().copied().unwrap_or(8);
-    let each = args.get(1).copied().unwrap_or(250);
-    let watchers = args.get(2).copied().unwrap_or(4);
+    let (submitters, each, watchers) = counts();
 
     let metrics = support::free_loopback();
     let mmkd = support::start(&["--sim-speed", "1", "--metrics", &metrics]).await;

@@ -196,22 +196,27 @@ fn job_id(a: &v1::Allocation) -> u64 {
     a.job.as_ref().map_or(0, |j| j.id)
 }
 
-/// `mmkctl run`: returns the command's exit status as mmkctl's own.
-pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
-    let program = args.command[0].clone();
+/// The allocation `mmkctl run` asks for: the command's job, leased. The same command run
+/// again is the same job to the planner: its learned profile is kept under its name and a
+/// digest of the command, unless --profile-key says otherwise.
+fn run_spec(args: &RunArgs, program: &str) -> Result<mmk_core::JobSpec, Failure> {
     let lease_ms = u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX);
-    // The same command run again is the same job to the planner: its learned profile is
-    // kept under its name and a digest of the command, unless --profile-key says otherwise.
-    let name = args.spec.name.clone().unwrap_or_else(|| job_name(&program));
+    let name = args.spec.name.clone().unwrap_or_else(|| job_name(program));
     let key = format!("{name}:{}", mmk_core::spec::command_digest(&args.command));
-    let spec = args.spec.spec(
-        &program,
+    args.spec.spec(
+        program,
         Some(key),
         AttachedSpec {
             lease_ms: Some(lease_ms),
             ..AttachedSpec::default()
         },
-    )?;
+    )
+}
+
+/// `mmkctl run`: returns the command's exit status as mmkctl's own.
+pub async fn run(target: &Target, args: RunArgs) -> Result<u8, Failure> {
+    let program = args.command[0].clone();
+    let spec = run_spec(&args, &program)?;
     let say = |msg: String| {
         if !args.quiet {
             eprintln!("mmkctl run: {msg}");

@@ -304,6 +304,30 @@ impl Collector for JobSeriesCollector {
     }
 }
 
+/// The latency histograms mmkd keeps from its start.
+fn register_latencies(reg: &mut Registry, m: &crate::node::NodeMetrics) {
+    reg.register(
+        "planning_seconds",
+        "Time of one planning run",
+        m.planning.clone(),
+    );
+    reg.register(
+        "reconfiguration_seconds",
+        "Time of one MIG step (creating or destroying an instance)",
+        m.reconfiguration.clone(),
+    );
+    reg.register(
+        "store_write_seconds",
+        "Time of one job state change written to the node store",
+        m.store_write.clone(),
+    );
+    reg.register(
+        "job_exit_record_seconds",
+        "Time from a job's end to its end recorded in the node store",
+        m.exit_record.clone(),
+    );
+}
+
 /// The metrics text of the node as it is now.
 async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
     let users = &scrapes.users;
@@ -433,27 +457,7 @@ async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
             })
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
-    let m = node.metrics();
-    reg.register(
-        "planning_seconds",
-        "Time of one planning run",
-        m.planning.clone(),
-    );
-    reg.register(
-        "reconfiguration_seconds",
-        "Time of one MIG step (creating or destroying an instance)",
-        m.reconfiguration.clone(),
-    );
-    reg.register(
-        "store_write_seconds",
-        "Time of one job state change written to the node store",
-        m.store_write.clone(),
-    );
-    reg.register(
-        "job_exit_record_seconds",
-        "Time from a job's end to its end recorded in the node store",
-        m.exit_record.clone(),
-    );
+    register_latencies(&mut reg, node.metrics());
     // Room for the last scrape's text and some: grown from nothing, it is copied a dozen
     // times on the way.
     let last = scrapes.last_len.load(std::sync::atomic::Ordering::Relaxed);

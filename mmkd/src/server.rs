@@ -313,17 +313,8 @@ impl Daemon {
                 _ => Ok(()),
             }
         };
-        if let (Some(l), Some(m)) = (metrics, &config.metrics) {
-            // Beyond loopback, only with TLS and client certificates (checked at start).
-            let tls = (!m.addr.ip().is_loopback())
-                .then(|| config.tls.clone())
-                .flatten();
-            let serving = crate::metrics::serve(l, node.clone(), tls, closed(&closed_tx));
-            tokio::spawn(async move {
-                if let Err(e) = serving.await {
-                    warn!(error = %format!("{e:#}"), "metrics server stopped");
-                }
-            });
+        if let Some(l) = metrics {
+            serve_metrics(l, &config, node.clone(), closed(&closed_tx));
         }
         let servers = async { tokio::try_join!(uds_server, tcp_server) };
         tokio::pin!(servers);
@@ -367,6 +358,27 @@ impl Daemon {
 
 /// How long open requests get to finish at shutdown.
 const DRAIN: Duration = Duration::from_secs(10);
+
+/// The metrics server on `l`, as a task of its own until `closed`; beyond loopback only
+/// with TLS and client certificates (checked at start).
+fn serve_metrics(
+    l: tokio::net::TcpListener,
+    config: &Config,
+    node: Node,
+    closed: impl Future<Output = ()> + Send + 'static,
+) {
+    let beyond_loopback = config
+        .metrics
+        .as_ref()
+        .is_some_and(|m| !m.addr.ip().is_loopback());
+    let tls = config.tls.clone().filter(|_| beyond_loopback);
+    let serving = crate::metrics::serve(l, node, tls, closed);
+    tokio::spawn(async move {
+        if let Err(e) = serving.await {
+            warn!(error = %format!("{e:#}"), "metrics server stopped");
+        }
+    });
+}
 
 /// Reflection of mmkd's services and of health.
 fn reflection() -> tonic_reflection::server::Builder<'static> {

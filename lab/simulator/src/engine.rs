@@ -151,6 +151,17 @@ struct Run {
 }
 
 impl Run {
+    /// A job that arrived and waits for its place.
+    fn new(duration_s: f64) -> Run {
+        Run {
+            remaining: duration_s,
+            ready_at: f64::INFINITY,
+            start_s: None,
+            since_checkpoint: (0.0, 0.0),
+            moves: 0,
+        }
+    }
+
     /// Stopped for a move: the work since the last checkpoint is done again.
     fn moved(&mut self) {
         self.remaining += self.since_checkpoint.1;
@@ -347,6 +358,19 @@ fn next_event(
     t_next
 }
 
+/// How long each GPU's MIG steps of `plan` hold its new placements up.
+fn step_delays(plan: &mmk_partitioner::Plan, cfg: &SimConfig) -> BTreeMap<u32, f64> {
+    let mut delay: BTreeMap<u32, f64> = BTreeMap::new();
+    for s in &plan.steps {
+        let (gpu, cost) = match s {
+            Step::Create { slot } => (slot.gpu, cfg.create_s),
+            Step::Destroy { slot, .. } => (slot.gpu, cfg.destroy_s),
+        };
+        *delay.entry(gpu).or_default() += cost;
+    }
+    delay
+}
+
 /// What became of job `id`, which finished at `now`.
 fn outcome(trace: &Trace, id: u64, run: Option<Run>, now: f64) -> JobOutcome {
     let tj = &trace.jobs[(id - 1) as usize];
@@ -390,30 +414,14 @@ pub fn simulate(
             let id = next as u64 + 1;
             active.push(demand(id, j, cfg));
             node.calm_arrivals += 1;
-            runs.insert(
-                id,
-                Run {
-                    remaining: j.duration_s,
-                    ready_at: f64::INFINITY,
-                    start_s: None,
-                    since_checkpoint: (0.0, 0.0),
-                    moves: 0,
-                },
-            );
+            runs.insert(id, Run::new(j.duration_s));
             next += 1;
             dirty = true;
         }
         if dirty {
             let plan = planner.plan(&node, &active);
             result.plans += 1;
-            let mut delay: BTreeMap<u32, f64> = BTreeMap::new();
-            for s in &plan.steps {
-                let (gpu, cost) = match s {
-                    Step::Create { slot } => (slot.gpu, cfg.create_s),
-                    Step::Destroy { slot, .. } => (slot.gpu, cfg.destroy_s),
-                };
-                *delay.entry(gpu).or_default() += cost;
-            }
+            let delay = step_delays(&plan, cfg);
             result.reconfigurations += plan.steps.len() as u64;
             for id in &plan.moves {
                 if let Some(r) = runs.get_mut(id) {

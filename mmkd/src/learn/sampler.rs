@@ -555,6 +555,32 @@ impl Sampler {
         }
     }
 
+    /// The watched job each slot of a gate belongs to (see inside).
+    fn slot_owners(
+        &self,
+        slots: &[SlotStats],
+        jobs: &HashMap<u64, Watched>,
+        owners: &mut HashMap<u32, Option<(u64, u32)>>,
+        (path, gate_uid): (&PathBuf, u32),
+    ) -> Vec<Option<u64>> {
+        // The watched job each slot belongs to: the job its process names, when that
+        // job is placed in this gate's partition and the process runs as the job's
+        // user, who owns the gate. A slot that names a process of another user, or of
+        // a job elsewhere, counts for nobody. One job's processes alone in the gate
+        // leave it alone in its partition.
+        slots
+            .iter()
+            .map(|slot| {
+                let (job, uid) = (*owners
+                    .entry(slot.pid)
+                    .or_insert_with(|| (self.identify)(slot.pid)))?;
+                jobs.get(&job)
+                    .filter(|w| w.watch.uid == uid && uid == gate_uid && w.watch.gate == *path)
+                    .map(|_| job)
+            })
+            .collect()
+    }
+
     /// One sample of every watched job.
     ///
     /// A job stops being tracked once its profile is learned (it was confident when the
@@ -585,12 +611,9 @@ impl Sampler {
         let mut state: HashMap<u64, (u64, bool)> = HashMap::new();
         // Gates with offline kernels in flight now.
         let mut offline_busy: Vec<PathBuf> = Vec::new();
-        let paths: Vec<PathBuf> = {
-            let mut p: Vec<PathBuf> = jobs.values().map(|w| w.watch.gate.clone()).collect();
-            p.sort();
-            p.dedup();
-            p
-        };
+        // Each gate once, in order.
+        let paths: std::collections::BTreeSet<PathBuf> =
+            jobs.values().map(|w| w.watch.gate.clone()).collect();
         for path in paths {
             // A gate made anew at the same path (the partition's next user) is opened anew.
             if gates.get(&path).is_some_and(|g| !g.is_at(&path)) {
@@ -628,23 +651,7 @@ impl Sampler {
             let online_tracked = slots
                 .iter()
                 .any(|s| s.class == Some(Class::Online) && !s.untracked);
-            // The watched job each slot belongs to: the job its process names, when that
-            // job is placed in this gate's partition and the process runs as the job's
-            // user, who owns the gate. A slot that names a process of another user, or of
-            // a job elsewhere, counts for nobody. One job's processes alone in the gate
-            // leave it alone in its partition.
-            let gate_uid = gate.owner_uid();
-            let slot_owners: Vec<Option<u64>> = slots
-                .iter()
-                .map(|slot| {
-                    let (job, uid) = (*owners
-                        .entry(slot.pid)
-                        .or_insert_with(|| (self.identify)(slot.pid)))?;
-                    jobs.get(&job)
-                        .filter(|w| w.watch.uid == uid && uid == gate_uid && w.watch.gate == path)
-                        .map(|_| job)
-                })
-                .collect();
+            let slot_owners = self.slot_owners(&slots, jobs, owners, (&path, gate.owner_uid()));
             // Offline work in flight: of a job here, or of another live process (a dead
             // one's slot stays until the gate's processes drop it).
             if slots.iter().zip(&slot_owners).any(|(s, o)| {

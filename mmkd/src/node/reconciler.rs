@@ -335,31 +335,7 @@ impl Node {
                 None => no_room.push(p.for_job),
             }
         }
-        // A job that was to stop for a move or a preemption and has not (its run is ending
-        // by itself, or it is being cancelled) still holds its instance: the layout of its
-        // GPU waits, with the placements there, for the pass its end starts.
-        let held = |gpu: u32, instance: u32| {
-            by_id.values().any(|j| {
-                matches!(j.state, JobState::Starting | JobState::Running)
-                    && j.assignment
-                        .as_ref()
-                        .is_some_and(|a| a.slot.gpu == gpu && a.instance_id == instance)
-            })
-        };
-        let waiting_gpus: Vec<u32> = plan
-            .steps
-            .iter()
-            .filter_map(|s| match s {
-                Step::Destroy { slot, instance } if held(slot.gpu, *instance) => Some(slot.gpu),
-                _ => None,
-            })
-            .collect();
-        if !waiting_gpus.is_empty() {
-            info!(
-                gpus = ?waiting_gpus,
-                "a job that was to stop still holds its instance: the layout change waits for its end"
-            );
-        }
+        let waiting_gpus = gpus_waiting_for_an_end(&plan, &by_id);
         // A step that fails leaves its partition missing; placements elsewhere go ahead.
         let mut failed: Option<ServiceError> = None;
         for step in &plan.steps {
@@ -642,6 +618,37 @@ pub fn planner_profile(spec: &JobSpec) -> String {
         None if spec.exclusive => "exclusive".into(),
         None => "prior".into(),
     }
+}
+
+/// The GPUs whose layout change waits: a job that was to stop for a move or a preemption
+/// and has not still holds an instance the plan destroys.
+fn gpus_waiting_for_an_end(plan: &Plan, by_id: &HashMap<u64, JobRecord>) -> Vec<u32> {
+    // A job that was to stop for a move or a preemption and has not (its run is ending
+    // by itself, or it is being cancelled) still holds its instance: the layout of its
+    // GPU waits, with the placements there, for the pass its end starts.
+    let held = |gpu: u32, instance: u32| {
+        by_id.values().any(|j| {
+            matches!(j.state, JobState::Starting | JobState::Running)
+                && j.assignment
+                    .as_ref()
+                    .is_some_and(|a| a.slot.gpu == gpu && a.instance_id == instance)
+        })
+    };
+    let waiting_gpus: Vec<u32> = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Destroy { slot, instance } if held(slot.gpu, *instance) => Some(slot.gpu),
+            _ => None,
+        })
+        .collect();
+    if !waiting_gpus.is_empty() {
+        info!(
+            gpus = ?waiting_gpus,
+            "a job that was to stop still holds its instance: the layout change waits for its end"
+        );
+    }
+    waiting_gpus
 }
 
 /// A job that waits, as the planner sees it: planned on its learned profile once that is

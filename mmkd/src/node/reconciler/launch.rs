@@ -3,6 +3,48 @@
 use super::*;
 
 impl Node {
+    /// The partition's gate made ready for `job` (file I/O: off the runtime, like the MPS
+    /// calls); the reason when it cannot be.
+    async fn prepare_gate(
+        &self,
+        job: &JobRecord,
+        a: &Assignment,
+        gpus: &[GpuState],
+    ) -> Result<Option<crate::ksched::JobKsched>, String> {
+        let key = mps::partition_key(&a.slot, a.instance_id);
+        // Making the gate is file I/O: off the runtime, like the MPS calls.
+        let k = self.inner.runner.kernel_sched().clone();
+        let sms = ksched::partition_sms(gpus, a);
+        let (profile, policy) = match &job.spec.task {
+            Task::Command(c) => (c.kernel_profile.clone(), c.kernel_policy.clone()),
+            Task::Attached(a) => (None, a.kernel_policy.clone()),
+            Task::Workload(_) => (None, None),
+        };
+        let online = job.spec.class == JobClass::Online;
+        // The gate is the user's whose processes use it; the profile is read as they
+        // would read it.
+        let runs_as = runs_as(job);
+        let gate_owner = runs_as.map_or_else(GateOwner::current, |o| GateOwner {
+            uid: o.uid,
+            gid: o.gid,
+        });
+        tokio::task::spawn_blocking(move || {
+            let profile = profile.map(std::path::PathBuf::from);
+            let tuning = if online {
+                Some(
+                    ksched::OnlineTuning::from_spec(policy.as_deref(), profile.as_deref(), runs_as)
+                        .map_err(|e| crate::error::chain(&e))?,
+                )
+            } else {
+                None
+            };
+            k.prepare(&key, sms, profile.as_deref(), tuning, gate_owner)
+                .map_err(|e| crate::error::chain(&e))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("kernel scheduler: {e}")))
+    }
+
     pub(super) async fn launch(
         &self,
         job: &JobRecord,
@@ -37,38 +79,7 @@ impl Node {
                 return Ok(());
             }
         };
-        let key = mps::partition_key(&a.slot, a.instance_id);
-        // Making the gate is file I/O: off the runtime, like the MPS calls.
-        let k = self.inner.runner.kernel_sched().clone();
-        let sms = ksched::partition_sms(gpus, &a);
-        let (profile, policy) = match &job.spec.task {
-            Task::Command(c) => (c.kernel_profile.clone(), c.kernel_policy.clone()),
-            Task::Attached(a) => (None, a.kernel_policy.clone()),
-            Task::Workload(_) => (None, None),
-        };
-        let online = job.spec.class == JobClass::Online;
-        // The gate is the user's whose processes use it; the profile is read as they
-        // would read it.
-        let runs_as = runs_as(job);
-        let gate_owner = runs_as.map_or_else(GateOwner::current, |o| GateOwner {
-            uid: o.uid,
-            gid: o.gid,
-        });
-        let prepared = tokio::task::spawn_blocking(move || {
-            let profile = profile.map(std::path::PathBuf::from);
-            let tuning = if online {
-                Some(
-                    ksched::OnlineTuning::from_spec(policy.as_deref(), profile.as_deref(), runs_as)
-                        .map_err(|e| crate::error::chain(&e))?,
-                )
-            } else {
-                None
-            };
-            k.prepare(&key, sms, profile.as_deref(), tuning, gate_owner)
-                .map_err(|e| crate::error::chain(&e))
-        })
-        .await
-        .unwrap_or_else(|e| Err(format!("kernel scheduler: {e}")));
+        let prepared = self.prepare_gate(job, &a, gpus).await;
         let ksched = match prepared {
             Ok(k) => k,
             Err(why) => {

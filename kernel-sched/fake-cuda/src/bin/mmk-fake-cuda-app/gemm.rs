@@ -334,80 +334,88 @@ unsafe fn call<T: Elem>(
                 }
                 Ok(p.c.clone())
             }
-            _ => {
-                let mut h: Handle = std::ptr::null_mut();
-                check(
-                    "cublasLtCreate",
-                    symbol::<Create>(c"cublasLtCreate")?(&mut h),
-                )?;
-                let mut desc: Handle = std::ptr::null_mut();
-                check(
-                    "cublasLtMatmulDescCreate",
-                    symbol::<DescCreate>(c"cublasLtMatmulDescCreate")?(
-                        &mut desc,
-                        COMPUTE_32F,
-                        R_32F,
-                    ),
-                )?;
-                let set = symbol::<DescSet>(c"cublasLtMatmulDescSetAttribute")?;
-                let tb32: i32 = tb;
-                check(
-                    "set TRANSB",
-                    set(desc, DESC_TRANSB, (&tb32 as *const i32).cast(), 4),
-                )?;
-                if args.blas == "lt-bias-relu" {
-                    let epilogue = EPILOGUE_RELU_BIAS;
-                    check(
-                        "set EPILOGUE",
-                        set(desc, DESC_EPILOGUE, (&epilogue as *const u32).cast(), 4),
-                    )?;
-                    let bias = p.bias.as_ptr() as usize;
-                    check(
-                        "set BIAS_POINTER",
-                        set(desc, DESC_BIAS_POINTER, (&bias as *const usize).cast(), 8),
-                    )?;
-                }
-                let layout = symbol::<LayoutCreate>(c"cublasLtMatrixLayoutCreate")?;
-                let mut l = [std::ptr::null_mut(); 4];
-                let (b_rows, b_cols) = if p.trans_b { (p.n, p.k) } else { (p.k, p.n) };
-                let shapes = [
-                    (p.m, p.k, p.lda),
-                    (b_rows, b_cols, p.ldb),
-                    (p.m, p.n, p.ldc),
-                    (p.m, p.n, p.ldc),
-                ];
-                for (slot, (r, c, ld)) in l.iter_mut().zip(shapes) {
-                    check(
-                        "cublasLtMatrixLayoutCreate",
-                        layout(slot, dtype, r as u64, c as u64, ld as i64),
-                    )?;
-                }
-                // The caller's algorithm: a real program passes one from the heuristic.
-                let algo = [0u64; 8];
-                check(
-                    "cublasLtMatmul",
-                    symbol::<LtMatmul>(c"cublasLtMatmul")?(
-                        h,
-                        desc,
-                        (&p.alpha as *const T).cast(),
-                        p.a.as_ptr().cast(),
-                        l[0],
-                        p.b.as_ptr().cast(),
-                        l[1],
-                        (&p.beta as *const T).cast(),
-                        p.c.as_ptr().cast(),
-                        l[2],
-                        p.d.as_mut_ptr().cast(),
-                        l[3],
-                        algo.as_ptr().cast(),
-                        std::ptr::null_mut(),
-                        0,
-                        stream,
-                    ),
-                )?;
-                Ok(p.d.clone())
-            }
+            _ => call_lt(args, p, stream, dtype),
         }
+    }
+}
+
+/// [`call`] through cuBLASLt (`lt`, `lt-bias-relu`).
+unsafe fn call_lt<T: Elem>(
+    args: &Args,
+    p: &mut Problem<T>,
+    stream: Handle,
+    dtype: c_int,
+) -> Result<Vec<T>, String> {
+    let tb = c_int::from(p.trans_b);
+    // SAFETY: the cuBLASLt API's contracts, with buffers of the sizes the call reads.
+    unsafe {
+        let mut h: Handle = std::ptr::null_mut();
+        check(
+            "cublasLtCreate",
+            symbol::<Create>(c"cublasLtCreate")?(&mut h),
+        )?;
+        let mut desc: Handle = std::ptr::null_mut();
+        check(
+            "cublasLtMatmulDescCreate",
+            symbol::<DescCreate>(c"cublasLtMatmulDescCreate")?(&mut desc, COMPUTE_32F, R_32F),
+        )?;
+        let set = symbol::<DescSet>(c"cublasLtMatmulDescSetAttribute")?;
+        let tb32: i32 = tb;
+        check(
+            "set TRANSB",
+            set(desc, DESC_TRANSB, (&tb32 as *const i32).cast(), 4),
+        )?;
+        if args.blas == "lt-bias-relu" {
+            let epilogue = EPILOGUE_RELU_BIAS;
+            check(
+                "set EPILOGUE",
+                set(desc, DESC_EPILOGUE, (&epilogue as *const u32).cast(), 4),
+            )?;
+            let bias = p.bias.as_ptr() as usize;
+            check(
+                "set BIAS_POINTER",
+                set(desc, DESC_BIAS_POINTER, (&bias as *const usize).cast(), 8),
+            )?;
+        }
+        let layout = symbol::<LayoutCreate>(c"cublasLtMatrixLayoutCreate")?;
+        let mut l = [std::ptr::null_mut(); 4];
+        let (b_rows, b_cols) = if p.trans_b { (p.n, p.k) } else { (p.k, p.n) };
+        let shapes = [
+            (p.m, p.k, p.lda),
+            (b_rows, b_cols, p.ldb),
+            (p.m, p.n, p.ldc),
+            (p.m, p.n, p.ldc),
+        ];
+        for (slot, (r, c, ld)) in l.iter_mut().zip(shapes) {
+            check(
+                "cublasLtMatrixLayoutCreate",
+                layout(slot, dtype, r as u64, c as u64, ld as i64),
+            )?;
+        }
+        // The caller's algorithm: a real program passes one from the heuristic.
+        let algo = [0u64; 8];
+        check(
+            "cublasLtMatmul",
+            symbol::<LtMatmul>(c"cublasLtMatmul")?(
+                h,
+                desc,
+                (&p.alpha as *const T).cast(),
+                p.a.as_ptr().cast(),
+                l[0],
+                p.b.as_ptr().cast(),
+                l[1],
+                (&p.beta as *const T).cast(),
+                p.c.as_ptr().cast(),
+                l[2],
+                p.d.as_mut_ptr().cast(),
+                l[3],
+                algo.as_ptr().cast(),
+                std::ptr::null_mut(),
+                0,
+                stream,
+            ),
+        )?;
+        Ok(p.d.clone())
     }
 }
 
