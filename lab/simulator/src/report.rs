@@ -261,7 +261,7 @@ mod tests {
                 start_s: 25.0,
                 finish_s: 110.0,
                 solo_s: 50.0,
-                moves: 0,
+                moves: 2,
             }],
             plans: 1,
             ..RunResult::empty("mmk")
@@ -271,7 +271,7 @@ mod tests {
         assert!(lines.next().is_some_and(|h| h.starts_with("policy,id,")));
         assert_eq!(
             lines.next(),
-            Some("mmk,3,bert-train,offline,10.000,25.000,110.000,100.000,50.000,15.000,2.0000")
+            Some("mmk,3,bert-train,offline,10.000,25.000,110.000,100.000,50.000,15.000,2.0000,2")
         );
         assert_eq!(lines.next(), None);
     }
