@@ -107,6 +107,25 @@ async fn wait_state(node: &Node, id: u64, want: JobState) -> JobRecord {
     waited.unwrap_or_else(|_| panic!("job {id} was not {want} within {PATIENCE:?}"))
 }
 
+/// Waits for an event of job `id` whose state passes `want`.
+async fn until_event(
+    events: &mut tokio::sync::broadcast::Receiver<mmkd::node::JobEvent>,
+    id: u64,
+    want: impl Fn(JobState) -> bool,
+) {
+    let seen = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match events.recv().await {
+                Ok(ev) if ev.job.id == id && want(ev.job.state) => return,
+                Ok(_) => {}
+                Err(e) => panic!("events: {e}"),
+            }
+        }
+    })
+    .await;
+    seen.unwrap_or_else(|_| panic!("no event of job {id} as awaited within {PATIENCE:?}"));
+}
+
 /// Whether process `pid` is gone (or a zombie waiting for its parent).
 fn gone(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
@@ -274,32 +293,16 @@ async fn a_cancel_while_the_job_starts_ends_it_cancelled_with_no_process_left() 
             .id;
         // The cancel goes out as soon as the job is STARTING: its partition is being
         // made ready, or its process being started.
-        tokio::time::timeout(PATIENCE, async {
-            loop {
-                match events.recv().await {
-                    Ok(ev) if ev.job.id == id && ev.job.state == JobState::Starting => return,
-                    Ok(_) => {}
-                    Err(e) => panic!("events: {e}"),
-                }
-            }
-        })
-        .await
-        .expect("the job starts");
+        until_event(&mut events, id, |s| s == JobState::Starting).await;
         let cancelled = node
             .cancel(id, "changed my mind", None)
             .await
             .expect("cancelled");
         assert_eq!(cancelled.state, JobState::Cancelled, "{}", cancelled.reason);
         assert_eq!(cancelled.reason, "cancelled: changed my mind");
+        // A cancel returns once the job's end is recorded, which waits for its processes.
         if let Some(pid) = cancelled.pid {
-            let deadline = tokio::time::Instant::now() + PATIENCE;
-            while !gone(pid) {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "process {pid} outlived its cancel"
-                );
-                tokio::task::yield_now().await;
-            }
+            assert!(gone(pid), "process {pid} outlived its cancel");
         }
         assert!(!node.runner().is_running(id));
     }
@@ -322,17 +325,7 @@ async fn a_cancel_racing_the_jobs_exit_records_one_end() {
             .await
             .expect("submitted")
             .id;
-        tokio::time::timeout(PATIENCE, async {
-            loop {
-                match events.recv().await {
-                    Ok(ev) if ev.job.id == id && ev.job.state.is_active() => return,
-                    Ok(_) => {}
-                    Err(e) => panic!("events: {e}"),
-                }
-            }
-        })
-        .await
-        .expect("the job starts");
+        until_event(&mut events, id, JobState::is_active).await;
         // Its run may end before, while or after the cancel is taken.
         match node.cancel(id, "", None).await {
             Ok(j) => assert!(
