@@ -31,6 +31,8 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// The longest latency objective an online job may declare: an hour (a service's SLO is
 /// milliseconds to seconds; more is a mistake, and would overflow what planners add up).
 pub const MAX_SLO_MS: u64 = 3_600_000;
+/// The slowdowns an SLO may give, in percent: 1.01x to 100x.
+pub const SLO_SLOWDOWN_PCT: std::ops::RangeInclusive<u32> = 101..=10_000;
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 pub const MAX_RESTARTS: u32 = 100;
 pub const MAX_BATCH: u32 = 65_536;
@@ -44,8 +46,13 @@ pub struct JobSpec {
     pub class: JobClass,
     /// GPU memory the job needs, in MiB.
     pub gpu_memory_mib: u64,
-    /// Online jobs: the latency objective per request, in milliseconds.
+    /// Online jobs: the latency objective per request, in milliseconds (its p99).
     pub slo_ms: Option<u64>,
+    /// Online jobs: the objective as a slowdown its p99 may have against the job alone,
+    /// in percent (300: at most 3x); at most one of this and `slo_ms`. Neither: mmkd's
+    /// default objective (docs/slo.md).
+    #[serde(default)]
+    pub slo_slowdown_pct: Option<u32>,
     /// Higher runs first among queued jobs; default 0.
     pub priority: i32,
     pub task: Task,
@@ -261,6 +268,27 @@ impl JobSpec {
                     self.gpu_memory_mib
                 ),
             ));
+        }
+        match (self.class, self.slo_slowdown_pct, self.slo_ms) {
+            (JobClass::Offline, Some(_), _) => {
+                return Err(FieldError::new("slo", "only online jobs have an SLO"));
+            }
+            (_, Some(_), Some(_)) => {
+                return Err(FieldError::new(
+                    "slo",
+                    "give a latency (50ms) or a slowdown (3x), not both",
+                ));
+            }
+            (_, Some(pct), None) if !SLO_SLOWDOWN_PCT.contains(&pct) => {
+                return Err(FieldError::new(
+                    "slo",
+                    format!(
+                        "a slowdown of {:.2}x is outside 1.01x..=100x",
+                        f64::from(pct) / 100.0
+                    ),
+                ));
+            }
+            _ => {}
         }
         match (self.class, self.slo_ms) {
             (JobClass::Offline, Some(_)) => {
@@ -594,6 +622,7 @@ pub(crate) mod tests {
             class: JobClass::Offline,
             gpu_memory_mib: 10 * 1024,
             slo_ms: None,
+            slo_slowdown_pct: None,
             priority: 0,
             task: Task::Workload(WorkloadSpec {
                 name: "resnet50-train".into(),
@@ -641,6 +670,17 @@ pub(crate) mod tests {
         assert!(s.validate().is_ok());
         s.class = JobClass::Offline;
         s.slo_ms = Some(50);
+
+        let mut s = sample();
+        s.slo_slowdown_pct = Some(300);
+        assert_eq!(field_of(&s), "slo", "offline");
+        s.class = JobClass::Online;
+        assert!(s.validate().is_ok());
+        s.slo_ms = Some(50);
+        assert_eq!(field_of(&s), "slo", "both");
+        s.slo_ms = None;
+        s.slo_slowdown_pct = Some(100);
+        assert_eq!(field_of(&s), "slo", "1x: nothing may slow it");
 
         let mut s = sample();
         s.priority = 5000;

@@ -17,6 +17,8 @@ pub enum UnitError {
     TooLarge(String),
     #[error("{text:?} is not a duration like 50ms or 10m ({why})")]
     NotADuration { text: String, why: String },
+    #[error("{0:?} is neither a latency like 50ms nor a slowdown like 3x")]
+    NotAnObjective(String),
 }
 
 const MIB_PER_GIB: f64 = 1024.0;
@@ -83,9 +85,61 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     Ok(d)
 }
 
+/// A latency objective as a user writes it (`slo: 50ms`, `mmkctl run --slo 3x`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    /// The p99 of a request, in ms (at least 1).
+    LatencyMs(u64),
+    /// The p99 as a slowdown against the job running alone, in percent (`3x`: 300).
+    SlowdownPct(u32),
+}
+
+/// Parses an objective: a duration (`50ms`, `1.5s`) or a slowdown (`3x`, `2.5x`).
+pub fn parse_objective(text: &str) -> Result<Objective, UnitError> {
+    let t = text.trim();
+    if let Some(factor) = t.strip_suffix(['x', 'X']) {
+        let f: f64 = factor
+            .trim()
+            .parse()
+            .map_err(|_| UnitError::NotAnObjective(text.to_owned()))?;
+        if !f.is_finite() || f <= 0.0 {
+            return Err(UnitError::NotPositive(text.to_owned()));
+        }
+        let pct = (f * 100.0).round();
+        if pct > f64::from(u32::MAX) {
+            return Err(UnitError::TooLarge(text.to_owned()));
+        }
+        return Ok(Objective::SlowdownPct(pct as u32));
+    }
+    let d = parse_duration(t).map_err(|e| match e {
+        UnitError::NotADuration { .. } => UnitError::NotAnObjective(text.to_owned()),
+        other => other,
+    })?;
+    Ok(Objective::LatencyMs(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objectives_are_latencies_or_slowdowns() {
+        assert_eq!(parse_objective("50ms"), Ok(Objective::LatencyMs(50)));
+        assert_eq!(parse_objective(" 1.5s "), Ok(Objective::LatencyMs(1500)));
+        assert_eq!(parse_objective("3x"), Ok(Objective::SlowdownPct(300)));
+        assert_eq!(parse_objective("2.5X"), Ok(Objective::SlowdownPct(250)));
+        assert_eq!(
+            parse_objective("fast"),
+            Err(UnitError::NotAnObjective("fast".into()))
+        );
+        assert_eq!(
+            parse_objective("-2x"),
+            Err(UnitError::NotPositive("-2x".into()))
+        );
+        assert!(parse_objective("1e12x").is_err());
+    }
 
     #[test]
     fn memory_units() {

@@ -201,13 +201,15 @@ fn convert(
 
     let gpu_memory_mib = units::parse_memory_mib(&raw.gpu_memory.value.0)
         .map_err(|e| at("gpu_memory", &raw.gpu_memory, e.to_string()))?;
-    let slo_ms = match &raw.slo {
+    let (slo_ms, slo_slowdown_pct) = match &raw.slo {
         Some(s) => {
             lines.note("slo", s);
-            let d = units::parse_duration(&s.value.0).map_err(|e| at("slo", s, e.to_string()))?;
-            Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1))
+            match units::parse_objective(&s.value.0).map_err(|e| at("slo", s, e.to_string()))? {
+                units::Objective::LatencyMs(ms) => (Some(ms), None),
+                units::Objective::SlowdownPct(pct) => (None, Some(pct)),
+            }
         }
-        None => None,
+        None => (None, None),
     };
     let priority = match &raw.priority {
         Some(p) => {
@@ -272,6 +274,7 @@ fn convert(
         class,
         gpu_memory_mib,
         slo_ms,
+        slo_slowdown_pct,
         priority,
         task,
         checkpoint,
@@ -386,6 +389,15 @@ workload:
                 duration_ms: None
             })
         );
+    }
+
+    #[test]
+    fn an_slo_is_a_latency_or_a_slowdown_against_running_alone() {
+        let spec = parse_job_yaml(&GOOD.replace("slo: 50ms", "slo: 2.5x"), None).unwrap();
+        assert_eq!((spec.slo_ms, spec.slo_slowdown_pct), (None, Some(250)));
+        let err = parse_job_yaml(&GOOD.replace("slo: 50ms", "slo: soon"), None).unwrap_err();
+        assert!(err.to_string().contains("slo"), "{err}");
+        assert!(err.to_string().contains("slowdown like 3x"), "{err}");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!
 //! - [`gate`]: the segment's layout, joining and leaving it, publishing in-flight work,
 //!   and the bounded wait of a held launch (a futex on the segment).
+//! - [`latency`]: the histogram of an online process's busy periods, which mmkd's SLO
+//!   control reads.
 //! - [`policy`]: the decision for one launch, as a pure function of the launch, what is in
 //!   flight and how long it has waited. `passthrough` measures only; `mmk` lets online
 //!   kernels go first and offline ones in when they fit.
@@ -22,6 +24,7 @@
 
 pub mod artifacts;
 pub mod gate;
+pub mod latency;
 pub mod policy;
 pub mod profile;
 pub mod sim;

@@ -184,12 +184,14 @@ impl PolicyKind {
             base,
             sm_count,
             offline_depth,
+            offline_paused,
         } = *params;
         match self {
             PolicyKind::Passthrough => Box::new(Passthrough),
             PolicyKind::Mmk => Box::new(Mmk {
                 base,
                 offline_depth,
+                offline_paused,
             }),
             PolicyKind::Orion => Box::new(Orion::new(base, sm_count)),
             PolicyKind::Fikit => Box::new(Fikit::new(base)),
@@ -208,15 +210,18 @@ pub struct PolicyParams {
     /// `mmk` only: while an online job is present, at most this many offline kernels in
     /// flight in the partition; 0 sets no cap (see [`Mmk`]).
     pub offline_depth: u32,
+    /// `mmk` only: offline launches wait while online kernels are in flight (see [`Mmk`]).
+    pub offline_paused: bool,
 }
 
 impl PolicyParams {
-    /// No offline depth cap.
+    /// No offline depth cap, offline work not paused.
     pub fn new(base: Duration, sm_count: u32) -> PolicyParams {
         PolicyParams {
             base,
             sm_count,
             offline_depth: 0,
+            offline_paused: false,
         }
     }
 }
@@ -293,6 +298,8 @@ pub struct Mmk {
     pub base: Duration,
     /// At most this many offline kernels in flight while an online job is present; 0: no cap.
     pub offline_depth: u32,
+    /// Offline kernels wait while online kernels are in flight.
+    pub offline_paused: bool,
 }
 
 impl Mmk {
@@ -326,7 +333,7 @@ impl Policy for Mmk {
         if launch.class == Class::Online {
             return Decision::Launch;
         }
-        if self.queue_full(state) {
+        if self.queue_full(state) || (self.offline_paused && state.online_kernels > 0) {
             // Offline work already queued completes by itself, so this wait needs no
             // anti-starvation bound but the gate's hard one; a completion wakes it.
             return Decision::Queued {
@@ -601,6 +608,7 @@ mod tests {
         let mut p = Mmk {
             base: 250 * US,
             offline_depth: 0,
+            offline_paused: false,
         };
         let off = launch(Class::Offline, 100, 0.5);
         assert_eq!(p.decide(&off, &busy(0, 0), NOW), Decision::Launch);
@@ -679,10 +687,31 @@ mod tests {
     }
 
     #[test]
+    fn mmk_with_offline_paused_keeps_even_a_fitting_offline_kernel_out_while_online_work_runs() {
+        let mut p = PolicyKind::Mmk.build(&PolicyParams {
+            offline_paused: true,
+            ..PolicyParams::new(250 * US, 132)
+        });
+        let small = launch(Class::Offline, 8, 1.0);
+        let queued = Decision::Queued {
+            recheck: QUEUED_RECHECK,
+        };
+        assert_eq!(
+            p.decide(&small, &busy(1, 8), waited(Duration::from_secs(1))),
+            queued,
+            "8 + 8 SMs fit in 132, yet it waits, past Thres: only the hard bound lets it go"
+        );
+        assert_eq!(p.decide(&small, &busy(0, 0), NOW), Decision::Launch);
+        let online = launch(Class::Online, 132, 1.0);
+        assert_eq!(p.decide(&online, &busy(3, 132), NOW), Decision::Launch);
+    }
+
+    #[test]
     fn threshold_clamps_odd_shares() {
         let p = Mmk {
             base: 100 * US,
             offline_depth: 0,
+            offline_paused: false,
         };
         assert_eq!(p.threshold(1.0), 100 * US);
         assert_eq!(p.threshold(0.0), 10_000 * US, "0 % is treated as 1 %");

@@ -56,9 +56,10 @@ pub struct AllocSpecArgs {
     /// key share one [default for `run`: the name and a digest of the command].
     #[arg(long, value_name = "KEY")]
     pub profile_key: Option<String>,
-    /// Online: the latency objective per request, in ms.
-    #[arg(long, value_name = "MS")]
-    pub slo: Option<u64>,
+    /// Online: the latency objective per request: its p99 (50ms), or the slowdown it
+    /// tolerates against running alone (3x) [default: mmkd's, docs/slo.md].
+    #[arg(long, value_name = "OBJECTIVE", value_parser = parse_objective)]
+    pub slo: Option<mmk_core::units::Objective>,
     /// Higher is placed first among waiting jobs.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
@@ -110,6 +111,10 @@ fn parse_duration(s: &str) -> Result<Duration, mmk_core::units::UnitError> {
     mmk_core::units::parse_duration(s)
 }
 
+fn parse_objective(s: &str) -> Result<mmk_core::units::Objective, mmk_core::units::UnitError> {
+    mmk_core::units::parse_objective(s)
+}
+
 impl AllocSpecArgs {
     fn spec(
         &self,
@@ -128,7 +133,14 @@ impl AllocSpecArgs {
             name: self.name.clone().unwrap_or_else(|| job_name(default_name)),
             class,
             gpu_memory_mib,
-            slo_ms: self.slo,
+            slo_ms: match self.slo {
+                Some(mmk_core::units::Objective::LatencyMs(ms)) => Some(ms),
+                _ => None,
+            },
+            slo_slowdown_pct: match self.slo {
+                Some(mmk_core::units::Objective::SlowdownPct(pct)) => Some(pct),
+                _ => None,
+            },
             priority: self.priority,
             task: Task::Attached(AttachedSpec {
                 profile: self.profile.clone(),

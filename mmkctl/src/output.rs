@@ -30,6 +30,12 @@ pub struct JobOut {
     pub profile_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo_ms: Option<u64>,
+    /// The objective as a slowdown against running alone, in percent (300: 3x).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_slowdown_pct: Option<u32>,
+    /// A running online job: how mmkd keeps its objective (docs/slo.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo_status: Option<SloOut>,
     pub task: TaskOut,
     pub submitted_at: Option<String>,
     pub started_at: Option<String>,
@@ -57,6 +63,18 @@ pub struct JobOut {
     pub memory_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_peak_bytes: Option<u64>,
+}
+
+/// What mmkd's SLO control sees of a running online job, and what it chose.
+#[derive(Debug, Serialize)]
+pub struct SloOut {
+    pub objective: String,
+    pub target_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub alone_p99_ms: Option<f64>,
+    pub samples: u64,
+    pub isolation: String,
+    pub why: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -124,6 +142,16 @@ pub fn job_out(j: &v1::Job) -> JobOut {
         exclusive: spec.exclusive,
         profile_key: (!spec.profile_key.is_empty()).then(|| spec.profile_key.clone()),
         slo_ms: (spec.slo_ms != 0).then_some(spec.slo_ms),
+        slo_slowdown_pct: (spec.slo_slowdown_pct != 0).then_some(spec.slo_slowdown_pct),
+        slo_status: j.slo.as_ref().map(|s| SloOut {
+            objective: s.objective.clone(),
+            target_ms: s.target_ms,
+            p99_ms: s.p99_ms,
+            alone_p99_ms: s.alone_p99_ms,
+            samples: s.samples,
+            isolation: s.isolation.clone(),
+            why: s.why.clone(),
+        }),
         task: match spec.task {
             Some(v1::job_spec::Task::Command(c)) => TaskOut::Command {
                 args: c.args,
@@ -263,6 +291,24 @@ pub fn job_detail(fmt: Format, j: &v1::Job) {
     row("priority:", &o.priority.to_string());
     if let Some(slo) = o.slo_ms {
         row("slo:", &format!("{slo}ms"));
+    }
+    if let Some(pct) = o.slo_slowdown_pct {
+        row("slo:", &format!("{}x alone", f64::from(pct) / 100.0));
+    }
+    if let Some(s) = &o.slo_status {
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}ms"));
+        row(
+            "latency:",
+            &format!(
+                "{}: p99 {} over {} requests (allowed {}, alone {})",
+                s.objective,
+                ms(s.p99_ms),
+                s.samples,
+                ms(s.target_ms),
+                ms(s.alone_p99_ms)
+            ),
+        );
+        row("isolation:", &format!("{} ({})", s.isolation, s.why));
     }
     if !o.planner_profile.is_empty() {
         row("planned as:", &o.planner_profile);

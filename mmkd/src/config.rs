@@ -17,6 +17,7 @@ use serde::Deserialize;
 use settings::*;
 
 use crate::backend::sim::parse_sim_gpus;
+use crate::os::on_memory_fs;
 
 /// The simulated node when neither the flag nor the file names one.
 pub const DEFAULT_SIM_GPUS: &str = "a100-80gb:1";
@@ -186,9 +187,22 @@ pub struct Args {
     /// before every launch].
     #[arg(long, value_name = "DURATION", value_parser = parse_grace)]
     pub kernel_device_wait_grain: Option<Duration>,
-    /// Where the partitions' gates are made [default: DATA_DIR/ksched].
+    /// Where the partitions' gates are made [default: DATA_DIR/ksched]; the SLO control's
+    /// device wait acts only where this is a memory file system (/run/mmk/ksched, as the
+    /// package sets it).
     #[arg(long, value_name = "DIR")]
     pub kernel_gate_dir: Option<PathBuf>,
+    /// The latency objective of an online job that gives none: the slowdown its p99 on the
+    /// GPU may have against running alone [default: 3x] (docs/slo.md).
+    #[arg(long, value_name = "SLOWDOWN")]
+    pub slo_default: Option<String>,
+    /// No SLO control: partitions keep the kernel settings above whatever their online
+    /// jobs' latency (docs/slo.md).
+    #[arg(long)]
+    pub no_slo_control: bool,
+    /// The SLO control's waits this many times shorter (tests).
+    #[arg(long, hide = true, value_name = "N")]
+    pub slo_speed: Option<u32>,
     /// The interposer put in managed jobs' LD_PRELOAD [default: libmmk_interposer.so next
     /// to mmkd; the kernel scheduler is off when there is none].
     #[arg(long, value_name = "PATH")]
@@ -285,27 +299,6 @@ fn duration_setting(
     }
 }
 
-/// Whether `dir` (or, when it does not exist yet, the nearest directory above it that does)
-/// is on tmpfs or ramfs; the error says what it is on.
-fn on_memory_fs(dir: &Path) -> Result<(), String> {
-    let existing = dir
-        .ancestors()
-        .find(|d| d.exists())
-        .unwrap_or(Path::new("/"));
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    const RAMFS_MAGIC: i64 = 0x8584_58f6;
-    let kind = crate::os::fs_type(existing)
-        .map_err(|e| format!("cannot stat {}: {e}", existing.display()))?;
-    if kind == TMPFS_MAGIC || kind == RAMFS_MAGIC {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} is on a file system of type {kind:#x}, not tmpfs or ramfs",
-            existing.display()
-        ))
-    }
-}
-
 /// The config file: the same settings as the flags, in snake_case.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -334,6 +327,8 @@ struct FileConfig {
     kernel_device_wait: Option<bool>,
     kernel_device_wait_grain: Option<String>,
     kernel_gate_dir: Option<PathBuf>,
+    slo_default: Option<String>,
+    slo_control: Option<bool>,
     interposer: Option<PathBuf>,
     capacity_unit: Option<String>,
     metrics: Option<String>,
@@ -390,6 +385,8 @@ pub struct Config {
     pub kernel_device_wait: Option<Duration>,
     /// Where gates are made.
     pub kernel_gate_dir: PathBuf,
+    /// The SLO control; `None` when off.
+    pub slo: Option<crate::slo::SloConfig>,
     /// An interposer named by the operator (must exist), else the default one if present.
     pub interposer: Option<PathBuf>,
     pub capacity_unit_mib: u64,
@@ -459,6 +456,7 @@ impl Config {
             "data_dir",
         )?;
         let kernel = kernel_settings(&mut args, &mut file, &data_dir)?;
+        let slo = slo_settings(&mut args, &mut file)?;
         let (listen, tls, metrics) = network(&mut args, &mut file)?;
         let capacity_unit_mib = match args.capacity_unit.take().or(file.capacity_unit.take()) {
             None => DEFAULT_CAPACITY_UNIT_MIB,
@@ -582,6 +580,7 @@ impl Config {
             kernel_base: kernel.base,
             kernel_device_wait: kernel.device_wait,
             kernel_gate_dir: kernel.gate_dir,
+            slo,
             interposer: args.interposer.or(file.interposer),
         })
     }

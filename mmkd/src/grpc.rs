@@ -97,6 +97,7 @@ pub fn job_view(node: &Node, j: &JobRecord, caller: &Caller) -> v1::Job {
     job.memory_bytes = None;
     job.memory_peak_bytes = None;
     job.planner_profile.clear();
+    job.slo = None;
     job.redacted = true;
     job
 }
@@ -140,7 +141,22 @@ pub fn job_to_proto(node: &Node, j: &JobRecord) -> v1::Job {
         redacted: false,
         ended_by_uid: j.ended_by,
         planner_profile: node.planner_profile(j),
+        slo: node.slo_status(j.id).map(|s| slo_to_proto(&s)),
         ..usage_to_proto(node.runner().usage(j.id))
+    }
+}
+
+/// What the SLO control sees of a job, as the API shows it.
+fn slo_to_proto(s: &crate::slo::JobStatus) -> v1::SloStatus {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    v1::SloStatus {
+        objective: s.objective.clone(),
+        target_ms: s.target_ns.map(ms),
+        p99_ms: s.p99_ns.map(ms),
+        alone_p99_ms: s.alone_p99_ns.map(ms),
+        samples: s.samples,
+        isolation: s.isolation.as_str().to_owned(),
+        why: s.why.clone(),
     }
 }
 

@@ -182,6 +182,7 @@ impl Plugin {
             class: self.class,
             gpu_memory_mib: self.cfg.unit_mib.saturating_mul(units),
             slo_ms: None,
+            slo_slowdown_pct: None,
             priority: 0,
             task: Task::Attached(AttachedSpec {
                 lease_ms: Some(u64::try_from(LEASE.as_millis()).unwrap_or(60_000)),

@@ -29,6 +29,7 @@ use mmk_kernel_sched::{GateConfig, GateError, PolicyKind, Profile, SlotStats, To
 use tracing::{info, warn};
 
 use crate::job::{Assignment, Owner};
+use crate::slo::Isolation;
 use mmk_partitioner::GpuState;
 
 /// What a job needs to run under the kernel scheduler.
@@ -136,8 +137,12 @@ pub struct KernelSched {
     hold_budget_pct: u32,
     /// The gates' folder, open and checked; `None` when the kernel scheduler is off.
     dir: Option<Arc<GateDir>>,
+    /// The folder is on a memory file system, where the device wait can act.
+    in_memory: bool,
     /// Each partition's gate settings, as the latest online job left them.
     tuned: Arc<Mutex<HashMap<String, OnlineTuning>>>,
+    /// Each partition's SMs and isolation level (the SLO control's, [`crate::slo`]).
+    levels: Arc<Mutex<HashMap<String, (u32, Isolation)>>>,
 }
 
 impl KernelSched {
@@ -151,7 +156,9 @@ impl KernelSched {
             device_wait: None,
             hold_budget_pct: DEFAULT_KERNEL_HOLD_BUDGET,
             dir: None,
+            in_memory: false,
             tuned: Arc::default(),
+            levels: Arc::default(),
         }
     }
 
@@ -163,7 +170,8 @@ impl KernelSched {
         dir: &Path,
     ) -> Result<KernelSched, KschedError> {
         let dir = GateDir::open(dir).map_err(KschedError::Gate)?;
-        info!(interposer = %interposer.display(), %policy, gates = %dir.path().display(), "kernel scheduler");
+        let in_memory = crate::os::on_memory_fs(dir.path()).is_ok();
+        info!(interposer = %interposer.display(), %policy, gates = %dir.path().display(), in_memory, "kernel scheduler");
         Ok(KernelSched {
             interposer: Some(interposer),
             policy,
@@ -173,7 +181,9 @@ impl KernelSched {
             device_wait: None,
             hold_budget_pct: DEFAULT_KERNEL_HOLD_BUDGET,
             dir: Some(Arc::new(dir)),
+            in_memory,
             tuned: Arc::default(),
+            levels: Arc::default(),
         })
     }
 
@@ -248,13 +258,41 @@ impl KernelSched {
         let (Some(interposer), Some(dir)) = (&self.interposer, &self.dir) else {
             return Ok(None);
         };
-        let tuning = {
+        {
             let mut tuned = self.tuned.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(t) = online {
                 tuned.insert(key.to_owned(), t);
             }
-            tuned.get(key).copied().unwrap_or_default()
+        }
+        let level = {
+            let mut levels = self.levels.lock().unwrap_or_else(PoisonError::into_inner);
+            let entry = levels
+                .entry(key.to_owned())
+                .or_insert((sm_count, Isolation::None));
+            entry.0 = sm_count;
+            entry.1
         };
+        let config = self.config_for(key, sm_count, level);
+        let gate = dir
+            .prepare(key, &config, owner)
+            .map_err(KschedError::Gate)?;
+        Ok(Some(JobKsched {
+            interposer: interposer.clone(),
+            gate: gate.path().to_owned(),
+            profile: profile.map(Path::to_path_buf),
+        }))
+    }
+
+    /// The settings of partition `key`'s gate: the operator's, what its latest online job
+    /// asked for, and its isolation level.
+    fn config_for(&self, key: &str, sm_count: u32, level: Isolation) -> GateConfig {
+        let tuning = self
+            .tuned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .copied()
+            .unwrap_or_default();
         let mut config = GateConfig::new(sm_count.max(1), tuning.policy.unwrap_or(self.policy));
         if let Some(base) = self.base.or(tuning.base) {
             config.base = base;
@@ -266,14 +304,35 @@ impl KernelSched {
             config.device_wait = true;
             config.device_wait_grain_us = u32::try_from(grain.as_micros()).unwrap_or(u32::MAX);
         }
-        let gate = dir
-            .prepare(key, &config, owner)
-            .map_err(KschedError::Gate)?;
-        Ok(Some(JobKsched {
-            interposer: interposer.clone(),
-            gate: gate.path().to_owned(),
-            profile: profile.map(Path::to_path_buf),
-        }))
+        level.apply(&config, self.in_memory)
+    }
+
+    /// Whether the device wait can act in these gates (their folder is on a memory file
+    /// system): the SLO control's ladder skips it where it cannot.
+    pub fn device_wait_possible(&self) -> bool {
+        self.in_memory
+    }
+
+    /// Set partition `key`'s isolation level (the SLO control's) and write its gate's
+    /// settings: its job processes follow them from their next launch. Nothing to do when
+    /// the kernel scheduler is off or the partition has no gate.
+    pub fn set_isolation(&self, key: &str, level: Isolation) -> Result<(), KschedError> {
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        let sm_count = {
+            let mut levels = self.levels.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(entry) = levels.get_mut(key) else {
+                return Ok(());
+            };
+            entry.1 = level;
+            entry.0
+        };
+        let config = self.config_for(key, sm_count, level);
+        match dir.open_gate(key).map_err(KschedError::Gate)? {
+            Some(gate) => gate.configure(&config).map_err(KschedError::Gate),
+            None => Ok(()),
+        }
     }
 
     /// The gate of the partition `key` as it is now; `None` when the kernel scheduler is
@@ -304,6 +363,10 @@ impl KernelSched {
             return;
         };
         self.tuned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+        self.levels
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(key);

@@ -22,6 +22,7 @@ pub mod node;
 pub mod os;
 pub mod runner;
 pub mod server;
+pub mod slo;
 pub mod store;
 pub mod tcp;
 

@@ -153,6 +153,11 @@ struct JobRow {
     held_seconds: Option<f64>,
     beside_offline_seconds: Option<f64>,
     queue_wait_seconds: Option<f64>,
+    /// A running online job under the SLO control: its p99 over the window, the p99 its
+    /// objective allows, and its p99 alone.
+    slo_p99_seconds: Option<f64>,
+    slo_target_seconds: Option<f64>,
+    slo_alone_p99_seconds: Option<f64>,
 }
 
 impl JobRow {
@@ -167,7 +172,12 @@ impl JobRow {
             matches!(j.state, JobState::Starting | JobState::Running) && j.assignment.is_some();
         let usage = running.then(|| node.runner().usage(j.id)).flatten();
         let t = totals.get(&j.id);
+        let slo = running.then(|| node.slo_status(j.id)).flatten();
+        let seconds = |ns: Option<u64>| ns.map(|ns| ns as f64 / 1e9);
         JobRow {
+            slo_p99_seconds: seconds(slo.as_ref().and_then(|s| s.p99_ns)),
+            slo_target_seconds: seconds(slo.as_ref().and_then(|s| s.target_ns)),
+            slo_alone_p99_seconds: seconds(slo.as_ref().and_then(|s| s.alone_p99_ns)),
             info: InfoLabels {
                 state: j.state.to_string(),
                 job: labels.job.clone(),
@@ -279,6 +289,27 @@ impl Collector for JobSeriesCollector {
         )?;
         self.family(
             &mut e,
+            "job_slo_p99_seconds",
+            "Running online jobs: the p99 of their requests on the GPU over the SLO control's window",
+            gauge,
+            |r| r.slo_p99_seconds.map(ConstGauge::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_slo_target_seconds",
+            "Running online jobs: the p99 their objective allows",
+            gauge,
+            |r| r.slo_target_seconds.map(ConstGauge::new),
+        )?;
+        self.family(
+            &mut e,
+            "job_slo_alone_p99_seconds",
+            "Running online jobs: the p99 of their requests alone (the reference of a slowdown objective)",
+            gauge,
+            |r| r.slo_alone_p99_seconds.map(ConstGauge::new),
+        )?;
+        self.family(
+            &mut e,
             "job_cpu_seconds",
             "CPU time of a running command job's processes (its cgroup)",
             counter,
@@ -329,14 +360,12 @@ fn register_latencies(reg: &mut Registry, m: &crate::node::NodeMetrics) {
 }
 
 /// The metrics text of the node as it is now.
-async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
-    let users = &scrapes.users;
-    let active = node.active_jobs().await.map_err(|e| e.to_string())?;
-    let view = node.partitions(&active).await.map_err(|e| e.to_string())?;
-    let counts = node.count_by_state().await.map_err(|e| e.to_string())?;
-    let totals = node.job_totals();
-    let mut reg = Registry::with_prefix("mmk");
-
+/// Each partition's series: its size, jobs, MPS daemon, gate and SLO control.
+fn register_partitions(
+    reg: &mut Registry,
+    view: &[crate::node::GpuView],
+    isolation_now: Vec<crate::node::PartitionIsolation>,
+) {
     let part_gauge = |reg: &mut Registry, name: &str, help: &str| {
         let f = Family::<PartLabels, Gauge>::default();
         reg.register(name, help, f.clone());
@@ -347,38 +376,57 @@ async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
         reg.register(name, help, f.clone());
         f
     };
-    let sms = part_gauge(&mut reg, "partition_sms", "SMs of the partition");
+    let sms = part_gauge(reg, "partition_sms", "SMs of the partition");
     let memory = part_gauge(
-        &mut reg,
+        reg,
         "partition_memory_bytes",
         "GPU memory of the partition",
     );
-    let jobs = part_gauge(&mut reg, "partition_jobs", "Jobs placed in the partition");
+    let jobs = part_gauge(reg, "partition_jobs", "Jobs placed in the partition");
     let mps_up = part_gauge(
-        &mut reg,
+        reg,
         "partition_mps_up",
         "1 while the partition's MPS control daemon runs",
     );
     let mps_restarts = part_counter(
-        &mut reg,
+        reg,
         "partition_mps_restarts",
         "Restarts of the partition's MPS control daemon after it died",
     );
     let launches = part_counter(
-        &mut reg,
+        reg,
         "partition_gate_launches",
         "Kernel launches through the partition's gate",
     );
     let held = part_counter(
-        &mut reg,
+        reg,
         "partition_gate_held",
         "Launches the partition's gate held",
     );
     let forced = part_counter(
-        &mut reg,
+        reg,
         "partition_gate_forced",
         "Holds that the anti-starvation bound ended",
     );
+    let isolation = part_gauge(
+        reg,
+        "partition_isolation_level",
+        "The SLO control's isolation of the partition: 0 none, 1 device wait, 2 offline cap, 3 offline paused",
+    );
+    let raised = part_counter(
+        reg,
+        "partition_isolation_raised",
+        "Times the SLO control raised the partition's isolation",
+    );
+    let lowered = part_counter(
+        reg,
+        "partition_isolation_lowered",
+        "Times the SLO control lowered the partition's isolation",
+    );
+    let levels: HashMap<String, crate::node::PartitionIsolation> = isolation_now
+        .into_iter()
+        .map(|p| (p.partition.clone(), p))
+        .collect();
     let held_seconds = Family::<PartLabels, FloatCounter>::default();
     reg.register(
         "partition_gate_held_seconds",
@@ -386,7 +434,7 @@ async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
         held_seconds.clone(),
     );
 
-    for g in &view {
+    for g in view {
         for p in &g.partitions {
             let l = PartLabels {
                 gpu: g.gpu.index.to_string(),
@@ -400,6 +448,14 @@ async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
                 partition: p.key.clone(),
             };
             sms.get_or_create(&l).set(i64::from(p.sm_count));
+            let iso = levels.get(&p.key);
+            isolation
+                .get_or_create(&l)
+                .set(iso.map_or(0, |i| i64::from(i.level.level())));
+            raised.get_or_create(&l).inc_by(iso.map_or(0, |i| i.raised));
+            lowered
+                .get_or_create(&l)
+                .inc_by(iso.map_or(0, |i| i.lowered));
             memory
                 .get_or_create(&l)
                 .set(i64::try_from(p.memory_mib.saturating_mul(1 << 20)).unwrap_or(i64::MAX));
@@ -422,6 +478,17 @@ async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
             }
         }
     }
+}
+
+async fn render(node: &Node, scrapes: &Scrapes) -> Result<String, String> {
+    let users = &scrapes.users;
+    let active = node.active_jobs().await.map_err(|e| e.to_string())?;
+    let view = node.partitions(&active).await.map_err(|e| e.to_string())?;
+    let counts = node.count_by_state().await.map_err(|e| e.to_string())?;
+    let totals = node.job_totals();
+    let mut reg = Registry::with_prefix("mmk");
+
+    register_partitions(&mut reg, &view, node.partition_isolation());
     // Jobs that run now, and those that ended in the last five minutes (so that a scrape
     // after a job's end still reads its final counters), these from memory; their series
     // are written straight from the rows, with no map of label sets to build.

@@ -75,6 +75,26 @@ pub fn fs_type(path: &Path) -> io::Result<i64> {
     Ok(rustix::fs::statfs(path)?.f_type as i64)
 }
 
+/// Whether `dir` (or, when it does not exist yet, the nearest directory above it that does)
+/// is on tmpfs or ramfs; the error says what it is on.
+pub fn on_memory_fs(dir: &Path) -> Result<(), String> {
+    let existing = dir
+        .ancestors()
+        .find(|d| d.exists())
+        .unwrap_or(Path::new("/"));
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let kind = fs_type(existing).map_err(|e| format!("cannot stat {}: {e}", existing.display()))?;
+    if kind == TMPFS_MAGIC || kind == RAMFS_MAGIC {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is on a file system of type {kind:#x}, not tmpfs or ramfs",
+            existing.display()
+        ))
+    }
+}
+
 /// What a job's first process does between fork and exec: dies with mmkd (SIGKILL when
 /// the thread that forked it ends), leads a process group of its own, and writes itself
 /// into its cgroup when `cgroup_procs` (its `cgroup.procs`, open) is given. Only

@@ -180,6 +180,7 @@ impl Daemon {
                 mps,
                 disk: Some(disk),
                 history: config.history,
+                slo: config.slo,
             },
             exits_rx,
             Arc::clone(&stop_loop),

@@ -51,6 +51,7 @@ pub fn spec_to_proto(s: &JobSpec) -> v1::JobSpec {
         class: class_to_proto(s.class) as i32,
         gpu_memory_mib: s.gpu_memory_mib,
         slo_ms: s.slo_ms.unwrap_or(0),
+        slo_slowdown_pct: s.slo_slowdown_pct.unwrap_or(0),
         priority: s.priority,
         task: Some(match &s.task {
             Task::Command(c) => v1::job_spec::Task::Command(v1::CommandTask {
@@ -130,6 +131,7 @@ pub fn spec_from_proto(s: v1::JobSpec) -> Result<JobSpec, FieldError> {
         class,
         gpu_memory_mib: s.gpu_memory_mib,
         slo_ms: (s.slo_ms != 0).then_some(s.slo_ms),
+        slo_slowdown_pct: (s.slo_slowdown_pct != 0).then_some(s.slo_slowdown_pct),
         priority: s.priority,
         task,
         checkpoint: s.checkpoint,
@@ -160,6 +162,7 @@ mod tests {
             class: JobClass::Online,
             gpu_memory_mib: 1024,
             slo_ms: Some(20),
+            slo_slowdown_pct: None,
             priority: 3,
             task: Task::Command(CommandSpec {
                 args: vec!["/bin/sleep".into(), "1".into()],

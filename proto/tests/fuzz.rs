@@ -249,6 +249,7 @@ fn spec() -> impl Strategy<Value = v1::JobSpec> {
                     max_restarts: max,
                     exclusive,
                     profile_key,
+                    slo_slowdown_pct: 0,
                 }
             },
         )

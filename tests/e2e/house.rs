@@ -64,7 +64,7 @@ const LAYERS: &[&[&str]] = &[
     &["node"],
     &[
         "store", "runner", "mps", "ksched", "backend", "learn", "joblog", "cgroup", "disk",
-        "asuser", "auth", "tcp", "error",
+        "asuser", "auth", "tcp", "error", "slo",
     ],
     &["os", "job"],
 ];

@@ -22,4 +22,5 @@ mod readme;
 mod restart;
 mod security;
 mod sharing;
+mod slo;
 mod slurm;

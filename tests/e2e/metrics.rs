@@ -45,7 +45,7 @@ fn try_get(addr: &str, path: &str) -> Option<String> {
     )
 }
 
-fn http_get(addr: &str, path: &str) -> String {
+pub(crate) fn http_get(addr: &str, path: &str) -> String {
     try_get(addr, path).unwrap_or_else(|| panic!("GET http://{addr}{path} failed"))
 }
 

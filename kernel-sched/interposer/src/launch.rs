@@ -186,7 +186,15 @@ fn before(p: &'static Process, api: Api, target: Target, shape: &Shape) -> Optio
             // room for one more kernel and both take it.
             let outcome = {
                 let mut guard = p.policy.lock().unwrap_or_else(|e| e.into_inner());
-                let (policy, budget) = &mut *guard;
+                let (policy, budget, built) = &mut *guard;
+                // mmkd changed the gate's settings (its SLO control raised or lowered the
+                // partition's isolation): the policy follows them from this launch on.
+                let generation = gate.generation();
+                if *built != generation {
+                    let config = gate.config();
+                    *policy = config.policy.build(&config.policy_params());
+                    *built = generation;
+                }
                 let outcome = gate.admit(*slot, &mut **policy, budget, &launch);
                 gate.begin(*slot, &charge);
                 outcome

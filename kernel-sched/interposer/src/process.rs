@@ -30,8 +30,9 @@ pub struct Process {
     /// The partition's gate and this process's slot in it.
     pub gate: Option<(Gate, SlotId)>,
     pub policy_kind: PolicyKind,
-    /// The policy and this process's hold budget, asked one launch at a time.
-    pub policy: Mutex<(Box<dyn Policy>, HoldBudget)>,
+    /// The policy, this process's hold budget, and the gate settings' generation the policy
+    /// was built from (rebuilt when mmkd changes them), asked one launch at a time.
+    pub policy: Mutex<(Box<dyn Policy>, HoldBudget, u32)>,
     /// What happens to the priority of the streams the process creates.
     pub stream_priority: StreamPriority,
     /// Whether launches are tracked to completion for the gate.
@@ -210,6 +211,7 @@ impl Process {
                 }
             }
         });
+        let generation = gate.as_ref().map_or(0, |(g, _)| g.generation());
         let config = gate.as_ref().map(|(g, _)| g.config());
         let policy_kind = config.map_or(PolicyKind::Passthrough, |c| c.policy);
         let policy = policy_kind
@@ -245,7 +247,7 @@ impl Process {
             sm_count: AtomicU32::new(config.map_or(0, |c| c.sm_count)),
             gate,
             policy_kind,
-            policy: Mutex::new((policy, HoldBudget::new())),
+            policy: Mutex::new((policy, HoldBudget::new(), generation)),
             stream_priority,
             track,
             record,

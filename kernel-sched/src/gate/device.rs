@@ -216,6 +216,7 @@ pub(super) fn stats_of(s: &Slot) -> Option<SlotStats> {
         completed: s.completed.load(Ordering::Relaxed),
         max_held_ns: s.max_held_ns.load(Ordering::Relaxed),
         busy_ns: s.busy_ns.load(Ordering::Relaxed),
+        busy_hist: std::array::from_fn(|i| s.busy_hist[i].load(Ordering::Relaxed)),
     })
 }
 

@@ -433,6 +433,20 @@ impl GateFile {
                 .write_all_at(&bytes, (header + field) as u64)
                 .map_err(io_err(&self.path, "write"))?;
         }
+        // Last: a process that sees the new generation reads the settings above.
+        let generation = self
+            .snapshot()?
+            .seg
+            .header
+            .generation
+            .load(Ordering::Relaxed)
+            .wrapping_add(1);
+        self.file
+            .write_all_at(
+                &generation.to_ne_bytes(),
+                (header + std::mem::offset_of!(Header, generation)) as u64,
+            )
+            .map_err(io_err(&self.path, "write"))?;
         Ok(())
     }
 
@@ -496,6 +510,10 @@ fn config_fields(c: &GateConfig) -> Vec<(usize, Field)> {
         (
             offset_of!(Header, hold_budget_pct),
             Field::U32(c.hold_budget_pct.min(100)),
+        ),
+        (
+            offset_of!(Header, offline_paused),
+            Field::U32(u32::from(c.offline_paused)),
         ),
     ];
     if !c.device_wait {

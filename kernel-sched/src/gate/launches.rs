@@ -92,6 +92,10 @@ impl Gate {
             let since = s.busy_since_ns.load(Ordering::Acquire);
             if since > 0 && now_ns > since {
                 s.busy_ns.fetch_add(now_ns - since, Ordering::Relaxed);
+                if online {
+                    s.busy_hist[crate::latency::bucket_of(now_ns - since)]
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         if before <= 1 && online {

@@ -1,21 +1,23 @@
 //! The per-partition gate: a shared-memory segment that every job process of a partition
 //! maps, and through which offline launches wait for online work.
 //!
-//! Layout (version 6, all fields atomics, native endian):
+//! Layout (version 7, all fields atomics, native endian):
 //!
 //! ```text
 //! header (128 bytes)  magic "MMKGATE1", version, slot count, partition SMs, policy,
 //!                     anti-starvation base, hard bound, epoch (the futex word), waiters,
 //!                     offline depth cap, GEMM cut size, totals of the processes that left
 //!                     (launches, held, held ns, forced), device wait on or off, the device
-//!                     word and when it last closed, the offline hold budget
-//! slots  (64 x 128)   one per job process: pid (0 = free), class, MPS share,
+//!                     word and when it last closed, the offline hold budget, whether
+//!                     offline work pauses while online work runs, the settings' generation
+//! slots  (64 x 512)   one per job process: pid (0 = free), class, MPS share,
 //!                     kernels, SMs (filled and asked for), compute- and memory-bound
 //!                     kernels and expected
 //!                     run time in flight, the end of the gap an idle online process
 //!                     expects, launch / held / forced counters, the time it had
 //!                     kernels in flight, whether mmkd asks it to count its launches
-//!                     without tracking them
+//!                     without tracking them, and (online processes) the lengths of
+//!                     its busy periods in 80 buckets ([`crate::latency`])
 //! ```
 //!
 //! - The online path is lock-free and touches its own slot (and, with the device wait on,
@@ -41,6 +43,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::latency::BUCKETS;
 use crate::policy::{Class, Policy, PolicyKind, PolicyParams};
 use crate::profile::Intensity;
 
@@ -49,7 +52,7 @@ mod launches;
 pub use file::{GateDir, GateFile, GateOwner, GateSnapshot};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"MMKGATE1");
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 /// Job processes one partition's gate can hold.
 pub const SLOTS: usize = 64;
 /// A held launch looks for dead processes at least this often.
@@ -90,6 +93,11 @@ struct Header {
     device_wait_grain_us: AtomicU32,
     /// [`GateConfig::hold_budget_pct`].
     hold_budget_pct: AtomicU32,
+    /// [`GateConfig::offline_paused`] (0 or 1).
+    offline_paused: AtomicU32,
+    /// Bumped by every change of the settings: a process rebuilds its policy when it sees
+    /// a new one.
+    generation: AtomicU32,
 }
 
 #[repr(C, align(128))]
@@ -124,6 +132,9 @@ struct Slot {
     /// 1: mmkd asks the process to count its launches and track none to completion
     /// ([`Gate::set_untracked`]); 0 at join.
     untracked: AtomicU32,
+    /// Online processes: how many of its busy periods (see [`crate::latency`]) fell in
+    /// each bucket; counts wrap, readers take differences.
+    busy_hist: [AtomicU32; BUCKETS],
 }
 
 #[repr(C)]
@@ -148,6 +159,7 @@ impl Segment {
             device_wait: h.device_wait.load(Ordering::Relaxed) != 0,
             device_wait_grain_us: h.device_wait_grain_us.load(Ordering::Relaxed),
             hold_budget_pct: h.hold_budget_pct.load(Ordering::Relaxed),
+            offline_paused: h.offline_paused.load(Ordering::Relaxed) != 0,
         }
     }
 
@@ -247,6 +259,10 @@ pub struct GateConfig {
     /// Each offline process is held at most this share of its time, in percent (see
     /// [`HoldBudget`]); 100: no budget, only the policy's bounds.
     pub hold_budget_pct: u32,
+    /// `mmk` only: offline launches wait while any online kernel is in flight, up to the
+    /// hard bound, whatever the hold budget (see [`crate::policy::Mmk`]): offline work
+    /// pauses while online work runs. mmkd's SLO control turns it on at its highest level.
+    pub offline_paused: bool,
 }
 
 impl GateConfig {
@@ -263,11 +279,13 @@ impl GateConfig {
             device_wait: false,
             device_wait_grain_us: 0,
             hold_budget_pct: DEFAULT_HOLD_BUDGET_PCT,
+            offline_paused: false,
         }
     }
 
     /// Whether an offline launch may wait on the online kernels in flight: a policy other
-    /// than `passthrough` with a hold budget above 0, the device wait, or a depth cap.
+    /// than `passthrough` with a hold budget above 0, the device wait, a depth cap, or
+    /// offline work paused.
     /// Where none is on, no process's completions serve the policy, only mmkd's learning
     /// and metrics, and mmkd may ask a process to stop tracking them
     /// ([`Gate::set_untracked`]).
@@ -276,7 +294,7 @@ impl GateConfig {
             self.policy,
             self.hold_budget_pct,
             self.device_wait,
-            self.offline_depth,
+            self.offline_depth.max(u32::from(self.offline_paused)),
         )
     }
 
@@ -299,6 +317,7 @@ impl GateConfig {
             base: self.base,
             sm_count: self.sm_count,
             offline_depth: self.offline_depth,
+            offline_paused: self.offline_paused,
         }
     }
 }
@@ -360,6 +379,8 @@ pub struct SlotStats {
     /// GPU time attributed to the process: time it had kernels in flight, over its busy
     /// periods that ended (ns).
     pub busy_ns: u64,
+    /// Online processes: its busy periods by length ([`crate::latency`]); the counts wrap.
+    pub busy_hist: [u32; BUCKETS],
 }
 
 /// A gate's counters over all the processes that used it.
@@ -679,7 +700,16 @@ impl Gate {
             .store(config.device_wait_grain_us, Ordering::Relaxed);
         h.hold_budget_pct
             .store(config.hold_budget_pct.min(100), Ordering::Relaxed);
+        h.offline_paused
+            .store(u32::from(config.offline_paused), Ordering::Relaxed);
+        h.generation.fetch_add(1, Ordering::Release);
         self.wake_all();
+    }
+
+    /// The settings' generation: it changes whenever they do (a process rebuilds its
+    /// policy from [`Gate::config`] when it sees a new one).
+    pub fn generation(&self) -> u32 {
+        self.seg().header.generation.load(Ordering::Acquire)
     }
 
     pub fn config(&self) -> GateConfig {
@@ -695,7 +725,9 @@ impl Gate {
                 .unwrap_or(PolicyKind::Passthrough),
             h.hold_budget_pct.load(Ordering::Relaxed),
             h.device_wait.load(Ordering::Relaxed) != 0,
-            h.offline_depth.load(Ordering::Relaxed),
+            h.offline_depth
+                .load(Ordering::Relaxed)
+                .max(h.offline_paused.load(Ordering::Relaxed).min(1)),
         )
     }
 
@@ -724,6 +756,9 @@ impl Gate {
         slot.max_held_ns.store(0, Ordering::Relaxed);
         slot.busy_ns.store(0, Ordering::Relaxed);
         slot.untracked.store(0, Ordering::Relaxed);
+        for b in &slot.busy_hist {
+            b.store(0, Ordering::Relaxed);
+        }
         let share = (mps_fraction.clamp(0.0, 1.0) * 1000.0).round() as u32;
         slot.share_milli.store(share, Ordering::Relaxed);
         slot.class.store(class.code(), Ordering::Release);

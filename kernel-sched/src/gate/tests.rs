@@ -177,6 +177,7 @@ fn an_offline_launch_waits_for_online_work_then_goes() {
         let mut policy = Mmk {
             base: Duration::from_secs(10),
             offline_depth: 0,
+            offline_paused: false,
         };
         let outcome = other.admit(off, &mut policy, &mut HoldBudget::new(), &offline(100));
         (outcome, other.slot(off).unwrap())
@@ -204,6 +205,7 @@ fn the_anti_starvation_bound_lets_a_held_launch_go() {
     let mut policy = Mmk {
         base: Duration::from_millis(5),
         offline_depth: 0,
+        offline_paused: false,
     };
     let half = Launch {
         mps_fraction: 0.5,
@@ -233,6 +235,7 @@ fn a_spent_hold_budget_lets_offline_launches_go() {
     let mut policy = Mmk {
         base: Duration::from_millis(20),
         offline_depth: 0,
+        offline_paused: false,
     };
     let mut budget = HoldBudget::new();
     let t0 = Instant::now();
@@ -313,6 +316,7 @@ fn a_wait_at_the_depth_cap_spends_no_budget() {
             let mut policy = Mmk {
                 base: Duration::from_millis(1),
                 offline_depth: 1,
+                offline_paused: false,
             };
             let mut budget = HoldBudget::new();
             let outcome = other.admit(off, &mut policy, &mut budget, &offline(10));
@@ -475,6 +479,7 @@ fn a_dead_process_in_flight_does_not_hold_others() {
     let mut policy = Mmk {
         base: MAX_HOLD_CEILING,
         offline_depth: 0,
+        offline_paused: false,
     };
     let outcome = g.admit(off, &mut policy, &mut HoldBudget::new(), &offline(132));
     assert!(
@@ -579,8 +584,72 @@ fn a_process_is_charged_the_time_it_has_kernels_in_flight() {
 #[test]
 fn the_layout_is_what_the_docs_say() {
     assert_eq!(std::mem::size_of::<Header>(), 128);
-    assert_eq!(std::mem::size_of::<Slot>(), 128);
-    assert_eq!(SEGMENT_BYTES, 128 + SLOTS * 128);
+    assert_eq!(std::mem::size_of::<Slot>(), 512);
+    assert_eq!(SEGMENT_BYTES, 128 + SLOTS * 512);
+}
+
+#[test]
+fn an_online_processs_busy_periods_are_counted_by_length_and_an_offline_ones_are_not() {
+    use crate::latency::{bucket_of, quantile};
+    let dir = tempfile::tempdir().unwrap();
+    let g = gate(&dir, PolicyKind::Mmk);
+    let online = g.join(std::process::id(), Class::Online, 1.0).unwrap();
+    let offline = g.join(1, Class::Offline, 1.0).unwrap();
+    // Periods of 2 ms (99 of them) and one of 40 ms, as a service's requests would be.
+    for length in std::iter::repeat_n(2_000_000, 99).chain([40_000_000]) {
+        g.begin(online, &sm(132));
+        let t = monotonic_ns();
+        g.end(online, &sm(132), t + length);
+        g.begin(offline, &sm(132));
+        g.end(offline, &sm(132), monotonic_ns() + length);
+    }
+    let counts = |slot| -> Vec<u64> {
+        g.slot(slot)
+            .unwrap()
+            .busy_hist
+            .iter()
+            .map(|&n| u64::from(n))
+            .collect()
+    };
+    let hist = counts(online);
+    assert_eq!(hist.iter().sum::<u64>(), 100);
+    // Each period is from its begin (a little before `t`) to its end: at least its length.
+    assert!(hist[..bucket_of(2_000_000)].iter().all(|&n| n == 0));
+    let p99 = quantile(&hist, 0.99).unwrap();
+    assert!((2_000_000..2_500_000).contains(&p99), "p99 {p99} ns");
+    assert!(quantile(&hist, 1.0).unwrap() >= 40_000_000);
+    assert_eq!(counts(offline).iter().sum::<u64>(), 0);
+    // A process that joins the slot anew starts from nothing.
+    let again = g.join(std::process::id(), Class::Online, 1.0).unwrap();
+    assert_eq!(counts(again).iter().sum::<u64>(), 0);
+}
+
+#[test]
+fn every_change_of_the_settings_is_a_new_generation_whoever_writes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = gate(&dir, PolicyKind::Mmk);
+    let first = g.generation();
+    g.configure(&GateConfig {
+        offline_paused: true,
+        ..g.config()
+    });
+    assert_ne!(g.generation(), first);
+    assert!(g.config().offline_paused);
+    assert!(g.config().policy_params().offline_paused);
+    assert!(
+        g.waits_on_online(),
+        "paused offline work waits on online work, whatever the budget"
+    );
+    // mmkd's way: a write through the file, which job processes see in their mapping.
+    let second = g.generation();
+    let file = GateFile::open(g.path()).unwrap();
+    file.configure(&GateConfig {
+        offline_paused: false,
+        ..g.config()
+    })
+    .unwrap();
+    assert_ne!(g.generation(), second);
+    assert!(!g.config().offline_paused);
 }
 
 /// Names, in the child process of `a_full_file_system_is_an_error_not_a_signal`, the
@@ -643,7 +712,7 @@ fn a_full_file_system_is_an_error_not_a_signal() {
 }
 
 /// In the forked child: a mount namespace of its own (inside a user namespace of its
-/// own when not root) with a four-page tmpfs over `target`.
+/// own when not root) with a 64 KiB tmpfs over `target` (room for one gate).
 fn mount_private_tmpfs(
     target: &std::ffi::CStr,
     uid: libc::uid_t,
@@ -692,7 +761,7 @@ fn mount_private_tmpfs(
             target.as_ptr(),
             c"tmpfs".as_ptr(),
             0,
-            c"size=16k".as_ptr().cast(),
+            c"size=64k".as_ptr().cast(),
         ))
     }
 }

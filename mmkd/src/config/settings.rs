@@ -349,3 +349,47 @@ pub(super) fn absolute(path: PathBuf, field: &'static str) -> Result<PathBuf, Co
         message: format!("{}: {e}", path.display()),
     })
 }
+
+/// `slo_default` and `slo_control`: the default objective must be a slowdown of 1.01x to
+/// 100x.
+pub(super) fn slo_settings(
+    args: &mut Args,
+    file: &mut FileConfig,
+) -> Result<Option<crate::slo::SloConfig>, ConfigError> {
+    if args.no_slo_control || file.slo_control == Some(false) {
+        return Ok(None);
+    }
+    let default_slowdown_pct = match args.slo_default.take().or(file.slo_default.take()) {
+        None => crate::slo::DEFAULT_SLOWDOWN_PCT,
+        Some(text) => {
+            let invalid = |message: String| ConfigError::Invalid {
+                field: "slo_default",
+                message,
+            };
+            match mmk_core::units::parse_objective(&text).map_err(|e| invalid(e.to_string()))? {
+                mmk_core::units::Objective::SlowdownPct(pct)
+                    if mmk_core::spec::SLO_SLOWDOWN_PCT.contains(&pct) =>
+                {
+                    pct
+                }
+                mmk_core::units::Objective::SlowdownPct(_) => {
+                    return Err(invalid(format!("{text} is outside 1.01x..=100x")));
+                }
+                mmk_core::units::Objective::LatencyMs(_) => {
+                    return Err(invalid(format!(
+                        "{text} is a latency; the default is a slowdown against running \
+                         alone, such as 3x (a latency fits one service, not all)"
+                    )));
+                }
+            }
+        }
+    };
+    let settings = crate::slo::Settings::default();
+    Ok(Some(crate::slo::SloConfig {
+        default_slowdown_pct,
+        settings: match args.slo_speed {
+            Some(n) if n > 1 => settings.faster(n),
+            _ => settings,
+        },
+    }))
+}

@@ -423,6 +423,7 @@ mod tests {
             class: JobClass::Offline,
             gpu_memory_mib: 1024,
             slo_ms: None,
+            slo_slowdown_pct: None,
             priority: 0,
             task,
             checkpoint: false,

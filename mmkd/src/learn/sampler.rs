@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use mmk_core::JobClass;
 use mmk_kernel_sched::Class;
 use mmk_kernel_sched::gate::{GateFile, SlotStats, process_alive};
+use mmk_kernel_sched::latency::BUCKETS;
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -84,7 +85,38 @@ struct Counters {
     held: u64,
     /// Since when its launches are counted only, and the GPU time estimated for them since.
     counting: Option<(Instant, u64)>,
+    /// Its busy periods by length, as last read (online processes).
+    busy_hist: Option<[u32; BUCKETS]>,
 }
+
+/// What an online job's requests took on the GPU over its run, as its slots' busy-period
+/// histograms counted them ([`mmk_kernel_sched::latency`]): all of them, and those seen
+/// while no offline process was in its gate (the job alone in its partition). Counts only
+/// grow; the SLO control takes differences.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latency {
+    /// Its partition's gate.
+    pub gate: PathBuf,
+    pub hist: Vec<u64>,
+    pub alone: Vec<u64>,
+    /// An offline process was in its gate at the last sample.
+    pub offline_beside: bool,
+}
+
+impl Latency {
+    fn new(gate: PathBuf) -> Latency {
+        Latency {
+            gate,
+            hist: vec![0; BUCKETS],
+            alone: vec![0; BUCKETS],
+            offline_beside: false,
+        }
+    }
+}
+
+/// The most busy periods one bucket of a slot may add between two samples: a job writes
+/// its own slot, and a count that jumps further is not a measurement.
+const MAX_PERIODS_PER_SAMPLE: u64 = 100_000;
 
 /// What a job's processes did in its gate over its run, as sampled: GPU time attributed to
 /// it (time with kernels in flight), launches, and launches the gate held and for how long.
@@ -126,6 +158,8 @@ pub struct Watch {
     pub learned: bool,
     /// That profile's GPU time per launch, in ns (`Observed::kernel_us`).
     pub learned_ns_per_launch: Option<f64>,
+    /// Never untracked: its requests' latency is measured for the SLO control.
+    pub keep_tracked: bool,
 }
 
 #[derive(Debug)]
@@ -166,6 +200,8 @@ struct Watched {
     /// This run's GPU time and launches while tracked.
     tracked_busy_ns: u64,
     tracked_launches: u64,
+    /// Online jobs: its requests' time on the GPU over this run.
+    latency: Option<Latency>,
 }
 
 /// Where a window of tracking began: this run's samples and completions then, and when
@@ -181,9 +217,26 @@ impl Watched {
     /// Adds what a slot of the job's counted since the last sample: launches, completions,
     /// GPU time (measured while tracked, estimated per launch while counted only) and
     /// holds.
-    fn count(&mut self, slot: &SlotStats, now: Instant) {
+    fn count(&mut self, slot: &SlotStats, now: Instant, offline_beside: bool) {
         let per_launch = self.ns_per_launch().unwrap_or(0.0);
         let last = self.counters.entry(slot.pid).or_default();
+        if let Some(latency) = &mut self.latency {
+            latency.offline_beside = offline_beside;
+            let before = last.busy_hist.replace(slot.busy_hist);
+            for (i, &n) in slot.busy_hist.iter().enumerate() {
+                // Counts wrap; a slot taken anew starts from zero.
+                let d = match before {
+                    Some(b) if n >= b[i] => u64::from(n - b[i]),
+                    Some(b) if b[i] - n > u32::MAX / 2 => u64::from(n.wrapping_sub(b[i])),
+                    _ => u64::from(n),
+                }
+                .min(MAX_PERIODS_PER_SAMPLE);
+                latency.hist[i] = latency.hist[i].saturating_add(d);
+                if !offline_beside {
+                    latency.alone[i] = latency.alone[i].saturating_add(d);
+                }
+            }
+        }
         // Counters start again when a slot is taken anew: only forward.
         let forward = |last: &mut u64, now: u64| {
             let d = if now >= *last { now - *last } else { now };
@@ -418,6 +471,8 @@ impl Sampler {
                 run_completed: 0,
                 tracked_busy_ns: 0,
                 tracked_launches: 0,
+                latency: (watch.class == JobClass::Online)
+                    .then(|| Latency::new(watch.gate.clone())),
                 counters: HashMap::new(),
                 in_gate: Vec::new(),
                 totals,
@@ -466,6 +521,15 @@ impl Sampler {
                 .map(|(id, w)| (*id, w.totals)),
         );
         all
+    }
+
+    /// What each running online job's requests took on the GPU over its run (see
+    /// [`Latency`]).
+    pub fn latencies(&self) -> HashMap<u64, Latency> {
+        lock(&self.shared.jobs)
+            .iter()
+            .filter_map(|(id, w)| Some((*id, w.latency.clone()?)))
+            .collect()
     }
 
     /// Report and forget every watched job (mmkd is stopping).
@@ -661,6 +725,10 @@ impl Sampler {
             }) {
                 offline_busy.push(path.clone());
             }
+            // An offline process in the gate: an online job's requests are not alone.
+            let offline_beside = slots.iter().zip(&slot_owners).any(|(s, o)| {
+                s.class == Some(Class::Offline) && (o.is_some() || process_alive(s.pid))
+            });
             let only = match slot_owners.split_first() {
                 Some((first, rest)) if rest.iter().all(|o| o == first) => *first,
                 _ => None,
@@ -680,7 +748,9 @@ impl Sampler {
                     // policy), and for a window now and then. Decided once a sample; what
                     // its slots counted since the last one was under the state before.
                     w.counted_only = w.untracked;
-                    let may = untrack_ok && (w.watch.class == JobClass::Online || !online_tracked);
+                    let may = untrack_ok
+                        && !w.watch.keep_tracked
+                        && (w.watch.class == JobClass::Online || !online_tracked);
                     w.untracked = w.untrack(may, now, &self.periods);
                 }
                 if w.untracked != slot.untracked
@@ -702,7 +772,7 @@ impl Sampler {
                 };
                 e.0 = e.0.saturating_add(u64::from(ask));
                 e.1 |= slot.inflight > 0;
-                w.count(&slot, now);
+                w.count(&slot, now, offline_beside);
             }
         }
         owners.retain(|pid, _| seen_pids.contains(pid));

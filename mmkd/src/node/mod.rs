@@ -37,6 +37,7 @@ pub mod recent;
 mod reconciler;
 mod recovery;
 mod service;
+mod slo;
 mod telemetry;
 
 pub use attached::{AllocationView, Capacity, Fit, GpuCapacity, Mount, Verdict};
@@ -46,6 +47,7 @@ pub use history::{HistoryPolicy, Pruned};
 pub use recent::JobSeries;
 pub use reconciler::planner_profile;
 pub use service::MAX_REQUEST_ID;
+pub use slo::PartitionIsolation;
 pub use telemetry::NodeMetrics;
 
 use crate::backend::GpuBackend;
@@ -115,6 +117,10 @@ struct Inner {
     history: HistoryPolicy,
     /// The jobs that ended in the last minutes, for the metrics.
     recent: Mutex<recent::RecentlyEnded>,
+    /// The SLO control's settings; `None` when it is off.
+    slo: Option<crate::slo::SloConfig>,
+    /// What the SLO control keeps: the online jobs under it, a control per partition.
+    slo_state: Mutex<slo::SloState>,
 }
 
 /// The node's calm for the planner (`NodeState::calm_arrivals`): jobs submitted since a
@@ -176,6 +182,8 @@ pub struct Parts {
     pub disk: Option<DiskConfig>,
     /// What the store keeps of ended jobs.
     pub history: HistoryPolicy,
+    /// The SLO control (docs/slo.md); `None`: off.
+    pub slo: Option<crate::slo::SloConfig>,
 }
 
 impl Node {
@@ -194,6 +202,7 @@ impl Node {
             mps,
             disk,
             history,
+            slo,
         } = parts;
         let (events, _) = broadcast::channel(1024);
         let learned = Profiles::new(load_profiles(&store).await?);
@@ -230,6 +239,8 @@ impl Node {
                 disk: disk.map(disk::DiskState::new),
                 history,
                 recent: Mutex::default(),
+                slo,
+                slo_state: Mutex::default(),
             }),
         };
         node.recover().await?;
@@ -260,6 +271,9 @@ impl Node {
         });
         tokio::spawn(node.clone().guard_disk());
         tokio::spawn(node.clone().keep_history());
+        if let Some(config) = slo {
+            tokio::spawn(node.clone().keep_slos(config));
+        }
         node.inner.kick.notify_one();
         Ok((node, handle))
     }

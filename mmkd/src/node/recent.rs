@@ -106,6 +106,7 @@ mod tests {
                 class: JobClass::Offline,
                 gpu_memory_mib: 1024,
                 slo_ms: None,
+                slo_slowdown_pct: None,
                 priority: 0,
                 task: Task::Workload(WorkloadSpec {
                     name: "resnet50-train".into(),

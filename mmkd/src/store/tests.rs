@@ -13,6 +13,7 @@ fn spec(name: &str) -> JobSpec {
         class: JobClass::Offline,
         gpu_memory_mib: 1024,
         slo_ms: None,
+        slo_slowdown_pct: None,
         priority: 0,
         task: Task::Workload(WorkloadSpec {
             name: "resnet50-train".into(),

@@ -8,8 +8,11 @@
 //!                          runtime-internal|runtime-ex|runtime-coop|runtime-graph|all]
 //!                   [--kernels N] [--duration-us D] [--gap-us G] [--blocks B] [--threads T]
 //!                   [--sync-every K] [--die-after K] [--stream-priority P] [--capture K]
-//!                   [--destroy-stream]
+//!                   [--destroy-stream] [--then-duration-us D2 --after-ms T]
 //! ```
+//!
+//! `--then-duration-us D2 --after-ms T`: kernels launched T ms after the start run D2 us
+//! instead of D (a service whose requests get lighter).
 //!
 //! Each thread launches on a stream of its own, made with `cuStreamCreate`, or with
 //! `cuStreamCreateWithPriority` when `--stream-priority` is given.
@@ -144,6 +147,9 @@ struct Args {
     stream_priority: Option<c_int>,
     capture: u64,
     destroy_stream: bool,
+    /// Kernels launched `after_ms` after the start run this long instead.
+    then_duration_us: Option<u64>,
+    after_ms: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -158,6 +164,8 @@ fn parse_args() -> Result<Args, String> {
         die_after: None,
         stream_priority: None,
         capture: 0,
+        then_duration_us: None,
+        after_ms: 0,
         destroy_stream: false,
     };
     let mut it = std::env::args().skip(1);
@@ -178,6 +186,8 @@ fn parse_args() -> Result<Args, String> {
             "--die-after" => a.die_after = Some(num(value()?)?),
             "--capture" => a.capture = num(value()?)?,
             "--destroy-stream" => a.destroy_stream = true,
+            "--then-duration-us" => a.then_duration_us = Some(num(value()?)?),
+            "--after-ms" => a.after_ms = num(value()?)?,
             "--stream-priority" => {
                 let v = value()?;
                 a.stream_priority = Some(
@@ -447,6 +457,7 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
         )?;
         let mut duration = a.duration_us;
         let mut params: [*mut c_void; 1] = [(&mut duration as *mut u64).cast()];
+        let started = Instant::now();
         let (mut launched, mut failed) = (0, 0);
         let mut times = Vec::with_capacity(a.kernels as usize);
         let b = a.blocks;
@@ -456,6 +467,12 @@ unsafe fn launches(cuda: &Cuda, a: &Args, thread: u32) -> Result<Counts, String>
             } else {
                 a.api.as_str()
             };
+            if let Some(d) = a.then_duration_us
+                && started.elapsed() >= Duration::from_millis(a.after_ms)
+            {
+                // Through the pointer the launch reads the parameter from.
+                *params[0].cast::<u64>() = d;
+            }
             let t = Instant::now();
             let rc = launch_one(cuda, api, b, stream, exec, params.as_mut_ptr())?;
             times.push(t.elapsed().as_nanos() as u64);

@@ -26,6 +26,7 @@ fn test_watch(class: JobClass, gate: PathBuf, gpu_sms: u32) -> Watch {
         uid: crate::os::uid(),
         learned: false,
         learned_ns_per_launch: None,
+        keep_tracked: false,
     }
 }
 

@@ -214,8 +214,11 @@ impl Node {
                     .as_ref()
                     .and_then(|l| l.observed.kernel_us())
                     .map(|us| us * 1e3),
+                // The SLO control measures an online job's requests as they run.
+                keep_tracked: self.inner.slo.is_some() && job.spec.class == JobClass::Online,
             },
         );
+        self.control_slo(job, &mps::partition_key(&a.slot, a.instance_id));
     }
 
     /// A placed job's run has begun: its instance is in use and it is RUNNING.
