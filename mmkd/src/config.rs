@@ -193,7 +193,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub kernel_gate_dir: Option<PathBuf>,
     /// The latency objective of an online job that gives none: the slowdown its p99 on the
-    /// GPU may have against running alone [default: 3x] (docs/slo.md).
+    /// GPU may have against running alone [default: 4x] (docs/slo.md).
     #[arg(long, value_name = "SLOWDOWN")]
     pub slo_default: Option<String>,
     /// No SLO control: partitions keep the kernel settings above whatever their online

@@ -377,11 +377,7 @@ fn register_partitions(
         f
     };
     let sms = part_gauge(reg, "partition_sms", "SMs of the partition");
-    let memory = part_gauge(
-        reg,
-        "partition_memory_bytes",
-        "GPU memory of the partition",
-    );
+    let memory = part_gauge(reg, "partition_memory_bytes", "GPU memory of the partition");
     let jobs = part_gauge(reg, "partition_jobs", "Jobs placed in the partition");
     let mps_up = part_gauge(
         reg,

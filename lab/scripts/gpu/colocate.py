@@ -3,6 +3,7 @@
   python3 colocate.py serve --batch 4 --interval-ms 20 --seconds 20 --out serve.json
                            [--model resnet50|bert|llm] [--load F]
                            [--stream default|side] [--graph] [--gpu-time]
+                           [--warm-seconds S]
       ResNet-50 inference (`--model bert`: BERT-base, sequences of 128; `--model llm`: a
       350M-parameter GPT-2-style decoder generating 8 tokens after a 32-token prompt; all
       with random weights). `--load F` measures a request alone after the warm-up and sets
@@ -18,6 +19,8 @@
       event before and after each request's work on its stream and writes the time between
       them (`gpu_s`): the latency less that is the wait before the work started on the GPU
       (Python, the launch, and another context's time slice or its switch).
+      `--warm-seconds S`: S seconds of the same arrivals before the measured window, not
+      recorded (time for mmkd's SLO control to settle on the service).
   python3 colocate.py train --seconds 40 --out train.json
                            [--kind bert|resnet152|spin|copy|idle] [--kernel-us US] [--sync-each]
       BERT-base masked-LM training steps (batch 8 x 128, AdamW), back to back
@@ -126,6 +129,20 @@ def serve(args):
     print(f"serve: warm ({args.model}, a request every {args.interval_ms:.2f} ms)",
           file=sys.stderr, flush=True)
     rng = random.Random(args.seed)
+    if args.warm_seconds > 0:
+        # Requests as measured below, for this long first, unrecorded: what serves
+        # beside it (mmkd's SLO control) settles on this service before it is measured.
+        arrival = time.monotonic()
+        deadline = arrival + args.warm_seconds
+        while not stop:
+            arrival += rng.expovariate(1000.0 / args.interval_ms)
+            if arrival > deadline:
+                break
+            now = time.monotonic()
+            if now < arrival:
+                time.sleep(arrival - now)
+            run()
+            torch.cuda.synchronize()
     lat, gpu = [], []
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if args.gpu_time else None
     t0, t0_unix = time.monotonic(), time.time()
@@ -272,6 +289,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--stream", choices=["default", "side"], default="default")
     p.add_argument("--graph", action="store_true")
+    p.add_argument("--warm-seconds", type=float, default=0.0)
     p.add_argument("--gpu-time", action="store_true")
     p.add_argument("--model", choices=["resnet50", "bert", "llm"], default="resnet50")
     p.add_argument("--load", type=float, default=0.0)

@@ -741,3 +741,78 @@ async fn totals_add_up_over_a_jobs_runs() {
     sampler.stop();
     handle.join().expect("sampler");
 }
+
+/// Waits until job 7's latency passes `done`.
+fn until_latency(sampler: &Sampler, what: &str, done: impl Fn(&Latency) -> bool) -> Latency {
+    let began = Instant::now();
+    loop {
+        if let Some(l) = sampler.latencies().get(&JOB).filter(|l| done(l)) {
+            return l.clone();
+        }
+        assert!(
+            began.elapsed() < PATIENCE,
+            "{what}: {:?}",
+            sampler.latencies()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn an_online_jobs_requests_are_its_busy_periods_and_alone_only_while_no_offline_process_is_there() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (path, gate) = mmk_gate(dir.path(), 0);
+    let slot = gate
+        .join(std::process::id(), Class::Online, 1.0)
+        .expect("slot");
+    let (sampler, _rx, handle) = Sampler::start_with(job_seven, None, Periods::default());
+    sampler.watch(
+        JOB,
+        Watch {
+            keep_tracked: true,
+            ..test_watch(JobClass::Online, path, 108)
+        },
+    );
+    let charge = Charge {
+        sm: 98,
+        ..Charge::default()
+    };
+    // 40 requests of 2 ms, each its own busy period.
+    let request = || {
+        gate.begin(slot, &charge);
+        let t = mmk_kernel_sched::monotonic_ns();
+        gate.end(slot, &charge, t + 2_000_000);
+    };
+    for _ in 0..40 {
+        request();
+    }
+    let l = until_latency(&sampler, "40 requests read", |l| {
+        mmk_kernel_sched::latency::count(&l.hist) == 40
+    });
+    assert_eq!(
+        l.hist, l.alone,
+        "nothing offline in the gate: every request alone"
+    );
+    assert!(!l.offline_beside);
+    let p50 = mmk_kernel_sched::latency::quantile(&l.hist, 0.5).expect("a p50");
+    assert!((2_000_000..2_400_000).contains(&p50), "{p50}");
+    // Another process's offline slot (pid 1, alive): its requests are no longer alone.
+    let beside = gate.join(1, Class::Offline, 1.0).expect("slot");
+    until_latency(&sampler, "the offline process seen", |l| l.offline_beside);
+    for _ in 0..10 {
+        request();
+    }
+    let l = until_latency(&sampler, "10 more requests read", |l| {
+        mmk_kernel_sched::latency::count(&l.hist) == 50
+    });
+    assert_eq!(mmk_kernel_sched::latency::count(&l.alone), 40);
+    gate.leave(beside);
+    // An online job under the SLO control stays tracked, learned or not.
+    assert!(
+        gate.slots()
+            .iter()
+            .any(|s| s.pid == std::process::id() && !s.untracked)
+    );
+    sampler.stop();
+    handle.join().expect("sampler");
+}
