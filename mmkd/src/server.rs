@@ -145,9 +145,15 @@ impl Daemon {
         .with_cgroups(choose_cgroups(&config).await);
         let stop_loop = Arc::new(Notify::new());
         let model = load_model(&config).await?;
-        let planner =
-            mmk_partitioner::planner_with(&config.planner, model, config.offline_share_max)
-                .with_context(|| format!("unknown planner {}", config.planner))?;
+        // Where the SLO control keeps online jobs' objectives, an offline job that would wait
+        // may join beside them past its class's shares.
+        let planner = mmk_partitioner::planner_for_node(
+            &config.planner,
+            model,
+            config.offline_share_max,
+            config.slo.is_some(),
+        )
+        .with_context(|| format!("unknown planner {}", config.planner))?;
         info!(
             planner = planner.name(),
             offline_share_max = config.offline_share_max,

@@ -39,8 +39,23 @@ pub fn planner_with(
     model: std::sync::Arc<dyn PerfModel>,
     offline_share_max: u8,
 ) -> Option<Box<dyn Planner>> {
+    planner_for_node(name, model, offline_share_max, false)
+}
+
+/// [`planner_with`] for a node that keeps online jobs' latency objectives at run time
+/// (`slo_guarded`: mmkd's SLO control; see [`hybrid::HybridOptions::slo_guarded`]).
+pub fn planner_for_node(
+    name: &str,
+    model: std::sync::Arc<dyn PerfModel>,
+    offline_share_max: u8,
+    slo_guarded: bool,
+) -> Option<Box<dyn Planner>> {
     Some(match name {
-        "mmk" => Box::new(Hybrid::mmk(model).with_offline_share_max(offline_share_max)),
+        "mmk" => Box::new(
+            Hybrid::mmk(model)
+                .with_offline_share_max(offline_share_max)
+                .with_slo_guard(slo_guarded),
+        ),
         "miger" => Box::new(Hybrid::miger(model).with_offline_share_max(offline_share_max)),
         "miso" => Box::new(Hybrid::miso(model)),
         "mps" => Box::new(baselines::MpsOnly),

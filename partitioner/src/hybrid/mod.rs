@@ -48,8 +48,10 @@
 //!    partition where its memory fits and it adds the most STP, whatever the gain; where
 //!    the shares are spent and no online job runs, it joins as plain MPS would take it
 //!    (shares are caps, not reservations) with the share MPSConfig picks. A partition with
-//!    an online job is not oversubscribed, and an offline job joins none that runs
-//!    `crowd_max` jobs already. A job with `exclusive` neither joins nor is joined.
+//!    an online job is not oversubscribed, unless the node keeps the online jobs'
+//!    objectives at run time (`slo_guarded`: then an offline job joins it where every
+//!    predicted SLO holds), and an offline job joins none that runs `crowd_max` jobs
+//!    already. A job with `exclusive` neither joins nor is joined.
 //!
 //! **One user per partition**, in every step: a job joins a partition only where the jobs
 //! there run as its user ([`JobDemand::shares_with`]); an MPS control daemon serves one
@@ -178,6 +180,11 @@ pub struct HybridOptions {
     /// much STP a step ([`PLATEAU_GAIN`] for MMK); `None`: a raise stops at the first step
     /// that adds nothing.
     pub plateau_gain: Option<f64>,
+    /// The node keeps online jobs' latency objectives at run time (mmkd's SLO control,
+    /// docs/slo.md): in step 5 an offline job that would wait joins a partition where online
+    /// jobs run even past its class's shares, as plain MPS would take it, where every
+    /// predicted SLO there holds (`mps_config.rs`). Off for the simulator's planners.
+    pub slo_guarded: bool,
 }
 
 /// MPS shares are chosen in steps of this many percent (docs/architecture.md, item 6).
@@ -265,6 +272,12 @@ impl Hybrid {
         self
     }
 
+    /// See [`HybridOptions::slo_guarded`].
+    pub fn with_slo_guard(mut self, on: bool) -> Hybrid {
+        self.options.slo_guarded = on;
+        self
+    }
+
     /// The same planner without the memo, without skipping refused kinds and asking every
     /// partition: the reference the shortcuts are tested against.
     #[cfg(test)]
@@ -298,6 +311,7 @@ impl Hybrid {
                 online_first: true,
                 best_share_when_calm: Some(CALM_ARRIVALS),
                 offline_share_max: 100,
+                slo_guarded: false,
                 crowd_max: Some(CROWD_MAX),
                 spread_below: Some(STARVED),
                 plateau_gain: Some(PLATEAU_GAIN),
@@ -321,6 +335,7 @@ impl Hybrid {
                 online_first: false,
                 best_share_when_calm: None,
                 offline_share_max: 100,
+                slo_guarded: false,
                 crowd_max: None,
                 spread_below: None,
                 plateau_gain: None,
@@ -344,6 +359,7 @@ impl Hybrid {
                 online_first: false,
                 best_share_when_calm: None,
                 offline_share_max: 100,
+                slo_guarded: false,
                 crowd_max: None,
                 spread_below: None,
                 plateau_gain: None,
@@ -631,10 +647,13 @@ fn waiting_reason(
             format_mib(largest)
         )
     } else if slo_blocked {
-        format!(
-            "waiting: no partition can meet its SLO of {}ms now",
-            job.slo_ms.unwrap_or(0)
-        )
+        match job.slo_ms {
+            Some(ms) => format!("waiting: no partition can meet its SLO of {ms}ms now"),
+            // An offline job refused only because it would break an online job's SLO.
+            None => "waiting: where its memory fits, it would break the predicted SLO of an \
+                     online job there"
+                .to_owned(),
+        }
     } else if let Some(why) = in_the_way(jobs, crowd, j) {
         format!(
             "waiting for {} of GPU memory: {why}",

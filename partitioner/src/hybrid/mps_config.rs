@@ -69,8 +69,8 @@ impl Hybrid {
     /// `oversubscribe`, a newcomer that finds the partition's shares spent still joins
     /// where no online job runs, as plain MPS would take it (MPS thread percentages are
     /// caps on each client, not reservations), with the share MPSConfig picks in 10-100 %.
-    /// A partition with an online job is never oversubscribed: its SLO was planned on the
-    /// shares there.
+    /// A partition with an online job is oversubscribed only where the node keeps its
+    /// objective at run time (`slo_guarded`), and only where every predicted SLO holds.
     fn compute_mps_config(
         &self,
         jobs: &[JobDemand],
@@ -115,6 +115,9 @@ impl Hybrid {
             .any(|m| jobs[m.job].class != jobs[new].class);
         let mut left = part.share_left();
         let mut start = SHARE_STEP;
+        // An offline job that would wait, beside online jobs whose objectives the node
+        // keeps at run time: shares are caps, not reservations.
+        let guarded = oversubscribe && !online && self.options.slo_guarded;
         if self.options.online_first && other_there {
             // Where online and offline jobs meet, each class has 100 % of its own, and the
             // kernel gate holds offline kernels while online ones run. An online newcomer
@@ -122,13 +125,16 @@ impl Hybrid {
             let own = used(jobs[new].class);
             left = 100u32.saturating_sub(own) as u8;
             if left < SHARE_STEP {
-                return Err(Refusal::Room);
+                if !guarded {
+                    return Err(Refusal::Room);
+                }
+                left = 100;
             }
             if online {
                 start = left;
             }
         } else if left < SHARE_STEP {
-            if !oversubscribe || online_there {
+            if !oversubscribe || (online_there && !guarded) {
                 return Err(Refusal::Room);
             }
             left = 100;

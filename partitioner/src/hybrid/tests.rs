@@ -883,6 +883,25 @@ fn a_waiting_job_is_told_which_jobs_are_in_its_way() {
         "{}",
         reason(&plan, 2)
     );
+    // Where the node keeps online jobs' objectives at run time (mmkd's SLO control), the
+    // same job joins beside them, past the offline shares, as plain MPS would take it ...
+    let guarded = mmk().with_slo_guard(true);
+    let plan = guarded.plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{plan:?}");
+    let p = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+    let online = plan.placements.iter().find(|p| p.job == 1).expect("kept");
+    assert_eq!(p.slot, online.slot, "beside the online job");
+    // ... but not where it would break the online job's predicted SLO.
+    let mut strict_online = placed(1, JobClass::Online, 10, 100);
+    strict_online.slo_ms = Some(1);
+    strict_online.profile.solo_latency_ms = Some(0.99);
+    let tight = [strict_online, jobs[1].clone(), jobs[2].clone()];
+    let plan = guarded.plan(&node, &tight);
+    assert!(
+        reason(&plan, 2).contains("would break the predicted SLO of an online job"),
+        "{}",
+        reason(&plan, 2)
+    );
     // A partition of its own.
     let mut alone = job(2, JobClass::Offline, 10, 0.3, 0.3);
     alone.exclusive = true;
