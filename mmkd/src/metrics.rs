@@ -407,7 +407,7 @@ fn register_partitions(
     let isolation = part_gauge(
         reg,
         "partition_isolation_level",
-        "The SLO control's isolation of the partition: 0 none, 1 device wait, 2 offline cap, 3 offline paused",
+        "The SLO control's isolation of the partition: 0 none, 1 device wait, 2 offline cap, 3 offline paused, 4 checkpointable offline jobs moved out",
     );
     let raised = part_counter(
         reg,

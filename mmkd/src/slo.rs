@@ -9,6 +9,7 @@
 //! it has had none, measured in a probe that pauses offline work while its requests run.
 //!
 //! Per partition, [`Control`] moves one level at a time up the ladder of [`Isolation`]
+//! (the last, moving checkpointable offline jobs out, only where one runs)
 //! while the objective is at risk (the window's p99 over [`Settings::risk`] of what it
 //! allows), and down again when there is slack (under [`Settings::slack`]), with
 //! hysteresis: a raise waits [`Settings::raise_after`] since the last change and a window
@@ -47,6 +48,9 @@ pub enum Isolation {
     /// Offline launches wait while any online kernel is in flight, up to the gate's hard
     /// bound: offline work pauses while online work runs.
     Paused,
+    /// As `Paused`, and the planner moves the partition's checkpointable offline jobs to
+    /// another GPU where they fit (`JobDemand::leave`). Only where one can checkpoint.
+    Moved,
 }
 
 /// The device wait's anti-starvation base at [`Isolation::DeviceWait`] and above (the
@@ -56,11 +60,12 @@ pub const DEVICE_WAIT_BASE: Duration = Duration::from_micros(1500);
 pub const OFFLINE_CAP_DEPTH: u32 = 8;
 
 impl Isolation {
-    pub const ALL: [Isolation; 4] = [
+    pub const ALL: [Isolation; 5] = [
         Isolation::None,
         Isolation::DeviceWait,
         Isolation::OfflineCap,
         Isolation::Paused,
+        Isolation::Moved,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,16 +74,18 @@ impl Isolation {
             Isolation::DeviceWait => "device-wait",
             Isolation::OfflineCap => "offline-cap",
             Isolation::Paused => "paused",
+            Isolation::Moved => "moved",
         }
     }
 
-    /// 0 for none to 3 for paused (`mmk_partition_isolation_level`).
+    /// 0 for none to 4 for moved (`mmk_partition_isolation_level`).
     pub fn level(self) -> u8 {
         match self {
             Isolation::None => 0,
             Isolation::DeviceWait => 1,
             Isolation::OfflineCap => 2,
             Isolation::Paused => 3,
+            Isolation::Moved => 4,
         }
     }
 
@@ -102,7 +109,7 @@ impl Isolation {
                 d => d.min(OFFLINE_CAP_DEPTH),
             };
         }
-        if self == Isolation::Paused {
+        if self >= Isolation::Paused {
             c.offline_paused = true;
         }
         c
@@ -338,6 +345,9 @@ pub struct Control {
     /// Whether [`Isolation::DeviceWait`] can act here (its gate on a memory file system);
     /// where it cannot, the ladder skips it.
     device_wait_possible: bool,
+    /// Whether an offline job here can checkpoint ([`Isolation::Moved`] can act); the node
+    /// says so before each tick ([`Control::set_movable`]).
+    movable: bool,
     level: Isolation,
     changed_at: Instant,
     lowered_at: Option<Instant>,
@@ -352,6 +362,7 @@ impl Control {
         Control {
             settings,
             device_wait_possible,
+            movable: false,
             level: Isolation::None,
             changed_at: now,
             lowered_at: None,
@@ -366,11 +377,17 @@ impl Control {
         self.level
     }
 
+    /// Whether a checkpointable offline job runs in the partition now.
+    pub fn set_movable(&mut self, movable: bool) {
+        self.movable = movable;
+    }
+
     /// The ladder's next level up or down from the current one.
     fn step(&self, up: bool) -> Option<Isolation> {
         let ladder: Vec<Isolation> = Isolation::ALL
             .into_iter()
             .filter(|l| *l != Isolation::DeviceWait || self.device_wait_possible)
+            .filter(|l| *l != Isolation::Moved || self.movable || self.level == Isolation::Moved)
             .collect();
         let i = ladder.iter().position(|l| *l == self.level)?;
         if up {
@@ -420,7 +437,7 @@ impl Control {
             add(&mut t.alone, &alone);
             // With offline work paused (a probe, or the top of the ladder) a job whose
             // reference is not known yet takes it from what it does now.
-            if self.level == Isolation::Paused
+            if self.level >= Isolation::Paused
                 && self.probe.is_none_or(|p| now >= p.counts_from)
                 && o.objective.needs_alone()
                 && t.alone_p99(&s).is_none()
@@ -473,10 +490,9 @@ impl Control {
             self.lower_after = s.lower_after;
             self.lowered_at = None;
         }
-        if !observed.iter().any(|o| o.offline_beside) {
-            // Nothing beside the online jobs to isolate them from.
-            return None;
-        }
+        // Nothing beside the online jobs to isolate them from: no probe, no raise (a
+        // lowering may still come).
+        let beside = observed.iter().any(|o| o.offline_beside);
         // Only jobs past their warm-up are judged.
         let observed: Vec<&Observation<'_>> = observed
             .iter()
@@ -491,7 +507,7 @@ impl Control {
             o.offline_beside
                 && o.objective.needs_alone()
                 && self.jobs[&o.job].alone_p99(&s).is_none()
-        }) && self.level != Isolation::Paused
+        }) && self.level < Isolation::Paused
         {
             self.probe = Some(Probe {
                 job: o.job,
@@ -523,7 +539,7 @@ impl Control {
         let (ratio, o, p99, target) = worst?;
         let allowed = format!("the {} {} allows", ms_text(target), o.objective.describe());
         let since = now.duration_since(self.changed_at);
-        if ratio > s.risk {
+        if ratio > s.risk && beside {
             let Some(to) = self.step(true) else {
                 self.why = format!(
                     "at the highest level, job {}'s p99 {} is over {:.0} % of {allowed}",

@@ -69,6 +69,11 @@ pub struct JobDemand {
     /// clients until that server exits, and a partition's gate is its user's alone. `None`
     /// is a user too (a simulation's one user).
     pub user: Option<u32>,
+    /// The node asks this job to leave its partition: its SLO control is at its highest
+    /// level there and an online job's objective is still at risk (docs/slo.md). A
+    /// checkpointable (`movable`) offline job moves to another GPU where it fits, whatever
+    /// that does to the predicted throughput; any other job stays.
+    pub leave: bool,
 }
 
 impl JobDemand {
@@ -96,6 +101,7 @@ impl JobDemand {
             movable: false,
             exclusive: false,
             user: None,
+            leave: false,
         }
     }
 

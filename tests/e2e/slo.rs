@@ -245,3 +245,89 @@ async fn a_service_without_an_objective_is_measured_alone_once_and_held_to_the_d
         d.ctl(&["jobs", "cancel", &id.to_string()]);
     }
 }
+
+#[tokio::test]
+async fn past_paused_a_checkpointable_training_is_moved_to_another_gpu() {
+    let bin = built();
+    let interposer = bin.join(INTERPOSER).display().to_string();
+    let d = Daemon::start_with(
+        "a100-80gb:2",
+        &[
+            "--planner",
+            "mmk",
+            "--interposer",
+            &interposer,
+            "--slo-speed",
+            "20",
+        ],
+    );
+    let lib = d.path().join("lib");
+    std::fs::create_dir_all(&lib).expect("lib dir");
+    std::fs::copy(bin.join(FAKE_CUDA), lib.join("libcuda.so.1")).expect("copy");
+    let (app, lib) = (
+        bin.join(FAKE_APP).display().to_string(),
+        lib.display().to_string(),
+    );
+    let mut c = d.clients().await;
+    // One GPU held by a job that wants it alone: the training and the service share the
+    // other; the first is freed once they run.
+    let blocker = d.submit(
+        "--offline",
+        "name: blocker\ngpu_memory: 10GiB\nexclusive: true\ncommand:\n  args: [sleep, '600']\n",
+    );
+    wait_state(&mut c, blocker, v1::JobState::Running).await;
+    let train = d.submit(
+        "--offline",
+        &job(
+            "train",
+            &app,
+            &lib,
+            "--duration-us, '2000', --gap-us, '2000'",
+            None,
+        )
+        .replace("gpu_memory: 3GiB\n", "gpu_memory: 3GiB\ncheckpoint: true\n"),
+    );
+    let before = wait_state(&mut c, train, v1::JobState::Running).await;
+    let serve = d.submit(
+        "--online",
+        &job(
+            "serve",
+            &app,
+            &lib,
+            "--duration-us, '40000', --gap-us, '1000'",
+            Some("20ms"),
+        ),
+    );
+    let mut reasons = watch_reasons(&c, serve);
+    let s = wait_state(&mut c, serve, v1::JobState::Running).await;
+    let (a, b) = (
+        s.assignment.expect("placed"),
+        before.assignment.expect("placed"),
+    );
+    assert_eq!(
+        (a.gpu_index, a.instance_id),
+        (b.gpu_index, b.instance_id),
+        "both in one partition"
+    );
+    d.ctl(&["jobs", "cancel", &blocker.to_string()]);
+    wait_state(&mut c, blocker, v1::JobState::Cancelled).await;
+    reason_with(&mut reasons, "isolation raised to paused").await;
+    let moved = reason_with(&mut reasons, "isolation raised to moved").await;
+    assert!(moved.contains("p99"), "{moved}");
+    // The training checkpoints, goes back to the queue and starts on the other GPU.
+    let t = wait_for("the training on the other GPU", || {
+        let t = d.ctl_json(&["jobs", "get", &train.to_string()]);
+        (t["state"] == "RUNNING" && t["assignment"]["gpu"].as_u64() != Some(u64::from(a.gpu_index)))
+            .then_some(t)
+    });
+    assert_eq!(t["restarts"], 1, "{t}");
+    let s = d.ctl_json(&["jobs", "get", &serve.to_string()]);
+    assert_eq!(
+        s["assignment"]["gpu"].as_u64(),
+        Some(u64::from(a.gpu_index)),
+        "the service stays"
+    );
+    for id in [serve, train] {
+        d.ctl(&["jobs", "cancel", &id.to_string()]);
+    }
+}

@@ -441,6 +441,7 @@ impl Node {
             // Its run is over: what was seen of it goes into its profile; its totals stay
             // with it for its next run, or for a while after its end.
             self.inner.sampler.unwatch(id, to != JobState::Queued);
+            self.slo_forget(id);
             self.inner
                 .slow_noted
                 .lock()

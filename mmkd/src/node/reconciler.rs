@@ -270,9 +270,19 @@ impl Node {
             return Ok(());
         }
         let gpus = self.gpus().await?;
+        let leaving = self.leaving_partitions();
         let demands: Vec<JobDemand> = jobs
             .iter()
-            .map(|j| demand(j, &self.inner.learned))
+            .map(|j| {
+                let mut d = demand(j, &self.inner.learned);
+                // The SLO control asks the checkpointable offline jobs of these partitions
+                // to leave them.
+                d.leave = d.movable
+                    && j.assignment.as_ref().is_some_and(|a| {
+                        leaving.contains(&mps::partition_key(&a.slot, a.instance_id))
+                    });
+                d
+            })
             .collect();
         let newest = jobs.iter().map(|j| j.id).max().unwrap_or(0);
         let mut node = NodeState::new(gpus);
@@ -676,6 +686,7 @@ pub(super) fn waiting_demand(id: u64, spec: &JobSpec, learned: Option<&Learned>)
         movable: spec.checkpoint && spec.class == JobClass::Offline,
         exclusive: spec.exclusive,
         user: None,
+        leave: false,
     }
 }
 

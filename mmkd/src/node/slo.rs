@@ -22,6 +22,11 @@ pub(super) struct SloState {
     controls: HashMap<String, Control>,
     /// Level changes per partition and direction, for the metrics.
     changes: HashMap<(String, bool), u64>,
+    /// Running checkpointable offline jobs, and their partitions.
+    movable: HashMap<u64, String>,
+    /// Partitions at [`Isolation::Moved`]: the planner moves their checkpointable offline
+    /// jobs elsewhere.
+    leaving: std::collections::HashSet<String>,
 }
 
 /// A partition's level now, for the metrics.
@@ -48,6 +53,9 @@ impl Node {
             return;
         };
         if job.spec.class != JobClass::Online {
+            if job.spec.checkpoint {
+                self.slo_state().movable.insert(job.id, key.to_owned());
+            }
             return;
         }
         let objective = Objective::of(
@@ -58,6 +66,18 @@ impl Node {
         self.slo_state()
             .jobs
             .insert(job.id, (key.to_owned(), objective));
+    }
+
+    /// A job's run ended: it leaves the SLO control's books.
+    pub(super) fn slo_forget(&self, job: u64) {
+        let mut state = self.slo_state();
+        state.movable.remove(&job);
+        state.jobs.remove(&job);
+    }
+
+    /// The partitions whose checkpointable offline jobs the planner is to move elsewhere.
+    pub(super) fn leaving_partitions(&self) -> std::collections::HashSet<String> {
+        self.slo_state().leaving.clone()
     }
 
     /// The SLO control's loop: one tick every [`crate::slo::Settings::tick`] until mmkd
@@ -80,7 +100,12 @@ impl Node {
         let device_wait = self.inner.runner.kernel_sched().device_wait_possible();
         let mut state = self.slo_state();
         // Jobs whose run ended (the sampler stopped watching them) leave the control.
-        let SloState { jobs, controls, .. } = &mut *state;
+        let SloState {
+            jobs,
+            controls,
+            movable,
+            ..
+        } = &mut *state;
         jobs.retain(|id, _| latencies.contains_key(id));
         let mut by_partition: HashMap<&str, Vec<Observation<'_>>> = HashMap::new();
         for (id, (key, objective)) in jobs.iter() {
@@ -114,6 +139,7 @@ impl Node {
             let control = controls
                 .entry(key.to_owned())
                 .or_insert_with(|| Control::new(config.settings, device_wait, now));
+            control.set_movable(movable.values().any(|k| k == key));
             if let Some(change) = control.tick(now, &observed) {
                 changes.push((key.to_owned(), change));
             }
@@ -133,11 +159,22 @@ impl Node {
             warn!(partition = key, error = %crate::error::chain(&e), "cannot change a partition's isolation");
             return;
         }
-        *self
-            .slo_state()
-            .changes
-            .entry((key.to_owned(), change.to > change.from))
-            .or_default() += 1;
+        {
+            let mut state = self.slo_state();
+            *state
+                .changes
+                .entry((key.to_owned(), change.to > change.from))
+                .or_default() += 1;
+            if change.to == Isolation::Moved {
+                state.leaving.insert(key.to_owned());
+            } else {
+                state.leaving.remove(key);
+            }
+        }
+        if change.to == Isolation::Moved {
+            // The next pass moves the partition's checkpointable offline jobs elsewhere.
+            self.inner.kick.notify_one();
+        }
         let verb = if change.to > change.from {
             "raised"
         } else {

@@ -113,6 +113,37 @@ fn where_the_device_wait_cannot_act_the_ladder_skips_it() {
 }
 
 #[test]
+fn past_paused_it_moves_offline_work_only_where_a_job_can_checkpoint() {
+    let t0 = Instant::now();
+    let mut t = t0;
+    let mut c = Control::new(Settings::default(), true, t0);
+    let mut s = Service::new(1, p99(10));
+    let changes = run(&mut c, &mut s, &mut t, 20, |_| 30 * MS);
+    assert_eq!(
+        c.level(),
+        Isolation::Paused,
+        "nothing can checkpoint: {changes:?}"
+    );
+    c.set_movable(true);
+    let changes = run(&mut c, &mut s, &mut t, 5, |_| 30 * MS);
+    assert_eq!(levels(&changes), [Isolation::Moved]);
+    // The job moved away: nothing beside the service, which now meets its objective
+    // with slack; the level comes down in its time.
+    c.set_movable(false);
+    s.offline_beside = false;
+    let changes = run(&mut c, &mut s, &mut t, 200, |_| 2 * MS);
+    assert_eq!(
+        levels(&changes),
+        [
+            Isolation::Paused,
+            Isolation::OfflineCap,
+            Isolation::DeviceWait,
+            Isolation::None
+        ]
+    );
+}
+
+#[test]
 fn it_lowers_isolation_with_slack_only_after_its_wait() {
     let t0 = Instant::now();
     let mut t = t0;
@@ -270,12 +301,17 @@ fn each_level_sets_the_gate_as_documented() {
     let paused = Isolation::Paused.apply(&base, true);
     assert!(paused.offline_paused && paused.device_wait);
     assert_eq!(
+        Isolation::Moved.apply(&base, true),
+        paused,
+        "moved: the gate as paused"
+    );
+    assert_eq!(
         paused.hold_budget_pct, 0,
         "pausing is not a hold: no budget needed"
     );
     assert_eq!(
         Isolation::ALL.map(Isolation::level),
-        [0, 1, 2, 3],
+        [0, 1, 2, 3, 4],
         "mmk_partition_isolation_level"
     );
 }

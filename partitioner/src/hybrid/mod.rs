@@ -43,6 +43,9 @@
 //!    a third of the GPUs run nothing, a checkpointable offline job that shares a
 //!    partition and is predicted below `spread_below` of its speed alone moves to a GPU
 //!    that runs nothing, when the STP grows by more than the move costs.
+//!    **Jobs asked to leave** (`rebalance.rs`, `evict`): a checkpointable offline job whose
+//!    partition the node's SLO control cannot otherwise keep an online job's objective in
+//!    (`JobDemand::leave`) moves to another GPU where it fits, whatever the gain.
 //! 5. **No job waits while memory is free beside running jobs** (`share_before_waiting`,
 //!    MMK only; docs/architecture.md, "Job profiles"): a job that steps 2 to 4 left waiting joins the
 //!    partition where its memory fits and it adds the most STP, whatever the gain; where
@@ -505,6 +508,7 @@ impl Planner for Hybrid {
         self.regrow(jobs, &mut p);
         self.widen(node, jobs, &mut p);
         self.spread(node, jobs, &mut p);
+        self.evict(node, jobs, &mut p);
         // An online job never waits for memory that checkpointable offline work holds.
         if self.options.online_first && p.waiting.iter().any(|&j| jobs[j].class == JobClass::Online)
         {

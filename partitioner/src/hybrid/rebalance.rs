@@ -431,4 +431,58 @@ impl Hybrid {
             p.moved.insert(j);
         }
     }
+
+    /// Step 4d, **jobs asked to leave**: a checkpointable offline job that the node asks to
+    /// leave its partition (`JobDemand::leave`: the SLO control there is at its highest
+    /// level and an online job's objective is still at risk) moves to the other GPU where
+    /// the layout search places it with the best predicted gain, whatever the gain: the
+    /// objective asks for it. One that fits on no other GPU stays.
+    pub(super) fn evict(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
+        if self.options.move_cost.is_none() {
+            return;
+        }
+        loop {
+            let mut best: Option<(f64, usize, usize, usize, usize, GpuPlan)> = None;
+            let mut blocked = vec![false; jobs.len()];
+            for (gs, gp) in p.plans.iter().enumerate() {
+                for (pi, part) in gp.parts.iter().enumerate() {
+                    for m in &part.members {
+                        let j = m.job;
+                        if !jobs[j].leave
+                            || !movable(jobs, m)
+                            || jobs[j].class != JobClass::Offline
+                            || p.moved.contains(&j)
+                        {
+                            continue;
+                        }
+                        for gi in (0..p.plans.len()).filter(|&gi| gi != gs) {
+                            blocked[j] = false;
+                            let Some((gain, plan, placed)) = self.best_layout(
+                                (&node.gpus[gi], &p.plans[gi]),
+                                jobs,
+                                &[j],
+                                &p.kinds,
+                                &mut blocked,
+                                Raise::Best,
+                            ) else {
+                                continue;
+                            };
+                            if placed.len() == 1 && best.as_ref().is_none_or(|b| gain > b.0 + 1e-9)
+                            {
+                                best = Some((gain, gs, pi, j, gi, plan));
+                            }
+                        }
+                    }
+                }
+            }
+            let Some((_, gs, pi, j, gi, plan)) = best else {
+                return;
+            };
+            p.plans[gs].parts[pi].members.retain(|m| m.job != j);
+            let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
+            p.plans[gi] = plan;
+            p.plans[gi].destroyed.extend(destroyed);
+            p.moved.insert(j);
+        }
+    }
 }

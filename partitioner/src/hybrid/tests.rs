@@ -543,6 +543,37 @@ fn the_last_resort_adds_no_offline_job_to_a_crowded_partition() {
 }
 
 #[test]
+fn a_job_asked_to_leave_moves_to_another_gpu_if_it_can_checkpoint() {
+    // A service and a light training share GPU 0's only instance; sharing there predicts
+    // well, so no step would move the training, until the node asks it to leave (the SLO
+    // control at its highest level). GPU 1 runs a training of its own.
+    let (node, whole) = whole_instance_node();
+    let two = NodeState::new(vec![node.gpus[0].clone(), gpu("a100-80gb", 1)]);
+    let mut service = job(1, JobClass::Online, 10, 0.2, 0.1);
+    service.placed = Some(whole);
+    let mut training = job(2, JobClass::Offline, 10, 0.2, 0.1);
+    training.placed = Some(whole);
+    training.mps_share = 80;
+    training.movable = true;
+    let other = job(3, JobClass::Offline, 20, 0.5, 0.3);
+    let jobs = vec![service, training, other];
+    let planned = mmk().plan(&two, &jobs);
+    assert!(planned.moves.is_empty(), "{planned:?}");
+    let (two, mut jobs) = crate::plan::apply(&two, &jobs, &planned);
+    assert_eq!(jobs[1].id, 2);
+    jobs[1].leave = true;
+    let plan = mmk().plan(&two, &jobs);
+    assert_eq!(plan.moves, [2], "{plan:?}");
+    let moved = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+    assert_eq!(moved.slot.gpu, 1, "{plan:?}");
+    let service = plan.placements.iter().find(|p| p.job == 1).expect("kept");
+    assert_eq!(service.slot, whole, "the service stays");
+    // One that cannot checkpoint is never stopped for it.
+    jobs[1].movable = false;
+    assert!(mmk().plan(&two, &jobs).moves.is_empty());
+}
+
+#[test]
 fn a_starved_job_spreads_to_an_idle_gpu() {
     // Three trainings in GPU 0's only instance (a 7g), their shares spent; the third, at
     // 10 %, is predicted far below a quarter of its speed alone. GPU 1 runs nothing.
