@@ -197,43 +197,58 @@ async fn an_online_job_preempts_checkpointable_offline_work_or_says_who_is_in_th
 /// A third offline job does not wait beside a training and a service whose shares are
 /// spent: the SLO control keeps the service's objective at run time, so the planner lets
 /// the job join as plain MPS would take it; with the control off it waits, and says why.
+/// (Where the training's share leaves room, the third job takes what is left either way;
+/// the planner's tests pin the rule down on a node in that state.)
 #[tokio::test]
 async fn an_offline_job_joins_a_service_and_a_training_whose_shares_are_spent() {
-    let placed = |d: &Daemon, id: u64| {
-        wait_for(&format!("job {id} placed or told why not"), || {
-            let j = job(d, id)?;
+    // Jobs by name: `mmkctl run` processes register in whatever order they start.
+    let named = |d: &Daemon, name: &str| {
+        let all = d.ctl_json(&["jobs"]);
+        all.as_array()
+            .and_then(|jobs| jobs.iter().find(|j| j["name"] == name).cloned())
+    };
+    let placed = |d: &Daemon, name: &str| {
+        wait_for(&format!("{name} placed or told why not"), || {
+            let j = named(d, name)?;
             (j["state"] == "RUNNING" || j["reason"].as_str().is_some_and(|r| r.contains("waiting")))
                 .then_some(j)
         })
     };
-    for (flags, joins) in [(&[][..], true), (&["--no-slo-control"][..], false)] {
+    for (flags, guarded) in [(&[][..], true), (&["--no-slo-control"][..], false)] {
         let d = Daemon::start_with("a100-80gb:1", &[&["--planner", "mmk"][..], flags].concat());
-        let children = vec![
+        let mut children = vec![
             run(&d, &["--offline", "--memory", "30G", "--name", "train"]),
             run(&d, &["--online", "--memory", "10G", "--name", "serve"]),
         ];
-        for id in [1, 2] {
-            assert_eq!(placed(&d, id)["state"], "RUNNING", "{flags:?}");
+        for name in ["train", "serve"] {
+            assert_eq!(placed(&d, name)["state"], "RUNNING", "{flags:?}");
         }
-        let mut children = children;
+        let train_share = placed(&d, "train")["assignment"]["mps_share"]
+            .as_u64()
+            .expect("a share");
         children.push(run(
             &d,
             &["--offline", "--memory", "10G", "--name", "third"],
         ));
-        let third = placed(&d, 3);
-        if joins {
-            assert_eq!(third["state"], "RUNNING", "{third}");
-            let serve = job(&d, 2).expect("the service");
+        let third = placed(&d, "third");
+        let serve = placed(&d, "serve");
+        if train_share + 10 > 100 && !guarded {
+            assert!(
+                third["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("whose shares are not oversubscribed")),
+                "training at {train_share} %: {third}"
+            );
+        } else {
+            assert_eq!(third["state"], "RUNNING", "{flags:?} {third}");
             assert_eq!(
                 third["assignment"]["instance_id"], serve["assignment"]["instance_id"],
                 "beside the service"
             );
-        } else {
-            assert!(
-                text(third["reason"].as_str().unwrap_or_default().as_bytes())
-                    .contains("whose shares are not oversubscribed"),
-                "{third}"
-            );
+            if !guarded {
+                let share = third["assignment"]["mps_share"].as_u64().expect("a share");
+                assert!(train_share + share <= 100, "{train_share} + {share}");
+            }
         }
         stop(children);
     }
