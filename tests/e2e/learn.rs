@@ -231,7 +231,9 @@ async fn a_run_much_slower_than_its_profile_is_reported() {
     // measured on (the slow run below adds to the log).
     let measured_on = learned[0]["launches"].as_u64().expect("launches") as usize;
     let (kernel_us, interval_us) = logged(&log, measured_on);
-    let slow = d.submit("--offline", &yaml(300, 40000));
+    // Long enough for two of the sampler's reports (every 10 s) while it runs: on a loaded
+    // machine the first may come before the window that shows it slow has closed.
+    let slow = d.submit("--offline", &yaml(600, 40000));
     let told = wait_for("the slow run to be told", || {
         let j = d.ctl_json(&["jobs", "get", &slow.to_string()]);
         (j["state"] == "RUNNING"
