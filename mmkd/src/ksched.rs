@@ -264,18 +264,18 @@ impl KernelSched {
                 tuned.insert(key.to_owned(), t);
             }
         }
-        let level = {
-            let mut levels = self.levels.lock().unwrap_or_else(PoisonError::into_inner);
-            let entry = levels
-                .entry(key.to_owned())
-                .or_insert((sm_count, Isolation::None));
-            entry.0 = sm_count;
-            entry.1
-        };
-        let config = self.config_for(key, sm_count, level);
+        // The level is read and the gate written under one lock, so that a level the SLO
+        // control sets meanwhile is not overwritten with the one before.
+        let mut levels = self.levels.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = levels
+            .entry(key.to_owned())
+            .or_insert((sm_count, Isolation::None));
+        entry.0 = sm_count;
+        let config = self.config_for(key, sm_count, entry.1);
         let gate = dir
             .prepare(key, &config, owner)
             .map_err(KschedError::Gate)?;
+        drop(levels);
         Ok(Some(JobKsched {
             interposer: interposer.clone(),
             gate: gate.path().to_owned(),
@@ -307,6 +307,13 @@ impl KernelSched {
         level.apply(&config, self.in_memory)
     }
 
+    /// Whether jobs' requests are measured in their gates: the kernel scheduler is on with
+    /// a policy that tracks launches (what the SLO control needs). A job whose spec names
+    /// `passthrough` for its partition is not measured there.
+    pub fn measures_requests(&self) -> bool {
+        self.interposer.is_some() && self.policy != PolicyKind::Passthrough
+    }
+
     /// Whether the device wait can act in these gates (their folder is on a memory file
     /// system): the SLO control's ladder skips it where it cannot.
     pub fn device_wait_possible(&self) -> bool {
@@ -320,19 +327,39 @@ impl KernelSched {
         let Some(dir) = &self.dir else {
             return Ok(());
         };
-        let sm_count = {
-            let mut levels = self.levels.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some(entry) = levels.get_mut(key) else {
-                return Ok(());
-            };
-            entry.1 = level;
-            entry.0
+        // Under the lock `prepare` writes gates under: the last level set is the one the
+        // gate holds.
+        let mut levels = self.levels.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = levels.get_mut(key) else {
+            return Ok(());
         };
-        let config = self.config_for(key, sm_count, level);
+        entry.1 = level;
+        let config = self.config_for(key, entry.0, level);
         match dir.open_gate(key).map_err(KschedError::Gate)? {
             Some(gate) => gate.configure(&config).map_err(KschedError::Gate),
             None => Ok(()),
         }
+    }
+
+    /// The isolation level partition `key`'s gate was last given; `None` when it has no
+    /// gate.
+    pub fn isolation(&self, key: &str) -> Option<Isolation> {
+        self.levels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .map(|(_, level)| *level)
+    }
+
+    /// The partitions whose gates are at a level above none.
+    pub fn isolated(&self) -> Vec<(String, Isolation)> {
+        self.levels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, (_, level))| *level != Isolation::None)
+            .map(|(k, (_, level))| (k.clone(), *level))
+            .collect()
     }
 
     /// The gate of the partition `key` as it is now; `None` when the kernel scheduler is

@@ -145,13 +145,25 @@ impl Daemon {
         .with_cgroups(choose_cgroups(&config).await);
         let stop_loop = Arc::new(Notify::new());
         let model = load_model(&config).await?;
+        // The SLO control measures online jobs' requests through their gates: without a
+        // kernel scheduler that tracks launches it has nothing to act on.
+        let slo = config.slo.filter(|_| {
+            let measures = runner.kernel_sched().measures_requests();
+            if !measures {
+                warn!(
+                    "SLO control off: it needs the kernel scheduler with a policy that tracks \
+                     launches (not --kernel-policy off or passthrough)"
+                );
+            }
+            measures
+        });
         // Where the SLO control keeps online jobs' objectives, an offline job that would wait
         // may join beside them past its class's shares.
         let planner = mmk_partitioner::planner_for_node(
             &config.planner,
             model,
             config.offline_share_max,
-            config.slo.is_some(),
+            slo.map(|s| f64::from(s.default_slowdown_pct) / 100.0),
         )
         .with_context(|| format!("unknown planner {}", config.planner))?;
         info!(
@@ -186,7 +198,7 @@ impl Daemon {
                 mps,
                 disk: Some(disk),
                 history: config.history,
-                slo: config.slo,
+                slo,
             },
             exits_rx,
             Arc::clone(&stop_loop),

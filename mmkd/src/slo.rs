@@ -227,6 +227,10 @@ pub struct Settings {
     pub window: Duration,
     /// Requests a p99 alone is taken from.
     pub alone_samples: u64,
+    /// A probe counts no request of its first this long ...
+    pub probe_skip: Duration,
+    /// ... and gives up after this long (for [`Settings::lower_after_max`]).
+    pub probe_max: Duration,
 }
 
 impl Default for Settings {
@@ -242,21 +246,26 @@ impl Default for Settings {
             min_samples: 50,
             window: Duration::from_secs(10),
             alone_samples: 500,
+            probe_skip: Duration::from_secs(1),
+            probe_max: Duration::from_secs(60),
         }
     }
 }
 
 impl Settings {
-    /// Its waits (the tick, a raise's, a lowering's) `n` times shorter; the window and the
-    /// sample counts stay (`mmkd --slo-speed`, for tests).
+    /// Its waits (the tick, the settling, a raise's, a lowering's, a probe's) `n` times
+    /// shorter, `n` at most 1000 and the tick at least 1 ms; the window and the sample
+    /// counts stay (`mmkd --slo-speed`, for tests).
     pub fn faster(self, n: u32) -> Settings {
-        let n = n.max(1);
+        let n = n.clamp(1, 1000);
         Settings {
-            tick: self.tick / n,
+            tick: (self.tick / n).max(Duration::from_millis(1)),
             settle: self.settle / n,
             raise_after: self.raise_after / n,
             lower_after: self.lower_after / n,
             lower_after_max: self.lower_after_max / n,
+            probe_skip: self.probe_skip / n,
+            probe_max: self.probe_max / n,
             ..self
         }
     }
@@ -280,8 +289,8 @@ pub struct Observation<'a> {
 pub struct Change {
     pub from: Isolation,
     pub to: Isolation,
-    /// The job whose latency moved it.
-    pub job: u64,
+    /// The job whose latency moved it (`None`: no job's, say a probe's job ended).
+    pub job: Option<u64>,
     pub why: String,
 }
 
@@ -307,8 +316,11 @@ struct Tracked {
     last_alone: Vec<u64>,
     /// Requests per tick since the last change (at most [`Settings::window`] of them).
     window: VecDeque<(Instant, Vec<u64>)>,
-    /// Requests alone, and in probes.
-    alone: Vec<u64>,
+    /// The requests its reference alone is taken from: those with no offline process in
+    /// its gate, and those of a probe.
+    reference: Vec<u64>,
+    /// No probe for it before this (its last one ended without enough requests).
+    no_probe_until: Option<Instant>,
 }
 
 impl Tracked {
@@ -321,8 +333,8 @@ impl Tracked {
     }
 
     fn alone_p99(&self, settings: &Settings) -> Option<u64> {
-        (latency::count(&self.alone) >= settings.alone_samples)
-            .then(|| latency::quantile(&self.alone, 0.99))
+        (latency::count(&self.reference) >= settings.alone_samples)
+            .then(|| latency::quantile(&self.reference, 0.99))
             .flatten()
     }
 }
@@ -336,6 +348,8 @@ struct Probe {
     /// Requests before this are not counted: a service that fell behind beside offline
     /// work first works off its backlog, whose busy periods are not its alone.
     counts_from: Instant,
+    /// When it gives up (too few requests to take a reference from).
+    ends_by: Instant,
 }
 
 /// The SLO control of one partition.
@@ -350,6 +364,8 @@ pub struct Control {
     movable: bool,
     level: Isolation,
     changed_at: Instant,
+    /// When the last tick came.
+    last_tick: Option<Instant>,
     lowered_at: Option<Instant>,
     lower_after: Duration,
     probe: Option<Probe>,
@@ -365,6 +381,7 @@ impl Control {
             movable: false,
             level: Isolation::None,
             changed_at: now,
+            last_tick: None,
             lowered_at: None,
             lower_after: settings.lower_after,
             probe: None,
@@ -397,7 +414,7 @@ impl Control {
         }
     }
 
-    fn change(&mut self, now: Instant, to: Isolation, job: u64, why: String) -> Change {
+    fn change(&mut self, now: Instant, to: Isolation, job: Option<u64>, why: String) -> Change {
         let from = self.level;
         self.level = to;
         self.changed_at = now;
@@ -420,7 +437,8 @@ impl Control {
                 last_hist: vec![0; BUCKETS],
                 last_alone: vec![0; BUCKETS],
                 window: VecDeque::new(),
-                alone: vec![0; BUCKETS],
+                reference: vec![0; BUCKETS],
+                no_probe_until: None,
             });
             t.objective = o.objective;
             let delta = difference(o.hist, &mut t.last_hist);
@@ -434,15 +452,22 @@ impl Control {
                 // Still warming up: its requests so far are not the service's.
                 continue;
             }
-            add(&mut t.alone, &alone);
             // With offline work paused (a probe, or the top of the ladder) a job whose
-            // reference is not known yet takes it from what it does now.
+            // reference is not known yet takes it from all it did since the last tick, a
+            // probe's first requests left out (the tick before must be past them); else
+            // from its requests alone.
             if self.level >= Isolation::Paused
-                && self.probe.is_none_or(|p| now >= p.counts_from)
                 && o.objective.needs_alone()
                 && t.alone_p99(&s).is_none()
             {
-                add(&mut t.alone, &delta);
+                if self
+                    .probe
+                    .is_none_or(|p| self.last_tick.is_some_and(|at| at >= p.counts_from))
+                {
+                    add(&mut t.reference, &delta);
+                }
+            } else {
+                add(&mut t.reference, &alone);
             }
             t.window.push_back((now, delta));
             while t
@@ -462,6 +487,21 @@ impl Control {
         self.jobs
             .retain(|job, _| observed.iter().any(|o| o.job == *job));
         self.take_in(now, observed);
+        self.last_tick = Some(now);
+        if let Some(p) = self.probe
+            && now >= p.ends_by
+            && let Some(t) = self.jobs.get_mut(&p.job)
+            && t.alone_p99(&s).is_none()
+        {
+            self.probe = None;
+            t.no_probe_until = Some(now + s.lower_after_max);
+            let why = format!(
+                "no reference alone for job {}: too few of its requests in {:?} with offline \
+                 work paused; measured again in {:?}",
+                p.job, s.probe_max, s.lower_after_max
+            );
+            return Some(self.change(now, p.back_to, Some(p.job), why));
+        }
         if let Some(p) = self.probe {
             let done = self.jobs.get(&p.job).and_then(|t| t.alone_p99(&s));
             return match (done, self.jobs.contains_key(&p.job)) {
@@ -472,12 +512,12 @@ impl Control {
                         p.job,
                         ms_text(alone)
                     );
-                    Some(self.change(now, p.back_to, p.job, why))
+                    Some(self.change(now, p.back_to, Some(p.job), why))
                 }
                 (None, false) => {
                     self.probe = None;
                     let why = "the job being measured ended".to_owned();
-                    Some(self.change(now, p.back_to, p.job, why))
+                    Some(self.change(now, p.back_to, None, why))
                 }
                 (None, true) => None,
             };
@@ -504,15 +544,18 @@ impl Control {
             .collect();
         // A slowdown without its reference: measure it, where offline work is beside.
         if let Some(o) = observed.iter().find(|o| {
+            let t = &self.jobs[&o.job];
             o.offline_beside
                 && o.objective.needs_alone()
-                && self.jobs[&o.job].alone_p99(&s).is_none()
+                && t.alone_p99(&s).is_none()
+                && t.no_probe_until.is_none_or(|until| now >= until)
         }) && self.level < Isolation::Paused
         {
             self.probe = Some(Probe {
                 job: o.job,
                 back_to: self.level,
-                counts_from: now + s.raise_after,
+                counts_from: now + s.probe_skip,
+                ends_by: now + s.probe_max,
             });
             let why = format!(
                 "measuring job {}'s p99 alone for its objective ({}): offline work paused \
@@ -520,7 +563,7 @@ impl Control {
                 o.job,
                 o.objective.describe()
             );
-            return Some(self.change(now, Isolation::Paused, o.job, why));
+            return Some(self.change(now, Isolation::Paused, Some(o.job), why));
         }
         // The job furthest from its objective, among those with a full window.
         let worst = observed
@@ -562,7 +605,7 @@ impl Control {
                 ms_text(p99),
                 s.risk * 100.0
             );
-            return Some(self.change(now, to, o.job, why));
+            return Some(self.change(now, to, Some(o.job), why));
         }
         if ratio < s.slack
             && since >= self.lower_after
@@ -575,7 +618,7 @@ impl Control {
                 ms_text(p99),
                 s.slack * 100.0
             );
-            return Some(self.change(now, to, o.job, why));
+            return Some(self.change(now, to, Some(o.job), why));
         }
         None
     }

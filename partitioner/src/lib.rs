@@ -39,16 +39,17 @@ pub fn planner_with(
     model: std::sync::Arc<dyn PerfModel>,
     offline_share_max: u8,
 ) -> Option<Box<dyn Planner>> {
-    planner_for_node(name, model, offline_share_max, false)
+    planner_for_node(name, model, offline_share_max, None)
 }
 
-/// [`planner_with`] for a node that keeps online jobs' latency objectives at run time
-/// (`slo_guarded`: mmkd's SLO control; see [`hybrid::HybridOptions::slo_guarded`]).
+/// [`planner_with`] for a node that keeps online jobs' latency objectives at run time,
+/// holding a job that gives none to `slo_guard` (mmkd's SLO control and its default
+/// slowdown; see [`hybrid::HybridOptions::slo_guarded`]).
 pub fn planner_for_node(
     name: &str,
     model: std::sync::Arc<dyn PerfModel>,
     offline_share_max: u8,
-    slo_guarded: bool,
+    slo_guarded: Option<f64>,
 ) -> Option<Box<dyn Planner>> {
     Some(match name {
         "mmk" => Box::new(

@@ -57,6 +57,9 @@ pub struct JobDemand {
     pub mps_share: u8,
     /// Online jobs: the latency objective, in ms.
     pub slo_ms: Option<u64>,
+    /// Online jobs: the objective as a slowdown against running alone (`slo: 3x`): it
+    /// holds at a normalized performance of at least 1 / slowdown.
+    pub slo_slowdown: Option<f64>,
     pub profile: JobProfile,
     /// The job can be stopped and restarted elsewhere or with another share (an offline
     /// job that declared `checkpoint: true`, docs/architecture.md, item 8).
@@ -81,10 +84,17 @@ impl JobDemand {
     /// normalized performance (latency = solo / perf); other jobs always do. The planners
     /// and the simulator's report draw the same line.
     pub fn slo_met(&self, perf: f64) -> bool {
-        match (self.class, self.slo_ms, self.profile.solo_latency_ms) {
-            (JobClass::Online, Some(slo), Some(solo)) => solo / perf.max(1e-9) <= slo as f64 + 1e-9,
+        let slowdown = match (self.class, self.slo_slowdown) {
+            (JobClass::Online, Some(f)) => perf * f >= 1.0 - 1e-9,
             _ => true,
-        }
+        };
+        slowdown
+            && match (self.class, self.slo_ms, self.profile.solo_latency_ms) {
+                (JobClass::Online, Some(slo), Some(solo)) => {
+                    solo / perf.max(1e-9) <= slo as f64 + 1e-9
+                }
+                _ => true,
+            }
     }
 
     /// A waiting job nobody profiled (the prior): the least a planner needs.
@@ -97,6 +107,7 @@ impl JobDemand {
             placed: None,
             mps_share: 100,
             slo_ms: None,
+            slo_slowdown: None,
             profile: JobProfile::prior(class),
             movable: false,
             exclusive: false,

@@ -214,8 +214,14 @@ async fn an_offline_job_joins_a_service_and_a_training_whose_shares_are_spent() 
                 .then_some(j)
         })
     };
+    // The kernel scheduler on, as mmkd runs by default: the SLO control measures through it.
+    let interposer = crate::ksched::built()
+        .join(mmk_kernel_sched::artifacts::INTERPOSER)
+        .display()
+        .to_string();
     for (flags, guarded) in [(&[][..], true), (&["--no-slo-control"][..], false)] {
-        let d = Daemon::start_with("a100-80gb:1", &[&["--planner", "mmk"][..], flags].concat());
+        let base = ["--planner", "mmk", "--interposer", interposer.as_str()];
+        let d = Daemon::start_with("a100-80gb:1", &[&base[..], flags].concat());
         let mut children = vec![
             run(&d, &["--offline", "--memory", "30G", "--name", "train"]),
             run(&d, &["--online", "--memory", "10G", "--name", "serve"]),

@@ -433,19 +433,16 @@ impl GateFile {
                 .write_all_at(&bytes, (header + field) as u64)
                 .map_err(io_err(&self.path, "write"))?;
         }
-        // Last: a process that sees the new generation reads the settings above.
-        let generation = self
-            .snapshot()?
-            .seg
-            .header
-            .generation
-            .load(Ordering::Relaxed)
-            .wrapping_add(1);
+        // Last: a process that sees the new generation reads the settings above. Only mmkd
+        // writes settings, one writer at a time (its kernel scheduler's lock).
+        let at = (header + std::mem::offset_of!(Header, generation)) as u64;
+        let mut bytes = [0u8; 4];
         self.file
-            .write_all_at(
-                &generation.to_ne_bytes(),
-                (header + std::mem::offset_of!(Header, generation)) as u64,
-            )
+            .read_exact_at(&mut bytes, at)
+            .map_err(io_err(&self.path, "read"))?;
+        let generation = u32::from_ne_bytes(bytes).wrapping_add(1);
+        self.file
+            .write_all_at(&generation.to_ne_bytes(), at)
             .map_err(io_err(&self.path, "write"))?;
         Ok(())
     }

@@ -676,6 +676,7 @@ pub(super) fn waiting_demand(id: u64, spec: &JobSpec, learned: Option<&Learned>)
         placed: None,
         mps_share: 100,
         slo_ms: spec.slo_ms,
+        slo_slowdown: spec.slo_slowdown_pct.map(|pct| f64::from(pct) / 100.0),
         profile: profile.unwrap_or_else(|| {
             if spec.exclusive {
                 JobProfile::exclusive(spec.class)

@@ -20,13 +20,20 @@ pub(super) struct SloState {
     jobs: HashMap<u64, (String, Objective)>,
     /// One control per partition with online jobs.
     controls: HashMap<String, Control>,
-    /// Level changes per partition and direction, for the metrics.
-    changes: HashMap<(String, bool), u64>,
+    /// Level changes per partition, for the metrics.
+    changes: HashMap<String, Changes>,
     /// Running checkpointable offline jobs, and their partitions.
     movable: HashMap<u64, String>,
     /// Partitions at [`Isolation::Moved`]: the planner moves their checkpointable offline
     /// jobs elsewhere.
     leaving: std::collections::HashSet<String>,
+}
+
+/// How often a partition's level went up and down.
+#[derive(Debug, Default, Clone, Copy)]
+struct Changes {
+    raised: u64,
+    lowered: u64,
 }
 
 /// A partition's level now, for the metrics.
@@ -87,7 +94,9 @@ impl Node {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            for (key, change) in self.slo_tick(&config) {
+            let changes = self.slo_tick(&config);
+            self.resync_isolation(&changes);
+            for (key, change) in changes {
                 self.apply_isolation(&key, change).await;
             }
         }
@@ -128,7 +137,7 @@ impl Node {
                     Change {
                         from: control.level(),
                         to: Isolation::None,
-                        job: 0,
+                        job: None,
                         why: "no online job runs there any more".into(),
                     },
                 ));
@@ -144,7 +153,45 @@ impl Node {
                 changes.push((key.to_owned(), change));
             }
         }
+        // The partitions whose checkpointable offline jobs the planner moves elsewhere.
+        state.leaving = state
+            .controls
+            .iter()
+            .filter(|(_, c)| c.level() == Isolation::Moved)
+            .map(|(k, _)| k.clone())
+            .collect();
         changes
+    }
+
+    /// Writes again the level of each partition whose gate does not hold what its
+    /// control decided (a write that failed, a gate made anew), and `none` where no
+    /// control is left; no event, no count: the change was said when it was decided.
+    fn resync_isolation(&self, changed: &[(String, Change)]) {
+        let ksched = self.inner.runner.kernel_sched();
+        let wanted: Vec<(String, Isolation)> = {
+            let state = self.slo_state();
+            let mut wanted: Vec<(String, Isolation)> = state
+                .controls
+                .iter()
+                .map(|(k, c)| (k.clone(), c.level()))
+                .collect();
+            wanted.extend(
+                ksched
+                    .isolated()
+                    .into_iter()
+                    .filter(|(k, _)| !state.controls.contains_key(k))
+                    .map(|(k, _)| (k, Isolation::None)),
+            );
+            wanted
+        };
+        for (key, level) in wanted {
+            if changed.iter().any(|(k, _)| *k == key) || ksched.isolation(&key) == Some(level) {
+                continue;
+            }
+            if let Err(e) = ksched.set_isolation(&key, level) {
+                warn!(partition = key, error = %crate::error::chain(&e), "cannot write a partition's isolation");
+            }
+        }
     }
 
     /// Writes a partition's new level into its gate, and says so: an event of the job
@@ -156,19 +203,16 @@ impl Node {
             .kernel_sched()
             .set_isolation(key, change.to)
         {
+            // The next tick writes it again.
             warn!(partition = key, error = %crate::error::chain(&e), "cannot change a partition's isolation");
-            return;
         }
         {
             let mut state = self.slo_state();
-            *state
-                .changes
-                .entry((key.to_owned(), change.to > change.from))
-                .or_default() += 1;
-            if change.to == Isolation::Moved {
-                state.leaving.insert(key.to_owned());
+            let counts = state.changes.entry(key.to_owned()).or_default();
+            if change.to > change.from {
+                counts.raised += 1;
             } else {
-                state.leaving.remove(key);
+                counts.lowered += 1;
             }
         }
         if change.to == Isolation::Moved {
@@ -181,24 +225,23 @@ impl Node {
             "lowered"
         };
         info!(partition = key, from = %change.from, to = %change.to, why = %change.why, "isolation {verb}");
-        if change.job == 0 {
+        let Some(job) = change.job else {
             return;
-        }
+        };
         let reason = format!(
             "running; its partition's isolation {verb} to {}: {}",
             change.to, change.why
         );
         // Under the state lock, so that a run that ends meanwhile keeps its final reason.
         let _state = self.inner.state.lock().await;
-        if !matches!(self.inner.store.get_job(change.job).await, Ok(j) if j.state == JobState::Running)
-        {
+        if !matches!(self.inner.store.get_job(job).await, Ok(j) if j.state == JobState::Running) {
             return;
         }
         let _emit = self.inner.emit.lock().await;
-        match self.inner.store.note(change.job, &reason, now_ms()).await {
+        match self.inner.store.note(job, &reason, now_ms()).await {
             Ok((j, ev)) => self.emit(ev.seq, ev.at, j),
             Err(e) => {
-                warn!(job = change.job, error = %crate::error::chain(&e), "cannot record an isolation change")
+                warn!(job, error = %crate::error::chain(&e), "cannot record an isolation change")
             }
         }
     }
@@ -224,30 +267,21 @@ impl Node {
     /// Each partition under control: its level and how often it changed.
     pub fn partition_isolation(&self) -> Vec<PartitionIsolation> {
         let state = self.slo_state();
-        let mut keys: Vec<&String> = state
-            .controls
-            .keys()
-            .chain(state.changes.keys().map(|(k, _)| k))
-            .collect();
+        let mut keys: Vec<&String> = state.controls.keys().chain(state.changes.keys()).collect();
         keys.sort();
         keys.dedup();
         keys.into_iter()
-            .map(|key| PartitionIsolation {
-                partition: key.clone(),
-                level: state
-                    .controls
-                    .get(key)
-                    .map_or(Isolation::None, Control::level),
-                raised: state
-                    .changes
-                    .get(&(key.clone(), true))
-                    .copied()
-                    .unwrap_or(0),
-                lowered: state
-                    .changes
-                    .get(&(key.clone(), false))
-                    .copied()
-                    .unwrap_or(0),
+            .map(|key| {
+                let counts = state.changes.get(key).copied().unwrap_or_default();
+                PartitionIsolation {
+                    partition: key.clone(),
+                    level: state
+                        .controls
+                        .get(key)
+                        .map_or(Isolation::None, Control::level),
+                    raised: counts.raised,
+                    lowered: counts.lowered,
+                }
             })
             .collect()
     }

@@ -243,6 +243,38 @@ fn a_slowdown_objective_measures_the_job_alone_first_with_offline_work_paused() 
 }
 
 #[test]
+fn a_probe_that_gets_too_few_requests_gives_up_and_waits_before_the_next() {
+    let t0 = Instant::now();
+    let mut t = t0;
+    let settings = Settings::default();
+    let mut c = Control::new(settings, true, t0);
+    let mut s = Service::new(4, Objective::of(None, None, DEFAULT_SLOWDOWN_PCT));
+    // Busy through its warm-up, then a request a second: a probe never gets 500.
+    let mut changes = run(&mut c, &mut s, &mut t, 6, |_| 2 * MS);
+    for _ in 0..200 {
+        t += Duration::from_secs(1);
+        s.serve(1, 2 * MS);
+        if let Some(ch) = c.tick(t, &[s.observed()]) {
+            changes.push((t, ch));
+        }
+    }
+    let whys: Vec<&str> = changes.iter().map(|(_, ch)| ch.why.as_str()).collect();
+    assert_eq!(
+        levels(&changes),
+        [Isolation::Paused, Isolation::None],
+        "{whys:?}"
+    );
+    let (probed, gave_up) = (changes[0].0, changes[1].0);
+    assert_eq!(
+        gave_up.duration_since(probed),
+        settings.probe_max,
+        "{whys:?}"
+    );
+    assert!(whys[1].contains("too few of its requests"), "{}", whys[1]);
+    assert_eq!(changes[1].1.job, Some(4));
+}
+
+#[test]
 fn a_job_that_ran_alone_has_its_reference_without_a_probe() {
     let t0 = Instant::now();
     let mut t = t0;

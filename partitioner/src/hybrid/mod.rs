@@ -184,10 +184,12 @@ pub struct HybridOptions {
     /// that adds nothing.
     pub plateau_gain: Option<f64>,
     /// The node keeps online jobs' latency objectives at run time (mmkd's SLO control,
-    /// docs/slo.md): in step 5 an offline job that would wait joins a partition where online
-    /// jobs run even past its class's shares, as plain MPS would take it, where every
-    /// predicted SLO there holds (`mps_config.rs`). Off for the simulator's planners.
-    pub slo_guarded: bool,
+    /// docs/slo.md), holding a job that gives none to this slowdown against running alone:
+    /// in step 5 an offline job that would wait joins a partition where online jobs run
+    /// even past its class's shares, as plain MPS would take it, where every predicted SLO
+    /// there holds, the default one included (`mps_config.rs`). `None` (the simulator's
+    /// planners, or mmkd without the control): it does not.
+    pub slo_guarded: Option<f64>,
 }
 
 /// MPS shares are chosen in steps of this many percent (docs/architecture.md, item 6).
@@ -275,9 +277,10 @@ impl Hybrid {
         self
     }
 
-    /// See [`HybridOptions::slo_guarded`].
-    pub fn with_slo_guard(mut self, on: bool) -> Hybrid {
-        self.options.slo_guarded = on;
+    /// See [`HybridOptions::slo_guarded`]: `default_slowdown` is the objective the node
+    /// holds an online job that gives none to; `None` turns the guard off.
+    pub fn with_slo_guard(mut self, default_slowdown: Option<f64>) -> Hybrid {
+        self.options.slo_guarded = default_slowdown;
         self
     }
 
@@ -314,7 +317,7 @@ impl Hybrid {
                 online_first: true,
                 best_share_when_calm: Some(CALM_ARRIVALS),
                 offline_share_max: 100,
-                slo_guarded: false,
+                slo_guarded: None,
                 crowd_max: Some(CROWD_MAX),
                 spread_below: Some(STARVED),
                 plateau_gain: Some(PLATEAU_GAIN),
@@ -338,7 +341,7 @@ impl Hybrid {
                 online_first: false,
                 best_share_when_calm: None,
                 offline_share_max: 100,
-                slo_guarded: false,
+                slo_guarded: None,
                 crowd_max: None,
                 spread_below: None,
                 plateau_gain: None,
@@ -362,7 +365,7 @@ impl Hybrid {
                 online_first: false,
                 best_share_when_calm: None,
                 offline_share_max: 100,
-                slo_guarded: false,
+                slo_guarded: None,
                 crowd_max: None,
                 spread_below: None,
                 plateau_gain: None,

@@ -117,7 +117,9 @@ impl Hybrid {
         let mut start = SHARE_STEP;
         // An offline job that would wait, beside online jobs whose objectives the node
         // keeps at run time: shares are caps, not reservations.
-        let guarded = oversubscribe && !online && self.options.slo_guarded;
+        let guarded = oversubscribe && !online && self.options.slo_guarded.is_some();
+        // Whether it joins past the shares beside online jobs (the guard above).
+        let mut past_shares = false;
         if self.options.online_first && other_there {
             // Where online and offline jobs meet, each class has 100 % of its own, and the
             // kernel gate holds offline kernels while online ones run. An online newcomer
@@ -129,6 +131,7 @@ impl Hybrid {
                     return Err(Refusal::Room);
                 }
                 left = 100;
+                past_shares = online_there;
             }
             if online {
                 start = left;
@@ -137,6 +140,7 @@ impl Hybrid {
             if !oversubscribe || (online_there && !guarded) {
                 return Err(Refusal::Room);
             }
+            past_shares = online_there;
             left = 100;
             if online {
                 start = 100;
@@ -163,6 +167,10 @@ impl Hybrid {
         }
         if !Self::slos_met(jobs, &members, &perf) {
             // The newcomer breaks a running job's SLO.
+            return Err(Refusal::Slo);
+        }
+        if past_shares && !self.default_slos_met(jobs, &members, &perf) {
+            // Past the shares, an online job that gave no objective is held to the node's.
             return Err(Refusal::Slo);
         }
         let mut stp: f64 = perf.iter().sum();
@@ -229,5 +237,20 @@ impl Hybrid {
                 .options
                 .crowd_max
                 .is_some_and(|max| part.members.len() >= max)
+    }
+
+    /// Whether every online member that gives no objective of its own runs at least at
+    /// 1 / the node's default slowdown ([`super::HybridOptions::slo_guarded`]).
+    fn default_slos_met(&self, jobs: &[JobDemand], members: &[Member], perf: &[f64]) -> bool {
+        let Some(slowdown) = self.options.slo_guarded else {
+            return true;
+        };
+        members.iter().zip(perf).all(|(m, p)| {
+            let j = &jobs[m.job];
+            j.class != JobClass::Online
+                || j.slo_ms.is_some()
+                || j.slo_slowdown.is_some()
+                || p * slowdown >= 1.0 - 1e-9
+        })
     }
 }

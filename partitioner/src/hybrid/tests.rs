@@ -916,7 +916,7 @@ fn a_waiting_job_is_told_which_jobs_are_in_its_way() {
     );
     // Where the node keeps online jobs' objectives at run time (mmkd's SLO control), the
     // same job joins beside them, past the offline shares, as plain MPS would take it ...
-    let guarded = mmk().with_slo_guard(true);
+    let guarded = mmk().with_slo_guard(Some(4.0));
     let plan = guarded.plan(&node, &jobs);
     assert!(plan.queued.is_empty(), "{plan:?}");
     let p = plan.placements.iter().find(|p| p.job == 2).expect("placed");
@@ -928,6 +928,14 @@ fn a_waiting_job_is_told_which_jobs_are_in_its_way() {
     strict_online.profile.solo_latency_ms = Some(0.99);
     let tight = [strict_online, jobs[1].clone(), jobs[2].clone()];
     let plan = guarded.plan(&node, &tight);
+    assert!(
+        reason(&plan, 2).contains("would break the predicted SLO of an online job"),
+        "{}",
+        reason(&plan, 2)
+    );
+    // ... nor where the service, which gives no objective, would run slower than the
+    // node's default allows (here: any slowdown at all).
+    let plan = mmk().with_slo_guard(Some(1.0)).plan(&node, &jobs);
     assert!(
         reason(&plan, 2).contains("would break the predicted SLO of an online job"),
         "{}",
