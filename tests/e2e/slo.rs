@@ -14,14 +14,16 @@ use crate::harness::{Daemon, wait_for, wait_state};
 use crate::ksched::built;
 use mmkctl::client::Clients;
 
-/// mmkd on one simulated A100 with the interposer, the MMK planner (which puts an online
-/// and an offline job of a few GiB on one partition) and the SLO control 20 times faster
-/// (a lowering waits 1.5 s instead of 30); metrics on a port of its own.
-fn daemon() -> (Daemon, String, String, String) {
+/// mmkd on simulated A100s (`gpus`, as `--sim-gpus`) with the interposer, the MMK planner
+/// (which puts an online and an offline job of a few GiB on one partition of one GPU) and
+/// the SLO control 20 times faster (a lowering waits 1.5 s instead of 30); metrics on a
+/// port of its own. Returns it, the fake app, the fake driver's folder and the metrics
+/// address.
+fn daemon(gpus: &str) -> (Daemon, String, String, String) {
     let bin = built();
     let interposer = bin.join(INTERPOSER).display().to_string();
     let d = Daemon::start_with(
-        "a100-80gb:1",
+        gpus,
         &[
             "--planner",
             "mmk",
@@ -103,7 +105,7 @@ fn slo_status(d: &Daemon, id: u64) -> serde_json::Value {
 #[tokio::test]
 async fn a_service_over_its_objective_gets_isolation_raised_a_level_at_a_time_and_lowered_with_slack()
  {
-    let (d, app, lib, addr) = daemon();
+    let (d, app, lib, addr) = daemon("a100-80gb:1");
     let metrics = || crate::metrics::http_get(&addr, "/metrics");
     let mut c = d.clients().await;
     let train = d.submit(
@@ -195,7 +197,7 @@ async fn a_service_over_its_objective_gets_isolation_raised_a_level_at_a_time_an
 
 #[tokio::test]
 async fn a_service_without_an_objective_is_measured_alone_once_and_held_to_the_default() {
-    let (d, app, lib, _) = daemon();
+    let (d, app, lib, _) = daemon("a100-80gb:1");
     let mut c = d.clients().await;
     let train = d.submit(
         "--offline",
@@ -248,26 +250,7 @@ async fn a_service_without_an_objective_is_measured_alone_once_and_held_to_the_d
 
 #[tokio::test]
 async fn past_paused_a_checkpointable_training_is_moved_to_another_gpu() {
-    let bin = built();
-    let interposer = bin.join(INTERPOSER).display().to_string();
-    let d = Daemon::start_with(
-        "a100-80gb:2",
-        &[
-            "--planner",
-            "mmk",
-            "--interposer",
-            &interposer,
-            "--slo-speed",
-            "20",
-        ],
-    );
-    let lib = d.path().join("lib");
-    std::fs::create_dir_all(&lib).expect("lib dir");
-    std::fs::copy(bin.join(FAKE_CUDA), lib.join("libcuda.so.1")).expect("copy");
-    let (app, lib) = (
-        bin.join(FAKE_APP).display().to_string(),
-        lib.display().to_string(),
-    );
+    let (d, app, lib, _) = daemon("a100-80gb:2");
     let mut c = d.clients().await;
     // One GPU held by a job that wants it alone: the training and the service share the
     // other; the first is freed once they run.

@@ -95,7 +95,9 @@ impl Node {
         loop {
             every.tick().await;
             let changes = self.slo_tick(&config);
-            self.resync_isolation(&changes);
+            // Gate writes are file I/O: off the runtime, like the gates' making.
+            let (node, changed) = (self.clone(), changes.clone());
+            let _ = tokio::task::spawn_blocking(move || node.resync_isolation(&changed)).await;
             for (key, change) in changes {
                 self.apply_isolation(&key, change).await;
             }
@@ -197,14 +199,18 @@ impl Node {
     /// Writes a partition's new level into its gate, and says so: an event of the job
     /// that moved it, a log line, the metrics.
     async fn apply_isolation(&self, key: &str, change: Change) {
-        if let Err(e) = self
-            .inner
-            .runner
-            .kernel_sched()
-            .set_isolation(key, change.to)
-        {
+        let (ksched, gate, level) = (
+            self.inner.runner.kernel_sched().clone(),
+            key.to_owned(),
+            change.to,
+        );
+        let written = tokio::task::spawn_blocking(move || ksched.set_isolation(&gate, level))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| crate::error::chain(&e)));
+        if let Err(e) = written {
             // The next tick writes it again.
-            warn!(partition = key, error = %crate::error::chain(&e), "cannot change a partition's isolation");
+            warn!(partition = key, error = %e, "cannot change a partition's isolation");
         }
         {
             let mut state = self.slo_state();
