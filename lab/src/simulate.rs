@@ -50,14 +50,12 @@ pub struct SimulateArgs {
     pub gpus: Option<u32>,
     #[arg(long, default_value = "a100-80gb")]
     pub gpu_model: String,
-    /// Policies to compare, comma-separated: the planners, and `reference`, the best
-    /// schedule a clairvoyant search finds for a small trace (at most 40 jobs and 4 GPUs;
-    /// docs/simulate.md, "Distance from the best schedule").
-    #[arg(
-        long,
-        default_value = "default,mps,miso,miger,mmk",
-        value_delimiter = ','
-    )]
+    /// Policies to compare, comma-separated: the planners (all on the same ground truth),
+    /// `mmk-ks` (MMK on its kernel scheduler's effect, `--kernel-sched`), and `reference`,
+    /// the best schedule a clairvoyant search finds for a small trace (at most 40 jobs and
+    /// 4 GPUs; docs/simulate.md, "Distance from the best schedule") [default:
+    /// default,mps,miso,miger,mmk,mmk-ks; without mmk-ks with `--kernel-sched off`].
+    #[arg(long, value_delimiter = ',')]
     pub policies: Vec<String>,
     /// The planners' performance model: `forest` (trained now on generated rows of
     /// another seed than the trace), `analytic` (the ground truth itself), or a model
@@ -69,12 +67,17 @@ pub struct SimulateArgs {
     /// or `analytic` (the planner's formula with the workload table's nominal demands).
     #[arg(long, default_value = "measured", value_parser = ["measured", "analytic"])]
     pub truth: String,
-    /// The kernel scheduler under MMK (the other policies run without one): `measured`
-    /// (its effect in the co-location rounds on the H200: the `mmk` policy with a 1.5 ms
-    /// base and the offline depth cap of 8, GEMMs not cut; mmkd's defaults differ;
-    /// docs/simulate.md), `off`, or an `mmk-lab ksim --output json` report to take the
-    /// effect from the kernel-level simulator (a file named `off` or `measured`: `./off`).
-    #[arg(long, default_value = "measured", value_name = "measured|off|FILE")]
+    /// The kernel scheduler's effect that the policy `mmk-ks` runs on (every other policy,
+    /// `mmk` too, runs without one): `measured` (mmkd's defaults in co-location rounds on
+    /// an H100; docs/simulate.md), `h200-depth8` (an earlier configuration measured on an
+    /// H200: a 1.5 ms base and the offline depth cap of 8), `off` (no `mmk-ks`), or an
+    /// `mmk-lab ksim --output json` report to take the effect from the kernel-level
+    /// simulator (a file named like a value: `./off`).
+    #[arg(
+        long,
+        default_value = "measured",
+        value_name = "measured|h200-depth8|off|FILE"
+    )]
     pub kernel_sched: String,
     /// The most MPS share (%) an offline job gets from MMK and MIGER, as `mmkd
     /// --offline-share-max` (10 to 100, a multiple of 10) [default: 100, no cap].
@@ -91,24 +94,35 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     pub jobs_out: Option<PathBuf>,
     /// Generated trace: the share of offline jobs that can checkpoint, 0 to 1 (the others
-    /// are never moved or preempted) [default: 1].
-    #[arg(long, value_name = "FRACTION", default_value_t = 1.0)]
+    /// are never moved or preempted).
+    #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_CHECKPOINTABLE)]
     pub checkpointable: f64,
     /// How often a checkpointable job checkpoints (seconds of its run): a move or a
-    /// preemption loses the work since the last checkpoint [default: a move loses none].
-    #[arg(long, value_name = "SECONDS")]
-    pub checkpoint_every: Option<f64>,
+    /// preemption loses the work since the last checkpoint; 0: a job checkpoints as it
+    /// stops, and a move loses no work.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_CHECKPOINT_EVERY_S)]
+    pub checkpoint_every: f64,
 }
 
-/// `--kernel-sched`: `off`, `measured`, or a ksim report's file.
+/// A generated trace's share of offline jobs that can checkpoint: half. Trainings that
+/// checkpoint for restarts are common, not universal; the planners that move jobs must
+/// not lean on every job moving.
+const DEFAULT_CHECKPOINTABLE: f64 = 0.5;
+
+/// How often a checkpointable job checkpoints, in seconds of its run: every 10 minutes, so
+/// that a move loses 5 minutes of work on average besides its restart.
+const DEFAULT_CHECKPOINT_EVERY_S: f64 = 600.0;
+
+/// `--kernel-sched`: `off`, `measured`, `h200-depth8`, or a ksim report's file.
 fn kernel_effect(flag: &str) -> Result<Option<KernelEffect>, Failure> {
     Ok(match flag {
         "off" => None,
         "measured" => Some(measured_kernel_effect().map_err(usage)?),
+        "h200-depth8" => Some(experiment::h200_depth8_kernel_effect().map_err(usage)?),
         path => {
             let text = mmk_cli::input::read_capped_text(path.as_ref(), mmk_cli::input::MAX_DATA_BYTES).map_err(|e| {
                 Failure::usage(format!(
-                    "--kernel-sched: {path:?} is not `measured`, `off` or a readable ksim report: {e}"
+                    "--kernel-sched: {path:?} is not `measured`, `h200-depth8`, `off` or a readable ksim report: {e}"
                 ))
             })?;
             Some(
@@ -206,21 +220,25 @@ fn check(
             a.checkpointable
         )));
     }
-    if let Some(every) = a.checkpoint_every
-        && !(every.is_finite() && every > 0.0)
-    {
+    if !(a.checkpoint_every.is_finite() && a.checkpoint_every >= 0.0) {
         return Err(Failure::usage(format!(
-            "--checkpoint-every: {every} is not a number of seconds above zero"
+            "--checkpoint-every: {} is not a number of seconds, 0 or more",
+            a.checkpoint_every
         )));
     }
     if gpus == 0 || gpus > 128 {
         return Err(Failure::usage("--gpus must be between 1 and 128"));
     }
     for p in &a.policies {
-        if !PLANNERS.contains(&p.as_str()) && p != REFERENCE_POLICY {
+        if !PLANNERS.contains(&p.as_str()) && p != REFERENCE_POLICY && p != KERNEL_SCHED_POLICY {
             return Err(Failure::usage(format!(
-                "--policies: unknown policy {p:?}; known: {}, {REFERENCE_POLICY}",
+                "--policies: unknown policy {p:?}; known: {}, {KERNEL_SCHED_POLICY}, {REFERENCE_POLICY}",
                 PLANNERS.join(", ")
+            )));
+        }
+        if p == KERNEL_SCHED_POLICY && a.kernel_sched == "off" {
+            return Err(Failure::usage(format!(
+                "--policies {KERNEL_SCHED_POLICY} runs MMK on its kernel scheduler's effect, and --kernel-sched off gives none"
             )));
         }
     }
@@ -237,7 +255,21 @@ fn check(
     Ok((sweep, with_reference))
 }
 
-pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
+pub fn run(fmt: Format, mut a: SimulateArgs) -> Result<(), Failure> {
+    if a.policies.is_empty() {
+        a.policies = [
+            "default",
+            "mps",
+            "miso",
+            "miger",
+            "mmk",
+            KERNEL_SCHED_POLICY,
+        ]
+        .iter()
+        .filter(|p| a.kernel_sched != "off" || **p != KERNEL_SCHED_POLICY)
+        .map(|p| (*p).to_owned())
+        .collect();
+    }
     let (mut online, mut offline, mut interval, mut gpus) = (80, 40, 40.0, 8);
     match a.preset.as_deref() {
         None => {}
@@ -283,7 +315,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
     }
     let mut cfg = SimConfig::new(&a.gpu_model, gpus);
-    cfg.checkpoint_every_s = a.checkpoint_every;
+    cfg.checkpoint_every_s = (a.checkpoint_every > 0.0).then_some(a.checkpoint_every);
     let truth: Arc<dyn PerfModel> = if a.truth == "measured" {
         let (truth, profiles) = measured_truth().map_err(usage)?;
         cfg.profiles = profiles;
@@ -348,7 +380,7 @@ pub fn run(fmt: Format, a: SimulateArgs) -> Result<(), Failure> {
         kernel_sched: kernel_sched.filter(|_| a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY)),
         offline_share_max: a.offline_share_max,
         checkpointable: a.trace.is_none().then_some(a.checkpointable),
-        checkpoint_every_s: a.checkpoint_every,
+        checkpoint_every_s: cfg.checkpoint_every_s,
     };
     if sweep {
         let worlds = (&plain, scheduled.as_ref());

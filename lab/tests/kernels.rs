@@ -139,7 +139,7 @@ fn profile_ksim_and_simulate_work_end_to_end() {
             "--model",
             "analytic",
             "--policies",
-            "miger,mmk",
+            "miger,mmk-ks",
             "--kernel-sched",
             "ksim.json",
         ],

@@ -21,7 +21,7 @@ use crate::{RunResult, SimConfig, SimError, Trace, simulate};
 pub enum ExperimentError {
     #[error("the shipped H200 measurements")]
     Measurements(#[source] mmk_predictor::truth::TruthError),
-    #[error("the shipped H200 rounds")]
+    #[error("the shipped co-location rounds")]
     Rounds(#[source] crate::kernel::KernelEffectError),
     #[error("training the planners' forest")]
     Train(#[source] ModelError),
@@ -42,8 +42,18 @@ pub enum ExperimentError {
     },
 }
 
-/// The policy that runs mmk's kernel scheduler; the baselines run without one.
-pub const KERNEL_SCHED_POLICY: &str = "mmk";
+/// MMK's planner on its kernel scheduler's effect (`--kernel-sched`); the policy `mmk` is
+/// the same planner on the ground truth every baseline runs on.
+pub const KERNEL_SCHED_POLICY: &str = "mmk-ks";
+
+/// The planner a policy runs: its own name, but for [`KERNEL_SCHED_POLICY`] (MMK's).
+pub fn planner_of(policy: &str) -> &str {
+    if policy == KERNEL_SCHED_POLICY {
+        "mmk"
+    } else {
+        policy
+    }
+}
 
 /// The policy name of the reference schedule ([`crate::reference`]), which runs beside the
 /// planners on small traces.
@@ -169,10 +179,10 @@ pub fn run_policies(
             Some(w) if name == KERNEL_SCHED_POLICY => w,
             _ => plain,
         };
-        let p = planner_with(name, world.model.clone(), offline_share_max)
+        let p = planner_with(planner_of(name), world.model.clone(), offline_share_max)
             .ok_or_else(|| ExperimentError::UnknownPolicy(name.clone()))?;
         let started = std::time::Instant::now();
-        let r = simulate(
+        let mut r = simulate(
             t,
             cfg,
             p.as_ref(),
@@ -191,6 +201,7 @@ pub fn run_policies(
             source,
         })?;
         let seconds = started.elapsed().as_secs_f64();
+        r.policy.clone_from(name);
         progress(Progress::Done {
             policy: name,
             jobs: r.jobs.len(),
@@ -440,11 +451,32 @@ pub fn measured_truth()
     Ok((truth, profiles))
 }
 
+/// The kernel scheduler's effect under mmkd's defaults, measured on an H100 (docs/results.md,
+/// "Keeping a service's objective"), shipped in lab/data/kernel-sched/h100-2026-11-28: the
+/// graph-replaying ResNet-50 service at a quarter of its capacity beside BERT training, on
+/// plain MPS and under mmkd's defaults with the SLO control off (`mmk-noslo`; at the
+/// default objective the control held no isolation there, and the figures matched within
+/// 2 %), two calls.
+pub fn measured_kernel_effect() -> Result<KernelEffect, ExperimentError> {
+    let files = [
+        (
+            "h100-call-1",
+            include_str!("../../data/kernel-sched/h100-2026-11-28/call-1.rounds.json"),
+        ),
+        (
+            "h100-call-2",
+            include_str!("../../data/kernel-sched/h100-2026-11-28/call-2.rounds.json"),
+        ),
+    ];
+    KernelEffect::from_rounds(&files, "mmk-noslo").map_err(ExperimentError::Rounds)
+}
+
 /// The kernel scheduler's effect in the co-location rounds measured on the H200
 /// (docs/results.md, "A graph-replaying service beside BERT training"), shipped in
 /// lab/data/kernel-sched/h200-2026-11-21: the graph-replaying ResNet-50 service beside
-/// BERT training on plain MPS, `mmk` with a 1,500 us base and the offline depth cap of 8, in every call that ran that configuration.
-pub fn measured_kernel_effect() -> Result<KernelEffect, ExperimentError> {
+/// BERT training on plain MPS, `mmk` with a 1,500 us base and the offline depth cap of 8
+/// (not mmkd's defaults), in every call that ran that configuration.
+pub fn h200_depth8_kernel_effect() -> Result<KernelEffect, ExperimentError> {
     macro_rules! rounds {
         ($($run:literal),*) => {
             [$((

@@ -24,9 +24,12 @@ pub(super) struct Memo {
     pub(super) perf: FastMap<Vec<u64>, Vec<f64>>,
     /// `None`: no rebalance fits.
     pub(super) rebalance: FastMap<Vec<u64>, Option<Shares>>,
-    /// Whether the jobs alone on a GPU widen (`rebalance.rs`, `widen`): the same GPU state
-    /// comes back pass after pass while they run.
+    /// Whether a GPU's jobs are laid out again where nothing waits (`rebalance.rs`,
+    /// `widen`): the same GPU state comes back pass after pass while they run.
     pub(super) widen: FastMap<Vec<u64>, bool>,
+    /// The least share a job that cannot checkpoint takes in a partition of a shape
+    /// (`mps_config.rs`, `lasting_share`).
+    pub(super) lasting: FastMap<Vec<u64>, u8>,
 }
 
 const MEMO_MAX: usize = 1 << 15;
@@ -44,7 +47,7 @@ pub(super) fn state_key(
     members: &[Member],
     new: Option<usize>,
 ) -> Vec<u64> {
-    let mut key = Vec::with_capacity(2 + 5 * (members.len() + 1));
+    let mut key = Vec::with_capacity(2 + 7 * (members.len() + 1));
     key.push(u64::from(shape.sm_count) << 32 | u64::from(shape.gpu_sm_count));
     key.push(u64::from(shape.memory_slices) << 8 | u64::from(shape.gpu_memory_slices));
     for m in members {
@@ -71,8 +74,10 @@ pub(super) fn job_words(jobs: &[JobDemand], j: usize, share: u8, key: &mut Vec<u
             | u64::from(d.profile.class == JobClass::Online) << 1
             | u64::from(movable(jobs, &Member { job: j, share })) << 2
             | u64::from(d.exclusive) << 3
+            | u64::from(d.movable) << 4
             | u64::from(share) << 8,
     );
+    key.push(d.slo_slowdown.map_or(u64::MAX, f64::to_bits));
     key.push(d.user.map_or(u64::MAX, u64::from));
 }
 

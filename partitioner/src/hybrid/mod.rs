@@ -87,6 +87,13 @@
 //!   which the simulator models, not the planner) and picks the layout that maximizes
 //!   predicted throughput; jobs wait FCFS when nothing fits.
 //!
+//! Both move checkpointable offline jobs (`repartition_busy`): the layout search may lay a
+//! busy GPU out again, restarting those jobs in the new instances, when a job arrives and
+//! when one leaves (MISO checkpoints a GPU's jobs and repartitions it on both; MIGER, which
+//! changes MIG sizes and MPS shares as jobs come and go, can only do so with running jobs
+//! by the same checkpoints), and MIGER chooses its movable jobs' shares again (step 4),
+//! each move paying `move_cost` as MMK's do. Neither moves a job that cannot checkpoint.
+//!
 //! The code follows the steps, a file each beside this one: `mps_first.rs` (step 2),
 //! `layout_search.rs` (step 3, with the candidate layouts), `rebalance.rs` (moves, and
 //! step 4); `mps_config.rs` (MPSConfig, which steps 2 and 3 ask), `alone.rs` (what a job
@@ -190,7 +197,27 @@ pub struct HybridOptions {
     /// there holds, the default one included (`mps_config.rs`). `None` (the simulator's
     /// planners, or mmkd without the control): it does not.
     pub slo_guarded: Option<f64>,
+    /// **Busy GPUs repartitioned** (`rebalance.rs`, `repartition`): the layout search may
+    /// also lay a GPU out again with its checkpointable offline jobs moved, for the jobs
+    /// that wait (step 3), and, where nothing waits, for the jobs it runs when one left
+    /// (step 4b), when the predicted STP grows by more than the moves cost. MISO's way
+    /// (it checkpoints a GPU's jobs and repartitions it as jobs arrive and finish) and, as
+    /// we read it, MIGER's. Without it (MMK) step 3 keeps busy instances, and step 4b
+    /// lays out again only a GPU whose one busy partition, smaller than the GPU, holds
+    /// checkpointable offline jobs alone: asking every GPU in every pass made MMK's passes
+    /// on 128 GPUs at least three times slower.
+    pub repartition_busy: bool,
+    /// An offline job that cannot checkpoint keeps the share it starts with for life,
+    /// also after its co-runners leave: it starts at least at the share at which, alone in
+    /// its partition, it is predicted this fraction of its speed at the most it could take
+    /// there ([`LASTING`] for MMK; `mps_config.rs`). `None`: no floor.
+    pub lasting_share: Option<f64>,
 }
+
+/// What a move (checkpoint and restart) costs in predicted STP, for MMK and for the
+/// baselines that move jobs: a tenth of a job's speed alone on a whole GPU, so that a move
+/// that adds less does not happen.
+const MOVE_COST: f64 = 0.1;
 
 /// MPS shares are chosen in steps of this many percent (docs/architecture.md, item 6).
 const SHARE_STEP: u8 = 10;
@@ -209,6 +236,13 @@ const SHARE_STEP: u8 = 10;
 /// makespan grew 4.4 % (one seed; lab/runs/2026-11-26-vm-crowd-cap), which starved jobs
 /// spreading ([`STARVED`]) more than took back.
 pub const CROWD_MAX: usize = 6;
+
+/// MMK's `lasting_share`: an offline job that cannot checkpoint starts at a share at which,
+/// alone in its partition, it would run at least at half its speed with the most it could
+/// take there. Joining a crowd past the shares at 10 %, a transformer training that could
+/// not move ran at 0.065 of its solo speed for hours after its co-runners had left, and set
+/// the makespan (16x its solo time).
+pub const LASTING: f64 = 0.5;
 
 /// MMK's `spread_below`: a checkpointable offline job predicted below a quarter of its
 /// speed alone moves to a GPU that runs nothing, where nothing waits, at least a third of
@@ -311,7 +345,7 @@ impl Hybrid {
                 contention_aware: true,
                 reconfig_cost: 0.01,
                 mps_first: true,
-                move_cost: Some(0.1),
+                move_cost: Some(MOVE_COST),
                 min_colocation_gain: 0.5,
                 share_before_waiting: true,
                 online_first: true,
@@ -321,6 +355,8 @@ impl Hybrid {
                 crowd_max: Some(CROWD_MAX),
                 spread_below: Some(STARVED),
                 plateau_gain: Some(PLATEAU_GAIN),
+                repartition_busy: false,
+                lasting_share: Some(LASTING),
             },
         )
     }
@@ -335,7 +371,7 @@ impl Hybrid {
                 contention_aware: false,
                 reconfig_cost: 0.0,
                 mps_first: false,
-                move_cost: None,
+                move_cost: Some(MOVE_COST),
                 min_colocation_gain: 0.0,
                 share_before_waiting: false,
                 online_first: false,
@@ -345,6 +381,8 @@ impl Hybrid {
                 crowd_max: None,
                 spread_below: None,
                 plateau_gain: None,
+                repartition_busy: true,
+                lasting_share: None,
             },
         )
     }
@@ -359,7 +397,7 @@ impl Hybrid {
                 contention_aware: false,
                 reconfig_cost: 0.0,
                 mps_first: false,
-                move_cost: None,
+                move_cost: Some(MOVE_COST),
                 min_colocation_gain: 0.0,
                 share_before_waiting: false,
                 online_first: false,
@@ -369,6 +407,8 @@ impl Hybrid {
                 crowd_max: None,
                 spread_below: None,
                 plateau_gain: None,
+                repartition_busy: true,
+                lasting_share: None,
             },
         )
     }
@@ -425,7 +465,7 @@ impl Hybrid {
     /// the most takes it, until no layout gains or no job waits.
     fn search_layouts(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
         while !p.waiting.is_empty() {
-            let mut best: Option<(f64, usize, GpuPlan, Vec<usize>)> = None;
+            let mut best: Option<LayoutChoice> = None;
             // GPUs in the same state get the same answer: only the first of them is asked,
             // since a later one's equal gain never beats it.
             let mut seen: BTreeSet<Signature> = BTreeSet::new();
@@ -445,19 +485,44 @@ impl Hybrid {
                     && gain > 1e-9
                     && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9)
                 {
-                    best = Some((gain, gi, plan, placed));
+                    best = Some((gain, gi, plan, placed, Vec::new()));
+                }
+                // The same GPU laid out again with its checkpointable jobs moved.
+                if !self.options.repartition_busy {
+                    continue;
+                }
+                let mut scratch = vec![false; jobs.len()];
+                let answer = self.repartition(
+                    (gpu, &p.plans[gi]),
+                    jobs,
+                    &p.waiting,
+                    &p.kinds,
+                    &mut scratch,
+                    &p.moved,
+                );
+                if let Some((gain, plan, placed, movers)) = answer
+                    && gain > 1e-9
+                    && placed.iter().any(|j| p.waiting.contains(j))
+                    && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9)
+                {
+                    best = Some((gain, gi, plan, placed, movers));
                 }
             }
-            let Some((_, gi, plan, placed)) = best else {
+            let Some((_, gi, plan, placed, movers)) = best else {
                 break;
             };
             let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
             p.plans[gi] = plan;
             p.plans[gi].destroyed.extend(destroyed);
             p.waiting.retain(|j| !placed.contains(j));
+            p.moved.extend(movers);
         }
     }
 }
+
+/// A GPU's best layout in a round of the search: its gain, the GPU, its new plan, the jobs
+/// placed, the jobs moved.
+type LayoutChoice = (f64, usize, GpuPlan, Vec<usize>, Vec<usize>);
 
 /// The GPUs of `plans` that run nothing.
 fn idle_gpus(plans: &[GpuPlan]) -> usize {

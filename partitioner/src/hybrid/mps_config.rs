@@ -173,6 +173,29 @@ impl Hybrid {
             // Past the shares, an online job that gave no objective is held to the node's.
             return Err(Refusal::Slo);
         }
+        // A job that cannot checkpoint keeps its share for life, also once its co-runners
+        // have left: it starts at the share that will serve it then, or not here.
+        if !online && !jobs[new].movable {
+            let floor = self.lasting_share(jobs, part, new);
+            if floor > left {
+                // It would wait otherwise: where no online job runs, past the shares, as
+                // plain MPS would take it.
+                if !oversubscribe || online_there {
+                    return Err(Refusal::Room);
+                }
+                left = self.options.offline_share_max;
+            }
+            if floor > members[me].share {
+                let was = members[me].share;
+                members[me].share = floor;
+                let raised = self.predict(jobs, &part.shape, &members);
+                if Self::slos_met(jobs, &members, &raised) {
+                    perf = raised;
+                } else {
+                    members[me].share = was;
+                }
+            }
+        }
         let mut stp: f64 = perf.iter().sum();
         let mut best = (members[me].share, stp, perf[me]);
         match raise {
@@ -220,6 +243,35 @@ impl Hybrid {
             }
         }
         Ok(best)
+    }
+
+    /// The least share of offline job `new` that `lasting_share` allows in `part`: the
+    /// smallest at which, alone there, it is predicted at least that fraction of its speed
+    /// at the most an offline job may take (`offline_share_max`); 10 % when the option is
+    /// off.
+    fn lasting_share(&self, jobs: &[JobDemand], part: &Part, new: usize) -> u8 {
+        let Some(fraction) = self.options.lasting_share else {
+            return SHARE_STEP;
+        };
+        let alone = |share: u8| {
+            self.predict(jobs, &part.shape, &[Member { job: new, share }])
+                .first()
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let cap = self.options.offline_share_max;
+        let key = state_key(jobs, &part.shape, &[], Some(new));
+        self.recall(
+            |m| &mut m.lasting,
+            key,
+            || {
+                let most = alone(cap);
+                (1..=cap / SHARE_STEP)
+                    .map(|k| k * SHARE_STEP)
+                    .find(|&share| alone(share) >= fraction * most - 1e-12)
+                    .unwrap_or(cap)
+            },
+        )
     }
 
     /// Whether a newcomer joining `part` adds enough: `gain`, the partition's STP change,

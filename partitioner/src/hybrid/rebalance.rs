@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use mmk_core::JobClass;
 
+use crate::layout::GpuState;
 use crate::plan::{JobDemand, NodeState};
 
 use super::memo::state_key;
@@ -246,77 +247,145 @@ impl Hybrid {
 }
 
 impl Hybrid {
-    /// Step 4b: where nothing waits, the checkpointable offline jobs that a GPU's one busy
-    /// partition holds, in an instance smaller than the GPU, restart in the layout the
-    /// search finds best for them on that GPU, when its predicted STP grows by more than
-    /// the moves cost. Without this a job that started in a small instance beside others
-    /// keeps it after they leave, at a fraction of its speed (the reference schedule,
-    /// docs/results.md, "Distance from the best schedule", found the case: two trainings at 2.3x and 1.7x their solo time
-    /// in small instances on GPUs that had emptied around them).
+    /// Step 4b: where nothing waits, each GPU laid out again for the checkpointable offline
+    /// jobs it runs (`repartition`), when its predicted STP grows by more than the moves
+    /// cost. Without this a job that started in a small instance beside others keeps it
+    /// after they leave, at a fraction of its speed (the reference schedule,
+    /// docs/results.md, "Distance from the best schedule", found the case: two trainings at
+    /// 2.3x and 1.7x their solo time in small instances on GPUs that had emptied around
+    /// them).
     pub(super) fn widen(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
-        if self.options.move_cost.is_none() || !p.waiting.is_empty() {
+        if !p.waiting.is_empty() {
             return;
         }
         for (gi, gpu) in node.gpus.iter().enumerate() {
-            if !gpu.mig_enabled || gpu.layout_fixed {
+            // Without `repartition_busy` (MMK), only a GPU whose one busy partition, an
+            // instance smaller than the GPU, holds checkpointable offline jobs alone: MMK's
+            // other steps move jobs of shared GPUs, and asking every GPU made its passes on
+            // 128 GPUs three times slower.
+            if !self.options.repartition_busy && !self.widens(jobs, &p.plans[gi]) {
                 continue;
             }
-            let plan = &p.plans[gi];
-            let mut busy = plan.parts.iter().filter(|x| !x.members.is_empty());
-            let (Some(part), None) = (busy.next(), busy.next()) else {
-                continue;
-            };
-            if part.shape.sm_count >= part.shape.gpu_sm_count
-                || !part
-                    .members
-                    .iter()
-                    .all(|m| movable(jobs, m) && jobs[m.job].class == JobClass::Offline)
-            {
-                continue;
-            }
-            let movers: Vec<usize> = part.members.iter().map(|m| m.job).collect();
-            let now = self.part_stp(jobs, part);
-            let mut emptied = plan.clone();
-            for x in &mut emptied.parts {
-                x.members.clear();
-            }
-            let cost = self.moves_cost(&movers, &p.moved);
-            let widen = |kinds: &super::kinds::Kinds| {
-                let mut blocked = vec![false; jobs.len()];
-                self.best_layout(
-                    (gpu, &emptied),
+            let answer = || {
+                let mut scratch = vec![false; jobs.len()];
+                self.repartition(
+                    (gpu, &p.plans[gi]),
                     jobs,
-                    &movers,
-                    kinds,
-                    &mut blocked,
-                    Raise::Best,
+                    &[],
+                    &p.kinds,
+                    &mut scratch,
+                    &p.moved,
                 )
-                // The emptied GPU predicts nothing: `gain` is the widened layout's STP,
-                // less what its steps cost.
-                .filter(|(gain, _, placed)| {
-                    placed.len() == movers.len() && gain - cost - now > 1e-9
-                })
+                .filter(|(gain, ..)| *gain > 1e-9)
             };
-            // What the answer depends on: the partition and its jobs (memory included),
-            // the GPU's other instances, the GPU model, and what the moves cost.
-            let mut key = state_key(jobs, &part.shape, &part.members, None);
-            key.extend(movers.iter().map(|&j| jobs[j].memory_mib));
-            key.push(cost.to_bits());
-            key.push(u64::from(part.slot.start));
-            key.push(gpu.model.memory_mib);
-            key.extend(plan.parts.iter().filter(|x| x.slot != part.slot).map(|x| {
-                u64::from(x.slot.profile_id.unwrap_or(u32::MAX)) << 8 | u64::from(x.slot.start)
-            }));
-            if !self.recall(|m| &mut m.widen, key, || widen(&p.kinds).is_some()) {
+            // The same GPU state comes back pass after pass while its jobs run: whether it
+            // pays is remembered by what the answer depends on (the GPU model and mode, its
+            // partitions and their jobs, memory included, and which of them moved already).
+            let mut key: Vec<u64> = gpu.model.key.bytes().map(u64::from).collect();
+            key.push(u64::from(gpu.mig_enabled) << 1 | u64::from(gpu.layout_fixed));
+            for x in &p.plans[gi].parts {
+                key.push(
+                    u64::from(x.slot.profile_id.unwrap_or(u32::MAX)) << 16
+                        | u64::from(x.slot.start) << 8
+                        | u64::from(x.existing.is_some()),
+                );
+                key.extend(state_key(jobs, &x.shape, &x.members, None));
+                key.extend(
+                    x.members
+                        .iter()
+                        .map(|m| jobs[m.job].memory_mib << 1 | u64::from(p.moved.contains(&m.job))),
+                );
+            }
+            if !self.recall(|m| &mut m.widen, key, || answer().is_some()) {
                 continue;
             }
-            if let Some((_, widened, _)) = widen(&p.kinds) {
+            let Some((_, plan, _, movers)) = answer() else {
+                continue;
+            };
+            {
                 let destroyed = std::mem::take(&mut p.plans[gi].destroyed);
-                p.plans[gi] = widened;
+                p.plans[gi] = plan;
                 p.plans[gi].destroyed.extend(destroyed);
                 p.moved.extend(movers);
             }
         }
+    }
+}
+
+impl Hybrid {
+    /// Whether a GPU as planned has one busy partition, an instance smaller than the GPU,
+    /// whose jobs are all checkpointable offline ones.
+    fn widens(&self, jobs: &[JobDemand], plan: &GpuPlan) -> bool {
+        let mut busy = plan.parts.iter().filter(|x| !x.members.is_empty());
+        let (Some(part), None) = (busy.next(), busy.next()) else {
+            return false;
+        };
+        part.shape.sm_count < part.shape.gpu_sm_count
+            && part
+                .members
+                .iter()
+                .all(|m| movable(jobs, m) && jobs[m.job].class == JobClass::Offline)
+    }
+
+    /// A busy GPU laid out again (`HybridOptions::repartition_busy`): the partitions whose
+    /// jobs are all checkpointable offline ones emptied, and those jobs (first) and
+    /// `waiting` packed into the layout the search finds best on what stays. Returns the
+    /// gain over the GPU as planned now, less what the moves cost; the GPU's new plan; the
+    /// jobs placed (the moved ones among them); the moved jobs. `None` where nothing on
+    /// the GPU can move, its layout cannot change, or the best layout leaves a moved job
+    /// out.
+    pub(super) fn repartition(
+        &self,
+        (gpu, now): (&GpuState, &GpuPlan),
+        jobs: &[JobDemand],
+        waiting: &[usize],
+        kinds: &super::kinds::Kinds,
+        slo_blocked: &mut [bool],
+        moved: &BTreeSet<usize>,
+    ) -> Option<(f64, GpuPlan, Vec<usize>, Vec<usize>)> {
+        if !gpu.mig_enabled || gpu.layout_fixed {
+            return None;
+        }
+        self.options.move_cost?;
+        let mut emptied = now.clone();
+        let mut movers = Vec::new();
+        for part in &mut emptied.parts {
+            if !part.members.is_empty()
+                && part
+                    .members
+                    .iter()
+                    .all(|m| movable(jobs, m) && jobs[m.job].class == JobClass::Offline)
+            {
+                movers.extend(part.members.iter().map(|m| m.job));
+                part.members.clear();
+            }
+        }
+        if movers.is_empty() {
+            return None;
+        }
+        let stp =
+            |plan: &GpuPlan| -> f64 { plan.parts.iter().map(|x| self.part_stp(jobs, x)).sum() };
+        let (now_stp, kept_stp) = (stp(now), stp(&emptied));
+        // The moved jobs first, largest first, as the search packs: they ran here, so the
+        // layouts that hold them come first.
+        let mut order = movers.clone();
+        order.sort_by_key(|&j| (std::cmp::Reverse(jobs[j].memory_mib), jobs[j].id));
+        order.extend(waiting.iter().copied().filter(|j| !movers.contains(j)));
+        let (gain, plan, placed) = self.best_layout(
+            (gpu, &emptied),
+            jobs,
+            &order,
+            kinds,
+            slo_blocked,
+            Raise::Greedy,
+        )?;
+        if !movers.iter().all(|m| placed.contains(m)) {
+            return None;
+        }
+        // `gain` is over the emptied GPU: over the GPU as it is, the emptied jobs' STP is
+        // given up, and each move costs.
+        let gain = gain + kept_stp - now_stp - self.moves_cost(&movers, moved);
+        Some((gain, plan, placed, movers))
     }
 }
 

@@ -380,9 +380,14 @@ fn a_checkpointable_job_left_with_room_restarts_with_a_larger_share() {
     assert!(plan.moves.is_empty(), "{:?}", plan.moves);
     assert_eq!(share_of(&plan, 1), Some((whole, 90)));
 
-    // MIGER never restarts a running job.
+    // MIGER, which tunes shares as jobs come and go, grows it too; one that cannot
+    // checkpoint it leaves as it is.
     trainer.mps_share = 30;
     let miger = Hybrid::miger(Arc::new(AnalyticModel::default()));
+    let plan = miger.plan(&node, &[trainer.clone(), serving.clone()]);
+    assert_eq!(plan.moves, [1]);
+    assert_eq!(share_of(&plan, 1), Some((whole, 60)));
+    trainer.movable = false;
     let plan = miger.plan(&node, &[trainer, serving]);
     assert!(plan.moves.is_empty());
     assert_eq!(share_of(&plan, 1), Some((whole, 30)));
@@ -1176,9 +1181,63 @@ fn a_checkpointable_job_alone_on_its_gpu_restarts_in_a_larger_instance() {
     let big = job(2, JobClass::Offline, 79, 0.5, 0.3);
     let plan = mmk().plan(&node, &[trainer.clone(), big]);
     assert!(plan.moves.is_empty(), "{plan:?}");
-    // MIGER never restarts a running job.
-    let miger = Hybrid::miger(Arc::new(AnalyticModel::default()));
-    assert!(miger.plan(&node, &[trainer]).moves.is_empty());
+    // MIGER and MISO lay the GPU out again for it too, the move paying for itself.
+    for baseline in [
+        Hybrid::miger(Arc::new(AnalyticModel::default())),
+        Hybrid::miso(Arc::new(AnalyticModel::default())),
+    ] {
+        let plan = baseline.plan(&node, std::slice::from_ref(&trainer));
+        assert_eq!(plan.moves, [1], "{}: {plan:?}", baseline.name());
+        assert!(sm(&plan) > three_g, "{}: {plan:?}", baseline.name());
+        let (node2, jobs2) = crate::plan::apply(&node, std::slice::from_ref(&trainer), &plan);
+        assert!(baseline.plan(&node2, &jobs2).moves.is_empty());
+    }
+}
+
+/// MISO's and MIGER's repartitioning (`HybridOptions::repartition_busy`): a job that
+/// waits because one training holds the whole GPU gets an instance when the training can
+/// checkpoint and restart in a smaller one; a training that cannot checkpoint is never
+/// moved, and the newcomer waits. MMK keeps busy instances (it shares them instead).
+#[test]
+fn the_baselines_repartition_a_busy_gpu_by_moving_checkpointable_jobs() {
+    let (node, slot) = whole_instance_node();
+    let mut trainer = job(1, JobClass::Offline, 20, 0.4, 0.3);
+    trainer.placed = Some(slot);
+    let newcomer = job(2, JobClass::Offline, 20, 0.4, 0.3);
+    for baseline in [
+        Hybrid::miso(Arc::new(AnalyticModel::default())),
+        Hybrid::miger(Arc::new(AnalyticModel::default())),
+    ] {
+        let name = baseline.name();
+        let plan = baseline.plan(&node, &[trainer.clone(), newcomer.clone()]);
+        assert!(plan.moves.is_empty(), "{name}: {plan:?}");
+        assert!(
+            plan.queued.iter().any(|q| q.job == 2),
+            "{name}: a training that cannot checkpoint keeps its GPU: {plan:?}"
+        );
+
+        let mut movable = trainer.clone();
+        movable.movable = true;
+        let jobs = [movable, newcomer.clone()];
+        let plan = baseline.plan(&node, &jobs);
+        assert_eq!(plan.moves, [1], "{name}: {plan:?}");
+        assert!(plan.queued.is_empty(), "{name}: {plan:?}");
+        let slots: Vec<Slot> = plan.placements.iter().map(|p| p.slot).collect();
+        assert_eq!(slots.len(), 2, "{name}: {plan:?}");
+        if name == "miso" {
+            // A job per instance: the whole-GPU one goes.
+            assert_ne!(slots[0], slots[1], "{name}: {plan:?}");
+            assert!(
+                plan.steps
+                    .iter()
+                    .any(|s| matches!(s, Step::Destroy { instance: 1, .. })),
+                "{name}: {plan:?}"
+            );
+        }
+        // Applied, the next pass moves nothing.
+        let (node2, jobs2) = crate::plan::apply(&node, &jobs, &plan);
+        assert!(baseline.plan(&node2, &jobs2).moves.is_empty(), "{name}");
+    }
 }
 
 /// Shares climb past the model's plateaus: a checkpointable job left at 50 % restarts at
@@ -1249,4 +1308,44 @@ fn shares_climb_past_the_models_plateaus() {
     assert_eq!(share_of(&plan, 1), Some(50), "{plan:?}");
     let miger = Hybrid::miger(Arc::new(Plateau));
     assert_eq!(share_of(&miger.plan(&one, &[newcomer, other]), 1), Some(50));
+}
+
+/// A job that cannot checkpoint keeps its share for life (`HybridOptions::lasting_share`):
+/// it does not take the 10 % of offline share left beside a service and a training, where a
+/// checkpointable one, which can grow later, does; beside offline work alone it still joins
+/// past the shares rather than wait, with a share that serves it once it runs alone.
+#[test]
+fn a_job_that_cannot_checkpoint_starts_with_a_share_that_lasts() {
+    let (node, whole) = whole_instance_node();
+    let mut serving = job(1, JobClass::Online, 4, 0.25, 0.35);
+    serving.placed = Some(whole);
+    serving.mps_share = 100;
+    let mut trainer = job(2, JobClass::Offline, 20, 0.5, 0.3);
+    trainer.placed = Some(whole);
+    trainer.mps_share = 90;
+    let newcomer = job(3, JobClass::Offline, 20, 0.85, 0.45);
+    let share_of = |plan: &Plan| {
+        plan.placements
+            .iter()
+            .find(|p| p.job == 3)
+            .map(|p| p.mps_share)
+    };
+
+    let plan = mmk().plan(&node, &[serving.clone(), trainer.clone(), newcomer.clone()]);
+    assert_eq!(share_of(&plan), None, "{plan:?}");
+    assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [3]);
+
+    let mut movable = newcomer.clone();
+    movable.movable = true;
+    let plan = mmk().plan(&node, &[serving, trainer.clone(), movable]);
+    assert_eq!(share_of(&plan), Some(10), "{plan:?}");
+
+    // Beside the training alone, past the shares, at least half its speed alone there.
+    let plan = mmk().plan(&node, &[trainer, newcomer.clone()]);
+    let share = share_of(&plan).expect("placed");
+    let model = AnalyticModel::default();
+    let shape = shape_of(&node.gpus[0], Some(0)).0;
+    let alone = |s: u8| model.estimate(&newcomer.profile, &shape, s, &[]);
+    assert!(alone(share) >= 0.5 * alone(100) - 1e-9, "{share}: {plan:?}");
+    assert!(share > 10, "{plan:?}");
 }
