@@ -178,9 +178,9 @@ impl Hybrid {
         if !online && !jobs[new].movable {
             let floor = self.lasting_share(jobs, part, new);
             if floor > left {
-                // It would wait otherwise: where no online job runs, past the shares, as
-                // plain MPS would take it.
-                if !oversubscribe || online_there {
+                // It would wait otherwise: past the shares, as plain MPS would take it,
+                // where no online job runs or the node keeps their objectives.
+                if !oversubscribe || (online_there && !guarded) {
                     return Err(Refusal::Room);
                 }
                 left = self.options.offline_share_max;
@@ -189,7 +189,9 @@ impl Hybrid {
                 let was = members[me].share;
                 members[me].share = floor;
                 let raised = self.predict(jobs, &part.shape, &members);
-                if Self::slos_met(jobs, &members, &raised) {
+                if Self::slos_met(jobs, &members, &raised)
+                    && (!online_there || self.default_slos_met(jobs, &members, &raised))
+                {
                     perf = raised;
                 } else {
                     members[me].share = was;
