@@ -255,20 +255,26 @@ fn check(
     Ok((sweep, with_reference))
 }
 
+/// The policies when `--policies` is not given: every planner on the ground truth, and
+/// MMK on the kernel scheduler's effect unless `--kernel-sched off`.
+fn default_policies(kernel_sched: &str) -> Vec<String> {
+    [
+        "default",
+        "mps",
+        "miso",
+        "miger",
+        "mmk",
+        KERNEL_SCHED_POLICY,
+    ]
+    .iter()
+    .filter(|p| kernel_sched != "off" || **p != KERNEL_SCHED_POLICY)
+    .map(|p| (*p).to_owned())
+    .collect()
+}
+
 pub fn run(fmt: Format, mut a: SimulateArgs) -> Result<(), Failure> {
     if a.policies.is_empty() {
-        a.policies = [
-            "default",
-            "mps",
-            "miso",
-            "miger",
-            "mmk",
-            KERNEL_SCHED_POLICY,
-        ]
-        .iter()
-        .filter(|p| a.kernel_sched != "off" || **p != KERNEL_SCHED_POLICY)
-        .map(|p| (*p).to_owned())
-        .collect();
+        a.policies = default_policies(&a.kernel_sched);
     }
     let (mut online, mut offline, mut interval, mut gpus) = (80, 40, 40.0, 8);
     match a.preset.as_deref() {
