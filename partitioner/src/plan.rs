@@ -77,6 +77,9 @@ pub struct JobDemand {
     /// checkpointable (`movable`) offline job moves to another GPU where it fits, whatever
     /// that does to the predicted throughput; any other job stays.
     pub leave: bool,
+    /// Seconds since the job was submitted (0 where unknown). A planner may hold a GPU for
+    /// an offline job that has waited long (`HybridOptions::reserve_after`).
+    pub age_s: f64,
 }
 
 impl JobDemand {
@@ -113,6 +116,7 @@ impl JobDemand {
             exclusive: false,
             user: None,
             leave: false,
+            age_s: 0.0,
         }
     }
 

@@ -419,6 +419,14 @@ pub fn simulate(
             dirty = true;
         }
         if dirty {
+            for j in &mut active {
+                if let Some(t) = usize::try_from(j.id - 1)
+                    .ok()
+                    .and_then(|i| trace.jobs.get(i))
+                {
+                    j.age_s = now - t.arrival_s;
+                }
+            }
             let plan = planner.plan(&node, &active);
             result.plans += 1;
             let delay = step_delays(&plan, cfg);

@@ -603,6 +603,8 @@ pub(super) fn demand(j: &JobRecord, learned: &Profiles) -> JobDemand {
     let active = j.state.is_active();
     let mut d = waiting_demand(j.id, &j.spec, learned.for_job(j.owner, &j.spec).as_ref());
     d.user = Some(run_uid(&j.spec.task, j.owner));
+    // Milliseconds since submission; a clock set back counts as none.
+    d.age_s = mmk_core::now_ms().saturating_sub(j.submitted_at).max(0) as f64 / 1000.0;
     if let Some(a) = j.assignment.as_ref().filter(|_| active) {
         d.placed = Some(a.slot);
         d.mps_share = a.mps_share;
@@ -688,6 +690,7 @@ pub(super) fn waiting_demand(id: u64, spec: &JobSpec, learned: Option<&Learned>)
         exclusive: spec.exclusive,
         user: None,
         leave: false,
+        age_s: 0.0,
     }
 }
 

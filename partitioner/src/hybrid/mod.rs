@@ -6,6 +6,10 @@
 //! placed job changes share only by a move (checkpoint and restart), which only
 //! checkpointable offline jobs make and which must pay for itself:
 //!
+//! 0. **A GPU held for a job that has waited long** (`reserve.rs`, MMK only): the offline
+//!    job that has waited longest, past `reserve_after`, tries first and alone; where
+//!    nothing holds it, the GPU whose jobs hold the least memory is held for it, and the
+//!    steps below plan without that GPU.
 //! 1. Waiting jobs are sorted by priority, then by memory, largest first (Algorithm 1,
 //!    line 1).
 //! 2. **MPS first** (lines 3-10): each job goes, if it can, into an existing partition of
@@ -112,6 +116,7 @@ mod mps_first;
 mod partition;
 mod preempt;
 mod rebalance;
+mod reserve;
 #[cfg(test)]
 mod tests;
 
@@ -212,6 +217,11 @@ pub struct HybridOptions {
     /// its partition, it is predicted this fraction of its speed at the most it could take
     /// there ([`LASTING`] for MMK; `mps_config.rs`). `None`: no floor.
     pub lasting_share: Option<f64>,
+    /// Step 0 (`reserve.rs`): the offline job that has waited longest, once it has waited
+    /// this many seconds ([`RESERVE_AFTER`] for MMK), tries first and alone; where nothing
+    /// holds it on a node of several GPUs, the GPU whose jobs hold the least memory is held
+    /// for it: no other waiting job starts there until it does. `None`: no job is held for.
+    pub reserve_after: Option<f64>,
 }
 
 /// What a move (checkpoint and restart) costs in predicted STP, for MMK and for the
@@ -243,6 +253,15 @@ pub const CROWD_MAX: usize = 6;
 /// not move ran at 0.065 of its solo speed for hours after its co-runners had left, and set
 /// the makespan (16x its solo time).
 pub const LASTING: f64 = 0.5;
+
+/// MMK's `reserve_after`: an offline job that has waited 4 hours gets a GPU held for it.
+/// Under the paper's load (a job every 20-40 s on 8 GPUs) MMK's services took the memory
+/// trainings needed: offline jobs waited 3x longer than under MISO before they first ran,
+/// and the slowest 5 % took 44-61x their solo time (MISO 24-39x). Held after 4 h, that tail
+/// came to 30-47x and offline JCT fell 12-14 %, for online JCT 2-3x longer (still 3-8x
+/// shorter than MISO's) and a makespan 2 % longer; held after 2 h, online JCT grew 3-9x
+/// (docs/results.md, "On equal terms"). At lighter loads no job waits that long.
+pub const RESERVE_AFTER: f64 = 4.0 * 3600.0;
 
 /// MMK's `spread_below`: a checkpointable offline job predicted below a quarter of its
 /// speed alone moves to a GPU that runs nothing, where nothing waits, at least a third of
@@ -357,6 +376,7 @@ impl Hybrid {
                 plateau_gain: Some(PLATEAU_GAIN),
                 repartition_busy: false,
                 lasting_share: Some(LASTING),
+                reserve_after: Some(RESERVE_AFTER),
             },
         )
     }
@@ -383,6 +403,7 @@ impl Hybrid {
                 plateau_gain: None,
                 repartition_busy: true,
                 lasting_share: None,
+                reserve_after: Some(RESERVE_AFTER),
             },
         )
     }
@@ -409,6 +430,7 @@ impl Hybrid {
                 plateau_gain: None,
                 repartition_busy: true,
                 lasting_share: None,
+                reserve_after: Some(RESERVE_AFTER),
             },
         )
     }
@@ -524,6 +546,48 @@ impl Hybrid {
 /// placed, the jobs moved.
 type LayoutChoice = (f64, usize, GpuPlan, Vec<usize>, Vec<usize>);
 
+impl Hybrid {
+    /// The pass's steps, in order (module docs), on `p`. Returns what waiting jobs are told
+    /// of a GPU held for a job that has waited long (step 0), if one is.
+    fn steps(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) -> Option<String> {
+        // An offline job that has waited long goes first; if nothing holds it, a GPU is
+        // held for it: the rest of the pass plans without that GPU.
+        let held = self.reserve(node, jobs, p);
+        let without;
+        let whole = node;
+        let node = match &held {
+            Some(h) => {
+                without = h.node_without(whole);
+                &without
+            }
+            None => whole,
+        };
+        if self.options.mps_first {
+            self.mps_first(node, jobs, p, true, false);
+        }
+        self.search_layouts(node, jobs, p);
+        // A job deferred to the layout search that found nothing better still takes the
+        // place MPS-first had for it.
+        if self.options.mps_first && !p.waiting.is_empty() {
+            self.mps_first(node, jobs, p, false, false);
+        }
+        // No job waits while memory beside running jobs would hold it.
+        if self.options.share_before_waiting && !p.waiting.is_empty() {
+            self.mps_first(node, jobs, p, false, true);
+        }
+        self.regrow(jobs, p);
+        self.widen(node, jobs, p);
+        self.spread(node, jobs, p);
+        self.evict(node, jobs, p);
+        // An online job never waits for memory that checkpointable offline work holds.
+        if self.options.online_first && p.waiting.iter().any(|&j| jobs[j].class == JobClass::Online)
+        {
+            self.preempt_for_online(jobs, p);
+        }
+        held.map(|h| h.give_back(whole, jobs, p))
+    }
+}
+
 /// The GPUs of `plans` that run nothing.
 fn idle_gpus(plans: &[GpuPlan]) -> usize {
     plans
@@ -560,28 +624,7 @@ impl Planner for Hybrid {
             raise,
         };
 
-        if self.options.mps_first {
-            self.mps_first(node, jobs, &mut p, true, false);
-        }
-        self.search_layouts(node, jobs, &mut p);
-        // A job deferred to the layout search that found nothing better still takes the
-        // place MPS-first had for it.
-        if self.options.mps_first && !p.waiting.is_empty() {
-            self.mps_first(node, jobs, &mut p, false, false);
-        }
-        // No job waits while memory beside running jobs would hold it.
-        if self.options.share_before_waiting && !p.waiting.is_empty() {
-            self.mps_first(node, jobs, &mut p, false, true);
-        }
-        self.regrow(jobs, &mut p);
-        self.widen(node, jobs, &mut p);
-        self.spread(node, jobs, &mut p);
-        self.evict(node, jobs, &mut p);
-        // An online job never waits for memory that checkpointable offline work holds.
-        if self.options.online_first && p.waiting.iter().any(|&j| jobs[j].class == JobClass::Online)
-        {
-            self.preempt_for_online(jobs, &mut p);
-        }
+        let held_note = self.steps(node, jobs, &mut p);
         let Progress {
             plans,
             mut waiting,
@@ -694,7 +737,10 @@ impl Planner for Hybrid {
                 .or_insert_with(|| waiting_reason(jobs, &crowd, largest, slo_blocked[j], j));
             out.queued.push(QueuedJob {
                 job: job.id,
-                reason: reason.clone(),
+                reason: match &held_note {
+                    Some(note) => format!("{reason}; {note}"),
+                    None => reason.clone(),
+                },
             });
         }
         out.stp = Some(stp);

@@ -1349,3 +1349,60 @@ fn a_job_that_cannot_checkpoint_starts_with_a_share_that_lasts() {
     assert!(alone(share) >= 0.5 * alone(100) - 1e-9, "{share}: {plan:?}");
     assert!(share > 10, "{plan:?}");
 }
+
+/// Step 0 (`HybridOptions::reserve_after`): an offline job that has waited past the limit
+/// and fits nowhere gets a GPU held for it (the one whose jobs hold the least memory): a
+/// service that arrives goes to the other GPU, and the waiting job is told why. Below the
+/// limit, or on a node of one GPU, nothing is held.
+#[test]
+fn a_gpu_is_held_for_an_offline_job_that_has_waited_long() {
+    let node = NodeState::new(vec![whole_instance_gpu(0, 1), whole_instance_gpu(1, 2)]);
+    let on = |gpu: u32| Slot {
+        gpu,
+        start: 0,
+        profile_id: Some(0),
+    };
+    let mut a = job(1, JobClass::Offline, 50, 0.5, 0.3);
+    a.placed = Some(on(0));
+    a.mps_share = 100;
+    let mut b = job(2, JobClass::Offline, 55, 0.5, 0.3);
+    b.placed = Some(on(1));
+    b.mps_share = 100;
+    let mut aged = job(3, JobClass::Offline, 40, 0.5, 0.3);
+    aged.age_s = RESERVE_AFTER + 60.0;
+    let service = job(4, JobClass::Online, 10, 0.25, 0.35);
+    let jobs = [a.clone(), b.clone(), aged.clone(), service.clone()];
+
+    let plan = mmk().plan(&node, &jobs);
+    let placed =
+        |plan: &Plan, id: u64| plan.placements.iter().find(|p| p.job == id).map(|p| p.slot);
+    // GPU 0's job holds 50 GiB, GPU 1's 55: GPU 0 is held, the service goes to GPU 1.
+    assert_eq!(placed(&plan, 4), Some(on(1)), "{plan:?}");
+    let why = &plan
+        .queued
+        .iter()
+        .find(|q| q.job == 3)
+        .expect("job 3 waits")
+        .reason;
+    assert!(
+        why.ends_with(
+            "gpu 0 is held for offline job 3, waiting 4.0 h, until its memory is free there"
+        ),
+        "{why}"
+    );
+
+    // Younger, nothing is held: the service may go anywhere, and the reason says nothing of it.
+    let mut young = aged.clone();
+    young.age_s = RESERVE_AFTER - 60.0;
+    let plan = mmk().plan(&node, &[a.clone(), b.clone(), young, service.clone()]);
+    assert!(placed(&plan, 4).is_some());
+    assert!(
+        plan.queued.iter().all(|q| !q.reason.contains("is held")),
+        "{plan:?}"
+    );
+
+    // On a node of one GPU the service is never kept out.
+    let one = NodeState::new(vec![whole_instance_gpu(0, 1)]);
+    let plan = mmk().plan(&one, &[a, aged, service]);
+    assert_eq!(placed(&plan, 4), Some(on(0)), "{plan:?}");
+}
