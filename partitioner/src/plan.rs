@@ -345,22 +345,26 @@ fn current_slots(node: &NodeState) -> BTreeMap<Slot, SlotUse> {
 pub fn largest_partition_mib(node: &NodeState) -> u64 {
     node.gpus
         .iter()
-        .map(|g| {
-            if !g.mig_enabled {
-                g.model.memory_mib
-            } else if g.layout_fixed {
-                g.instances
-                    .iter()
-                    .filter_map(|i| g.model.profile(i.profile_id))
-                    .map(|p| p.memory_mib)
-                    .max()
-                    .unwrap_or(0)
-            } else {
-                g.model.largest_instance_mib()
-            }
-        })
+        .map(largest_partition_mib_of)
         .max()
         .unwrap_or(0)
+}
+
+/// The largest partition `g` can have: the whole GPU with MIG off, its largest instance
+/// where mmk may not change its layout, else the largest instance its model makes.
+pub fn largest_partition_mib_of(g: &GpuState) -> u64 {
+    if !g.mig_enabled {
+        g.model.memory_mib
+    } else if g.layout_fixed {
+        g.instances
+            .iter()
+            .filter_map(|i| g.model.profile(i.profile_id))
+            .map(|p| p.memory_mib)
+            .max()
+            .unwrap_or(0)
+    } else {
+        g.model.largest_instance_mib()
+    }
 }
 
 /// Makes room for a new instance that holds `memory_mib`: the smallest profile, placed on

@@ -186,7 +186,6 @@ impl Hybrid {
                 left = self.options.offline_share_max;
             }
             if floor > members[me].share {
-                let was = members[me].share;
                 members[me].share = floor;
                 let raised = self.predict(jobs, &part.shape, &members);
                 if Self::slos_met(jobs, &members, &raised)
@@ -194,7 +193,8 @@ impl Hybrid {
                 {
                     perf = raised;
                 } else {
-                    members[me].share = was;
+                    // Below the floor it would crawl once alone; above it an SLO breaks.
+                    return Err(Refusal::Slo);
                 }
             }
         }
@@ -251,7 +251,7 @@ impl Hybrid {
     /// smallest at which, alone there, it is predicted at least that fraction of its speed
     /// at the most an offline job may take (`offline_share_max`); 10 % when the option is
     /// off.
-    fn lasting_share(&self, jobs: &[JobDemand], part: &Part, new: usize) -> u8 {
+    pub(super) fn lasting_share(&self, jobs: &[JobDemand], part: &Part, new: usize) -> u8 {
         let Some(fraction) = self.options.lasting_share else {
             return SHARE_STEP;
         };

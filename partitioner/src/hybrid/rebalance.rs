@@ -95,13 +95,26 @@ impl Hybrid {
                 },
             })
             .collect();
+        // A newcomer that cannot checkpoint starts at the share that lasts (`mps_config.rs`).
+        let start = |job: usize| {
+            if jobs[job].class == JobClass::Offline && !jobs[job].movable {
+                self.lasting_share(jobs, part, job)
+            } else {
+                SHARE_STEP
+            }
+        };
         let me = new.map(|job| {
             members.push(Member {
                 job,
-                share: SHARE_STEP,
+                share: start(job),
             });
             members.len() - 1
         });
+        if new
+            .is_some_and(|j| u32::from(start(j)) + u32::from(SHARE_STEP) * n_movable as u32 > room)
+        {
+            return None;
+        }
         let adjustable: Vec<usize> = (0..members.len())
             .filter(|&i| Some(i) == me || movable(&members[i]))
             .collect();
@@ -275,6 +288,7 @@ impl Hybrid {
                     &p.kinds,
                     &mut scratch,
                     &p.moved,
+                    Raise::Best,
                 )
                 .filter(|(gain, ..)| *gain > 1e-9)
             };
@@ -342,6 +356,7 @@ impl Hybrid {
         kinds: &super::kinds::Kinds,
         slo_blocked: &mut [bool],
         moved: &BTreeSet<usize>,
+        raise: Raise,
     ) -> Option<(f64, GpuPlan, Vec<usize>, Vec<usize>)> {
         if !gpu.mig_enabled || gpu.layout_fixed {
             return None;
@@ -371,14 +386,8 @@ impl Hybrid {
         let mut order = movers.clone();
         order.sort_by_key(|&j| (std::cmp::Reverse(jobs[j].memory_mib), jobs[j].id));
         order.extend(waiting.iter().copied().filter(|j| !movers.contains(j)));
-        let (gain, plan, placed) = self.best_layout(
-            (gpu, &emptied),
-            jobs,
-            &order,
-            kinds,
-            slo_blocked,
-            Raise::Greedy,
-        )?;
+        let (gain, plan, placed) =
+            self.best_layout((gpu, &emptied), jobs, &order, kinds, slo_blocked, raise)?;
         if !movers.iter().all(|m| placed.contains(m)) {
             return None;
         }

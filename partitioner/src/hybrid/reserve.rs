@@ -11,7 +11,7 @@
 
 use mmk_core::JobClass;
 
-use crate::plan::{JobDemand, NodeState};
+use crate::plan::{JobDemand, NodeState, largest_partition_mib_of};
 
 use super::Hybrid;
 use super::partition::{GpuPlan, Progress};
@@ -44,7 +44,7 @@ impl Held {
         p.waiting.push(self.job);
         let job = &jobs[self.job];
         format!(
-            "gpu {} is held for offline job {}, waiting {:.1} h, until its memory is free there",
+            "gpu {} is held for offline job {}, submitted {:.1} h ago, until its memory is free there",
             node.gpus[self.gpu].index,
             job.id,
             job.age_s / 3600.0
@@ -102,7 +102,7 @@ impl Hybrid {
                 .sum()
         };
         let gpu = (0..node.gpus.len())
-            .filter(|&gi| node.gpus[gi].model.memory_mib >= jobs[aged].memory_mib)
+            .filter(|&gi| largest_partition_mib_of(&node.gpus[gi]) >= jobs[aged].memory_mib)
             .min_by_key(|&gi| (used(gi), gi))?;
         p.waiting.retain(|&j| j != aged);
         let plan = p.plans.remove(gpu);

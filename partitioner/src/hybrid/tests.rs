@@ -1386,7 +1386,7 @@ fn a_gpu_is_held_for_an_offline_job_that_has_waited_long() {
         .reason;
     assert!(
         why.ends_with(
-            "gpu 0 is held for offline job 3, waiting 4.0 h, until its memory is free there"
+            "gpu 0 is held for offline job 3, submitted 4.0 h ago, until its memory is free there"
         ),
         "{why}"
     );
