@@ -517,13 +517,11 @@ impl Hybrid {
                 if !self.options.repartition_busy {
                     continue;
                 }
-                let mut scratch = vec![false; jobs.len()];
                 let answer = self.repartition(
                     (gpu, &p.plans[gi]),
                     jobs,
                     &p.waiting,
                     &p.kinds,
-                    &mut scratch,
                     &p.moved,
                     p.raise,
                 );

@@ -280,13 +280,11 @@ impl Hybrid {
                 continue;
             }
             let answer = || {
-                let mut scratch = vec![false; jobs.len()];
                 self.repartition(
                     (gpu, &p.plans[gi]),
                     jobs,
                     &[],
                     &p.kinds,
-                    &mut scratch,
                     &p.moved,
                     Raise::Best,
                 )
@@ -354,7 +352,6 @@ impl Hybrid {
         jobs: &[JobDemand],
         waiting: &[usize],
         kinds: &super::kinds::Kinds,
-        slo_blocked: &mut [bool],
         moved: &BTreeSet<usize>,
         raise: Raise,
     ) -> Option<(f64, GpuPlan, Vec<usize>, Vec<usize>)> {
@@ -386,8 +383,10 @@ impl Hybrid {
         let mut order = movers.clone();
         order.sort_by_key(|&j| (std::cmp::Reverse(jobs[j].memory_mib), jobs[j].id));
         order.extend(waiting.iter().copied().filter(|j| !movers.contains(j)));
+        // Refusals here are not the waiting jobs' reasons: the GPU as it is answers those.
+        let mut scratch = vec![false; jobs.len()];
         let (gain, plan, placed) =
-            self.best_layout((gpu, &emptied), jobs, &order, kinds, slo_blocked, raise)?;
+            self.best_layout((gpu, &emptied), jobs, &order, kinds, &mut scratch, raise)?;
         if !movers.iter().all(|m| placed.contains(m)) {
             return None;
         }
