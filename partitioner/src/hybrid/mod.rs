@@ -550,6 +550,24 @@ impl Hybrid {
 type LayoutChoice = (f64, usize, GpuPlan, Vec<usize>, Vec<usize>);
 
 impl Hybrid {
+    /// Steps 2, 3 and 5 for the jobs `p` has waiting: MPS-first, the layout search, and
+    /// the last resort.
+    fn place_waiting(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) {
+        if self.options.mps_first {
+            self.mps_first(node, jobs, p, true, false);
+        }
+        self.search_layouts(node, jobs, p);
+        // A job deferred to the layout search that found nothing better still takes the
+        // place MPS-first had for it.
+        if self.options.mps_first && !p.waiting.is_empty() {
+            self.mps_first(node, jobs, p, false, false);
+        }
+        // No job waits while memory beside running jobs would hold it.
+        if self.options.share_before_waiting && !p.waiting.is_empty() {
+            self.mps_first(node, jobs, p, false, true);
+        }
+    }
+
     /// The pass's steps, in order (module docs), on `p`. Returns what waiting jobs are told
     /// of a GPU held for a job that has waited long (step 0), if one is.
     fn steps(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) -> Option<String> {
@@ -565,19 +583,7 @@ impl Hybrid {
             }
             None => whole,
         };
-        if self.options.mps_first {
-            self.mps_first(node, jobs, p, true, false);
-        }
-        self.search_layouts(node, jobs, p);
-        // A job deferred to the layout search that found nothing better still takes the
-        // place MPS-first had for it.
-        if self.options.mps_first && !p.waiting.is_empty() {
-            self.mps_first(node, jobs, p, false, false);
-        }
-        // No job waits while memory beside running jobs would hold it.
-        if self.options.share_before_waiting && !p.waiting.is_empty() {
-            self.mps_first(node, jobs, p, false, true);
-        }
+        self.place_waiting(node, jobs, p);
         self.regrow(jobs, p);
         self.widen(node, jobs, p);
         self.spread(node, jobs, p);

@@ -74,16 +74,7 @@ impl Hybrid {
                     .then(jobs[b].id.cmp(&jobs[a].id))
             })?;
         let all = std::mem::replace(&mut p.waiting, vec![aged]);
-        if self.options.mps_first {
-            self.mps_first(node, jobs, p, true, false);
-        }
-        self.search_layouts(node, jobs, p);
-        if self.options.mps_first && !p.waiting.is_empty() {
-            self.mps_first(node, jobs, p, false, false);
-        }
-        if self.options.share_before_waiting && !p.waiting.is_empty() {
-            self.mps_first(node, jobs, p, false, true);
-        }
+        self.place_waiting(node, jobs, p);
         let placed = p.waiting.is_empty();
         p.waiting = all;
         if placed {
