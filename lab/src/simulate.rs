@@ -14,6 +14,7 @@ use mmk_simulator::experiment::{
     Setup, Spread, SweepReport, SweepRun, World, measured_kernel_effect, measured_truth, relative,
     sweep_rows,
 };
+use mmk_simulator::trace::Durations;
 use mmk_simulator::{KernelEffect, RunResult, SimConfig, Trace, TraceSpec, trace};
 use mmk_simulator::{reference, report};
 
@@ -102,6 +103,14 @@ pub struct SimulateArgs {
     /// stops, and a move loses no work.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_CHECKPOINT_EVERY_S)]
     pub checkpoint_every: f64,
+    /// Generated trace: job durations lognormal with this sigma (0.1 to 3), mean the
+    /// workload's nominal duration, instead of uniform within half of it.
+    #[arg(long, value_name = "SIGMA")]
+    pub duration_sigma: Option<f64>,
+    /// Generated trace: jobs arrive in bursts of this many on average (1 to 100), 1 s apart
+    /// within a burst, at the same mean interval [default: 1, Poisson arrivals].
+    #[arg(long, value_name = "JOBS", default_value_t = 1.0)]
+    pub burst: f64,
 }
 
 /// A generated trace's share of offline jobs that can checkpoint: half. Trainings that
@@ -112,6 +121,26 @@ const DEFAULT_CHECKPOINTABLE: f64 = 0.5;
 /// How often a checkpointable job checkpoints, in seconds of its run: every 10 minutes, so
 /// that a move loses 5 minutes of work on average besides its restart.
 const DEFAULT_CHECKPOINT_EVERY_S: f64 = 600.0;
+
+/// What to generate for one interval and seed.
+fn spec(
+    a: &SimulateArgs,
+    (online, offline): (usize, usize),
+    interval: f64,
+    seed: u64,
+) -> TraceSpec {
+    TraceSpec {
+        online,
+        offline,
+        mean_interval_s: interval,
+        seed,
+        checkpointable: a.checkpointable,
+        durations: a
+            .duration_sigma
+            .map_or(Durations::Uniform, Durations::Lognormal),
+        burst: a.burst,
+    }
+}
 
 /// `--kernel-sched`: `off`, `measured`, `h200-depth8`, or a ksim report's file.
 fn kernel_effect(flag: &str) -> Result<Option<KernelEffect>, Failure> {
@@ -226,6 +255,24 @@ fn check(
             a.checkpoint_every
         )));
     }
+    if let Some(sigma) = a.duration_sigma
+        && !(0.1..=3.0).contains(&sigma)
+    {
+        return Err(Failure::usage(format!(
+            "--duration-sigma: {sigma} is not a lognormal sigma from 0.1 to 3"
+        )));
+    }
+    if !(1.0..=100.0).contains(&a.burst) {
+        return Err(Failure::usage(format!(
+            "--burst: {} is not a mean burst size from 1 to 100 jobs",
+            a.burst
+        )));
+    }
+    if a.trace.is_some() && (a.duration_sigma.is_some() || a.burst != 1.0) {
+        return Err(Failure::usage(
+            "--duration-sigma and --burst shape a generated trace; a replayed --trace has its own",
+        ));
+    }
     if gpus == 0 || gpus > 128 {
         return Err(Failure::usage("--gpus must be between 1 and 128"));
     }
@@ -295,15 +342,8 @@ pub fn run(fmt: Format, mut a: SimulateArgs) -> Result<(), Failure> {
     };
     let gpus = a.gpus.unwrap_or(gpus);
     let (sweep, with_reference) = check(&a, &intervals, gpus, online + offline)?;
-    let generate = |interval: f64, seed: u64| {
-        trace::generate(TraceSpec {
-            online,
-            offline,
-            mean_interval_s: interval,
-            seed,
-            checkpointable: a.checkpointable,
-        })
-    };
+    let generate =
+        |interval: f64, seed: u64| trace::generate(spec(&a, (online, offline), interval, seed));
     // One trace to replay or generate; a sweep generates its own below.
     let t = match &a.trace {
         Some(path) => {
@@ -386,6 +426,8 @@ pub fn run(fmt: Format, mut a: SimulateArgs) -> Result<(), Failure> {
         kernel_sched: kernel_sched.filter(|_| a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY)),
         offline_share_max: a.offline_share_max,
         checkpointable: a.trace.is_none().then_some(a.checkpointable),
+        duration_sigma: a.trace.is_none().then_some(a.duration_sigma).flatten(),
+        burst: (a.trace.is_none() && a.burst > 1.0).then_some(a.burst),
         checkpoint_every_s: cfg.checkpoint_every_s,
     };
     if sweep {
@@ -436,13 +478,7 @@ fn run_sweep(
     let mut runs = Vec::new();
     for &interval in intervals {
         for &seed in &a.seed {
-            let t = trace::generate(TraceSpec {
-                online,
-                offline,
-                mean_interval_s: interval,
-                seed,
-                checkpointable: a.checkpointable,
-            });
+            let t = trace::generate(spec(a, (online, offline), interval, seed));
             let label = format!("interval {interval} s, seed {seed}: ");
             let results = run_policies(
                 &t,

@@ -660,3 +660,96 @@ fn simulate_reports_each_class_and_the_moves_of_each_job() {
         "mmk-lab: --checkpointable: 1.5 is not a share between 0 and 1"
     );
 }
+
+/// `--duration-sigma` and `--burst` shape the generated trace, are reported with the
+/// setup, and are refused where they cannot act.
+#[test]
+fn simulate_spreads_durations_and_bursts_arrivals_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let base = [
+        "simulate",
+        "--online",
+        "30",
+        "--offline",
+        "10",
+        "--gpus",
+        "2",
+        "--interval",
+        "30",
+        "--model",
+        "analytic",
+        "--truth",
+        "analytic",
+        "--policies",
+        "mmk",
+    ];
+    let run = |extra: &[&str], trace: &str| {
+        let mut args = vec!["--output", "json"];
+        args.extend(base);
+        args.extend(extra);
+        args.extend(["--save-trace", trace]);
+        let out = lab(d, &args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let report = serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON");
+        let csv = std::fs::read_to_string(d.join(trace)).expect("trace");
+        let rows: Vec<(f64, f64)> = csv
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (
+                    f[0].parse().expect("arrival"),
+                    f[3].parse().expect("duration"),
+                )
+            })
+            .collect();
+        (report, rows)
+    };
+    let (plain, plain_rows) = run(&[], "plain.csv");
+    assert!(
+        plain.get("duration_sigma").is_none() && plain.get("burst").is_none(),
+        "{plain}"
+    );
+    let (spread, spread_rows) = run(&["--duration-sigma", "2", "--burst", "4"], "spread.csv");
+    assert_eq!(spread["duration_sigma"], 2.0, "{spread}");
+    assert_eq!(spread["burst"], 4.0, "{spread}");
+    let ratio = |f: fn(&(f64, f64)) -> f64| -> Vec<f64> {
+        plain_rows
+            .iter()
+            .zip(&spread_rows)
+            .map(|(a, b)| f(b) / f(a))
+            .collect()
+    };
+    // Uniform durations stay within half the nominal one, so no two of the same job differ
+    // by 3x; lognormal ones of sigma 2 spread over orders of magnitude.
+    let durations = ratio(|r| r.1);
+    assert!(
+        durations.iter().any(|&x| !(1.0 / 3.0..3.0).contains(&x)),
+        "{durations:?}"
+    );
+    // Bursts: many jobs follow the one before by the burst's 1 s.
+    let one_s_apart = spread_rows
+        .windows(2)
+        .filter(|w| w[1].0 - w[0].0 == 1.0)
+        .count();
+    assert!(one_s_apart >= 10, "{one_s_apart} of 40 jobs in bursts");
+    for (args, message) in [
+        (
+            vec!["simulate", "--duration-sigma", "9"],
+            "mmk-lab: --duration-sigma: 9 is not a lognormal sigma from 0.1 to 3",
+        ),
+        (
+            vec!["simulate", "--burst", "0.5"],
+            "mmk-lab: --burst: 0.5 is not a mean burst size from 1 to 100 jobs",
+        ),
+        (
+            vec!["simulate", "--trace", "plain.csv", "--burst", "3"],
+            "mmk-lab: --duration-sigma and --burst shape a generated trace; a replayed --trace has its own",
+        ),
+    ] {
+        let out = lab(d, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(text(&out.stderr).trim(), message);
+    }
+}

@@ -33,6 +33,8 @@ fn main() {
         mean_interval_s: interval,
         seed: 1,
         checkpointable: 1.0,
+        durations: mmk_simulator::trace::Durations::Uniform,
+        burst: 1.0,
     });
     let mut sums = Vec::new();
     for name in ["default", "mps", "miso", "miger", "mmk"] {

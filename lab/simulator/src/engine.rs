@@ -697,6 +697,8 @@ mod tests {
             mean_interval_s: 20.0,
             seed: 3,
             checkpointable: 1.0,
+            durations: crate::trace::Durations::Uniform,
+            burst: 1.0,
         });
         for policy in ["default", "mps", "miso", "miger", "mmk"] {
             let r = run(policy, &t, 2);

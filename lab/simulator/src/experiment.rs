@@ -327,6 +327,12 @@ pub struct Setup {
     /// How often checkpointable jobs checkpoint; none: a move loses no work.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint_every_s: Option<f64>,
+    /// A generated trace's lognormal duration sigma; none: uniform durations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_sigma: Option<f64>,
+    /// A generated trace's mean burst size; none: Poisson arrivals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<f64>,
 }
 
 /// A sweep over arrival intervals and seeds.

@@ -18,6 +18,8 @@ fn seeds() -> Vec<Vec<u8>> {
         mean_interval_s: 30.0,
         seed: 1,
         checkpointable: 1.0,
+        durations: mmk_simulator::trace::Durations::Uniform,
+        burst: 1.0,
     })
     .to_csv();
     vec![

@@ -44,6 +44,8 @@ fn small(n: usize, seed: u64, interval: f64) -> Trace {
         mean_interval_s: interval,
         seed,
         checkpointable: 1.0,
+        durations: crate::trace::Durations::Uniform,
+        burst: 1.0,
     });
     for j in &mut t.jobs {
         j.duration_s = j.duration_s.min(300.0);
