@@ -5,7 +5,7 @@ use mmk_core::fasthash::FastMap;
 
 use crate::plan::JobDemand;
 
-use super::memo::job_words;
+use super::memo::{Memo, job_words};
 
 /// Each job's kind, as a small number: jobs of one kind have the same [`job_words`] and
 /// memory, which is all a waiting job's placement depends on besides the partitions, so
@@ -14,24 +14,37 @@ use super::memo::job_words;
 pub(super) struct Kinds {
     of: Vec<usize>,
     count: usize,
+    /// Each kind's number in the memo's `kind_ids`, the same from pass to pass.
+    numbers: Vec<u32>,
 }
 
 impl Kinds {
-    pub(super) fn new(jobs: &[JobDemand]) -> Kinds {
+    /// The kinds of `jobs`, numbered in `kind_ids` too.
+    pub(super) fn new(jobs: &[JobDemand], kind_ids: &mut FastMap<Vec<u64>, u32>) -> Kinds {
         let mut ids: FastMap<Vec<u64>, usize> = FastMap::default();
+        let mut numbers = Vec::new();
         let of = (0..jobs.len())
             .map(|j| {
-                let mut key = Vec::with_capacity(6);
+                let mut key = Vec::with_capacity(8);
                 job_words(jobs, j, 0, &mut key);
                 key.push(jobs[j].memory_mib);
                 let next = ids.len();
-                *ids.entry(key).or_insert(next)
+                *ids.entry(key).or_insert_with_key(|key| {
+                    numbers.push(Memo::number(kind_ids, key));
+                    next
+                })
             })
             .collect();
         Kinds {
             of,
             count: ids.len(),
+            numbers,
         }
+    }
+
+    /// Job `j`'s kind's number in the memo's `kind_ids`.
+    pub(super) fn number(&self, j: usize) -> u32 {
+        self.numbers[self.of[j]]
     }
 
     /// Nothing refused yet; `enabled: false` never skips a job.

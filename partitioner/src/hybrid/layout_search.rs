@@ -164,6 +164,9 @@ impl Hybrid {
             parts.sort_by_key(|p| (!p.members.is_empty(), p.slot));
             // Each partition's predicted STP as packed so far, asked when first needed.
             let mut part_stp: Vec<Option<f64>> = vec![None; parts.len()];
+            // Each partition's number (`Hybrid::part_number`), as packed so far: the memo
+            // answers by it cheaply (with the shortcuts only).
+            let mut part_ids: Vec<Option<u32>> = vec![None; parts.len()];
             let mut placed = Vec::new();
             // As in MPS-first: a kind of job refused since the last placement stays out.
             let mut refused = kinds.none_refused(self.shortcuts);
@@ -177,7 +180,14 @@ impl Hybrid {
                     if part.free_mib(jobs) < jobs[j].memory_mib {
                         continue;
                     }
-                    match self.mps_config(jobs, part, j, false, raise) {
+                    let ask = || self.mps_config(jobs, part, j, false, raise);
+                    let config = if self.shortcuts {
+                        let id = *part_ids[k].get_or_insert_with(|| self.part_number(jobs, part));
+                        self.config_by_number((id, kinds.number(j), raise as u32), ask)
+                    } else {
+                        ask()
+                    };
+                    match config {
                         Ok((share, stp, own)) => {
                             let before = match (part.members.is_empty(), part_stp[k]) {
                                 (true, _) => 0.0,
@@ -190,6 +200,7 @@ impl Hybrid {
                             }
                             part.members.push(Member { job: j, share });
                             part_stp[k] = Some(stp);
+                            part_ids[k] = None;
                             placed.push(j);
                             done = true;
                             break;

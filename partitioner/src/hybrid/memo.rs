@@ -9,7 +9,7 @@ use crate::plan::JobDemand;
 
 use super::Hybrid;
 use super::mps_config::Config;
-use super::partition::Member;
+use super::partition::{Member, Part};
 use super::rebalance::{Shares, movable};
 
 /// Answers for partition states asked before, keyed by [`state_key`]. A planning pass asks
@@ -30,9 +30,56 @@ pub(super) struct Memo {
     /// The least share a job that cannot checkpoint takes in a partition of a shape
     /// (`mps_config.rs`, `lasting_share`).
     pub(super) lasting: FastMap<Vec<u64>, u8>,
+    /// Numbers for partition states (`state_key` and more, `mps_first.rs`) and for kinds
+    /// of job (`Kinds`), the same from pass to pass: they key [`Memo::answers`].
+    pub(super) state_ids: FastMap<Vec<u64>, u32>,
+    pub(super) kind_ids: FastMap<Vec<u64>, u32>,
+    /// What MPS-first asked of a partition state for a kind of job ([`Answers`]).
+    pub(super) answers: Answers,
+    /// Numbers for partitions' `state_key`s (no newcomer), for [`Memo::configs`].
+    pub(super) part_ids: FastMap<Vec<u64>, u32>,
+    /// `mps_config`'s answers by a partition's number in `part_ids`, the newcomer's kind
+    /// in `kind_ids` and `Raise` (the layout search's; as [`Answers`]).
+    pub(super) configs: FastMap<(u32, u32, u32), Config>,
 }
 
+/// What `mps_config` and `rebalance_shares` answered for a partition state and a kind of
+/// job, by their numbers in [`Memo::state_ids`] and [`Memo::kind_ids`], for a
+/// `last_resort` and a `Raise` (the third number). They depend on nothing else
+/// (`mps_first.rs`, `distinct_parts`), and every pass asks most of them again: by three
+/// small numbers that is several times cheaper than by the long keys.
+pub(super) type Answers = FastMap<(u32, u32, u32), (Config, Option<Shares>)>;
+
 const MEMO_MAX: usize = 1 << 15;
+
+impl Memo {
+    /// Between passes: the numbered maps start over when one is full. Never within a
+    /// pass, which holds numbers they gave.
+    pub(super) fn between_passes(&mut self) {
+        if self.state_ids.len() >= MEMO_MAX
+            || self.kind_ids.len() >= MEMO_MAX
+            || self.part_ids.len() >= MEMO_MAX
+            || self.answers.len() >= 4 * MEMO_MAX
+            || self.configs.len() >= 4 * MEMO_MAX
+        {
+            self.state_ids.clear();
+            self.kind_ids.clear();
+            self.answers.clear();
+            self.part_ids.clear();
+            self.configs.clear();
+        }
+    }
+
+    /// `key`'s number in `ids` (a new one if it has none).
+    pub(super) fn number(ids: &mut FastMap<Vec<u64>, u32>, key: &[u64]) -> u32 {
+        if let Some(&id) = ids.get(key) {
+            return id;
+        }
+        let id = ids.len() as u32;
+        ids.insert(key.to_vec(), id);
+        id
+    }
+}
 
 /// One of the memo's maps.
 type Pick<V> = fn(&mut Memo) -> &mut FastMap<Vec<u64>, V>;
@@ -84,6 +131,26 @@ pub(super) fn job_words(jobs: &[JobDemand], j: usize, share: u8, key: &mut Vec<u
 impl Hybrid {
     pub(super) fn memo(&self) -> std::sync::MutexGuard<'_, Memo> {
         self.memo.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `part`'s number in the memo's `part_ids` (its `state_key` without a newcomer).
+    pub(super) fn part_number(&self, jobs: &[JobDemand], part: &Part) -> u32 {
+        let key = state_key(jobs, &part.shape, &part.members, None);
+        Memo::number(&mut self.memo().part_ids, &key)
+    }
+
+    /// `mps_config`'s answer by numbers (`Memo::configs`): `ask`'s, remembered.
+    pub(super) fn config_by_number(
+        &self,
+        key: (u32, u32, u32),
+        ask: impl FnOnce() -> Config,
+    ) -> Config {
+        if let Some(&hit) = self.memo().configs.get(&key) {
+            return hit;
+        }
+        let answer = ask();
+        self.memo().configs.insert(key, answer);
+        answer
     }
 
     /// The answer `pick`'s map remembers for `key`, or `compute`'s, remembered.

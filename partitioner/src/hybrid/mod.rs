@@ -103,9 +103,10 @@
 //! `layout_search.rs` (step 3, with the candidate layouts), `rebalance.rs` (moves, and
 //! step 4); `mps_config.rs` (MPSConfig, which steps 2 and 3 ask), `alone.rs` (what a job
 //! would add in an instance of its own, which step 2 weighs), `partition.rs` (partitions
-//! during the search, and what the model predicts of one), and the shortcuts: `memo.rs`,
-//! `kinds.rs`, and MPS-first asking one partition of each state (`mps_first.rs`,
-//! `distinct_parts`); `preempt.rs` (step 7) and `reasons.rs` (why a job waits). This file
+//! during the search, and what the model predicts of one), and the shortcuts: `memo.rs`
+//! (with answers by numbered partition states and kinds of job, which steps 2 and 3 ask
+//! pass after pass), `kinds.rs`, and MPS-first asking one partition of each state
+//! (`mps_first.rs`, `distinct_parts`); `preempt.rs` (step 7) and `reasons.rs` (why a job waits). This file
 //! holds the options, the constructors and the pass itself (`Planner::plan`), which runs
 //! the steps in order.
 
@@ -623,13 +624,18 @@ impl Planner for Hybrid {
         });
         let plans = self.current(node, jobs);
         let raise = self.raise(node, &plans, waiting.len());
+        let kinds = {
+            let mut memo = self.memo();
+            memo.between_passes();
+            Kinds::new(jobs, &mut memo.kind_ids)
+        };
         let mut p = Progress {
             plans,
             waiting,
             slo_blocked: vec![false; jobs.len()],
             moved: BTreeSet::new(),
             preempted: Vec::new(),
-            kinds: Kinds::new(jobs),
+            kinds,
             raise,
         };
 

@@ -8,9 +8,11 @@ use mmk_core::fasthash::FastSet;
 use crate::plan::{JobDemand, NodeState};
 
 use super::Hybrid;
+use super::memo::Memo;
 use super::memo::state_key;
 use super::mps_config::Refusal;
 use super::partition::{GpuPlan, Member, Progress};
+use super::rebalance::rebalanced;
 
 /// Where MPS-first puts a job.
 struct Choice {
@@ -34,6 +36,8 @@ struct PartState {
     /// Its state: `state_key`, then its free memory and which members moved in this pass
     /// (empty without the shortcuts).
     key: Vec<u64>,
+    /// The key's number in the memo's `state_ids`.
+    id: u32,
     free_mib: u64,
     /// Its predicted STP as it is.
     stp: f64,
@@ -46,6 +50,8 @@ type Known = Vec<Vec<Option<PartState>>>;
 struct Asked {
     gpu: usize,
     part: usize,
+    /// Its state's number in the memo's `state_ids`.
+    id: u32,
     free_mib: u64,
     /// The partition's predicted STP as it is.
     stp: f64,
@@ -89,6 +95,7 @@ impl Hybrid {
         // STP (rebuilt after each placement).
         let mut known: Known = plans.iter().map(|gp| vec![None; gp.parts.len()]).collect();
         let mut asked = self.distinct_parts(jobs, plans, moved, &mut known);
+        let flags = u32::from(last_resort) | (*raise as u32) << 1;
         for &j in waiting.iter() {
             if refused.skip(j, slo_blocked) {
                 still.push(j);
@@ -125,7 +132,25 @@ impl Hybrid {
                         });
                     }
                 };
-                match self.mps_config(jobs, part, j, last_resort, *raise) {
+                let ask = || {
+                    (
+                        self.mps_config(jobs, part, j, last_resort, *raise),
+                        self.rebalance_shares(jobs, part, Some(j)),
+                    )
+                };
+                let key = (a.id, kinds.number(j), flags);
+                let known_answer = self
+                    .shortcuts
+                    .then(|| self.memo().answers.get(&key).cloned())
+                    .flatten();
+                let (config, shares) = known_answer.unwrap_or_else(|| {
+                    let answer = ask();
+                    if self.shortcuts {
+                        self.memo().answers.insert(key, answer.clone());
+                    }
+                    answer
+                });
+                match config {
                     Ok((share, stp, own)) => {
                         if last_resort || self.adds_enough(part, own, stp - now) {
                             consider(stp - now, Join::At(share));
@@ -134,7 +159,8 @@ impl Hybrid {
                     Err(Refusal::Slo) => slo_here = true,
                     Err(Refusal::Room) => {}
                 }
-                if let Some((members, stp, own, moves)) = self.rebalance(jobs, part, Some(j)) {
+                if let Some(shares) = shares {
+                    let (members, stp, own, moves) = rebalanced(jobs, part, Some(j), &shares);
                     // A move must pay for its restart.
                     let gain = stp - self.moves_cost(&moves, moved) - now;
                     if gain > 0.0 && (last_resort || self.adds_enough(part, own, gain)) {
@@ -207,8 +233,14 @@ impl Hybrid {
                                 .map(|m| u64::from(moved.contains(&m.job))),
                         );
                     }
+                    let id = if self.shortcuts {
+                        Memo::number(&mut self.memo().state_ids, &key)
+                    } else {
+                        0
+                    };
                     PartState {
                         key,
+                        id,
                         free_mib,
                         stp: self.part_stp(jobs, part),
                     }
@@ -228,6 +260,7 @@ impl Hybrid {
                 out.push(Asked {
                     gpu: gi,
                     part: pi,
+                    id: state.id,
                     free_mib: state.free_mib,
                     stp: state.stp,
                 });

@@ -30,32 +30,29 @@ impl Hybrid {
         part: &Part,
         new: Option<usize>,
     ) -> Option<(Vec<Member>, f64, f64, Vec<usize>)> {
+        let shares = self.rebalance_shares(jobs, part, new)?;
+        Some(rebalanced(jobs, part, new, &shares))
+    }
+
+    /// What [`Hybrid::rebalance`] chooses, as shares in the members' order (the
+    /// newcomer's last): it depends on the partition's `state_key` and the newcomer's
+    /// kind alone.
+    pub(super) fn rebalance_shares(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        new: Option<usize>,
+    ) -> Option<Shares> {
         self.options.move_cost?;
         if !self.options.share_partitions {
             return None;
         }
         let key = state_key(jobs, &part.shape, &part.members, new);
-        let (shares, stp, own) = self.recall(
+        self.recall(
             |m| &mut m.rebalance,
             key,
             || self.compute_rebalance(jobs, part, new),
-        )?;
-        let members: Vec<Member> = part
-            .members
-            .iter()
-            .map(|m| m.job)
-            .chain(new)
-            .zip(shares)
-            .map(|(job, share)| Member { job, share })
-            .collect();
-        let moves = part
-            .members
-            .iter()
-            .zip(&members)
-            .filter(|(b, a)| movable(jobs, b) && b.share != a.share)
-            .map(|(b, _)| b.job)
-            .collect();
-        Some((members, stp, own, moves))
+        )
     }
 
     /// [`Hybrid::rebalance`]'s search: the members' new shares in order (the newcomer's
@@ -395,6 +392,32 @@ impl Hybrid {
         let gain = gain + kept_stp - now_stp - self.moves_cost(&movers, moved);
         Some((gain, plan, placed, movers))
     }
+}
+
+/// [`Hybrid::rebalance`]'s answer from its shares: the members (the newcomer last), their
+/// STP, the newcomer's own performance, and the movable jobs whose share changed.
+pub(super) fn rebalanced(
+    jobs: &[JobDemand],
+    part: &Part,
+    new: Option<usize>,
+    (shares, stp, own): &Shares,
+) -> (Vec<Member>, f64, f64, Vec<usize>) {
+    let members: Vec<Member> = part
+        .members
+        .iter()
+        .map(|m| m.job)
+        .chain(new)
+        .zip(shares.iter().copied())
+        .map(|(job, share)| Member { job, share })
+        .collect();
+    let moves = part
+        .members
+        .iter()
+        .zip(&members)
+        .filter(|(b, a)| movable(jobs, b) && b.share != a.share)
+        .map(|(b, _)| b.job)
+        .collect();
+    (members, *stp, *own, moves)
 }
 
 /// A placed job that may be restarted with another share.

@@ -777,6 +777,16 @@ fn remembered_answers_are_the_answers() {
             "{}: the memo was used",
             warm.name()
         );
+        // Answers by numbers: MPS-first's (MMK's alone) and the layout search's.
+        let memo = warm.memo();
+        assert!(
+            (memo.answers.len() > 10 || warm.name() != "mmk") && memo.configs.len() > 10,
+            "{}: answers by numbers were used ({} MPS-first, {} layout search)",
+            warm.name(),
+            memo.answers.len(),
+            memo.configs.len()
+        );
+        drop(memo);
         assert!(
             SKIPPED.get() > 0,
             "{}: refused kinds were skipped",
