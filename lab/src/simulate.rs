@@ -70,10 +70,11 @@ pub struct SimulateArgs {
     pub truth: String,
     /// The kernel scheduler's effect that the policy `mmk-ks` runs on (every other policy,
     /// `mmk` too, runs without one): `measured` (mmkd's defaults in co-location rounds on
-    /// an H100; docs/simulate.md), `h200-depth8` (an earlier configuration measured on an
-    /// H200: a 1.5 ms base and the offline depth cap of 8), `off` (no `mmk-ks`), or an
-    /// `mmk-lab ksim --output json` report to take the effect from the kernel-level
-    /// simulator (a file named like a value: `./off`).
+    /// an H100 and an H200, per pairing of service and training; docs/simulate.md),
+    /// `h200-depth8` (an earlier configuration measured on an H200: a 1.5 ms base and the
+    /// offline depth cap of 8), `off` (no `mmk-ks`), or an `mmk-lab ksim --output json`
+    /// report to take the effect from the kernel-level simulator (a file named like a
+    /// value: `./off`).
     #[arg(
         long,
         default_value = "measured",
@@ -403,7 +404,7 @@ pub fn run(fmt: Format, mut a: SimulateArgs) -> Result<(), Failure> {
     // MMK's jobs run under its kernel scheduler, and its predictor learns from them.
     let scheduled = match &kernel_sched {
         Some(effect) if a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY) => {
-            let truth = experiment::with_kernel_sched(truth.clone(), effect.clone());
+            let truth = experiment::with_kernel_sched(truth.clone(), effect.clone(), &cfg.profiles);
             Some(World {
                 model: model_of(&truth, " with the kernel scheduler")?,
                 truth,
@@ -655,12 +656,33 @@ fn kernel_line(s: &Setup) -> String {
     };
     let line = match &s.kernel_sched {
         None => format!("kernel scheduler: off (or no {KERNEL_SCHED_POLICY} policy in the run)"),
-        Some(k) => format!(
-            "kernel scheduler under {KERNEL_SCHED_POLICY}: an online job keeps {:.0} % of its slowdown from offline co-runners, an offline job next to online ones runs at {:.0} % ({})",
-            100.0 * k.online_excess_kept,
-            100.0 * k.offline_kept,
-            k.source
-        ),
+        Some(k) => {
+            let pairs: Vec<String> = k
+                .pairs
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{:?} beside {:?} {:.0} % / {:.0} %",
+                        p.online,
+                        p.offline,
+                        100.0 * p.online_excess_kept,
+                        100.0 * p.offline_kept
+                    )
+                    .to_lowercase()
+                })
+                .collect();
+            let pairs = if pairs.is_empty() {
+                String::new()
+            } else {
+                format!(" on average; per pairing: {}", pairs.join(", "))
+            };
+            format!(
+                "kernel scheduler under {KERNEL_SCHED_POLICY}: an online job keeps {:.0} % of its slowdown from offline co-runners, an offline job next to online ones runs at {:.0} %{pairs} ({})",
+                100.0 * k.online_excess_kept,
+                100.0 * k.offline_kept,
+                k.source
+            )
+        }
     };
     line + &cap
 }

@@ -95,9 +95,14 @@ pub fn train_forest(
     Predictor::train(&rows, &TrainOptions::standard(99)).map_err(ExperimentError::Train)
 }
 
-/// MMK's world: its jobs run under the kernel scheduler (`effect`) over `truth`.
-pub fn with_kernel_sched(truth: Arc<dyn PerfModel>, effect: KernelEffect) -> Arc<dyn PerfModel> {
-    Arc::new(WithKernelSched { truth, effect })
+/// MMK's world: its jobs, whose profiles are `profiles` (by workload name), run under the
+/// kernel scheduler (`effect`) over `truth`.
+pub fn with_kernel_sched(
+    truth: Arc<dyn PerfModel>,
+    effect: KernelEffect,
+    profiles: &HashMap<&'static str, JobProfile>,
+) -> Arc<dyn PerfModel> {
+    Arc::new(WithKernelSched::new(truth, effect, profiles))
 }
 
 /// Where a run of [`run_policies`] is: a step of a policy's simulation (jobs done of
@@ -457,14 +462,27 @@ pub fn measured_truth()
     Ok((truth, profiles))
 }
 
-/// The kernel scheduler's effect under mmkd's defaults, measured on an H100 (docs/results.md,
-/// "Keeping a service's objective"), shipped in lab/data/kernel-sched/h100-2026-11-28: the
-/// graph-replaying ResNet-50 service at a quarter of its capacity beside BERT training, on
-/// plain MPS and under mmkd's defaults with the SLO control off (`mmk-noslo`; at the
-/// default objective the control held no isolation there, and the figures matched within
-/// 2 %), two calls.
+/// The kernel scheduler's effect under mmkd's defaults with the SLO control off
+/// (`mmk-noslo`) against plain MPS, per pairing of a graph-replaying service at a quarter
+/// of its capacity with a training (docs/results.md, "The kernel scheduler's effect per
+/// pairing"): a ResNet-50 service beside BERT training (two calls on an H100,
+/// lab/data/kernel-sched/h100-2026-11-28, and one on an H200), beside ResNet-152 training,
+/// and a BERT service beside each (H200, lab/data/kernel-sched/h200-2026-11-28).
 pub fn measured_kernel_effect() -> Result<KernelEffect, ExperimentError> {
-    let files = [
+    use crate::kernel::Family::{Convolutional as Conv, Transformer};
+    macro_rules! h200 {
+        ($pair:literal) => {
+            (
+                concat!("h200-", $pair),
+                include_str!(concat!(
+                    "../../data/kernel-sched/h200-2026-11-28/",
+                    $pair,
+                    ".rounds.json"
+                )),
+            )
+        };
+    }
+    let resnet_bert = [
         (
             "h100-call-1",
             include_str!("../../data/kernel-sched/h100-2026-11-28/call-1.rounds.json"),
@@ -473,8 +491,21 @@ pub fn measured_kernel_effect() -> Result<KernelEffect, ExperimentError> {
             "h100-call-2",
             include_str!("../../data/kernel-sched/h100-2026-11-28/call-2.rounds.json"),
         ),
+        h200!("resnet50-bert"),
     ];
-    KernelEffect::from_rounds(&files, "mmk-noslo").map_err(ExperimentError::Rounds)
+    let resnet_resnet = [h200!("resnet50-resnet152")];
+    let bert_bert = [h200!("bert-bert")];
+    let bert_resnet = [h200!("bert-resnet152")];
+    KernelEffect::by_pairing(
+        &[
+            (Conv, Transformer, &resnet_bert),
+            (Conv, Conv, &resnet_resnet),
+            (Transformer, Transformer, &bert_bert),
+            (Transformer, Conv, &bert_resnet),
+        ],
+        "mmk-noslo",
+    )
+    .map_err(ExperimentError::Rounds)
 }
 
 /// The kernel scheduler's effect in the co-location rounds measured on the H200

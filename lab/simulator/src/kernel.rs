@@ -8,15 +8,18 @@
 //! - an offline job's speed next to online co-runners, relative to its speed there
 //!   without the kernel scheduler ([`KernelEffect::offline_kept`]).
 //!
-//! The numbers come from the co-location rounds measured on the H200
+//! The numbers come from co-location rounds measured on a GPU
 //! ([`KernelEffect::from_rounds`], the `rounds.json` files of
-//! `lab/scripts/gpu/ksched-rounds.sh`) or from the kernel-level simulator's report
+//! `lab/scripts/gpu/ksched-rounds.sh` and `lab/scripts/gpu/pairing-rounds.sh`), per pairing
+//! of a family of online job with a family of offline job where the rounds measured it
+//! ([`KernelEffect::by_pairing`]), or from the kernel-level simulator's report
 //! ([`KernelEffect::from_ksim`], `mmk-lab ksim --output json`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use mmk_core::JobClass;
+use mmk_core::workload::{WORKLOADS, Workload};
 use mmk_partitioner::{CoRunner, JobProfile, PartitionShape, PerfModel};
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +33,40 @@ pub struct KernelEffect {
     pub offline_kept: f64,
     /// Where the numbers come from.
     pub source: String,
+    /// The effect per pairing where it was measured; the two numbers above (their mean)
+    /// for a pairing not here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PairEffect>,
+}
+
+/// Families of workload the co-location rounds tell apart: what the measured services and
+/// trainings stand for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Convolutional networks (measured: a ResNet-50 service, ResNet-152 training).
+    Convolutional,
+    /// Transformers (measured: a BERT-base service, BERT-base training).
+    Transformer,
+}
+
+impl Family {
+    pub fn of(w: &Workload) -> Family {
+        match w.model {
+            "BERT" | "Transformer" => Family::Transformer,
+            _ => Family::Convolutional,
+        }
+    }
+}
+
+/// The kernel scheduler's effect on one pairing: an online job of one family beside an
+/// offline job of another.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairEffect {
+    pub online: Family,
+    pub offline: Family,
+    pub online_excess_kept: f64,
+    pub offline_kept: f64,
 }
 
 /// One round of `lab/scripts/gpu/ksched-rounds.sh` (`rounds.json`, "configs").
@@ -147,8 +184,69 @@ impl KernelEffect {
             online_excess_kept,
             offline_kept: offline_kept.min(1.0),
             source: format!("{config}, measured: {}", used.join(", ")),
+            pairs: Vec::new(),
         }
         .checked()
+    }
+
+    /// The effect of `config` per pairing: for each `(online family, offline family,
+    /// files)`, [`KernelEffect::from_rounds`] over those files; the effect for a pairing
+    /// not measured is the mean over the pairings (each counted once, however many files
+    /// it has).
+    pub fn by_pairing(
+        pairings: &[(Family, Family, &[(&str, &str)])],
+        config: &str,
+    ) -> Result<KernelEffect, KernelEffectError> {
+        let mut pairs = Vec::new();
+        let mut sources = Vec::new();
+        for &(online, offline, files) in pairings {
+            let e = KernelEffect::from_rounds(files, config)?;
+            if pairs
+                .iter()
+                .any(|p: &PairEffect| (p.online, p.offline) == (online, offline))
+            {
+                return Err(KernelEffectError::Invalid(format!(
+                    "the pairing {online:?} beside {offline:?} is given twice"
+                )));
+            }
+            sources.push(
+                e.source
+                    .strip_prefix(&format!("{config}, measured: "))
+                    .unwrap_or(&e.source)
+                    .to_owned(),
+            );
+            pairs.push(PairEffect {
+                online,
+                offline,
+                online_excess_kept: e.online_excess_kept,
+                offline_kept: e.offline_kept,
+            });
+        }
+        let of = |f: fn(&PairEffect) -> f64| mean(&pairs.iter().map(f).collect::<Vec<_>>());
+        let (Some(online_excess_kept), Some(offline_kept)) =
+            (of(|p| p.online_excess_kept), of(|p| p.offline_kept))
+        else {
+            return Err(KernelEffectError::Invalid("no pairing given".to_owned()));
+        };
+        KernelEffect {
+            online_excess_kept,
+            offline_kept,
+            source: format!("{config}, measured per pairing: {}", sources.join("; ")),
+            pairs,
+        }
+        .checked()
+    }
+
+    /// The part of the online slowdown kept and the offline speed kept where an online
+    /// job of family `online` runs beside an offline job of family `offline` (`None`: not
+    /// a workload of the table): the pairing's where it was measured, else the mean.
+    pub fn for_pair(&self, online: Option<Family>, offline: Option<Family>) -> (f64, f64) {
+        self.pairs
+            .iter()
+            .find(|p| Some(p.online) == online && Some(p.offline) == offline)
+            .map_or((self.online_excess_kept, self.offline_kept), |p| {
+                (p.online_excess_kept, p.offline_kept)
+            })
     }
 
     /// The effect of the kernel-level simulator's `mmk` policy against `passthrough` (plain
@@ -222,6 +320,7 @@ impl KernelEffect {
             online_excess_kept,
             offline_kept: offline_kept.min(1.0),
             source: format!("the kernel-level simulator's mmk policy, {name}"),
+            pairs: Vec::new(),
         }
         .checked()
     }
@@ -245,11 +344,68 @@ impl KernelEffect {
 }
 
 /// A ground truth with the kernel scheduler in every partition: `truth` for how fast jobs
-/// run, changed by `effect` where online and offline jobs share a partition.
+/// run, changed by `effect` where online and offline jobs share a partition: for each job,
+/// the mean of its pairings with the co-runners of the other class
+/// ([`KernelEffect::for_pair`]).
 #[derive(Debug)]
 pub struct WithKernelSched {
     pub truth: Arc<dyn PerfModel>,
     pub effect: KernelEffect,
+    /// Each workload's profile as the jobs carry it, with its family.
+    families: Vec<(JobProfile, Family)>,
+}
+
+impl WithKernelSched {
+    /// `truth` under `effect`, for jobs whose profiles are `profiles` (by workload name;
+    /// the table's nominal demands for a workload not there).
+    pub fn new(
+        truth: Arc<dyn PerfModel>,
+        effect: KernelEffect,
+        profiles: &HashMap<&'static str, JobProfile>,
+    ) -> WithKernelSched {
+        let families = WORKLOADS
+            .iter()
+            .map(|w| {
+                let p = profiles
+                    .get(w.name)
+                    .copied()
+                    .unwrap_or_else(|| JobProfile::of_workload(w, w.class()));
+                (p, Family::of(w))
+            })
+            .collect();
+        WithKernelSched {
+            truth,
+            effect,
+            families,
+        }
+    }
+
+    /// The family of the workload whose profile `p` is (whatever its class), if any.
+    fn family(&self, p: &JobProfile) -> Option<Family> {
+        self.families
+            .iter()
+            .find(|(w, _)| {
+                w.sm_demand == p.sm_demand
+                    && w.bw_demand == p.bw_demand
+                    && w.solo_latency_ms == p.solo_latency_ms
+            })
+            .map(|&(_, f)| f)
+    }
+
+    /// The mean of `f` over the families of `co_runners` of `class` (at least one).
+    fn mean_over(
+        &self,
+        co_runners: &[CoRunner],
+        class: JobClass,
+        f: impl Fn(Option<Family>) -> f64,
+    ) -> f64 {
+        let v: Vec<f64> = co_runners
+            .iter()
+            .filter(|c| c.profile.class == class)
+            .map(|c| f(self.family(&c.profile)))
+            .collect();
+        mean(&v).unwrap_or(1.0)
+    }
 }
 
 impl PerfModel for WithKernelSched {
@@ -276,9 +432,19 @@ impl PerfModel for WithKernelSched {
                     return shared;
                 }
                 let excess = clear / shared.max(f64::MIN_POSITIVE) - 1.0;
-                clear / (1.0 + excess * self.effect.online_excess_kept)
+                let mine = self.family(job);
+                let kept = self.mean_over(co_runners, JobClass::Offline, |c| {
+                    self.effect.for_pair(mine, c).0
+                });
+                clear / (1.0 + excess * kept)
             }
-            JobClass::Offline if has(JobClass::Online) => shared * self.effect.offline_kept,
+            JobClass::Offline if has(JobClass::Online) => {
+                let mine = self.family(job);
+                shared
+                    * self.mean_over(co_runners, JobClass::Online, |c| {
+                        self.effect.for_pair(c, mine).1
+                    })
+            }
             _ => shared,
         }
     }
@@ -421,11 +587,13 @@ mod tests {
             online_excess_kept: 0.25,
             offline_kept: 0.75,
             source: String::new(),
+            pairs: Vec::new(),
         };
-        let m = WithKernelSched {
-            truth: Arc::new(Halves { gain: false }),
-            effect: effect.clone(),
-        };
+        let m = WithKernelSched::new(
+            Arc::new(Halves { gain: false }),
+            effect.clone(),
+            &HashMap::new(),
+        );
         let shape = PartitionShape {
             sm_count: 98,
             gpu_sm_count: 98,
@@ -450,10 +618,77 @@ mod tests {
         assert_eq!(m.estimate(&offline, &shape, 50, &[co(offline)]), 0.6);
         assert_eq!(m.estimate(&offline, &shape, 100, &[]), 0.6);
         // An offline co-runner that does not slow the online job: nothing to take back.
-        let m = WithKernelSched {
-            truth: Arc::new(Halves { gain: true }),
-            effect,
-        };
+        let m = WithKernelSched::new(Arc::new(Halves { gain: true }), effect, &HashMap::new());
         assert_eq!(m.estimate(&online, &shape, 50, &[co(offline)]), 1.0);
+    }
+
+    #[test]
+    fn each_pairing_gets_its_own_effect_and_others_the_mean() {
+        // (a) 0.1 kept, training at 0.75; (b) 0.4 kept, training at 0.5.
+        let a = rounds(1.0, (3.0, 40.0), (1.2, 30.0));
+        let b = rounds(2.0, (6.0, 20.0), (3.6, 10.0));
+        let (conv, tf) = (Family::Convolutional, Family::Transformer);
+        let e = KernelEffect::by_pairing(&[(conv, tf, &[("a", &a)]), (tf, tf, &[("b", &b)])], "ks")
+            .unwrap();
+        assert_eq!(e.source, "ks, measured per pairing: a; b");
+        assert!((e.online_excess_kept - 0.25).abs() < 1e-9, "{e:?}");
+        assert!((e.offline_kept - 0.625).abs() < 1e-9, "{e:?}");
+        let (kept, offline) = e.for_pair(Some(tf), Some(tf));
+        assert!((kept - 0.4).abs() < 1e-9 && (offline - 0.5).abs() < 1e-9);
+        assert_eq!(
+            e.for_pair(Some(conv), Some(conv)),
+            (e.online_excess_kept, e.offline_kept)
+        );
+        assert_eq!(
+            e.for_pair(None, Some(tf)),
+            (e.online_excess_kept, e.offline_kept)
+        );
+        let twice =
+            KernelEffect::by_pairing(&[(tf, tf, &[("a", &a)]), (tf, tf, &[("b", &b)])], "ks");
+        assert!(twice.unwrap_err().to_string().contains("given twice"));
+
+        // In the ground truth: each job by the families of the table's workloads.
+        let of = |name: &str, class: JobClass| {
+            JobProfile::of_workload(mmk_core::workload::find(name).unwrap(), class)
+        };
+        // The transformer service as a measured truth carries it: not the table's demands.
+        let transformer = JobProfile {
+            sm_demand: 0.123,
+            ..of("transformer-inference", JobClass::Online)
+        };
+        let m = WithKernelSched::new(
+            Arc::new(Halves { gain: false }),
+            e,
+            &HashMap::from([("transformer-inference", transformer)]),
+        );
+        let shape = PartitionShape {
+            sm_count: 98,
+            gpu_sm_count: 98,
+            memory_slices: 8,
+            gpu_memory_slices: 8,
+        };
+        let resnet = of("resnet50-inference", JobClass::Online);
+        let bert = of("bert-train", JobClass::Offline);
+        let co = |p: JobProfile| CoRunner {
+            profile: p,
+            mps_share: 50,
+        };
+        // A convolutional service beside a transformer training: 0.1 of the halving kept.
+        let v = m.estimate(&resnet, &shape, 50, &[co(bert)]);
+        assert!((v - 1.0 / 1.1).abs() < 1e-9, "{v}");
+        // A transformer service beside one: 0.4 kept.
+        let v = m.estimate(&transformer, &shape, 50, &[co(bert)]);
+        assert!((v - 1.0 / 1.4).abs() < 1e-9, "{v}");
+        // A job of no family of the table: the mean, 0.25.
+        let v = m.estimate(
+            &JobProfile::exclusive(JobClass::Online),
+            &shape,
+            50,
+            &[co(bert)],
+        );
+        assert!((v - 1.0 / 1.25).abs() < 1e-9, "{v}");
+        // The training beside both services: the mean of its two pairings' 0.75 and 0.5.
+        let v = m.estimate(&bert, &shape, 50, &[co(resnet), co(transformer)]);
+        assert!((v - 0.6 * 0.625).abs() < 1e-9, "{v}");
     }
 }
