@@ -59,6 +59,10 @@ impl Family {
     }
 }
 
+/// A pairing's rounds: the online job's family, the offline job's, and the `(name,
+/// rounds.json text)` files that measured it.
+pub type Pairing<'a> = (Family, Family, &'a [(&'a str, &'a str)]);
+
 /// The kernel scheduler's effect on one pairing: an online job of one family beside an
 /// offline job of another.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -194,7 +198,7 @@ impl KernelEffect {
     /// not measured is the mean over the pairings (each counted once, however many files
     /// it has).
     pub fn by_pairing(
-        pairings: &[(Family, Family, &[(&str, &str)])],
+        pairings: &[Pairing<'_>],
         config: &str,
     ) -> Result<KernelEffect, KernelEffectError> {
         let mut pairs = Vec::new();
