@@ -109,7 +109,7 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "SIGMA")]
     pub duration_sigma: Option<f64>,
     /// Generated trace: jobs arrive in bursts of this many on average (1 to 100), 1 s apart
-    /// within a burst, at the same mean interval [default: 1, Poisson arrivals].
+    /// within a burst, at the same mean interval; 1: Poisson arrivals.
     #[arg(long, value_name = "JOBS", default_value_t = 1.0)]
     pub burst: f64,
 }

@@ -355,19 +355,29 @@ impl KernelEffect {
 pub struct WithKernelSched {
     pub truth: Arc<dyn PerfModel>,
     pub effect: KernelEffect,
-    /// Each workload's profile as the jobs carry it, with its family.
-    families: Vec<(JobProfile, Family)>,
+    /// Each workload's profile as the jobs carry it, with its family (`None` where
+    /// workloads of both families carry that profile).
+    families: Vec<(JobProfile, Option<Family>)>,
+}
+
+/// Whether `a` and `b` are the same profile, whatever the class.
+fn same_profile(a: &JobProfile, b: &JobProfile) -> bool {
+    a.sm_demand == b.sm_demand
+        && a.bw_demand == b.bw_demand
+        && a.solo_latency_ms == b.solo_latency_ms
 }
 
 impl WithKernelSched {
     /// `truth` under `effect`, for jobs whose profiles are `profiles` (by workload name;
-    /// the table's nominal demands for a workload not there).
+    /// the table's nominal demands for a workload not there). A profile that workloads of
+    /// both families carry (the table gives Transformer and VGG-19 training the same
+    /// nominal demands) tells no family: its jobs take the mean effect.
     pub fn new(
         truth: Arc<dyn PerfModel>,
         effect: KernelEffect,
         profiles: &HashMap<&'static str, JobProfile>,
     ) -> WithKernelSched {
-        let families = WORKLOADS
+        let carried: Vec<(JobProfile, Family)> = WORKLOADS
             .iter()
             .map(|w| {
                 let p = profiles
@@ -377,6 +387,13 @@ impl WithKernelSched {
                 (p, Family::of(w))
             })
             .collect();
+        let families = carried
+            .iter()
+            .map(|(p, f)| {
+                let both = carried.iter().any(|(q, g)| same_profile(p, q) && g != f);
+                (*p, (!both).then_some(*f))
+            })
+            .collect();
         WithKernelSched {
             truth,
             effect,
@@ -384,16 +401,12 @@ impl WithKernelSched {
         }
     }
 
-    /// The family of the workload whose profile `p` is (whatever its class), if any.
+    /// The family of the workload whose profile `p` is (whatever its class), if one.
     fn family(&self, p: &JobProfile) -> Option<Family> {
         self.families
             .iter()
-            .find(|(w, _)| {
-                w.sm_demand == p.sm_demand
-                    && w.bw_demand == p.bw_demand
-                    && w.solo_latency_ms == p.solo_latency_ms
-            })
-            .map(|&(_, f)| f)
+            .find(|(w, _)| same_profile(w, p))
+            .and_then(|&(_, f)| f)
     }
 
     /// The mean of `f` over the families of `co_runners` of `class` (at least one).
@@ -690,6 +703,11 @@ mod tests {
             50,
             &[co(bert)],
         );
+        assert!((v - 1.0 / 1.25).abs() < 1e-9, "{v}");
+        // VGG-19 and Transformer training carry the same nominal demands: no family, the
+        // mean (0.25 kept).
+        let vgg = of("vgg19-train", JobClass::Offline);
+        let v = m.estimate(&resnet, &shape, 50, &[co(vgg)]);
         assert!((v - 1.0 / 1.25).abs() < 1e-9, "{v}");
         // The training beside both services: the mean of its two pairings' 0.75 and 0.5.
         let v = m.estimate(&bert, &shape, 50, &[co(resnet), co(transformer)]);

@@ -16,11 +16,14 @@ pub(super) struct Kinds {
     count: usize,
     /// Each kind's number in the memo's `kind_ids`, the same from pass to pass.
     numbers: Vec<u32>,
+    /// The memo's generation the numbers were given in.
+    pub(super) generation: u64,
 }
 
 impl Kinds {
-    /// The kinds of `jobs`, numbered in `kind_ids` too.
-    pub(super) fn new(jobs: &[JobDemand], kind_ids: &mut FastMap<Vec<u64>, u32>) -> Kinds {
+    /// The kinds of `jobs`, numbered in the memo's `kind_ids` too.
+    pub(super) fn new(jobs: &[JobDemand], memo: &mut Memo) -> Kinds {
+        let kind_ids = &mut memo.kind_ids;
         let mut ids: FastMap<Vec<u64>, usize> = FastMap::default();
         let mut numbers = Vec::new();
         let of = (0..jobs.len())
@@ -39,6 +42,7 @@ impl Kinds {
             of,
             count: ids.len(),
             numbers,
+            generation: memo.generation,
         }
     }
 

@@ -183,7 +183,11 @@ impl Hybrid {
                     let ask = || self.mps_config(jobs, part, j, false, raise);
                     let config = if self.shortcuts {
                         let id = *part_ids[k].get_or_insert_with(|| self.part_number(jobs, part));
-                        self.config_by_number((id, kinds.number(j), raise as u32), ask)
+                        self.config_by_number(
+                            kinds.generation,
+                            (id, kinds.number(j), raise as u32),
+                            ask,
+                        )
                     } else {
                         ask()
                     };

@@ -41,6 +41,10 @@ pub(super) struct Memo {
     /// `mps_config`'s answers by a partition's number in `part_ids`, the newcomer's kind
     /// in `kind_ids` and `Raise` (the layout search's; as [`Answers`]).
     pub(super) configs: FastMap<(u32, u32, u32), Config>,
+    /// How often the numbered maps started over. Passes may run at once (mmkd plans, dry
+    /// runs and capacity views in parallel): a pass numbered its kinds under one
+    /// generation and uses the numbered answers only while it lasts.
+    pub(super) generation: u64,
 }
 
 /// What `mps_config` and `rebalance_shares` answered for a partition state and a kind of
@@ -53,8 +57,9 @@ pub(super) type Answers = FastMap<(u32, u32, u32), (Config, Option<Shares>)>;
 const MEMO_MAX: usize = 1 << 15;
 
 impl Memo {
-    /// Between passes: the numbered maps start over when one is full. Never within a
-    /// pass, which holds numbers they gave.
+    /// Before a pass numbers its kinds: the numbered maps start over when one is full,
+    /// in a new generation. A pass that numbered under an older one no longer reads or
+    /// writes them ([`Memo::answer`]).
     pub(super) fn between_passes(&mut self) {
         if self.state_ids.len() >= MEMO_MAX
             || self.kind_ids.len() >= MEMO_MAX
@@ -67,6 +72,31 @@ impl Memo {
             self.answers.clear();
             self.part_ids.clear();
             self.configs.clear();
+            self.generation += 1;
+        }
+    }
+
+    /// MPS-first's answer for `key`, if remembered in `generation`.
+    pub(super) fn answer(
+        &self,
+        generation: u64,
+        key: &(u32, u32, u32),
+    ) -> Option<(Config, Option<Shares>)> {
+        (self.generation == generation)
+            .then(|| self.answers.get(key).cloned())
+            .flatten()
+    }
+
+    /// Remembers MPS-first's answer for `key`, unless the maps started over since
+    /// `generation`.
+    pub(super) fn remember_answer(
+        &mut self,
+        generation: u64,
+        key: (u32, u32, u32),
+        answer: (Config, Option<Shares>),
+    ) {
+        if self.generation == generation {
+            self.answers.insert(key, answer);
         }
     }
 
@@ -139,17 +169,27 @@ impl Hybrid {
         Memo::number(&mut self.memo().part_ids, &key)
     }
 
-    /// `mps_config`'s answer by numbers (`Memo::configs`): `ask`'s, remembered.
+    /// `mps_config`'s answer by numbers (`Memo::configs`) given in `generation`:
+    /// `ask`'s, remembered while the generation lasts.
     pub(super) fn config_by_number(
         &self,
+        generation: u64,
         key: (u32, u32, u32),
         ask: impl FnOnce() -> Config,
     ) -> Config {
-        if let Some(&hit) = self.memo().configs.get(&key) {
-            return hit;
+        {
+            let memo = self.memo();
+            if memo.generation == generation
+                && let Some(&hit) = memo.configs.get(&key)
+            {
+                return hit;
+            }
         }
         let answer = ask();
-        self.memo().configs.insert(key, answer);
+        let mut memo = self.memo();
+        if memo.generation == generation {
+            memo.configs.insert(key, answer);
+        }
         answer
     }
 

@@ -627,7 +627,7 @@ impl Planner for Hybrid {
         let kinds = {
             let mut memo = self.memo();
             memo.between_passes();
-            Kinds::new(jobs, &mut memo.kind_ids)
+            Kinds::new(jobs, &mut memo)
         };
         let mut p = Progress {
             plans,

@@ -141,12 +141,13 @@ impl Hybrid {
                 let key = (a.id, kinds.number(j), flags);
                 let known_answer = self
                     .shortcuts
-                    .then(|| self.memo().answers.get(&key).cloned())
+                    .then(|| self.memo().answer(kinds.generation, &key))
                     .flatten();
                 let (config, shares) = known_answer.unwrap_or_else(|| {
                     let answer = ask();
                     if self.shortcuts {
-                        self.memo().answers.insert(key, answer.clone());
+                        self.memo()
+                            .remember_answer(kinds.generation, key, answer.clone());
                     }
                     answer
                 });

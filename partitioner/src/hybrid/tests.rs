@@ -1416,3 +1416,43 @@ fn a_gpu_is_held_for_an_offline_job_that_has_waited_long() {
     let plan = mmk().plan(&one, &[a, aged, service]);
     assert_eq!(placed(&plan, 4), Some(on(0)), "{plan:?}");
 }
+
+/// Passes may run at once on one planner (mmkd's reconciler, dry runs, capacity views):
+/// once another pass has started the numbered maps over, a pass that numbered its kinds
+/// before neither reads nor writes the numbered answers, whose numbers now mean other
+/// states.
+#[test]
+fn numbered_answers_of_an_older_generation_are_neither_read_nor_written() {
+    let refused: mps_config::Config = Err(mps_config::Refusal::Room);
+    let mut memo = Memo::default();
+    memo.remember_answer(0, (1, 2, 3), (refused, None));
+    assert!(memo.answer(0, &(1, 2, 3)).is_some());
+    memo.generation += 1;
+    assert!(memo.answer(0, &(1, 2, 3)).is_none());
+    memo.remember_answer(0, (4, 5, 6), (refused, None));
+    assert!(!memo.answers.contains_key(&(4, 5, 6)));
+
+    let planner = Hybrid::mmk(Arc::new(AnalyticModel::default()));
+    let asked = std::cell::Cell::new(0);
+    let ask = || {
+        asked.set(asked.get() + 1);
+        Ok((30, 1.0, 0.5))
+    };
+    assert_eq!(
+        planner.config_by_number(0, (1, 1, 0), ask),
+        Ok((30, 1.0, 0.5))
+    );
+    assert_eq!(
+        planner.config_by_number(0, (1, 1, 0), ask),
+        Ok((30, 1.0, 0.5))
+    );
+    assert_eq!(asked.get(), 1, "remembered within its generation");
+    planner.memo().generation += 1;
+    planner.config_by_number(0, (1, 1, 0), ask).ok();
+    planner.config_by_number(0, (1, 1, 0), ask).ok();
+    assert_eq!(
+        asked.get(),
+        3,
+        "asked again, and not remembered, for an older generation"
+    );
+}
