@@ -404,7 +404,7 @@ pub fn run(fmt: Format, mut a: SimulateArgs) -> Result<(), Failure> {
     // MMK's jobs run under its kernel scheduler, and its predictor learns from them.
     let scheduled = match &kernel_sched {
         Some(effect) if a.policies.iter().any(|p| p == KERNEL_SCHED_POLICY) => {
-            let truth = experiment::with_kernel_sched(truth.clone(), effect.clone(), &cfg.profiles);
+            let truth = experiment::with_kernel_sched(truth.clone(), effect.clone(), &jobs);
             Some(World {
                 model: model_of(&truth, " with the kernel scheduler")?,
                 truth,

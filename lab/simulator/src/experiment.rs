@@ -95,14 +95,14 @@ pub fn train_forest(
     Predictor::train(&rows, &TrainOptions::standard(99)).map_err(ExperimentError::Train)
 }
 
-/// MMK's world: its jobs, whose profiles are `profiles` (by workload name), run under the
-/// kernel scheduler (`effect`) over `truth`.
+/// MMK's world: its jobs, the workloads `jobs` as they carry them ([`planners_jobs`]), run
+/// under the kernel scheduler (`effect`) over `truth`.
 pub fn with_kernel_sched(
     truth: Arc<dyn PerfModel>,
     effect: KernelEffect,
-    profiles: &HashMap<&'static str, JobProfile>,
+    jobs: &[(String, JobProfile)],
 ) -> Arc<dyn PerfModel> {
-    Arc::new(WithKernelSched::new(truth, effect, profiles))
+    Arc::new(WithKernelSched::new(truth, effect, jobs))
 }
 
 /// Where a run of [`run_policies`] is: a step of a policy's simulation (jobs done of

@@ -15,11 +15,11 @@
 //! ([`KernelEffect::by_pairing`]), or from the kernel-level simulator's report
 //! ([`KernelEffect::from_ksim`], `mmk-lab ksim --output json`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use mmk_core::JobClass;
-use mmk_core::workload::{WORKLOADS, Workload};
+use mmk_core::workload::{self, Workload};
 use mmk_partitioner::{CoRunner, JobProfile, PartitionShape, PerfModel};
 use serde::{Deserialize, Serialize};
 
@@ -368,30 +368,24 @@ fn same_profile(a: &JobProfile, b: &JobProfile) -> bool {
 }
 
 impl WithKernelSched {
-    /// `truth` under `effect`, for jobs whose profiles are `profiles` (by workload name;
-    /// the table's nominal demands for a workload not there). A profile that workloads of
-    /// both families carry (the table gives Transformer and VGG-19 training the same
-    /// nominal demands) tells no family: its jobs take the mean effect.
+    /// `truth` under `effect`, for the workloads `jobs` as the jobs carry them (name and
+    /// profile, `experiment::planners_jobs`). A profile that workloads of both families
+    /// carry (the table gives Transformer and VGG-19 training the same nominal demands)
+    /// tells no family: its jobs take the mean effect.
     pub fn new(
         truth: Arc<dyn PerfModel>,
         effect: KernelEffect,
-        profiles: &HashMap<&'static str, JobProfile>,
+        jobs: &[(String, JobProfile)],
     ) -> WithKernelSched {
-        let carried: Vec<(JobProfile, Family)> = WORKLOADS
+        let carried: Vec<(JobProfile, Option<Family>)> = jobs
             .iter()
-            .map(|w| {
-                let p = profiles
-                    .get(w.name)
-                    .copied()
-                    .unwrap_or_else(|| JobProfile::of_workload(w, w.class()));
-                (p, Family::of(w))
-            })
+            .map(|(name, p)| (*p, workload::find(name).map(Family::of)))
             .collect();
         let families = carried
             .iter()
             .map(|(p, f)| {
                 let both = carried.iter().any(|(q, g)| same_profile(p, q) && g != f);
-                (*p, (!both).then_some(*f))
+                (*p, f.filter(|_| !both))
             })
             .collect();
         WithKernelSched {
@@ -469,7 +463,10 @@ impl PerfModel for WithKernelSched {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
+    use crate::experiment::planners_jobs;
 
     fn rounds(ideal: f64, mps: (f64, f64), ks: (f64, f64)) -> String {
         format!(
@@ -609,7 +606,7 @@ mod tests {
         let m = WithKernelSched::new(
             Arc::new(Halves { gain: false }),
             effect.clone(),
-            &HashMap::new(),
+            &planners_jobs(&HashMap::new()),
         );
         let shape = PartitionShape {
             sm_count: 98,
@@ -635,7 +632,11 @@ mod tests {
         assert_eq!(m.estimate(&offline, &shape, 50, &[co(offline)]), 0.6);
         assert_eq!(m.estimate(&offline, &shape, 100, &[]), 0.6);
         // An offline co-runner that does not slow the online job: nothing to take back.
-        let m = WithKernelSched::new(Arc::new(Halves { gain: true }), effect, &HashMap::new());
+        let m = WithKernelSched::new(
+            Arc::new(Halves { gain: true }),
+            effect,
+            &planners_jobs(&HashMap::new()),
+        );
         assert_eq!(m.estimate(&online, &shape, 50, &[co(offline)]), 1.0);
     }
 
@@ -676,7 +677,7 @@ mod tests {
         let m = WithKernelSched::new(
             Arc::new(Halves { gain: false }),
             e,
-            &HashMap::from([("transformer-inference", transformer)]),
+            &planners_jobs(&HashMap::from([("transformer-inference", transformer)])),
         );
         let shape = PartitionShape {
             sm_count: 98,
