@@ -1,13 +1,20 @@
-//! Step 0, **a GPU held for a job that has waited long** (`HybridOptions::reserve_after`):
+//! Step 0, **GPUs held for jobs that have waited long** (`HybridOptions::reserve_after`):
 //! under a steady stream of work, small jobs keep taking the memory that running jobs
-//! free, and a large offline job can wait for hours behind them. The offline job that has
-//! waited longest, once past `reserve_after`, tries first and alone (MPS-first, the layout
-//! search, the last resort). Where nothing holds it on a node of several GPUs, the GPU
-//! whose jobs hold the least memory, of those whose memory could hold it, is held for it:
-//! the rest of the pass plans without that GPU, so no other waiting job starts there, and
-//! as its jobs end the held job fits. The GPU chosen stays the same from pass to pass
-//! (nothing new starts there, so its jobs hold less and less memory). A node of one GPU
-//! holds nothing: online work must have somewhere to go.
+//! free, and a large offline job can wait for hours behind them. The offline jobs that
+//! have waited past `reserve_after` try first and alone, the oldest first (MPS-first, the
+//! layout search, the last resort). Where one stays waiting on a node of several GPUs, a
+//! GPU is held for it: of those whose memory could hold it, the one whose jobs hold the
+//! least memory. The rest of the pass plans without the held GPUs, so no other waiting
+//! job starts there, and as their jobs end the held jobs fit. A GPU held stays the same
+//! from pass to pass (nothing new starts there, so its jobs hold less and less memory).
+//!
+//! One GPU is held at most while services are served promptly. While an online job has
+//! waited past `reserve_after` too, every aged job that nothing holds gets a GPU, oldest
+//! first, so that neither class's oldest jobs wait on the other's: the first may take any
+//! GPU that could hold it, a later one only a GPU whose largest partition holds it twice
+//! (a held GPU goes on serving other jobs beside the one it waited for), and one GPU is
+//! never held: online work must have somewhere to go (so a node of one GPU holds
+//! nothing). A job that no GPU may be held for keeps younger ones from getting one.
 
 use mmk_core::JobClass;
 
@@ -52,38 +59,116 @@ impl Held {
     }
 }
 
+/// What became of an aged job in step 0.
+enum Tried {
+    /// It is placed.
+    Placed,
+    /// A GPU is held for it.
+    Held(Held),
+    /// It waits, and no GPU may be held for it.
+    Waits,
+}
+
+/// The GPUs held in a pass, each with the node it was taken from (the node less the
+/// GPUs held before it), in the order they were taken.
+#[derive(Default)]
+pub(super) struct Holds(Vec<(Held, NodeState)>);
+
+impl Holds {
+    /// The node the rest of the pass plans on: `whole` without the held GPUs.
+    pub(super) fn node<'a>(&'a self, whole: &'a NodeState) -> std::borrow::Cow<'a, NodeState> {
+        match self.0.last() {
+            Some((h, from)) => std::borrow::Cow::Owned(h.node_without(from)),
+            None => std::borrow::Cow::Borrowed(whole),
+        }
+    }
+
+    /// Puts the GPUs and their jobs back into the pass, the last taken first; what waiting
+    /// jobs are told, a line per GPU in the order they were taken.
+    pub(super) fn give_back(self, jobs: &[JobDemand], p: &mut Progress) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .0
+            .into_iter()
+            .rev()
+            .map(|(h, from)| h.give_back(&from, jobs, p))
+            .collect();
+        notes.reverse();
+        notes
+    }
+}
+
 impl Hybrid {
-    /// Step 0 (module docs): the job that has waited longest tries alone; where it stays
-    /// waiting, the GPU held for it, taken out of `p` with the job.
-    pub(super) fn reserve(
-        &self,
-        node: &NodeState,
-        jobs: &[JobDemand],
-        p: &mut Progress,
-    ) -> Option<Held> {
-        let after = self.options.reserve_after?;
-        let aged = p
+    /// Step 0 (module docs): the offline jobs past `reserve_after` try alone, the oldest
+    /// first; each that stays waiting gets a GPU held for it, taken out of `p` with the
+    /// job, where the rules let one be held.
+    pub(super) fn reserve(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) -> Holds {
+        let mut holds = Holds::default();
+        let Some(after) = self.options.reserve_after else {
+            return holds;
+        };
+        let mut aged: Vec<usize> = p
             .waiting
             .iter()
             .copied()
             .filter(|&j| jobs[j].class == JobClass::Offline && jobs[j].age_s >= after)
-            .max_by(|&a, &b| {
-                jobs[a]
-                    .age_s
-                    .total_cmp(&jobs[b].age_s)
-                    .then(jobs[b].id.cmp(&jobs[a].id))
-            })?;
+            .collect();
+        aged.sort_by(|&a, &b| {
+            jobs[b]
+                .age_s
+                .total_cmp(&jobs[a].age_s)
+                .then(jobs[a].id.cmp(&jobs[b].id))
+        });
+        // A second GPU and more only while services wait long too.
+        let online_waits_long = p
+            .waiting
+            .iter()
+            .any(|&j| jobs[j].class == JobClass::Online && jobs[j].age_s >= after);
+        for job in aged {
+            if !holds.0.is_empty() && !online_waits_long {
+                break;
+            }
+            let rest = holds.node(node);
+            if rest.gpus.len() < 2 {
+                break;
+            }
+            let first = holds.0.is_empty();
+            match self.try_or_hold(&rest, jobs, p, job, first) {
+                Tried::Placed => {}
+                Tried::Held(held) => {
+                    let from = rest.into_owned();
+                    holds.0.push((held, from));
+                }
+                // Younger jobs get no GPU held before it.
+                Tried::Waits => break,
+            }
+        }
+        holds
+    }
+
+    /// One aged job tries alone on `node`; where it stays waiting, a GPU is held for it if
+    /// one may be (the first held: any GPU whose memory could hold it; later ones: one
+    /// whose largest partition holds it twice).
+    fn try_or_hold(
+        &self,
+        node: &NodeState,
+        jobs: &[JobDemand],
+        p: &mut Progress,
+        aged: usize,
+        first: bool,
+    ) -> Tried {
         let all = std::mem::replace(&mut p.waiting, vec![aged]);
         self.place_waiting(node, jobs, p);
         let placed = p.waiting.is_empty();
         p.waiting = all;
         if placed {
             p.waiting.retain(|&j| j != aged);
-            return None;
+            return Tried::Placed;
         }
-        if node.gpus.len() < 2 {
-            return None;
-        }
+        let need = if first {
+            jobs[aged].memory_mib
+        } else {
+            2 * jobs[aged].memory_mib
+        };
         let used = |gi: usize| -> u64 {
             p.plans[gi]
                 .parts
@@ -92,12 +177,15 @@ impl Hybrid {
                 .map(|m| jobs[m.job].memory_mib)
                 .sum()
         };
-        let gpu = (0..node.gpus.len())
-            .filter(|&gi| largest_partition_mib_of(&node.gpus[gi]) >= jobs[aged].memory_mib)
-            .min_by_key(|&gi| (used(gi), gi))?;
+        let Some(gpu) = (0..node.gpus.len())
+            .filter(|&gi| largest_partition_mib_of(&node.gpus[gi]) >= need)
+            .min_by_key(|&gi| (used(gi), gi))
+        else {
+            return Tried::Waits;
+        };
         p.waiting.retain(|&j| j != aged);
         let plan = p.plans.remove(gpu);
-        Some(Held {
+        Tried::Held(Held {
             gpu,
             plan,
             job: aged,

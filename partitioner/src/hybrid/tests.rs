@@ -1396,7 +1396,7 @@ fn a_gpu_is_held_for_an_offline_job_that_has_waited_long() {
         .reason;
     assert!(
         why.ends_with(
-            "gpu 0 is held for offline job 3, submitted 4.0 h ago, until its memory is free there"
+            "gpu 0 is held for offline job 3, submitted 3.0 h ago, until its memory is free there"
         ),
         "{why}"
     );
@@ -1415,6 +1415,112 @@ fn a_gpu_is_held_for_an_offline_job_that_has_waited_long() {
     let one = NodeState::new(vec![whole_instance_gpu(0, 1)]);
     let plan = mmk().plan(&one, &[a, aged, service]);
     assert_eq!(placed(&plan, 4), Some(on(0)), "{plan:?}");
+}
+
+/// Step 0 with several jobs past the limit: one GPU held while services are served
+/// promptly; while a service has waited past the limit too, oldest first, each job that
+/// fits nowhere gets a GPU held (after the first, only one that fits in half a GPU), one
+/// GPU is never held, and a job that no GPU may be held for keeps younger ones from
+/// getting one.
+#[test]
+fn gpus_are_held_oldest_first_and_one_is_never_held() {
+    let gpus: Vec<GpuState> = (0..4).map(|i| whole_instance_gpu(i, i + 1)).collect();
+    let node = NodeState::new(gpus);
+    let on = |gpu: u32| Slot {
+        gpu,
+        start: 0,
+        profile_id: Some(0),
+    };
+    // Running trainings of 50, 55, 60 and 65 GiB, one per GPU.
+    let mut jobs: Vec<JobDemand> = (0..4)
+        .map(|i| {
+            let mut j = job(
+                u64::from(i) + 1,
+                JobClass::Offline,
+                50 + 5 * u64::from(i),
+                0.5,
+                0.3,
+            );
+            j.placed = Some(on(i));
+            j.mps_share = 100;
+            j
+        })
+        .collect();
+    // Four aged jobs that fit beside none of them, oldest first: ids 10 to 13.
+    let aged = |id: u64, gib: u64, hours: f64| {
+        let mut j = job(id, JobClass::Offline, gib, 0.5, 0.3);
+        j.age_s = RESERVE_AFTER + hours * 3600.0;
+        j
+    };
+    let service = job(20, JobClass::Online, 10, 0.25, 0.35);
+    // A service of 70 GiB that has waited past the limit too (it fits nowhere either).
+    let mut long_waiting = job(21, JobClass::Online, 70, 0.25, 0.35);
+    long_waiting.age_s = RESERVE_AFTER + 60.0;
+    let placed =
+        |plan: &Plan, id: u64| plan.placements.iter().find(|p| p.job == id).map(|p| p.slot);
+    let held = |plan: &Plan| -> Vec<String> {
+        let why = &plan
+            .queued
+            .iter()
+            .find(|q| q.job == 10)
+            .expect("job 10 waits")
+            .reason;
+        why.split("; ")
+            .filter(|s| s.contains("is held for"))
+            .map(|s| {
+                s.split(", submitted")
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+
+    let mut all = jobs.clone();
+    all.extend([
+        aged(10, 40, 3.0),
+        aged(11, 35, 2.0),
+        aged(12, 32, 1.0),
+        aged(13, 31, 0.5),
+        service.clone(),
+    ]);
+    // Services served promptly: one GPU held, for the oldest.
+    let plan = mmk().plan(&node, &all);
+    assert_eq!(
+        held(&plan),
+        ["gpu 0 is held for offline job 10"],
+        "{plan:?}"
+    );
+    all.push(long_waiting.clone());
+    let plan = mmk().plan(&node, &all);
+    assert_eq!(
+        held(&plan),
+        [
+            "gpu 0 is held for offline job 10",
+            "gpu 1 is held for offline job 11",
+            "gpu 2 is held for offline job 12",
+        ],
+        "{plan:?}"
+    );
+    // The fourth waits unheld: the last GPU stays open, and the service runs there.
+    assert_eq!(placed(&plan, 20), Some(on(3)), "{plan:?}");
+    assert_eq!(placed(&plan, 13), None, "{plan:?}");
+
+    // A second job of more than half a GPU gets none held, nor do those younger than it.
+    jobs.extend([
+        aged(10, 40, 3.0),
+        aged(11, 45, 2.0),
+        aged(12, 32, 1.0),
+        service,
+        long_waiting,
+    ]);
+    let plan = mmk().plan(&node, &jobs);
+    assert_eq!(
+        held(&plan),
+        ["gpu 0 is held for offline job 10"],
+        "{plan:?}"
+    );
+    assert!(placed(&plan, 20).is_some_and(|s| s.gpu != 0), "{plan:?}");
 }
 
 /// Passes may run at once on one planner (mmkd's reconciler, dry runs, capacity views):
