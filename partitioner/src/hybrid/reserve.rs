@@ -16,6 +16,8 @@
 //! never held: online work must have somewhere to go (so a node of one GPU holds
 //! nothing). A job that no GPU may be held for keeps younger ones from getting one.
 
+use std::borrow::Cow;
+
 use mmk_core::JobClass;
 
 use crate::plan::{JobDemand, NodeState, largest_partition_mib_of};
@@ -59,16 +61,6 @@ impl Held {
     }
 }
 
-/// What became of an aged job in step 0.
-enum Tried {
-    /// It is placed.
-    Placed,
-    /// A GPU is held for it.
-    Held(Held),
-    /// It waits, and no GPU may be held for it.
-    Waits,
-}
-
 /// The GPUs held in a pass, each with the node it was taken from (the node less the
 /// GPUs held before it), in the order they were taken.
 #[derive(Default)]
@@ -76,10 +68,10 @@ pub(super) struct Holds(Vec<(Held, NodeState)>);
 
 impl Holds {
     /// The node the rest of the pass plans on: `whole` without the held GPUs.
-    pub(super) fn node<'a>(&'a self, whole: &'a NodeState) -> std::borrow::Cow<'a, NodeState> {
+    pub(super) fn node<'a>(&'a self, whole: &'a NodeState) -> Cow<'a, NodeState> {
         match self.0.last() {
-            Some((h, from)) => std::borrow::Cow::Owned(h.node_without(from)),
-            None => std::borrow::Cow::Borrowed(whole),
+            Some((h, from)) => Cow::Owned(h.node_without(from)),
+            None => Cow::Borrowed(whole),
         }
     }
 
@@ -123,47 +115,55 @@ impl Hybrid {
             .waiting
             .iter()
             .any(|&j| jobs[j].class == JobClass::Online && jobs[j].age_s >= after);
+        // The node without the GPUs held so far.
+        let mut rest = Cow::Borrowed(node);
         for job in aged {
-            if !holds.0.is_empty() && !online_waits_long {
+            if (!holds.0.is_empty() && !online_waits_long) || rest.gpus.len() < 2 {
                 break;
             }
-            let rest = holds.node(node);
-            if rest.gpus.len() < 2 {
-                break;
+            if self.try_alone(&rest, jobs, p, job) {
+                continue;
             }
-            let first = holds.0.is_empty();
-            match self.try_or_hold(&rest, jobs, p, job, first) {
-                Tried::Placed => {}
-                Tried::Held(held) => {
-                    let from = rest.into_owned();
-                    holds.0.push((held, from));
-                }
+            let Some(held) = self.hold(&rest, jobs, p, job, holds.0.is_empty()) else {
                 // Younger jobs get no GPU held before it.
-                Tried::Waits => break,
-            }
+                break;
+            };
+            let without = Cow::Owned(held.node_without(&rest));
+            let from = std::mem::replace(&mut rest, without).into_owned();
+            holds.0.push((held, from));
         }
         holds
     }
 
-    /// One aged job tries alone on `node`; where it stays waiting, a GPU is held for it if
-    /// one may be (the first held: any GPU whose memory could hold it; later ones: one
-    /// whose largest partition holds it twice).
-    fn try_or_hold(
+    /// Step 0 for one aged job: it tries alone on `node`; whether it is placed.
+    fn try_alone(
         &self,
         node: &NodeState,
         jobs: &[JobDemand],
         p: &mut Progress,
         aged: usize,
-        first: bool,
-    ) -> Tried {
+    ) -> bool {
         let all = std::mem::replace(&mut p.waiting, vec![aged]);
         self.place_waiting(node, jobs, p);
         let placed = p.waiting.is_empty();
         p.waiting = all;
         if placed {
             p.waiting.retain(|&j| j != aged);
-            return Tried::Placed;
         }
+        placed
+    }
+
+    /// The GPU held for an aged job that stays waiting, taken out of `p` with the job, if
+    /// one may be: the first held, any GPU whose memory could hold it; later ones, one
+    /// whose largest partition holds it twice.
+    fn hold(
+        &self,
+        node: &NodeState,
+        jobs: &[JobDemand],
+        p: &mut Progress,
+        aged: usize,
+        first: bool,
+    ) -> Option<Held> {
         let need = if first {
             jobs[aged].memory_mib
         } else {
@@ -177,15 +177,12 @@ impl Hybrid {
                 .map(|m| jobs[m.job].memory_mib)
                 .sum()
         };
-        let Some(gpu) = (0..node.gpus.len())
+        let gpu = (0..node.gpus.len())
             .filter(|&gi| largest_partition_mib_of(&node.gpus[gi]) >= need)
-            .min_by_key(|&gi| (used(gi), gi))
-        else {
-            return Tried::Waits;
-        };
+            .min_by_key(|&gi| (used(gi), gi))?;
         p.waiting.retain(|&j| j != aged);
         let plan = p.plans.remove(gpu);
-        Tried::Held(Held {
+        Some(Held {
             gpu,
             plan,
             job: aged,
