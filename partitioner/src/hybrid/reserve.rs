@@ -167,7 +167,7 @@ impl Hybrid {
         let need = if first {
             jobs[aged].memory_mib
         } else {
-            2 * jobs[aged].memory_mib
+            jobs[aged].memory_mib.saturating_mul(2)
         };
         let used = |gi: usize| -> u64 {
             p.plans[gi]

@@ -1432,7 +1432,7 @@ fn gpus_are_held_oldest_first_and_one_is_never_held() {
         profile_id: Some(0),
     };
     // Running trainings of 50, 55, 60 and 65 GiB, one per GPU.
-    let mut jobs: Vec<JobDemand> = (0..4)
+    let jobs: Vec<JobDemand> = (0..4)
         .map(|i| {
             let mut j = job(
                 u64::from(i) + 1,
@@ -1506,21 +1506,27 @@ fn gpus_are_held_oldest_first_and_one_is_never_held() {
     assert_eq!(placed(&plan, 20), Some(on(3)), "{plan:?}");
     assert_eq!(placed(&plan, 13), None, "{plan:?}");
 
-    // A second job of more than half a GPU gets none held, nor do those younger than it.
-    jobs.extend([
-        aged(10, 40, 3.0),
-        aged(11, 45, 2.0),
-        aged(12, 32, 1.0),
-        service,
-        long_waiting,
-    ]);
-    let plan = mmk().plan(&node, &jobs);
-    assert_eq!(
-        held(&plan),
-        ["gpu 0 is held for offline job 10"],
-        "{plan:?}"
-    );
-    assert!(placed(&plan, 20).is_some_and(|s| s.gpu != 0), "{plan:?}");
+    // A second job of more than half a GPU gets none held, nor do those younger than it;
+    // so for a size no GPU holds (a hostile one, too large to double).
+    let mut huge = aged(11, 1, 2.0);
+    huge.memory_mib = u64::MAX;
+    for second in [aged(11, 45, 2.0), huge] {
+        let mut all = jobs.clone();
+        all.extend([
+            aged(10, 40, 3.0),
+            second,
+            aged(12, 32, 1.0),
+            service.clone(),
+            long_waiting.clone(),
+        ]);
+        let plan = mmk().plan(&node, &all);
+        assert_eq!(
+            held(&plan),
+            ["gpu 0 is held for offline job 10"],
+            "{plan:?}"
+        );
+        assert!(placed(&plan, 20).is_some_and(|s| s.gpu != 0), "{plan:?}");
+    }
 }
 
 /// Passes may run at once on one planner (mmkd's reconciler, dry runs, capacity views):
