@@ -583,8 +583,7 @@ impl Hybrid {
         // Offline jobs that have waited long go first; for those that nothing holds, GPUs
         // are held: the rest of the pass plans without them.
         let holds = self.reserve(node, jobs, p);
-        let rest = holds.node(node);
-        let node = rest.as_ref();
+        let node = holds.node();
         self.place_waiting(node, jobs, p);
         self.regrow(jobs, p);
         self.widen(node, jobs, p);
@@ -595,7 +594,6 @@ impl Hybrid {
         {
             self.preempt_for_online(jobs, p);
         }
-        drop(rest);
         holds.give_back(jobs, p)
     }
 }

@@ -27,62 +27,50 @@ use super::partition::{GpuPlan, Progress};
 
 /// A GPU held for a job, taken out of the rest of the pass.
 pub(super) struct Held {
-    /// The GPU's position in the node.
+    /// The GPU's position in the node it was taken from (the node less the GPUs held
+    /// before it; positions of the others shift down by one, as the plans' do).
     gpu: usize,
+    /// The GPU's index on the node, for what waiting jobs are told.
+    index: u32,
     plan: GpuPlan,
     job: usize,
 }
 
 impl Held {
-    /// The node without the held GPU (positions of the others shift down by one, as the
-    /// plans' do).
-    pub(super) fn node_without(&self, node: &NodeState) -> NodeState {
-        let mut n = node.clone();
-        n.gpus.remove(self.gpu);
-        n
-    }
-
     /// Puts the GPU and its job back into the pass; what waiting jobs are told.
-    pub(super) fn give_back(
-        self,
-        node: &NodeState,
-        jobs: &[JobDemand],
-        p: &mut Progress,
-    ) -> String {
+    fn give_back(self, jobs: &[JobDemand], p: &mut Progress) -> String {
         p.plans.insert(self.gpu, self.plan);
         p.waiting.push(self.job);
         let job = &jobs[self.job];
         format!(
             "gpu {} is held for offline job {}, submitted {:.1} h ago, until its memory is free there",
-            node.gpus[self.gpu].index,
+            self.index,
             job.id,
             job.age_s / 3600.0
         )
     }
 }
 
-/// The GPUs held in a pass, each with the node it was taken from (the node less the
-/// GPUs held before it), in the order they were taken.
-#[derive(Default)]
-pub(super) struct Holds(Vec<(Held, NodeState)>);
+/// The GPUs held in a pass, in the order they were taken, and the node without them.
+pub(super) struct Holds<'a> {
+    held: Vec<Held>,
+    rest: Cow<'a, NodeState>,
+}
 
-impl Holds {
-    /// The node the rest of the pass plans on: `whole` without the held GPUs.
-    pub(super) fn node<'a>(&'a self, whole: &'a NodeState) -> Cow<'a, NodeState> {
-        match self.0.last() {
-            Some((h, from)) => Cow::Owned(h.node_without(from)),
-            None => Cow::Borrowed(whole),
-        }
+impl Holds<'_> {
+    /// The node the rest of the pass plans on: the whole one without the held GPUs.
+    pub(super) fn node(&self) -> &NodeState {
+        &self.rest
     }
 
     /// Puts the GPUs and their jobs back into the pass, the last taken first; what waiting
     /// jobs are told, a line per GPU in the order they were taken.
     pub(super) fn give_back(self, jobs: &[JobDemand], p: &mut Progress) -> Vec<String> {
         let mut notes: Vec<String> = self
-            .0
+            .held
             .into_iter()
             .rev()
-            .map(|(h, from)| h.give_back(&from, jobs, p))
+            .map(|h| h.give_back(jobs, p))
             .collect();
         notes.reverse();
         notes
@@ -93,8 +81,16 @@ impl Hybrid {
     /// Step 0 (module docs): the offline jobs past `reserve_after` try alone, the oldest
     /// first; each that stays waiting gets a GPU held for it, taken out of `p` with the
     /// job, where the rules let one be held.
-    pub(super) fn reserve(&self, node: &NodeState, jobs: &[JobDemand], p: &mut Progress) -> Holds {
-        let mut holds = Holds::default();
+    pub(super) fn reserve<'a>(
+        &self,
+        node: &'a NodeState,
+        jobs: &[JobDemand],
+        p: &mut Progress,
+    ) -> Holds<'a> {
+        let mut holds = Holds {
+            held: Vec::new(),
+            rest: Cow::Borrowed(node),
+        };
         let Some(after) = self.options.reserve_after else {
             return holds;
         };
@@ -115,22 +111,20 @@ impl Hybrid {
             .waiting
             .iter()
             .any(|&j| jobs[j].class == JobClass::Online && jobs[j].age_s >= after);
-        // The node without the GPUs held so far.
-        let mut rest = Cow::Borrowed(node);
         for job in aged {
-            if (!holds.0.is_empty() && !online_waits_long) || rest.gpus.len() < 2 {
+            if (!holds.held.is_empty() && !online_waits_long) || holds.rest.gpus.len() < 2 {
                 break;
             }
-            if self.try_alone(&rest, jobs, p, job) {
+            if self.try_alone(&holds.rest, jobs, p, job) {
                 continue;
             }
-            let Some(held) = self.hold(&rest, jobs, p, job, holds.0.is_empty()) else {
+            let first = holds.held.is_empty();
+            let Some(held) = self.hold(&holds.rest, jobs, p, job, first) else {
                 // Younger jobs get no GPU held before it.
                 break;
             };
-            let without = Cow::Owned(held.node_without(&rest));
-            let from = std::mem::replace(&mut rest, without).into_owned();
-            holds.0.push((held, from));
+            holds.rest.to_mut().gpus.remove(held.gpu);
+            holds.held.push(held);
         }
         holds
     }
@@ -184,6 +178,7 @@ impl Hybrid {
         let plan = p.plans.remove(gpu);
         Some(Held {
             gpu,
+            index: node.gpus[gpu].index,
             plan,
             job: aged,
         })
