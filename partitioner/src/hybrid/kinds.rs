@@ -46,6 +46,11 @@ impl Kinds {
         }
     }
 
+    /// Job `j`'s kind, within this pass.
+    pub(super) fn kind(&self, j: usize) -> usize {
+        self.of[j]
+    }
+
     /// Job `j`'s kind's number in the memo's `kind_ids`.
     pub(super) fn number(&self, j: usize) -> u32 {
         self.numbers[self.of[j]]

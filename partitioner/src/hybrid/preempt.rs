@@ -6,9 +6,12 @@
 //! lowest priority first, then the largest, so that as few jobs as possible stop. An
 //! offline job of higher priority than the online job is never stopped for it, nor is one
 //! that cannot checkpoint; the online job then waits, and its reason names the offline
-//! jobs in the way.
+//! jobs in the way. An online job of the kind and priority of one that found no room is
+//! not asked again until an eviction changes the partitions (one of the planner's
+//! shortcuts, `Hybrid::shortcuts`): under a long queue, thousands of services wait.
 
 use std::cmp::Reverse;
+use std::collections::BTreeSet;
 
 use mmk_core::JobClass;
 
@@ -38,7 +41,15 @@ impl Hybrid {
             .copied()
             .filter(|&j| jobs[j].class == JobClass::Online)
             .collect();
+        // (kind, priority) of online jobs that found no room since the last eviction.
+        let mut refused: BTreeSet<(usize, i32)> = BTreeSet::new();
         for new in online {
+            let asks = (p.kinds.kind(new), jobs[new].priority);
+            if self.shortcuts && refused.contains(&asks) {
+                #[cfg(test)]
+                super::tests::count(&super::tests::PREEMPT_SKIPPED);
+                continue;
+            }
             let mut best: Option<Eviction> = None;
             for (gi, gp) in p.plans.iter().enumerate() {
                 for (pi, part) in gp.parts.iter().enumerate() {
@@ -49,7 +60,11 @@ impl Hybrid {
                     }
                 }
             }
-            let Some(e) = best else { continue };
+            let Some(e) = best else {
+                refused.insert(asks);
+                continue;
+            };
+            refused.clear();
             p.plans[e.gi].parts[e.pi].members = e.members;
             p.waiting.retain(|&j| j != new);
             for j in e.leave {

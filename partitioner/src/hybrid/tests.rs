@@ -18,6 +18,8 @@ thread_local! {
     pub(super) static CLIMBED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     pub(super) static CROWDED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     pub(super) static SPREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Online jobs not asked for an eviction as of a kind that found no room (`preempt.rs`).
+    pub(super) static PREEMPT_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Counts one more on a thread's counter (the planner's code calls it under `cfg(test)`).
@@ -770,6 +772,7 @@ fn remembered_answers_are_the_answers() {
     ];
     for make in [Hybrid::mmk, Hybrid::miger, Hybrid::miso] {
         SKIPPED.set(0);
+        PREEMPT_SKIPPED.set(0);
         let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
         let warm = same_plans_with_and_without_shortcuts(make, model, (2, true), &kinds, 4);
         assert!(
@@ -793,6 +796,20 @@ fn remembered_answers_are_the_answers() {
             warm.name()
         );
     }
+    // Step 7 under a queue: services wait behind trainings that fill a GPU, some of which
+    // can checkpoint.
+    let behind: [Kind; 3] = [
+        (JobClass::Online, 10, 0.3, 0.2, None, false),
+        (JobClass::Offline, 75, 0.6, 0.5, None, false),
+        (JobClass::Offline, 75, 0.6, 0.5, None, true),
+    ];
+    PREEMPT_SKIPPED.set(0);
+    let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
+    same_plans_with_and_without_shortcuts(Hybrid::mmk, model, (1, false), &behind, 4);
+    assert!(
+        PREEMPT_SKIPPED.get() > 0,
+        "online jobs of a kind that found no eviction were skipped"
+    );
     // MMK's later steps: a model with plateaus (shares climb past them), small
     // checkpointable trainings that crowd whole GPUs (MIG off) and starve there, and three
     // GPUs, so that one of them may be idle for a starved job to spread to.
