@@ -56,6 +56,25 @@ impl Kinds {
         self.numbers[self.of[j]]
     }
 
+    /// The kinds of `jobs`, each once, in the order they first come.
+    pub(super) fn distinct(&self, jobs: &[usize]) -> Vec<usize> {
+        let mut seen = vec![false; self.count];
+        jobs.iter()
+            .map(|&j| self.of[j])
+            .filter(|&k| !std::mem::replace(&mut seen[k], true))
+            .collect()
+    }
+
+    /// How many kinds the pass has.
+    pub(super) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Kind `k`'s number in the memo's `kind_ids`.
+    pub(super) fn kind_number(&self, k: usize) -> u32 {
+        self.numbers[k]
+    }
+
     /// Nothing refused yet; `enabled: false` never skips a job.
     pub(super) fn none_refused(&self, enabled: bool) -> Refused<'_> {
         Refused {
@@ -98,5 +117,11 @@ impl Refused<'_> {
     /// A job was placed: the partitions changed, so any kind may fit again.
     pub(super) fn placed(&mut self) {
         self.slo.fill(None);
+    }
+
+    /// Per kind, whether it was refused since the last placement, and if so whether for
+    /// an SLO.
+    pub(super) fn marks(&self) -> &[Option<bool>] {
+        &self.slo
     }
 }

@@ -16,6 +16,23 @@ use super::partition::{GpuPlan, Member, Part, shape_of, twin};
 /// A MIG layout: (profile ID, start slice) per instance.
 pub(super) type Layout = Vec<(u32, u8)>;
 
+/// What the layout search asks of a GPU for: the jobs waiting, their kinds (each once),
+/// the pass's kinds, the SLO marks to set, and how shares rise.
+pub(super) struct Asking<'a> {
+    pub(super) waiting: &'a [usize],
+    pub(super) kinds: &'a [usize],
+    pub(super) of: &'a Kinds,
+    pub(super) slo_blocked: &'a mut [bool],
+    pub(super) raise: Raise,
+}
+
+/// A GPU's best layout: its gain, the GPU's new plan, the jobs placed.
+type Best = (f64, GpuPlan, Vec<usize>);
+
+/// Per kind of job in a pass, whether it was refused (`Some`), and if so whether for an
+/// SLO.
+type Marks = Vec<Option<bool>>;
+
 /// A candidate: its partitions, and the empty instances it destroys (slot, driver ID).
 type Candidate = (Vec<Part>, Vec<(Slot, u32)>);
 
@@ -139,6 +156,69 @@ impl Hybrid {
         cands
     }
 
+    /// Step 3 for one GPU (`gpu`, and its plan `now`) and the jobs the layout search has
+    /// waiting: [`Hybrid::best_layout`], but where the memo knows that no candidate
+    /// layout of this GPU state places a job of any waiting kind, it is not asked again
+    /// (one of the planner's shortcuts, `Hybrid::shortcuts`). Under a long queue most GPUs
+    /// are full and most passes place nothing there: asking each again cost a third of a
+    /// pass.
+    pub(super) fn best_layout_for(
+        &self,
+        (gpu, now): (&GpuState, &GpuPlan),
+        jobs: &[JobDemand],
+        a: Asking<'_>,
+    ) -> Option<(f64, GpuPlan, Vec<usize>)> {
+        let Asking {
+            waiting,
+            kinds: waiting_kinds,
+            of: kinds,
+            slo_blocked,
+            raise,
+        } = a;
+        if !self.shortcuts {
+            return self
+                .layouts((gpu, now), jobs, waiting, kinds, slo_blocked, raise)
+                .0;
+        }
+        let number = self.gpu_number(jobs, gpu, now);
+        let key = |k: usize| (number, kinds.kind_number(k), raise as u32);
+        let known: Option<Vec<bool>> = {
+            let memo = self.memo();
+            (memo.generation == kinds.generation)
+                .then(|| {
+                    waiting_kinds
+                        .iter()
+                        .map(|&k| memo.unplaced.get(&key(k)).copied())
+                        .collect()
+                })
+                .flatten()
+        };
+        if let Some(slo) = known {
+            let mut by_kind = vec![false; kinds.count()];
+            for (&k, slo) in waiting_kinds.iter().zip(slo) {
+                by_kind[k] = slo;
+            }
+            for &j in waiting {
+                slo_blocked[j] |= by_kind[kinds.kind(j)];
+            }
+            #[cfg(test)]
+            super::tests::count(&super::tests::LAYOUTS_SKIPPED);
+            return None;
+        }
+        let (best, unplaced) = self.layouts((gpu, now), jobs, waiting, kinds, slo_blocked, raise);
+        if let Some(marks) = unplaced {
+            let mut memo = self.memo();
+            if memo.generation == kinds.generation {
+                for &k in waiting_kinds {
+                    if let Some(slo) = marks[k] {
+                        memo.unplaced.insert(key(k), slo);
+                    }
+                }
+            }
+        }
+        best
+    }
+
     /// Step 3 for one GPU (`gpu`, and its plan `now`): the best candidate layout for the
     /// waiting jobs, as (score gain over the GPU as it is, the GPU's new plan, jobs
     /// placed).
@@ -151,6 +231,26 @@ impl Hybrid {
         slo_blocked: &mut [bool],
         raise: Raise,
     ) -> Option<(f64, GpuPlan, Vec<usize>)> {
+        self.layouts((gpu, now), jobs, waiting, kinds, slo_blocked, raise)
+            .0
+    }
+
+    /// [`Hybrid::best_layout`], and, where no candidate placed any job, per kind (within
+    /// the pass) whether it was refused there and if so whether for an SLO: then each
+    /// kind was asked of the same partitions alone, and the answer holds for any jobs of
+    /// those kinds.
+    fn layouts(
+        &self,
+        (gpu, now): (&GpuState, &GpuPlan),
+        jobs: &[JobDemand],
+        waiting: &[usize],
+        kinds: &Kinds,
+        slo_blocked: &mut [bool],
+        raise: Raise,
+    ) -> (Option<Best>, Option<Marks>) {
+        // Per kind, OR over the candidates: refused (for an SLO) in each, while none
+        // placed a job.
+        let mut unplaced: Option<Marks> = Some(vec![None; kinds.count()]);
         let base: f64 = now.parts.iter().map(|p| self.part_stp(jobs, p)).sum();
         let model = &gpu.model;
         let busy: Vec<&Part> = now.parts.iter().filter(|p| !p.members.is_empty()).collect();
@@ -221,8 +321,17 @@ impl Hybrid {
                 }
             }
             if placed.is_empty() {
+                if let Some(u) = &mut unplaced {
+                    for (u, m) in u.iter_mut().zip(refused.marks()) {
+                        *u = match (*u, *m) {
+                            (Some(a), Some(b)) => Some(a || b),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                }
                 continue;
             }
+            unplaced = None;
             // New instances that got no job are not created.
             parts.retain(|p| p.existing.is_some() || !p.members.is_empty());
             let mut destroyed = destroyed;
@@ -266,7 +375,10 @@ impl Hybrid {
                 best = Some((gain, steps, GpuPlan { parts, destroyed }, placed));
             }
         }
-        best.map(|(gain, _, plan, placed)| (gain, plan, placed))
+        (
+            best.map(|(gain, _, plan, placed)| (gain, plan, placed)),
+            unplaced,
+        )
     }
 }
 

@@ -4,12 +4,13 @@
 use mmk_core::JobClass;
 use mmk_core::fasthash::FastMap;
 
+use crate::layout::GpuState;
 use crate::model::PartitionShape;
 use crate::plan::JobDemand;
 
 use super::Hybrid;
 use super::mps_config::Config;
-use super::partition::{Member, Part};
+use super::partition::{GpuPlan, Member, Part};
 use super::rebalance::{Shares, movable};
 
 /// Answers for partition states asked before, keyed by [`state_key`]. A planning pass asks
@@ -41,6 +42,12 @@ pub(super) struct Memo {
     /// `mps_config`'s answers by a partition's number in `part_ids`, the newcomer's kind
     /// in `kind_ids` and `Raise` (the layout search's; as [`Answers`]).
     pub(super) configs: FastMap<(u32, u32, u32), Config>,
+    /// Numbers for GPU states ([`Hybrid::gpu_number`]), for [`Memo::unplaced`].
+    pub(super) gpu_ids: FastMap<Vec<u64>, u32>,
+    /// Kinds of job that no candidate layout of a GPU state places, by the state's number
+    /// in `gpu_ids`, the kind's in `kind_ids` and `Raise`, with whether an SLO refused
+    /// them there (`layout_search.rs`, `best_layout_for`).
+    pub(super) unplaced: FastMap<(u32, u32, u32), bool>,
     /// How often the numbered maps started over. Passes may run at once (mmkd plans, dry
     /// runs and capacity views in parallel): a pass numbered its kinds under one
     /// generation and uses the numbered answers only while it lasts.
@@ -66,12 +73,16 @@ impl Memo {
             || self.part_ids.len() >= MEMO_MAX
             || self.answers.len() >= 4 * MEMO_MAX
             || self.configs.len() >= 4 * MEMO_MAX
+            || self.gpu_ids.len() >= MEMO_MAX
+            || self.unplaced.len() >= 4 * MEMO_MAX
         {
             self.state_ids.clear();
             self.kind_ids.clear();
             self.answers.clear();
             self.part_ids.clear();
             self.configs.clear();
+            self.gpu_ids.clear();
+            self.unplaced.clear();
             self.generation += 1;
         }
     }
@@ -167,6 +178,31 @@ impl Hybrid {
     pub(super) fn part_number(&self, jobs: &[JobDemand], part: &Part) -> u32 {
         let key = state_key(jobs, &part.shape, &part.members, None);
         Memo::number(&mut self.memo().part_ids, &key)
+    }
+
+    /// `gpu`'s state, as the layout search sees it with plan `now` (its model, profiles and mode,
+    /// and per partition in order: its slot, whether it exists, its free memory and its
+    /// number in `part_ids`), numbered in the memo's `gpu_ids`.
+    pub(super) fn gpu_number(&self, jobs: &[JobDemand], gpu: &GpuState, now: &GpuPlan) -> u32 {
+        let mut key: Vec<u64> = gpu
+            .model
+            .key
+            .bytes()
+            .map(u64::from)
+            .chain([u64::MAX])
+            .chain(gpu.model.profiles.iter().map(|p| u64::from(p.id)))
+            .chain([
+                u64::MAX,
+                u64::from(gpu.mig_enabled) | u64::from(gpu.layout_fixed) << 1,
+            ])
+            .collect();
+        for part in &now.parts {
+            key.push(u64::from(part.slot.profile_id.unwrap_or(u32::MAX)));
+            key.push(u64::from(part.slot.start) | u64::from(part.existing.is_some()) << 8);
+            key.push(part.free_mib(jobs));
+            key.push(u64::from(self.part_number(jobs, part)));
+        }
+        Memo::number(&mut self.memo().gpu_ids, &key)
     }
 
     /// `mps_config`'s answer by numbers (`Memo::configs`) given in `generation`:

@@ -138,8 +138,8 @@ use crate::plan::{
 };
 
 use kinds::Kinds;
-use layout_search::Layout;
 pub use layout_search::maximal_layouts;
+use layout_search::{Asking, Layout};
 use memo::Memo;
 use mps_config::Raise;
 use partition::{GpuPlan, Progress};
@@ -504,18 +504,19 @@ impl Hybrid {
             // GPUs in the same state get the same answer: only the first of them is asked,
             // since a later one's equal gain never beats it.
             let mut seen: BTreeSet<Signature> = BTreeSet::new();
+            let waiting_kinds = p.kinds.distinct(&p.waiting);
             for (gi, gpu) in node.gpus.iter().enumerate() {
                 if !seen.insert(signature(gpu, &p.plans[gi])) {
                     continue;
                 }
-                let answer = self.best_layout(
-                    (gpu, &p.plans[gi]),
-                    jobs,
-                    &p.waiting,
-                    &p.kinds,
-                    &mut p.slo_blocked,
-                    p.raise,
-                );
+                let asking = Asking {
+                    waiting: &p.waiting,
+                    kinds: &waiting_kinds,
+                    of: &p.kinds,
+                    slo_blocked: &mut p.slo_blocked,
+                    raise: p.raise,
+                };
+                let answer = self.best_layout_for((gpu, &p.plans[gi]), jobs, asking);
                 if let Some((gain, plan, placed)) = answer
                     && gain > 1e-9
                     && best.as_ref().is_none_or(|(g, ..)| gain > *g + 1e-9)

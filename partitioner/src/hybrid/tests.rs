@@ -18,6 +18,9 @@ thread_local! {
     pub(super) static CLIMBED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     pub(super) static CROWDED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     pub(super) static SPREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// GPU states the layout search did not ask again, as no layout of theirs places a
+    /// waiting kind (`layout_search.rs`, `best_layout_for`).
+    pub(super) static LAYOUTS_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Online jobs not asked for an eviction as of a kind that found no room (`preempt.rs`).
     pub(super) static PREEMPT_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
@@ -772,7 +775,7 @@ fn remembered_answers_are_the_answers() {
     ];
     for make in [Hybrid::mmk, Hybrid::miger, Hybrid::miso] {
         SKIPPED.set(0);
-        PREEMPT_SKIPPED.set(0);
+        LAYOUTS_SKIPPED.set(0);
         let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
         let warm = same_plans_with_and_without_shortcuts(make, model, (2, true), &kinds, 4);
         assert!(
@@ -793,6 +796,11 @@ fn remembered_answers_are_the_answers() {
         assert!(
             SKIPPED.get() > 0,
             "{}: refused kinds were skipped",
+            warm.name()
+        );
+        assert!(
+            LAYOUTS_SKIPPED.get() > 0,
+            "{}: GPU states that place no waiting kind were not asked again",
             warm.name()
         );
     }
@@ -1584,4 +1592,58 @@ fn numbered_answers_of_an_older_generation_are_neither_read_nor_written() {
         3,
         "asked again, and not remembered, for an older generation"
     );
+}
+
+/// The layout search remembers GPU states where no layout places a waiting kind of job
+/// (`best_layout_for`): a later pass over a GPU in such a state plans as a new planner
+/// does, SLO marks included, and a GPU whose jobs have the same profiles but hold less
+/// memory is asked again. MIGER places jobs through the layout search alone.
+#[test]
+fn a_gpu_state_that_placed_nothing_is_not_asked_again() {
+    use crate::plan::apply;
+    let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
+    let warm = Hybrid::miger(Arc::clone(&model));
+    let fresh = || Hybrid::miger(Arc::clone(&model));
+    let empty = NodeState::new(vec![GpuState {
+        mig_enabled: false,
+        ..gpu("a100-80gb", 0)
+    }]);
+    // A training that cannot move, holding `gib` of the GPU at 90 %.
+    let running = |gib: u64| {
+        let mut t = job(1, JobClass::Offline, gib, 0.6, 0.5);
+        t.movable = false;
+        let plan = fresh().plan(&empty, std::slice::from_ref(&t));
+        let (node, mut jobs) = apply(&empty, &[t], &plan);
+        jobs[0].mps_share = 90;
+        (node, jobs)
+    };
+    let service = |id: u64| {
+        let mut s = job(id, JobClass::Online, 5, 0.3, 0.2);
+        s.profile.solo_latency_ms = Some(4.0);
+        s.slo_ms = Some(4);
+        s
+    };
+    let plan_both = |(node, mut jobs): (NodeState, Vec<JobDemand>), waiting: &[JobDemand]| {
+        jobs.extend_from_slice(waiting);
+        let plan = warm.plan(&node, &jobs);
+        assert_eq!(plan, fresh().plan(&node, &jobs));
+        plan
+    };
+
+    // 70 GiB held: a 20 GiB job does not fit, and the service's SLO cannot hold at 10 %.
+    LAYOUTS_SKIPPED.set(0);
+    let waiting = [job(2, JobClass::Offline, 20, 0.3, 0.3), service(3)];
+    let plan = plan_both(running(70), &waiting);
+    assert_eq!(plan.queued.len(), 2, "{:?}", plan.queued);
+    assert_eq!(LAYOUTS_SKIPPED.get(), 0);
+    // The same state again, other jobs of the same kinds: not asked, the same reasons.
+    let waiting = [job(4, JobClass::Offline, 20, 0.3, 0.3), service(5)];
+    let plan = plan_both(running(70), &waiting);
+    assert_eq!(LAYOUTS_SKIPPED.get(), 1);
+    let reasons: Vec<&str> = plan.queued.iter().map(|q| q.reason.as_str()).collect();
+    assert!(reasons[1].contains("SLO of 4ms"), "{reasons:?}");
+    // The same profiles holding 20 GiB: asked again, and the 20 GiB job starts.
+    let waiting = [job(6, JobClass::Offline, 20, 0.3, 0.3)];
+    let plan = plan_both(running(20), &waiting);
+    assert!(plan.placements.iter().any(|p| p.job == 6), "{plan:?}");
 }
