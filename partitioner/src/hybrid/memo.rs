@@ -92,9 +92,9 @@ impl Memo {
         &self,
         generation: u64,
         key: &(u32, u32, u32),
-    ) -> Option<(Config, Option<Shares>)> {
+    ) -> Option<&(Config, Option<Shares>)> {
         (self.generation == generation)
-            .then(|| self.answers.get(key).cloned())
+            .then(|| self.answers.get(key))
             .flatten()
     }
 

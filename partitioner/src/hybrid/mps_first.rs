@@ -10,9 +10,9 @@ use crate::plan::{JobDemand, NodeState};
 use super::Hybrid;
 use super::memo::Memo;
 use super::memo::state_key;
-use super::mps_config::Refusal;
+use super::mps_config::{Config, Refusal};
 use super::partition::{GpuPlan, Member, Progress};
-use super::rebalance::rebalanced;
+use super::rebalance::{Shares, rebalanced};
 
 /// Where MPS-first puts a job.
 struct Choice {
@@ -122,50 +122,64 @@ impl Hybrid {
                 let now = a.stp;
                 // Strictly better (by more than a tolerance) only: of equal gains the first
                 // partition's stays, which is what lets `distinct_parts` ask one of each state.
-                let mut consider = |gain: f64, how: Join| {
-                    if best.as_ref().is_none_or(|c| gain > c.gain + 1e-12) {
+                // An answer is judged where the memo keeps it; only a chosen rebalance is
+                // copied out.
+                let mut judge = |config: &Config, shares: Option<&Shares>| {
+                    let beats = |gain: f64, best: &Option<Choice>| {
+                        best.as_ref().is_none_or(|c| gain > c.gain + 1e-12)
+                    };
+                    match *config {
+                        Ok((share, stp, own)) => {
+                            let gain = stp - now;
+                            if (last_resort || self.adds_enough(part, own, gain))
+                                && beats(gain, &best)
+                            {
+                                best = Some(Choice {
+                                    gain,
+                                    gpu: a.gpu,
+                                    part: a.part,
+                                    how: Join::At(share),
+                                });
+                            }
+                        }
+                        Err(Refusal::Slo) => slo_here = true,
+                        Err(Refusal::Room) => {}
+                    }
+                    let Some(shares) = shares else { return };
+                    let (_, stp, own) = *shares;
+                    // A move must pay for its restart.
+                    let gain = stp - self.moves_cost_of(jobs, part, shares, moved) - now;
+                    if gain > 0.0
+                        && (last_resort || self.adds_enough(part, own, gain))
+                        && beats(gain, &best)
+                    {
+                        let (members, _, _, moves) = rebalanced(jobs, part, Some(j), shares);
                         best = Some(Choice {
                             gain,
                             gpu: a.gpu,
                             part: a.part,
-                            how,
+                            how: Join::Moving(members, moves),
                         });
                     }
                 };
-                let ask = || {
-                    (
-                        self.mps_config(jobs, part, j, last_resort, *raise),
-                        self.rebalance_shares(jobs, part, Some(j)),
-                    )
-                };
                 let key = (a.id, kinds.number(j), flags);
-                let known_answer = self
-                    .shortcuts
-                    .then(|| self.memo().answer(kinds.generation, &key))
-                    .flatten();
-                let (config, shares) = known_answer.unwrap_or_else(|| {
-                    let answer = ask();
+                let known = self.shortcuts && {
+                    let memo = self.memo();
+                    match memo.answer(kinds.generation, &key) {
+                        Some((config, shares)) => {
+                            judge(config, shares.as_ref());
+                            true
+                        }
+                        None => false,
+                    }
+                };
+                if !known {
+                    let config = self.mps_config(jobs, part, j, last_resort, *raise);
+                    let shares = self.rebalance_shares(jobs, part, Some(j));
+                    judge(&config, shares.as_ref());
                     if self.shortcuts {
                         self.memo()
-                            .remember_answer(kinds.generation, key, answer.clone());
-                    }
-                    answer
-                });
-                match config {
-                    Ok((share, stp, own)) => {
-                        if last_resort || self.adds_enough(part, own, stp - now) {
-                            consider(stp - now, Join::At(share));
-                        }
-                    }
-                    Err(Refusal::Slo) => slo_here = true,
-                    Err(Refusal::Room) => {}
-                }
-                if let Some(shares) = shares {
-                    let (members, stp, own, moves) = rebalanced(jobs, part, Some(j), &shares);
-                    // A move must pay for its restart.
-                    let gain = stp - self.moves_cost(&moves, moved) - now;
-                    if gain > 0.0 && (last_resort || self.adds_enough(part, own, gain)) {
-                        consider(gain, Join::Moving(members, moves));
+                            .remember_answer(kinds.generation, key, (config, shares));
                     }
                 }
             }

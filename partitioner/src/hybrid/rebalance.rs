@@ -222,6 +222,24 @@ impl Hybrid {
 
     /// What restarting `moves` costs in predicted STP: `move_cost` for each job not already
     /// moved in this plan.
+    /// What the moves of a rebalance of `part` to `shares` cost ([`Hybrid::moves_cost`] of
+    /// [`rebalanced`]'s moves), without building the new members.
+    pub(super) fn moves_cost_of(
+        &self,
+        jobs: &[JobDemand],
+        part: &Part,
+        (shares, _, _): &Shares,
+        moved: &BTreeSet<usize>,
+    ) -> f64 {
+        let new = part
+            .members
+            .iter()
+            .zip(shares)
+            .filter(|(b, share)| movable(jobs, b) && b.share != **share && !moved.contains(&b.job))
+            .count();
+        self.options.move_cost.unwrap_or(0.0) * new as f64
+    }
+
     pub(super) fn moves_cost(&self, moves: &[usize], moved: &BTreeSet<usize>) -> f64 {
         let new = moves.iter().filter(|m| !moved.contains(m)).count();
         self.options.move_cost.unwrap_or(0.0) * new as f64
