@@ -42,6 +42,14 @@ pub(super) struct Memo {
     /// `mps_config`'s answers by a partition's number in `part_ids`, the newcomer's kind
     /// in `kind_ids` and `Raise` (the layout search's; as [`Answers`]).
     pub(super) configs: FastMap<(u32, u32, u32), Config>,
+    /// Numbers for the partition states MPS-first asks in a round, in order (by their
+    /// numbers in `state_ids`), for [`Memo::choices`].
+    pub(super) asked_ids: FastMap<Vec<u64>, u32>,
+    /// Where MPS-first puts a kind of job among the partition states of a round (by the
+    /// round's number in `asked_ids`, the kind's in `kind_ids`, and the round's flags):
+    /// the chosen one's position and whether it rebalances, and whether an SLO refused
+    /// it somewhere (`mps_first.rs`, `choose_remembered`).
+    pub(super) choices: FastMap<(u32, u32, u32), Chosen>,
     /// Numbers for GPU states ([`Hybrid::gpu_number`]), for [`Memo::unplaced`].
     pub(super) gpu_ids: FastMap<Vec<u64>, u32>,
     /// Kinds of job that no candidate layout of a GPU state places, by the state's number
@@ -53,6 +61,10 @@ pub(super) struct Memo {
     /// generation and uses the numbered answers only while it lasts.
     pub(super) generation: u64,
 }
+
+/// MPS-first's choice for a kind of job among a round's partition states: the chosen
+/// one's position and whether it rebalances, and whether an SLO refused the job somewhere.
+pub(super) type Chosen = (Option<(u32, bool)>, bool);
 
 /// What `mps_config` and `rebalance_shares` answered for a partition state and a kind of
 /// job, by their numbers in [`Memo::state_ids`] and [`Memo::kind_ids`], for a
@@ -74,6 +86,8 @@ impl Memo {
             || self.answers.len() >= 4 * MEMO_MAX
             || self.configs.len() >= 4 * MEMO_MAX
             || self.gpu_ids.len() >= MEMO_MAX
+            || self.asked_ids.len() >= MEMO_MAX
+            || self.choices.len() >= 4 * MEMO_MAX
             || self.unplaced.len() >= 4 * MEMO_MAX
         {
             self.state_ids.clear();
@@ -82,6 +96,8 @@ impl Memo {
             self.part_ids.clear();
             self.configs.clear();
             self.gpu_ids.clear();
+            self.asked_ids.clear();
+            self.choices.clear();
             self.unplaced.clear();
             self.generation += 1;
         }

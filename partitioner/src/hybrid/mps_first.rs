@@ -8,15 +8,18 @@ use mmk_core::fasthash::FastSet;
 use crate::plan::{JobDemand, NodeState};
 
 use super::Hybrid;
+use super::kinds::Kinds;
 use super::memo::Memo;
 use super::memo::state_key;
-use super::mps_config::{Config, Refusal};
+use super::mps_config::{Config, Raise, Refusal};
 use super::partition::{GpuPlan, Member, Progress};
 use super::rebalance::{Shares, rebalanced};
 
 /// Where MPS-first puts a job.
 struct Choice {
     gain: f64,
+    /// The partition's position among those asked.
+    pos: usize,
     gpu: usize,
     part: usize,
     how: Join,
@@ -45,6 +48,19 @@ struct PartState {
 
 /// Per GPU and partition, its [`PartState`] (`None`: to be found again).
 type Known = Vec<Vec<Option<PartState>>>;
+
+/// What a round of MPS-first asks partitions with.
+struct Round<'a> {
+    jobs: &'a [JobDemand],
+    plans: &'a [GpuPlan],
+    moved: &'a BTreeSet<usize>,
+    kinds: &'a Kinds,
+    raise: Raise,
+    /// `last_resort` and `raise`, as the memo's answers are keyed.
+    flags: u32,
+    defer: bool,
+    last_resort: bool,
+}
 
 /// A partition MPS-first asks (one of each state), with what does not depend on the job.
 struct Asked {
@@ -95,94 +111,24 @@ impl Hybrid {
         // STP (rebuilt after each placement).
         let mut known: Known = plans.iter().map(|gp| vec![None; gp.parts.len()]).collect();
         let mut asked = self.distinct_parts(jobs, plans, moved, &mut known);
+        let mut asked_id = self.asked_number(&asked, kinds.generation);
         let flags = u32::from(last_resort) | (*raise as u32) << 1;
         for &j in waiting.iter() {
             if refused.skip(j, slo_blocked) {
                 still.push(j);
                 continue;
             }
-            let mut best: Option<Choice> = None;
-            let mut slo_here = false;
-            for a in &asked {
-                let part = &plans[a.gpu].parts[a.part];
-                if a.free_mib < jobs[j].memory_mib {
-                    continue;
-                }
-                // An instance without jobs is the layout search's to keep, reshape or share
-                // out among several waiting jobs; MPS-first takes it only for a job that
-                // search left waiting.
-                if defer && part.members.is_empty() {
-                    continue;
-                }
-                if last_resort && self.crowded(jobs, part, j) {
-                    #[cfg(test)]
-                    super::tests::count(&super::tests::CROWDED);
-                    continue;
-                }
-                let now = a.stp;
-                // Strictly better (by more than a tolerance) only: of equal gains the first
-                // partition's stays, which is what lets `distinct_parts` ask one of each state.
-                // An answer is judged where the memo keeps it; only a chosen rebalance is
-                // copied out.
-                let mut judge = |config: &Config, shares: Option<&Shares>| {
-                    let beats = |gain: f64, best: &Option<Choice>| {
-                        best.as_ref().is_none_or(|c| gain > c.gain + 1e-12)
-                    };
-                    match *config {
-                        Ok((share, stp, own)) => {
-                            let gain = stp - now;
-                            if (last_resort || self.adds_enough(part, own, gain))
-                                && beats(gain, &best)
-                            {
-                                best = Some(Choice {
-                                    gain,
-                                    gpu: a.gpu,
-                                    part: a.part,
-                                    how: Join::At(share),
-                                });
-                            }
-                        }
-                        Err(Refusal::Slo) => slo_here = true,
-                        Err(Refusal::Room) => {}
-                    }
-                    let Some(shares) = shares else { return };
-                    let (_, stp, own) = *shares;
-                    // A move must pay for its restart.
-                    let gain = stp - self.moves_cost_of(jobs, part, shares, moved) - now;
-                    if gain > 0.0
-                        && (last_resort || self.adds_enough(part, own, gain))
-                        && beats(gain, &best)
-                    {
-                        let (members, _, _, moves) = rebalanced(jobs, part, Some(j), shares);
-                        best = Some(Choice {
-                            gain,
-                            gpu: a.gpu,
-                            part: a.part,
-                            how: Join::Moving(members, moves),
-                        });
-                    }
-                };
-                let key = (a.id, kinds.number(j), flags);
-                let known = self.shortcuts && {
-                    let memo = self.memo();
-                    match memo.answer(kinds.generation, &key) {
-                        Some((config, shares)) => {
-                            judge(config, shares.as_ref());
-                            true
-                        }
-                        None => false,
-                    }
-                };
-                if !known {
-                    let config = self.mps_config(jobs, part, j, last_resort, *raise);
-                    let shares = self.rebalance_shares(jobs, part, Some(j));
-                    judge(&config, shares.as_ref());
-                    if self.shortcuts {
-                        self.memo()
-                            .remember_answer(kinds.generation, key, (config, shares));
-                    }
-                }
-            }
+            let round = Round {
+                jobs,
+                plans,
+                moved,
+                kinds,
+                raise: *raise,
+                flags,
+                defer,
+                last_resort,
+            };
+            let (best, slo_here) = self.choose_remembered(&round, &asked, asked_id, j);
             // MPS first, unless an instance of its own (an empty one, or one made on
             // slices no job uses) would do better for this job even after paying for the
             // reconfiguration: then the layout search (step 3) decides.
@@ -205,6 +151,7 @@ impl Hybrid {
                     refused.placed();
                     known[c.gpu][c.part] = None;
                     asked = self.distinct_parts(jobs, plans, moved, &mut known);
+                    asked_id = self.asked_number(&asked, kinds.generation);
                 }
                 _ => {
                     refused.refuse(j, slo_here);
@@ -213,6 +160,175 @@ impl Hybrid {
             }
         }
         *waiting = still;
+    }
+
+    /// The number of the states `asked`, in order, in the memo's `asked_ids`, if the
+    /// shortcuts are on and the memo is still in `generation`.
+    fn asked_number(&self, asked: &[Asked], generation: u64) -> Option<u32> {
+        if !self.shortcuts {
+            return None;
+        }
+        let key: Vec<u64> = asked.iter().map(|a| u64::from(a.id)).collect();
+        let mut memo = self.memo();
+        (memo.generation == generation).then(|| Memo::number(&mut memo.asked_ids, &key))
+    }
+
+    /// [`Hybrid::choose`] over `asked`, remembered by the states asked (`asked_id`), the
+    /// job's kind and the round's flags: the choice depends on nothing else
+    /// (`distinct_parts`), and a pass asks it again in each of its MPS-first rounds, as
+    /// the next pass does while the partitions stay as they are. A remembered choice is
+    /// made again from its one partition.
+    fn choose_remembered(
+        &self,
+        r: &Round<'_>,
+        asked: &[Asked],
+        asked_id: Option<u32>,
+        j: usize,
+    ) -> (Option<Choice>, bool) {
+        let Some(asked_id) = asked_id else {
+            return self.choose(r, asked, j, None);
+        };
+        let key = (
+            asked_id,
+            r.kinds.number(j),
+            r.flags | u32::from(r.defer) << 3,
+        );
+        let remembered = {
+            let memo = self.memo();
+            (memo.generation == r.kinds.generation)
+                .then(|| memo.choices.get(&key).copied())
+                .flatten()
+        };
+        if let Some((chosen, slo_here)) = remembered {
+            #[cfg(test)]
+            super::tests::count(&super::tests::CHOICES_RECALLED);
+            let best = chosen.and_then(|(pos, moving)| {
+                let (c, _) = self.choose(r, &asked[pos as usize..=pos as usize], j, Some(moving));
+                c.map(|c| Choice {
+                    pos: pos as usize,
+                    ..c
+                })
+            });
+            return (best, slo_here);
+        }
+        let (best, slo_here) = self.choose(r, asked, j, None);
+        let chosen = best
+            .as_ref()
+            .map(|c| (c.pos as u32, matches!(c.how, Join::Moving(..))));
+        let mut memo = self.memo();
+        if memo.generation == r.kinds.generation {
+            memo.choices.insert(key, (chosen, slo_here));
+        }
+        (best, slo_here)
+    }
+
+    /// Where job `j` joins best among the partitions `asked`, and whether one refused it
+    /// for an SLO. `only`: consider joining as it is (`false`) or with a rebalance
+    /// (`true`) alone.
+    fn choose(
+        &self,
+        r: &Round<'_>,
+        asked: &[Asked],
+        j: usize,
+        only: Option<bool>,
+    ) -> (Option<Choice>, bool) {
+        let &Round {
+            jobs,
+            plans,
+            moved,
+            kinds,
+            raise,
+            flags,
+            defer,
+            last_resort,
+        } = r;
+        let mut best: Option<Choice> = None;
+        let mut slo_here = false;
+        for (pos, a) in asked.iter().enumerate() {
+            let part = &plans[a.gpu].parts[a.part];
+            if a.free_mib < jobs[j].memory_mib {
+                continue;
+            }
+            // An instance without jobs is the layout search's to keep, reshape or share
+            // out among several waiting jobs; MPS-first takes it only for a job that
+            // search left waiting.
+            if defer && part.members.is_empty() {
+                continue;
+            }
+            if last_resort && self.crowded(jobs, part, j) {
+                #[cfg(test)]
+                super::tests::count(&super::tests::CROWDED);
+                continue;
+            }
+            let now = a.stp;
+            // Strictly better (by more than a tolerance) only: of equal gains the first
+            // partition's stays, which is what lets `distinct_parts` ask one of each state.
+            // An answer is judged where the memo keeps it; only a chosen rebalance is
+            // copied out.
+            let mut judge = |config: &Config, shares: Option<&Shares>| {
+                let beats = |gain: f64, best: &Option<Choice>| {
+                    best.as_ref().is_none_or(|c| gain > c.gain + 1e-12)
+                };
+                match *config {
+                    Ok((share, stp, own)) if only != Some(true) => {
+                        let gain = stp - now;
+                        if (last_resort || self.adds_enough(part, own, gain)) && beats(gain, &best)
+                        {
+                            best = Some(Choice {
+                                gain,
+                                pos,
+                                gpu: a.gpu,
+                                part: a.part,
+                                how: Join::At(share),
+                            });
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(Refusal::Slo) => slo_here = true,
+                    Err(Refusal::Room) => {}
+                }
+                let Some(shares) = shares.filter(|_| only != Some(false)) else {
+                    return;
+                };
+                let (_, stp, own) = *shares;
+                // A move must pay for its restart.
+                let gain = stp - self.moves_cost_of(jobs, part, shares, moved) - now;
+                if gain > 0.0
+                    && (last_resort || self.adds_enough(part, own, gain))
+                    && beats(gain, &best)
+                {
+                    let (members, _, _, moves) = rebalanced(jobs, part, Some(j), shares);
+                    best = Some(Choice {
+                        gain,
+                        pos,
+                        gpu: a.gpu,
+                        part: a.part,
+                        how: Join::Moving(members, moves),
+                    });
+                }
+            };
+            let key = (a.id, kinds.number(j), flags);
+            let known = self.shortcuts && {
+                let memo = self.memo();
+                match memo.answer(kinds.generation, &key) {
+                    Some((config, shares)) => {
+                        judge(config, shares.as_ref());
+                        true
+                    }
+                    None => false,
+                }
+            };
+            if !known {
+                let config = self.mps_config(jobs, part, j, last_resort, raise);
+                let shares = self.rebalance_shares(jobs, part, Some(j));
+                judge(&config, shares.as_ref());
+                if self.shortcuts {
+                    self.memo()
+                        .remember_answer(kinds.generation, key, (config, shares));
+                }
+            }
+        }
+        (best, slo_here)
     }
 
     /// The partitions of `plans`, in order, but only the first of those in the same state:

@@ -21,6 +21,8 @@ thread_local! {
     /// GPU states the layout search did not ask again, as no layout of theirs places a
     /// waiting kind (`layout_search.rs`, `best_layout_for`).
     pub(super) static LAYOUTS_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Choices MPS-first made again from the memo (`mps_first.rs`, `choose_remembered`).
+    pub(super) static CHOICES_RECALLED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Online jobs not asked for an eviction as of a kind that found no room (`preempt.rs`).
     pub(super) static PREEMPT_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
@@ -743,6 +745,9 @@ fn same_plans_with_and_without_shortcuts(
         let plan = warm.plan(&node, &jobs);
         let fresh = make(Arc::clone(&model)).plan(&node, &jobs);
         assert_eq!(plan, fresh, "{} at step {step}", warm.name());
+        // The same state again, as when a job arrives that changes nothing.
+        let again = warm.plan(&node, &jobs);
+        assert_eq!(plan, again, "{} at step {step}, asked again", warm.name());
         let reference = make(Arc::clone(&model)).forgetful().plan(&node, &jobs);
         assert_eq!(
             plan,
@@ -776,6 +781,7 @@ fn remembered_answers_are_the_answers() {
     for make in [Hybrid::mmk, Hybrid::miger, Hybrid::miso] {
         SKIPPED.set(0);
         LAYOUTS_SKIPPED.set(0);
+        CHOICES_RECALLED.set(0);
         let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
         let warm = same_plans_with_and_without_shortcuts(make, model, (2, true), &kinds, 4);
         assert!(
@@ -801,6 +807,11 @@ fn remembered_answers_are_the_answers() {
         assert!(
             LAYOUTS_SKIPPED.get() > 0,
             "{}: GPU states that place no waiting kind were not asked again",
+            warm.name()
+        );
+        assert!(
+            CHOICES_RECALLED.get() > 0 || warm.name() != "mmk",
+            "{}: MPS-first's choices were recalled",
             warm.name()
         );
     }
