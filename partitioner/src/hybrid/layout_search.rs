@@ -16,13 +16,17 @@ use super::partition::{GpuPlan, Member, Part, shape_of, twin};
 /// A MIG layout: (profile ID, start slice) per instance.
 pub(super) type Layout = Vec<(u32, u8)>;
 
-/// What the layout search asks of a GPU for: the jobs waiting, their kinds (each once),
-/// the pass's kinds, the SLO marks to set, and how shares rise.
+/// What the layout search asks of a GPU for: the jobs waiting, their kinds (each once)
+/// and the set of those kinds' number in the memo's `kind_sets` (`None`: not numbered),
+/// the pass's kinds, the SLO marks to set (per job, and per kind for marks the memo
+/// gives), and how shares rise.
 pub(super) struct Asking<'a> {
     pub(super) waiting: &'a [usize],
     pub(super) kinds: &'a [usize],
+    pub(super) set: Option<u32>,
     pub(super) of: &'a Kinds,
     pub(super) slo_blocked: &'a mut [bool],
+    pub(super) marks: &'a mut [bool],
     pub(super) raise: Raise,
 }
 
@@ -158,7 +162,7 @@ impl Hybrid {
 
     /// Step 3 for one GPU (`gpu`, and its plan `now`) and the jobs the layout search has
     /// waiting: [`Hybrid::best_layout`], but where the memo knows that no candidate
-    /// layout of this GPU state places a job of any waiting kind, it is not asked again
+    /// layout of this GPU state places a job of the set of kinds waiting, it is not asked again
     /// (one of the planner's shortcuts, `Hybrid::shortcuts`). Under a long queue most GPUs
     /// are full and most passes place nothing there: asking each again cost a third of a
     /// pass.
@@ -171,49 +175,43 @@ impl Hybrid {
         let Asking {
             waiting,
             kinds: waiting_kinds,
+            set,
             of: kinds,
             slo_blocked,
+            marks,
             raise,
         } = a;
-        if !self.shortcuts {
+        let Some(set) = set.filter(|_| self.shortcuts) else {
             return self
                 .layouts((gpu, now), jobs, waiting, kinds, slo_blocked, raise)
                 .0;
-        }
-        let number = self.gpu_number(jobs, gpu, now);
-        let key = |k: usize| (number, kinds.kind_number(k), raise as u32);
-        let known: Option<Vec<bool>> = {
+        };
+        let key = (self.gpu_number(jobs, gpu, now), set, raise as u32);
+        let known = {
             let memo = self.memo();
             (memo.generation == kinds.generation)
-                .then(|| {
-                    waiting_kinds
-                        .iter()
-                        .map(|&k| memo.unplaced.get(&key(k)).copied())
-                        .collect()
-                })
+                .then(|| memo.unplaced.get(&key).cloned())
                 .flatten()
         };
-        if let Some(slo) = known {
-            let mut by_kind = vec![false; kinds.count()];
-            for (&k, slo) in waiting_kinds.iter().zip(slo) {
-                by_kind[k] = slo;
-            }
-            for &j in waiting {
-                slo_blocked[j] |= by_kind[kinds.kind(j)];
+        if let Some(refused_for_slo) = known {
+            for &k in waiting_kinds {
+                marks[k] |= refused_for_slo.contains(&kinds.kind_number(k));
             }
             #[cfg(test)]
             super::tests::count(&super::tests::LAYOUTS_SKIPPED);
             return None;
         }
         let (best, unplaced) = self.layouts((gpu, now), jobs, waiting, kinds, slo_blocked, raise);
-        if let Some(marks) = unplaced {
+        // Every waiting kind was asked (and refused) in every candidate.
+        if let Some(u) = unplaced.filter(|u| waiting_kinds.iter().all(|&k| u[k].is_some())) {
+            let refused_for_slo = waiting_kinds
+                .iter()
+                .filter(|&&k| u[k] == Some(true))
+                .map(|&k| kinds.kind_number(k))
+                .collect();
             let mut memo = self.memo();
             if memo.generation == kinds.generation {
-                for &k in waiting_kinds {
-                    if let Some(slo) = marks[k] {
-                        memo.unplaced.insert(key(k), slo);
-                    }
-                }
+                memo.unplaced.insert(key, refused_for_slo);
             }
         }
         best

@@ -9,6 +9,7 @@ use crate::model::PartitionShape;
 use crate::plan::JobDemand;
 
 use super::Hybrid;
+use super::kinds::Kinds;
 use super::mps_config::Config;
 use super::partition::{GpuPlan, Member, Part};
 use super::rebalance::{Shares, movable};
@@ -52,10 +53,13 @@ pub(super) struct Memo {
     pub(super) choices: FastMap<(u32, u32, u32), Chosen>,
     /// Numbers for GPU states ([`Hybrid::gpu_number`]), for [`Memo::unplaced`].
     pub(super) gpu_ids: FastMap<Vec<u64>, u32>,
-    /// Kinds of job that no candidate layout of a GPU state places, by the state's number
-    /// in `gpu_ids`, the kind's in `kind_ids` and `Raise`, with whether an SLO refused
-    /// them there (`layout_search.rs`, `best_layout_for`).
-    pub(super) unplaced: FastMap<(u32, u32, u32), bool>,
+    /// Numbers for sets of kinds of job (their numbers in `kind_ids`, sorted), for
+    /// [`Memo::unplaced`].
+    pub(super) kind_sets: FastMap<Vec<u64>, u32>,
+    /// Sets of kinds of job of which no candidate layout of a GPU state places any, by the
+    /// state's number in `gpu_ids`, the set's in `kind_sets` and `Raise`, with the kinds
+    /// an SLO refused there (`layout_search.rs`, `best_layout_for`).
+    pub(super) unplaced: FastMap<(u32, u32, u32), Vec<u32>>,
     /// How often the numbered maps started over. Passes may run at once (mmkd plans, dry
     /// runs and capacity views in parallel): a pass numbered its kinds under one
     /// generation and uses the numbered answers only while it lasts.
@@ -86,6 +90,7 @@ impl Memo {
             || self.answers.len() >= 4 * MEMO_MAX
             || self.configs.len() >= 4 * MEMO_MAX
             || self.gpu_ids.len() >= MEMO_MAX
+            || self.kind_sets.len() >= MEMO_MAX
             || self.asked_ids.len() >= MEMO_MAX
             || self.choices.len() >= 4 * MEMO_MAX
             || self.unplaced.len() >= 4 * MEMO_MAX
@@ -96,6 +101,7 @@ impl Memo {
             self.part_ids.clear();
             self.configs.clear();
             self.gpu_ids.clear();
+            self.kind_sets.clear();
             self.asked_ids.clear();
             self.choices.clear();
             self.unplaced.clear();
@@ -219,6 +225,18 @@ impl Hybrid {
             key.push(u64::from(self.part_number(jobs, part)));
         }
         Memo::number(&mut self.memo().gpu_ids, &key)
+    }
+
+    /// The set of the kinds `waiting` (indices in `kinds`), numbered in the memo's
+    /// `kind_sets`, if the memo is still in the generation `kinds` were numbered in.
+    pub(super) fn kind_set_number(&self, waiting: &[usize], kinds: &Kinds) -> Option<u32> {
+        let mut key: Vec<u64> = waiting
+            .iter()
+            .map(|&k| u64::from(kinds.kind_number(k)))
+            .collect();
+        key.sort_unstable();
+        let mut memo = self.memo();
+        (memo.generation == kinds.generation).then(|| Memo::number(&mut memo.kind_sets, &key))
     }
 
     /// `mps_config`'s answer by numbers (`Memo::configs`) given in `generation`:

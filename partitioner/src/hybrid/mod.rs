@@ -505,6 +505,12 @@ impl Hybrid {
             // since a later one's equal gain never beats it.
             let mut seen: BTreeSet<Signature> = BTreeSet::new();
             let waiting_kinds = p.kinds.distinct(&p.waiting);
+            let set = self
+                .shortcuts
+                .then(|| self.kind_set_number(&waiting_kinds, &p.kinds))
+                .flatten();
+            // SLO marks per kind, from what the memo knew of GPU states.
+            let mut marks = vec![false; p.kinds.count()];
             for (gi, gpu) in node.gpus.iter().enumerate() {
                 if !seen.insert(signature(gpu, &p.plans[gi])) {
                     continue;
@@ -512,8 +518,10 @@ impl Hybrid {
                 let asking = Asking {
                     waiting: &p.waiting,
                     kinds: &waiting_kinds,
+                    set,
                     of: &p.kinds,
                     slo_blocked: &mut p.slo_blocked,
+                    marks: &mut marks,
                     raise: p.raise,
                 };
                 let answer = self.best_layout_for((gpu, &p.plans[gi]), jobs, asking);
@@ -542,6 +550,9 @@ impl Hybrid {
                 {
                     best = Some((gain, gi, plan, placed, movers));
                 }
+            }
+            for &j in &p.waiting {
+                p.slo_blocked[j] |= marks[p.kinds.kind(j)];
             }
             let Some((_, gi, plan, placed, movers)) = best else {
                 break;

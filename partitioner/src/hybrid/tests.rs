@@ -1605,7 +1605,7 @@ fn numbered_answers_of_an_older_generation_are_neither_read_nor_written() {
     );
 }
 
-/// The layout search remembers GPU states where no layout places a waiting kind of job
+/// The layout search remembers GPU states where no layout places any of the kinds of job waiting
 /// (`best_layout_for`): a later pass over a GPU in such a state plans as a new planner
 /// does, SLO marks included, and a GPU whose jobs have the same profiles but hold less
 /// memory is asked again. MIGER places jobs through the layout search alone.
