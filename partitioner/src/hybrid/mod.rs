@@ -649,6 +649,7 @@ impl Planner for Hybrid {
             preempted: Vec::new(),
             kinds,
             raise,
+            part_states: Default::default(),
         };
 
         let held_notes = self.steps(node, jobs, &mut p);

@@ -2,10 +2,11 @@
 //! predicted throughput.
 
 use std::collections::BTreeSet;
+use std::rc::Rc;
 
-use mmk_core::fasthash::FastSet;
+use mmk_core::fasthash::{FastMap, FastSet};
 
-use crate::plan::{JobDemand, NodeState};
+use crate::plan::{JobDemand, NodeState, Slot};
 
 use super::Hybrid;
 use super::kinds::Kinds;
@@ -38,7 +39,7 @@ enum Join {
 struct PartState {
     /// Its state: `state_key`, then its free memory and which members moved in this pass
     /// (empty without the shortcuts).
-    key: Vec<u64>,
+    key: Rc<[u64]>,
     /// The key's number in the memo's `state_ids`.
     id: u32,
     free_mib: u64,
@@ -48,6 +49,15 @@ struct PartState {
 
 /// Per GPU and partition, its [`PartState`] (`None`: to be found again).
 type Known = Vec<Vec<Option<PartState>>>;
+
+/// The [`PartState`]s a pass found, by slot, with the members (job, share, moved in this
+/// pass) they were found for: MPS-first's rounds of a pass (and step 0's, per aged job)
+/// find most partitions as the round before left them.
+#[derive(Debug, Default)]
+pub(super) struct PartStates(FastMap<Slot, (Vec<MemberNow>, PartState)>);
+
+/// A member as a partition's state was found for: job, share, moved in this pass.
+type MemberNow = (usize, u8, bool);
 
 /// What a round of MPS-first asks partitions with.
 struct Round<'a> {
@@ -95,6 +105,7 @@ impl Hybrid {
             moved,
             kinds,
             raise,
+            part_states,
             ..
         } = p;
         let mut still = Vec::new();
@@ -110,7 +121,7 @@ impl Hybrid {
         // The partitions to ask, one of each state, with their free memory and predicted
         // STP (rebuilt after each placement).
         let mut known: Known = plans.iter().map(|gp| vec![None; gp.parts.len()]).collect();
-        let mut asked = self.distinct_parts(jobs, plans, moved, &mut known);
+        let mut asked = self.distinct_parts(jobs, plans, moved, (&mut known, part_states));
         let mut asked_id = self.asked_number(&asked, kinds.generation);
         let flags = u32::from(last_resort) | (*raise as u32) << 1;
         for &j in waiting.iter() {
@@ -150,7 +161,7 @@ impl Hybrid {
                     }
                     refused.placed();
                     known[c.gpu][c.part] = None;
-                    asked = self.distinct_parts(jobs, plans, moved, &mut known);
+                    asked = self.distinct_parts(jobs, plans, moved, (&mut known, part_states));
                     asked_id = self.asked_number(&asked, kinds.generation);
                 }
                 _ => {
@@ -342,40 +353,57 @@ impl Hybrid {
     /// depend on the state key alone. Without the shortcuts, every partition.
     ///
     /// `known` keeps each partition's [`PartState`] between calls; a partition that
-    /// changes must be forgotten there.
+    /// changes must be forgotten there. `found` keeps them for the pass, by slot and
+    /// members: a partition found as it was is not asked its state again.
     fn distinct_parts(
         &self,
         jobs: &[JobDemand],
         plans: &[GpuPlan],
         moved: &BTreeSet<usize>,
-        known: &mut Known,
+        (known, found): (&mut Known, &mut PartStates),
     ) -> Vec<Asked> {
         for (gi, gp) in plans.iter().enumerate() {
             for (pi, part) in gp.parts.iter().enumerate() {
-                known[gi][pi].get_or_insert_with(|| {
-                    let free_mib = part.free_mib(jobs);
-                    let mut key = Vec::new();
-                    if self.shortcuts {
-                        key = state_key(jobs, &part.shape, &part.members, None);
-                        key.push(free_mib);
-                        key.extend(
-                            part.members
-                                .iter()
-                                .map(|m| u64::from(moved.contains(&m.job))),
-                        );
-                    }
-                    let id = if self.shortcuts {
-                        Memo::number(&mut self.memo().state_ids, &key)
-                    } else {
-                        0
-                    };
-                    PartState {
-                        key,
-                        id,
-                        free_mib,
-                        stp: self.part_stp(jobs, part),
-                    }
-                });
+                if known[gi][pi].is_some() {
+                    continue;
+                }
+                let members: Vec<MemberNow> = if self.shortcuts {
+                    part.members
+                        .iter()
+                        .map(|m| (m.job, m.share, moved.contains(&m.job)))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                if let Some((was, state)) = found.0.get(&part.slot)
+                    && self.shortcuts
+                    && *was == members
+                {
+                    known[gi][pi] = Some(state.clone());
+                    continue;
+                }
+                let free_mib = part.free_mib(jobs);
+                let mut key = Vec::new();
+                if self.shortcuts {
+                    key = state_key(jobs, &part.shape, &part.members, None);
+                    key.push(free_mib);
+                    key.extend(members.iter().map(|&(_, _, moved)| u64::from(moved)));
+                }
+                let id = if self.shortcuts {
+                    Memo::number(&mut self.memo().state_ids, &key)
+                } else {
+                    0
+                };
+                let state = PartState {
+                    key: key.into(),
+                    id,
+                    free_mib,
+                    stp: self.part_stp(jobs, part),
+                };
+                if self.shortcuts {
+                    found.0.insert(part.slot, (members, state.clone()));
+                }
+                known[gi][pi] = Some(state);
             }
         }
         let mut seen: FastSet<&[u64]> = FastSet::default();

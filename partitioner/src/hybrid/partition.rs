@@ -12,6 +12,7 @@ use super::Hybrid;
 use super::kinds::Kinds;
 use super::memo::state_key;
 use super::mps_config::Raise;
+use super::mps_first::PartStates;
 
 /// What a pass has decided so far.
 #[derive(Debug)]
@@ -28,6 +29,8 @@ pub(super) struct Progress {
     pub(super) kinds: Kinds,
     /// How MPSConfig raises a newcomer's share in this pass.
     pub(super) raise: Raise,
+    /// The partition states MPS-first found in this pass.
+    pub(super) part_states: PartStates,
 }
 
 /// A job in a partition.
