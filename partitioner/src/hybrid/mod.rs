@@ -106,8 +106,11 @@
 //! would add in an instance of its own, which step 2 weighs), `partition.rs` (partitions
 //! during the search, and what the model predicts of one), and the shortcuts: `memo.rs`
 //! (with answers by numbered partition states and kinds of job, which steps 2 and 3 ask
-//! pass after pass), `kinds.rs`, and MPS-first asking one partition of each state
-//! (`mps_first.rs`, `distinct_parts`); `preempt.rs` (step 7) and `reasons.rs` (why a job waits). This file
+//! pass after pass), `kinds.rs`, MPS-first asking one partition of each state and
+//! remembering each kind's choice (`mps_first.rs`, `distinct_parts`, `choose_remembered`),
+//! the layout search remembering GPU states that place none of the kinds waiting
+//! (`layout_search.rs`, `best_layout_for`), and step 7 asking once per kind
+//! (`preempt.rs`); `preempt.rs` (step 7) and `reasons.rs` (why a job waits). This file
 //! holds the options, the constructors and the pass itself (`Planner::plan`), which runs
 //! the steps in order.
 
