@@ -46,6 +46,9 @@ pub(super) struct Memo {
     /// Numbers for the partition states MPS-first asks in a round, in order (by their
     /// numbers in `state_ids`), for [`Memo::choices`].
     pub(super) asked_ids: FastMap<Vec<u64>, u32>,
+    /// The words of `asked_ids`' keys: a round on a large node asks hundreds of
+    /// partitions, so the map is bounded by its words ([`ASKED_WORDS_MAX`]) too.
+    pub(super) asked_words: usize,
     /// Where MPS-first puts a kind of job among the partition states of a round (by the
     /// round's number in `asked_ids`, the kind's in `kind_ids`, and the round's flags):
     /// the chosen one's position and whether it rebalances, and whether an SLO refused
@@ -79,6 +82,9 @@ pub(super) type Answers = FastMap<(u32, u32, u32), (Config, Option<Shares>)>;
 
 const MEMO_MAX: usize = 1 << 15;
 
+/// The most words `Memo::asked_ids`' keys hold before the numbered maps start over: 32 MiB.
+const ASKED_WORDS_MAX: usize = 1 << 22;
+
 impl Memo {
     /// Before a pass numbers its kinds: the numbered maps start over when one is full,
     /// in a new generation. A pass that numbered under an older one no longer reads or
@@ -92,6 +98,7 @@ impl Memo {
             || self.gpu_ids.len() >= MEMO_MAX
             || self.kind_sets.len() >= MEMO_MAX
             || self.asked_ids.len() >= MEMO_MAX
+            || self.asked_words >= ASKED_WORDS_MAX
             || self.choices.len() >= 4 * MEMO_MAX
             || self.unplaced.len() >= 4 * MEMO_MAX
         {
@@ -103,6 +110,7 @@ impl Memo {
             self.gpu_ids.clear();
             self.kind_sets.clear();
             self.asked_ids.clear();
+            self.asked_words = 0;
             self.choices.clear();
             self.unplaced.clear();
             self.generation += 1;
@@ -131,6 +139,17 @@ impl Memo {
         if self.generation == generation {
             self.answers.insert(key, answer);
         }
+    }
+
+    /// The number of MPS-first's round over the partition states `asked` (their numbers,
+    /// in order) in `asked_ids`.
+    pub(super) fn number_asked(&mut self, asked: &[u64]) -> u32 {
+        let before = self.asked_ids.len();
+        let id = Memo::number(&mut self.asked_ids, asked);
+        if self.asked_ids.len() > before {
+            self.asked_words += asked.len();
+        }
+        id
     }
 
     /// `key`'s number in `ids` (a new one if it has none).

@@ -181,7 +181,7 @@ impl Hybrid {
         }
         let key: Vec<u64> = asked.iter().map(|a| u64::from(a.id)).collect();
         let mut memo = self.memo();
-        (memo.generation == generation).then(|| Memo::number(&mut memo.asked_ids, &key))
+        (memo.generation == generation).then(|| memo.number_asked(&key))
     }
 
     /// [`Hybrid::choose`] over `asked`, remembered by the states asked (`asked_id`), the
@@ -349,7 +349,7 @@ impl Hybrid {
     /// memory check on its free memory, `mps_config`, `rebalance` and `part_stp` on its
     /// `state_key` (they are memoized by it), `moves_cost` on the moved members. So a later
     /// partition in the same state gives the same gains, which never beat the first's
-    /// (`consider` takes only a strictly better gain). This holds only while those answers
+    /// (`choose` takes only a strictly better gain). This holds only while those answers
     /// depend on the state key alone. Without the shortcuts, every partition.
     ///
     /// `known` keeps each partition's [`PartState`] between calls; a partition that
