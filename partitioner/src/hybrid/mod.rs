@@ -109,8 +109,8 @@
 //! pass after pass), `kinds.rs`, MPS-first asking one partition of each state and
 //! remembering each kind's choice (`mps_first.rs`, `distinct_parts`, `choose_remembered`),
 //! the layout search remembering GPU states that place none of the kinds waiting
-//! (`layout_search.rs`, `best_layout_for`), and step 7 asking once per kind
-//! (`preempt.rs`); `preempt.rs` (step 7) and `reasons.rs` (why a job waits). This file
+//! (`layout_search.rs`, `best_layout_for`), and step 7 asking once per kind; `preempt.rs`
+//! (step 7) and `reasons.rs` (why a job waits). This file
 //! holds the options, the constructors and the pass itself (`Planner::plan`), which runs
 //! the steps in order.
 

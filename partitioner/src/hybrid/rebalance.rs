@@ -220,8 +220,6 @@ impl Hybrid {
         Some((gain, p))
     }
 
-    /// What restarting `moves` costs in predicted STP: `move_cost` for each job not already
-    /// moved in this plan.
     /// What the moves of a rebalance of `part` to `shares` cost ([`Hybrid::moves_cost`] of
     /// [`rebalanced`]'s moves), without building the new members.
     pub(super) fn moves_cost_of(
@@ -240,6 +238,8 @@ impl Hybrid {
         self.options.move_cost.unwrap_or(0.0) * new as f64
     }
 
+    /// What restarting `moves` costs in predicted STP: `move_cost` for each job not already
+    /// moved in this plan.
     pub(super) fn moves_cost(&self, moves: &[usize], moved: &BTreeSet<usize>) -> f64 {
         let new = moves.iter().filter(|m| !moved.contains(m)).count();
         self.options.move_cost.unwrap_or(0.0) * new as f64
