@@ -726,7 +726,7 @@ fn gpu_to_proto(g: &GpuState, jobs: &[JobRecord]) -> v1::Gpu {
                         .filter(|&&s| {
                             let mut l = existing.clone();
                             l.push((p.id, s));
-                            layout::validate(&g.model, &l).is_ok()
+                            layout::fits(&g.model, &l)
                         })
                         .map(|s| u32::from(*s))
                         .collect()

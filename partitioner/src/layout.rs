@@ -71,41 +71,75 @@ pub enum LayoutError {
 
 /// Checks that instances `(profile id, start slice)` can coexist on a GPU of `model`.
 pub fn validate(model: &GpuModel, instances: &[(u32, u8)]) -> Result<(), LayoutError> {
-    let mut placed: Vec<(&Profile, Placement)> = Vec::with_capacity(instances.len());
-    for &(pid, start) in instances {
-        let p = model
-            .profile(pid)
-            .ok_or_else(|| LayoutError::UnknownProfile {
+    check(model, instances).map_err(|broken| broken.error(model))
+}
+
+/// Whether instances `(profile id, start slice)` can coexist on a GPU of `model`: as
+/// [`validate`], without writing the error (the planner asks this of many layouts).
+pub fn fits(model: &GpuModel, instances: &[(u32, u8)]) -> bool {
+    check(model, instances).is_ok()
+}
+
+/// What [`check`] found wrong, by reference; [`Broken::error`] writes it out.
+enum Broken<'m> {
+    UnknownProfile(u32),
+    BadStart(&'m Profile, u8),
+    Overlap(&'m Profile, u8, &'m Profile, u8),
+    TooMany(&'m Profile),
+    MediaExtensionsTaken,
+    ComputeExhausted(u32),
+}
+
+impl Broken<'_> {
+    fn error(self, model: &GpuModel) -> LayoutError {
+        match self {
+            Broken::UnknownProfile(profile) => LayoutError::UnknownProfile {
                 model: model.key.clone(),
-                profile: pid,
-            })?;
-        if !p.starts.contains(&start) {
-            return Err(LayoutError::BadStart {
+                profile,
+            },
+            Broken::BadStart(p, start) => LayoutError::BadStart {
                 profile: p.name.clone(),
                 start,
-            });
+            },
+            Broken::Overlap(p, start, q, other_start) => LayoutError::Overlap {
+                profile: p.name.clone(),
+                start,
+                other: q.name.clone(),
+                other_start,
+            },
+            Broken::TooMany(p) => LayoutError::TooMany {
+                profile: p.name.clone(),
+                max: p.max_count,
+            },
+            Broken::MediaExtensionsTaken => LayoutError::MediaExtensionsTaken,
+            Broken::ComputeExhausted(used) => LayoutError::ComputeExhausted {
+                used,
+                available: model.compute_slices,
+            },
+        }
+    }
+}
+
+fn check<'m>(model: &'m GpuModel, instances: &[(u32, u8)]) -> Result<(), Broken<'m>> {
+    let mut placed: Vec<(&Profile, Placement)> = Vec::with_capacity(instances.len());
+    for &(pid, start) in instances {
+        let p = model.profile(pid).ok_or(Broken::UnknownProfile(pid))?;
+        if !p.starts.contains(&start) {
+            return Err(Broken::BadStart(p, start));
         }
         let here = Placement {
             start,
             size: p.memory_slices,
         };
         if let Some((q, there)) = placed.iter().find(|(_, there)| there.overlaps(here)) {
-            return Err(LayoutError::Overlap {
-                profile: p.name.clone(),
-                start,
-                other: q.name.clone(),
-                other_start: there.start,
-            });
+            return Err(Broken::Overlap(p, start, q, there.start));
         }
         let same = placed.iter().filter(|(q, _)| q.id == p.id).count();
         if same >= usize::from(p.max_count) {
-            return Err(LayoutError::TooMany {
-                profile: p.name.clone(),
-                max: p.max_count,
-            });
+            return Err(Broken::TooMany(p));
         }
         if p.media_extensions && placed.iter().any(|(q, _)| q.media_extensions) {
-            return Err(LayoutError::MediaExtensionsTaken);
+            return Err(Broken::MediaExtensionsTaken);
         }
         placed.push((p, here));
     }
@@ -114,10 +148,7 @@ pub fn validate(model: &GpuModel, instances: &[(u32, u8)]) -> Result<(), LayoutE
         .map(|(p, _)| u32::from(p.compute_slices))
         .sum();
     if used > u32::from(model.compute_slices) {
-        return Err(LayoutError::ComputeExhausted {
-            used,
-            available: model.compute_slices,
-        });
+        return Err(Broken::ComputeExhausted(used));
     }
     Ok(())
 }
@@ -146,7 +177,7 @@ fn extend(
     out.push(current.clone());
     for (i, &(pid, start, _)) in options.iter().enumerate().skip(from) {
         current.push((pid, start));
-        if validate(model, current).is_ok() {
+        if fits(model, current) {
             extend(model, options, i + 1, current, out);
         }
         current.pop();
@@ -287,7 +318,7 @@ mod tests {
     }
 
     /// Independent check of `enumerate`: each listed layout is valid, none repeats, and
-    /// every valid set of up to three placements is listed.
+    /// every valid set of up to three placements is listed (and `fits` says so too).
     #[test]
     fn enumeration_is_complete_and_valid() {
         for model in catalog::models() {
@@ -308,6 +339,7 @@ mod tests {
                 for b in a + 1..options.len() {
                     for c in b + 1..options.len() {
                         let mut l = vec![options[a], options[b], options[c]];
+                        assert_eq!(fits(&model, &l), validate(&model, &l).is_ok(), "{l:?}");
                         if validate(&model, &l).is_ok() {
                             l.sort_unstable();
                             assert!(seen.contains(&l), "{} misses {l:?}", model.key);

@@ -424,7 +424,7 @@ fn carve(
                     .filter_map(|(s, _)| s.profile_id.map(|id| (id, s.start)))
                     .collect();
                 layout.push((p.id, start));
-                if layout::validate(&gpu.model, &layout).is_err() {
+                if !layout::fits(&gpu.model, &layout) {
                     continue;
                 }
                 let key = (
@@ -485,7 +485,13 @@ fn carve(
 /// partition and share. The daemon's reconciler does this for real; the simulator and the
 /// benchmarks use this.
 pub fn apply(node: &NodeState, jobs: &[JobDemand], plan: &Plan) -> (NodeState, Vec<JobDemand>) {
-    let mut node = node.clone();
+    let (mut node, mut jobs) = (node.clone(), jobs.to_vec());
+    apply_in_place(&mut node, &mut jobs, plan);
+    (node, jobs)
+}
+
+/// [`apply`] on the caller's node and jobs, without copying them.
+pub fn apply_in_place(node: &mut NodeState, jobs: &mut [JobDemand], plan: &Plan) {
     let mut next_id = node
         .gpus
         .iter()
@@ -526,21 +532,15 @@ pub fn apply(node: &NodeState, jobs: &[JobDemand], plan: &Plan) -> (NodeState, V
         placements.entry(p.job).or_insert(p);
     }
     let preempted: HashSet<u64> = plan.preempted.iter().map(|p| p.job).collect();
-    let jobs = jobs
-        .iter()
-        .map(|j| {
-            let mut j = j.clone();
-            if let Some(p) = placements.get(&j.id) {
-                j.placed = Some(p.slot);
-                j.mps_share = p.mps_share;
-            } else if preempted.contains(&j.id) {
-                j.placed = None;
-                j.mps_share = 100;
-            }
-            j
-        })
-        .collect();
-    (node, jobs)
+    for j in jobs {
+        if let Some(p) = placements.get(&j.id) {
+            j.placed = Some(p.slot);
+            j.mps_share = p.mps_share;
+        } else if preempted.contains(&j.id) {
+            j.placed = None;
+            j.mps_share = 100;
+        }
+    }
 }
 
 #[cfg(test)]

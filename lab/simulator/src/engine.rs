@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use mmk_partitioner::plan::apply;
+use mmk_core::fasthash::{FastMap, FastSet};
+use mmk_partitioner::plan::{QueuedJob, apply_in_place};
 use mmk_partitioner::{
     CoRunner, JobDemand, JobProfile, NodeState, PartitionShape, PerfModel, Planner, Slot, Step, mix,
 };
@@ -259,19 +260,16 @@ fn partition_speeds(
 }
 
 /// Why a run cannot go on: the first job that waits, and the planner's reason for it.
-fn stuck(
-    trace: &Trace,
-    active: &[JobDemand],
-    last_queue_reason: &HashMap<u64, String>,
-) -> SimError {
+fn stuck(trace: &Trace, active: &[JobDemand], last_queued: &[QueuedJob]) -> SimError {
     let stuck = active.iter().find(|j| j.placed.is_none());
     match stuck {
         Some(j) => SimError::Stuck {
             job: j.id,
             workload: trace.jobs[(j.id - 1) as usize].workload.name.to_owned(),
-            reason: last_queue_reason
-                .get(&j.id)
-                .cloned()
+            reason: last_queued
+                .iter()
+                .find(|q| q.job == j.id)
+                .map(|q| q.reason.clone())
                 .unwrap_or_else(|| "the planner never placed it".into()),
         },
         None => SimError::Stuck {
@@ -287,7 +285,7 @@ fn stuck(
 fn account(
     result: &mut RunResult,
     (active, running): (&[JobDemand], &[usize]),
-    runs: &mut HashMap<u64, Run>,
+    runs: &mut FastMap<u64, Run>,
     (speeds, mixed): (&[f64], &[bool]),
     (dt, checkpoint_every): (f64, Option<f64>),
 ) -> Vec<u64> {
@@ -338,7 +336,7 @@ fn next_event(
     now: f64,
     arriving: Option<&crate::trace::TraceJob>,
     (active, running): (&[JobDemand], &[usize]),
-    runs: &HashMap<u64, Run>,
+    runs: &FastMap<u64, Run>,
     speeds: &[f64],
 ) -> f64 {
     let mut t_next = f64::INFINITY;
@@ -399,15 +397,16 @@ pub fn simulate(
         .ok_or_else(|| SimError::UnknownModel(cfg.gpu_model.clone()))?;
     let total = trace.jobs.len();
     let mut active: Vec<JobDemand> = Vec::new();
-    let mut runs: HashMap<u64, Run> = HashMap::new();
+    let mut runs: FastMap<u64, Run> = FastMap::default();
     let mut done: Vec<JobOutcome> = Vec::with_capacity(total);
     let mut result = RunResult::empty(planner.name());
     let mut next = 0;
     let mut now = 0.0_f64;
     let mut dirty = false;
-    let mut last_queue_reason = HashMap::new();
-    let mut preempted = std::collections::HashSet::new();
-    let mut speeds_then: HashMap<Option<Slot>, PartitionSpeeds> = HashMap::new();
+    // The last plan's waiting jobs and reasons, for the error of a run that cannot go on.
+    let mut last_queued: Vec<QueuedJob> = Vec::new();
+    let mut preempted: FastSet<u64> = FastSet::default();
+    let mut speeds_then: FastMap<Option<Slot>, PartitionSpeeds> = FastMap::default();
     loop {
         while next < total && trace.jobs[next].arrival_s <= now + 1e-9 {
             let j = &trace.jobs[next];
@@ -427,7 +426,7 @@ pub fn simulate(
                     j.age_s = now - t.arrival_s;
                 }
             }
-            let plan = planner.plan(&node, &active);
+            let mut plan = planner.plan(&node, &active);
             result.plans += 1;
             let delay = step_delays(&plan, cfg);
             result.reconfigurations += plan.steps.len() as u64;
@@ -450,13 +449,9 @@ pub fn simulate(
             if !plan.queued.is_empty() {
                 node.calm_arrivals = 0;
             }
-            last_queue_reason = plan
-                .queued
-                .iter()
-                .map(|q| (q.job, q.reason.clone()))
-                .collect();
             let was_placed: Vec<bool> = active.iter().map(|j| j.placed.is_some()).collect();
-            (node, active) = apply(&node, &active, &plan);
+            apply_in_place(&mut node, &mut active, &plan);
+            last_queued = std::mem::take(&mut plan.queued);
             for (j, was) in active.iter().zip(was_placed) {
                 if let (false, Some(slot)) = (was, j.placed)
                     && let Some(r) = runs.get_mut(&j.id)
@@ -485,13 +480,13 @@ pub fn simulate(
         // The running jobs of each partition, as positions in `running`: a job's co-runners
         // are the others of its partition. A partition whose running jobs and shares are
         // what they were at the last event runs at the speeds it ran at then.
-        let mut by_slot: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
+        let mut by_slot: FastMap<Option<Slot>, Vec<usize>> = FastMap::default();
         for (n, &i) in running.iter().enumerate() {
             by_slot.entry(active[i].placed).or_default().push(n);
         }
         let mut speeds = vec![0.0; running.len()];
         let mut mixed = vec![false; running.len()];
-        let mut speeds_now: HashMap<Option<Slot>, PartitionSpeeds> = HashMap::new();
+        let mut speeds_now: FastMap<Option<Slot>, PartitionSpeeds> = FastMap::default();
         for (placed, members) in by_slot {
             let jobs: Vec<&JobDemand> = members.iter().map(|&n| &active[running[n]]).collect();
             let who: Vec<(u64, u8)> = jobs.iter().map(|j| (j.id, j.mps_share)).collect();
@@ -517,7 +512,7 @@ pub fn simulate(
             if active.is_empty() && next >= total {
                 break;
             }
-            return Err(stuck(trace, &active, &last_queue_reason));
+            return Err(stuck(trace, &active, &last_queued));
         }
 
         let finished = account(

@@ -256,7 +256,7 @@ fn restore(g: &mut SimGpu, saved: SavedGpu) {
             .map(|i| (i.profile_id, i.placement.start))
             .collect();
         l.push((s.profile_id, s.start));
-        if layout::validate(&g.model, &l).is_err() {
+        if !layout::fits(&g.model, &l) {
             tracing::warn!(
                 gpu = g.index,
                 start = s.start,

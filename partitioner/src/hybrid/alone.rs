@@ -29,7 +29,7 @@ impl Hybrid {
                 }
                 continue;
             }
-            let busy: Vec<(u32, u8)> = gp
+            let mut busy: Vec<(u32, u8)> = gp
                 .parts
                 .iter()
                 .filter(|p| !p.members.is_empty())
@@ -40,9 +40,10 @@ impl Hybrid {
                     .starts
                     .iter()
                     .filter(|&&s| {
-                        let mut l = busy.clone();
-                        l.push((p.id, s));
-                        layout::validate(model, &l).is_ok()
+                        busy.push((p.id, s));
+                        let fits = layout::fits(model, &busy);
+                        busy.pop();
+                        fits
                     })
                     .map(|&s| {
                         let here = Placement {

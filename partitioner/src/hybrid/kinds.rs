@@ -26,16 +26,19 @@ impl Kinds {
         let kind_ids = &mut memo.kind_ids;
         let mut ids: FastMap<Vec<u64>, usize> = FastMap::default();
         let mut numbers = Vec::new();
+        let mut key = Vec::with_capacity(8);
         let of = (0..jobs.len())
             .map(|j| {
-                let mut key = Vec::with_capacity(8);
+                key.clear();
                 job_words(jobs, j, 0, &mut key);
                 key.push(jobs[j].memory_mib);
-                let next = ids.len();
-                *ids.entry(key).or_insert_with_key(|key| {
-                    numbers.push(Memo::number(kind_ids, key));
-                    next
-                })
+                if let Some(&kind) = ids.get(key.as_slice()) {
+                    return kind;
+                }
+                let kind = ids.len();
+                numbers.push(Memo::number(kind_ids, &key));
+                ids.insert(key.clone(), kind);
+                kind
             })
             .collect();
         Kinds {

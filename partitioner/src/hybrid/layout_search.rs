@@ -52,7 +52,7 @@ pub fn maximal_layouts(model: &GpuModel) -> Vec<Layout> {
                 p.starts.iter().any(|&s| {
                     let mut more = l.clone();
                     more.push((p.id, s));
-                    layout::validate(&plain, &more).is_ok()
+                    layout::fits(&plain, &more)
                 })
             })
         })
@@ -358,7 +358,7 @@ impl Hybrid {
                 .iter()
                 .filter_map(|p| p.slot.profile_id.map(|id| (id, p.slot.start)))
                 .collect();
-            if gpu.mig_enabled && layout::validate(model, &layout_ids).is_err() {
+            if gpu.mig_enabled && !layout::fits(model, &layout_ids) {
                 continue;
             }
             let steps = count_new(&parts, &now.parts) + destroyed.len();

@@ -11,6 +11,7 @@ use crate::plan::JobDemand;
 use super::Hybrid;
 use super::kinds::Kinds;
 use super::mps_config::Config;
+use super::mps_first::Verdict;
 use super::partition::{GpuPlan, Member, Part};
 use super::rebalance::{Shares, movable};
 
@@ -38,6 +39,11 @@ pub(super) struct Memo {
     pub(super) kind_ids: FastMap<Vec<u64>, u32>,
     /// What MPS-first asked of a partition state for a kind of job ([`Answers`]).
     pub(super) answers: Answers,
+    /// MPS-first's [`Verdict`]s by a kind's number in `kind_ids` and the round's flags
+    /// (as [`Answers`]), each a list by the state's number in `state_ids`.
+    pub(super) verdicts: FastMap<(u32, u32), Vec<Verdict>>,
+    /// The verdict lists' lengths together, bounded by [`VERDICTS_MAX`].
+    pub(super) verdict_slots: usize,
     /// Numbers for partitions' `state_key`s (no newcomer), for [`Memo::configs`].
     pub(super) part_ids: FastMap<Vec<u64>, u32>,
     /// `mps_config`'s answers by a partition's number in `part_ids`, the newcomer's kind
@@ -85,6 +91,10 @@ const MEMO_MAX: usize = 1 << 15;
 /// The most words `Memo::asked_ids`' keys hold before the numbered maps start over: 32 MiB.
 const ASKED_WORDS_MAX: usize = 1 << 22;
 
+/// The most verdicts `Memo::verdicts`' lists hold before the numbered maps start over
+/// (24 bytes each: 48 MiB).
+const VERDICTS_MAX: usize = 1 << 21;
+
 impl Memo {
     /// Before a pass numbers its kinds: the numbered maps start over when one is full,
     /// in a new generation. A pass that numbered under an older one no longer reads or
@@ -99,12 +109,15 @@ impl Memo {
             || self.kind_sets.len() >= MEMO_MAX
             || self.asked_ids.len() >= MEMO_MAX
             || self.asked_words >= ASKED_WORDS_MAX
+            || self.verdict_slots >= VERDICTS_MAX
             || self.choices.len() >= 4 * MEMO_MAX
             || self.unplaced.len() >= 4 * MEMO_MAX
         {
             self.state_ids.clear();
             self.kind_ids.clear();
             self.answers.clear();
+            self.verdicts.clear();
+            self.verdict_slots = 0;
             self.part_ids.clear();
             self.configs.clear();
             self.gpu_ids.clear();
@@ -138,6 +151,28 @@ impl Memo {
     ) {
         if self.generation == generation {
             self.answers.insert(key, answer);
+        }
+    }
+
+    /// Remembers MPS-first's verdicts `fresh` (by state number) for a kind and flags
+    /// (`key`), unless the maps started over since `generation`.
+    pub(super) fn remember_verdicts(
+        &mut self,
+        generation: u64,
+        key: (u32, u32),
+        fresh: &[(u32, Verdict)],
+    ) {
+        if self.generation != generation {
+            return;
+        }
+        let list = self.verdicts.entry(key).or_default();
+        for &(id, v) in fresh {
+            let i = id as usize;
+            if list.len() <= i {
+                self.verdict_slots += i + 1 - list.len();
+                list.resize(i + 1, Verdict::default());
+            }
+            list[i] = v;
         }
     }
 

@@ -132,6 +132,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use mmk_core::JobClass;
+use mmk_core::fasthash::FastMap;
 
 use crate::layout::GpuState;
 use crate::model::PerfModel;
@@ -752,7 +753,8 @@ impl Planner for Hybrid {
         // What a job asks, as far as why it waits goes: memory, SLO blocked, SLO,
         // exclusive, online, user.
         type Asks = (u64, bool, Option<u64>, bool, bool, Option<u32>);
-        let mut reasons: BTreeMap<Asks, String> = BTreeMap::new();
+        let mut reasons: FastMap<Asks, String> = FastMap::default();
+        let held = held_notes.join("; ");
         for j in waiting {
             let job = &jobs[j];
             let asks: Asks = (
@@ -763,16 +765,17 @@ impl Planner for Hybrid {
                 job.class == JobClass::Online,
                 job.user,
             );
-            let reason = reasons
-                .entry(asks)
-                .or_insert_with(|| waiting_reason(jobs, &crowd, largest, slo_blocked[j], j));
+            let reason = reasons.entry(asks).or_insert_with(|| {
+                let reason = waiting_reason(jobs, &crowd, largest, slo_blocked[j], j);
+                if held.is_empty() {
+                    reason
+                } else {
+                    format!("{reason}; {held}")
+                }
+            });
             out.queued.push(QueuedJob {
                 job: job.id,
-                reason: if held_notes.is_empty() {
-                    reason.clone()
-                } else {
-                    format!("{reason}; {}", held_notes.join("; "))
-                },
+                reason: reason.clone(),
             });
         }
         out.stp = Some(stp);

@@ -283,14 +283,11 @@ impl Hybrid {
         part.members.is_empty() || gain >= self.options.min_colocation_gain * own - 1e-12
     }
 
-    /// Whether `part` runs too many jobs for offline job `j` to join it in the last
+    /// Whether a partition of `members` jobs runs too many for offline job `j` to join it in the last
     /// resort (`crowd_max`). Online jobs are never kept out by it.
-    pub(super) fn crowded(&self, jobs: &[JobDemand], part: &Part, j: usize) -> bool {
+    pub(super) fn crowded(&self, jobs: &[JobDemand], members: usize, j: usize) -> bool {
         jobs[j].class == JobClass::Offline
-            && self
-                .options
-                .crowd_max
-                .is_some_and(|max| part.members.len() >= max)
+            && self.options.crowd_max.is_some_and(|max| members >= max)
     }
 
     /// Whether every online member that gives no objective of its own runs at least at

@@ -2,7 +2,6 @@
 //! predicted throughput.
 
 use std::collections::BTreeSet;
-use std::rc::Rc;
 
 use mmk_core::fasthash::{FastMap, FastSet};
 
@@ -34,14 +33,73 @@ enum Join {
     Moving(Vec<Member>, Vec<usize>),
 }
 
+/// What a kind of job joining a partition state comes to, as `choose` weighs it: the gain
+/// of joining as it is (with its share) and of joining with a rebalance, each where it is
+/// allowed, and whether an SLO refused it. Like the memo's answers it depends on the state,
+/// the kind and the round's flags alone, so the memo keeps it by their numbers
+/// (`Memo::verdicts`), and a round's choice reads a list, not a map entry per partition.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Verdict {
+    bits: u8,
+    share: u8,
+    at: f64,
+    moving: f64,
+}
+
+impl Verdict {
+    const KNOWN: u8 = 1;
+    const AT: u8 = 2;
+    const MOVING: u8 = 4;
+    const SLO: u8 = 8;
+
+    fn judged() -> Verdict {
+        Verdict {
+            bits: Verdict::KNOWN,
+            ..Verdict::default()
+        }
+    }
+
+    fn known(&self) -> bool {
+        self.bits & Verdict::KNOWN != 0
+    }
+
+    fn join_at(&mut self, share: u8, gain: f64) {
+        self.bits |= Verdict::AT;
+        (self.share, self.at) = (share, gain);
+    }
+
+    fn join_moving(&mut self, gain: f64) {
+        self.bits |= Verdict::MOVING;
+        self.moving = gain;
+    }
+
+    fn refused_for_slo(&mut self) {
+        self.bits |= Verdict::SLO;
+    }
+
+    /// Joining as it is: the share and the gain.
+    fn at(&self) -> Option<(u8, f64)> {
+        (self.bits & Verdict::AT != 0).then_some((self.share, self.at))
+    }
+
+    /// Joining with a rebalance: the gain, net of the moves.
+    fn moving(&self) -> Option<f64> {
+        (self.bits & Verdict::MOVING != 0).then_some(self.moving)
+    }
+
+    fn slo(&self) -> bool {
+        self.bits & Verdict::SLO != 0
+    }
+}
+
 /// What `distinct_parts` found of a partition, kept until a placement changes it.
 #[derive(Debug, Clone)]
 struct PartState {
-    /// Its state: `state_key`, then its free memory and which members moved in this pass
-    /// (empty without the shortcuts).
-    key: Rc<[u64]>,
-    /// The key's number in the memo's `state_ids`.
+    /// Its state's number in the memo's `state_ids` (its `state_key`, then its free memory
+    /// and which members moved in this pass), and the memo's generation then: two states
+    /// numbered in one generation are the same state when their numbers are.
     id: u32,
+    generation: u64,
     free_mib: u64,
     /// Its predicted STP as it is.
     stp: f64,
@@ -81,6 +139,8 @@ struct Asked {
     free_mib: u64,
     /// The partition's predicted STP as it is.
     stp: f64,
+    /// How many jobs it runs.
+    members: usize,
 }
 
 impl Hybrid {
@@ -246,100 +306,155 @@ impl Hybrid {
         let &Round {
             jobs,
             plans,
-            moved,
             kinds,
-            raise,
             flags,
             defer,
             last_resort,
+            ..
         } = r;
-        let mut best: Option<Choice> = None;
+        let key = (kinds.number(j), flags);
+        let mut verdicts = self.verdicts(kinds.generation, key, asked);
+        let mut fresh = Vec::new();
+        // Strictly better (by more than a tolerance) only: of equal gains the first
+        // partition's stays, which is what lets `distinct_parts` ask one of each state.
+        // The gain, the position, and the share of a join as it is (`None`: a rebalance).
+        let mut best: Option<(f64, usize, Option<u8>)> = None;
         let mut slo_here = false;
         for (pos, a) in asked.iter().enumerate() {
-            let part = &plans[a.gpu].parts[a.part];
             if a.free_mib < jobs[j].memory_mib {
                 continue;
             }
             // An instance without jobs is the layout search's to keep, reshape or share
             // out among several waiting jobs; MPS-first takes it only for a job that
             // search left waiting.
-            if defer && part.members.is_empty() {
+            if defer && a.members == 0 {
                 continue;
             }
-            if last_resort && self.crowded(jobs, part, j) {
+            if last_resort && self.crowded(jobs, a.members, j) {
                 #[cfg(test)]
                 super::tests::count(&super::tests::CROWDED);
                 continue;
             }
-            let now = a.stp;
-            // Strictly better (by more than a tolerance) only: of equal gains the first
-            // partition's stays, which is what lets `distinct_parts` ask one of each state.
-            // An answer is judged where the memo keeps it; only a chosen rebalance is
-            // copied out.
-            let mut judge = |config: &Config, shares: Option<&Shares>| {
-                let beats = |gain: f64, best: &Option<Choice>| {
-                    best.as_ref().is_none_or(|c| gain > c.gain + 1e-12)
-                };
-                match *config {
-                    Ok((share, stp, own)) if only != Some(true) => {
-                        let gain = stp - now;
-                        if (last_resort || self.adds_enough(part, own, gain)) && beats(gain, &best)
-                        {
-                            best = Some(Choice {
-                                gain,
-                                pos,
-                                gpu: a.gpu,
-                                part: a.part,
-                                how: Join::At(share),
-                            });
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(Refusal::Slo) => slo_here = true,
-                    Err(Refusal::Room) => {}
+            if verdicts[pos].known() {
+                #[cfg(test)]
+                super::tests::count(&super::tests::VERDICTS_RECALLED);
+            } else {
+                verdicts[pos] = self.verdict(r, a, j);
+                fresh.push((a.id, verdicts[pos]));
+            }
+            let v = verdicts[pos];
+            slo_here |= v.slo();
+            let beats = |gain: f64, best: &Option<(f64, usize, Option<u8>)>| {
+                best.is_none_or(|(b, _, _)| gain > b + 1e-12)
+            };
+            if let Some((share, gain)) = v.at().filter(|_| only != Some(true))
+                && beats(gain, &best)
+            {
+                best = Some((gain, pos, Some(share)));
+            }
+            if let Some(gain) = v.moving().filter(|_| only != Some(false))
+                && beats(gain, &best)
+            {
+                best = Some((gain, pos, None));
+            }
+        }
+        if self.shortcuts && !fresh.is_empty() {
+            self.memo().remember_verdicts(kinds.generation, key, &fresh);
+        }
+        let choice = best.and_then(|(gain, pos, share)| {
+            let a = &asked[pos];
+            let how = match share {
+                Some(share) => Join::At(share),
+                // Only a chosen rebalance builds its members.
+                None => {
+                    let part = &plans[a.gpu].parts[a.part];
+                    let shares = self.rebalance_shares(jobs, part, Some(j))?;
+                    let (members, _, _, moves) = rebalanced(jobs, part, Some(j), &shares);
+                    Join::Moving(members, moves)
                 }
-                let Some(shares) = shares.filter(|_| only != Some(false)) else {
-                    return;
-                };
+            };
+            Some(Choice {
+                gain,
+                pos,
+                gpu: a.gpu,
+                part: a.part,
+                how,
+            })
+        });
+        (choice, slo_here)
+    }
+
+    /// The verdicts the memo keeps for the kind and flags of `key` on the states `asked`,
+    /// in order (not known where it keeps none, and everywhere without the shortcuts).
+    fn verdicts(&self, generation: u64, key: (u32, u32), asked: &[Asked]) -> Vec<Verdict> {
+        let memo = self.shortcuts.then(|| self.memo());
+        let list = memo
+            .as_ref()
+            .filter(|m| m.generation == generation)
+            .and_then(|m| m.verdicts.get(&key));
+        asked
+            .iter()
+            .map(|a| {
+                list.and_then(|l| l.get(a.id as usize))
+                    .copied()
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// What job `j` joining partition `a` comes to ([`Verdict`]): `mps_config` and
+    /// `rebalance_shares` on the partition's state (remembered in the memo's answers),
+    /// judged against its STP as it is.
+    fn verdict(&self, r: &Round<'_>, a: &Asked, j: usize) -> Verdict {
+        let &Round {
+            jobs,
+            plans,
+            moved,
+            kinds,
+            raise,
+            flags,
+            last_resort,
+            ..
+        } = r;
+        let part = &plans[a.gpu].parts[a.part];
+        let now = a.stp;
+        let judge = |config: &Config, shares: Option<&Shares>| {
+            let mut v = Verdict::judged();
+            match *config {
+                Ok((share, stp, own)) => {
+                    let gain = stp - now;
+                    if last_resort || self.adds_enough(part, own, gain) {
+                        v.join_at(share, gain);
+                    }
+                }
+                Err(Refusal::Slo) => v.refused_for_slo(),
+                Err(Refusal::Room) => {}
+            }
+            if let Some(shares) = shares {
                 let (_, stp, own) = *shares;
                 // A move must pay for its restart.
                 let gain = stp - self.moves_cost_of(jobs, part, shares, moved) - now;
-                if gain > 0.0
-                    && (last_resort || self.adds_enough(part, own, gain))
-                    && beats(gain, &best)
-                {
-                    let (members, _, _, moves) = rebalanced(jobs, part, Some(j), shares);
-                    best = Some(Choice {
-                        gain,
-                        pos,
-                        gpu: a.gpu,
-                        part: a.part,
-                        how: Join::Moving(members, moves),
-                    });
-                }
-            };
-            let key = (a.id, kinds.number(j), flags);
-            let known = self.shortcuts && {
-                let memo = self.memo();
-                match memo.answer(kinds.generation, &key) {
-                    Some((config, shares)) => {
-                        judge(config, shares.as_ref());
-                        true
-                    }
-                    None => false,
-                }
-            };
-            if !known {
-                let config = self.mps_config(jobs, part, j, last_resort, raise);
-                let shares = self.rebalance_shares(jobs, part, Some(j));
-                judge(&config, shares.as_ref());
-                if self.shortcuts {
-                    self.memo()
-                        .remember_answer(kinds.generation, key, (config, shares));
+                if gain > 0.0 && (last_resort || self.adds_enough(part, own, gain)) {
+                    v.join_moving(gain);
                 }
             }
+            v
+        };
+        let key = (a.id, kinds.number(j), flags);
+        if self.shortcuts {
+            let memo = self.memo();
+            if let Some((config, shares)) = memo.answer(kinds.generation, &key) {
+                return judge(config, shares.as_ref());
+            }
         }
-        (best, slo_here)
+        let config = self.mps_config(jobs, part, j, last_resort, raise);
+        let shares = self.rebalance_shares(jobs, part, Some(j));
+        let v = judge(&config, shares.as_ref());
+        if self.shortcuts {
+            self.memo()
+                .remember_answer(kinds.generation, key, (config, shares));
+        }
+        v
     }
 
     /// The partitions of `plans`, in order, but only the first of those in the same state:
@@ -367,36 +482,33 @@ impl Hybrid {
                 if known[gi][pi].is_some() {
                     continue;
                 }
-                let members: Vec<MemberNow> = if self.shortcuts {
-                    part.members
-                        .iter()
-                        .map(|m| (m.job, m.share, moved.contains(&m.job)))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                let now = |m: &Member| (m.job, m.share, moved.contains(&m.job));
                 if let Some((was, state)) = found.0.get(&part.slot)
                     && self.shortcuts
-                    && *was == members
+                    && was.len() == part.members.len()
+                    && was.iter().zip(&part.members).all(|(w, m)| *w == now(m))
                 {
                     known[gi][pi] = Some(state.clone());
                     continue;
                 }
+                let members: Vec<MemberNow> = if self.shortcuts {
+                    part.members.iter().map(now).collect()
+                } else {
+                    Vec::new()
+                };
                 let free_mib = part.free_mib(jobs);
-                let mut key = Vec::new();
-                if self.shortcuts {
-                    key = state_key(jobs, &part.shape, &part.members, None);
+                let (id, generation) = if self.shortcuts {
+                    let mut key = state_key(jobs, &part.shape, &part.members, None);
                     key.push(free_mib);
                     key.extend(members.iter().map(|&(_, _, moved)| u64::from(moved)));
-                }
-                let id = if self.shortcuts {
-                    Memo::number(&mut self.memo().state_ids, &key)
+                    let mut memo = self.memo();
+                    (Memo::number(&mut memo.state_ids, &key), memo.generation)
                 } else {
-                    0
+                    (0, 0)
                 };
                 let state = PartState {
-                    key: key.into(),
                     id,
+                    generation,
                     free_mib,
                     stp: self.part_stp(jobs, part),
                 };
@@ -406,14 +518,14 @@ impl Hybrid {
                 known[gi][pi] = Some(state);
             }
         }
-        let mut seen: FastSet<&[u64]> = FastSet::default();
+        let mut seen: FastSet<(u64, u32)> = FastSet::default();
         let mut out = Vec::new();
         for (gi, parts) in known.iter().enumerate() {
             for (pi, state) in parts.iter().enumerate() {
                 let Some(state) = state else {
                     continue;
                 };
-                if self.shortcuts && !seen.insert(&state.key) {
+                if self.shortcuts && !seen.insert((state.generation, state.id)) {
                     continue;
                 }
                 out.push(Asked {
@@ -422,6 +534,7 @@ impl Hybrid {
                     id: state.id,
                     free_mib: state.free_mib,
                     stp: state.stp,
+                    members: plans[gi].parts[pi].members.len(),
                 });
             }
         }

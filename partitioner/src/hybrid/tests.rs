@@ -23,6 +23,9 @@ thread_local! {
     pub(super) static LAYOUTS_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Choices MPS-first made again from the memo (`mps_first.rs`, `choose_remembered`).
     pub(super) static CHOICES_RECALLED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// MPS-first's verdicts on a partition state read from the memo's lists
+    /// (`mps_first.rs`, `choose`).
+    pub(super) static VERDICTS_RECALLED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Online jobs not asked for an eviction as of a kind that found no room (`preempt.rs`).
     pub(super) static PREEMPT_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
@@ -782,6 +785,7 @@ fn remembered_answers_are_the_answers() {
         SKIPPED.set(0);
         LAYOUTS_SKIPPED.set(0);
         CHOICES_RECALLED.set(0);
+        VERDICTS_RECALLED.set(0);
         let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
         let warm = same_plans_with_and_without_shortcuts(make, model, (2, true), &kinds, 4);
         assert!(
@@ -812,6 +816,11 @@ fn remembered_answers_are_the_answers() {
         assert!(
             CHOICES_RECALLED.get() > 0 || warm.name() != "mmk",
             "{}: MPS-first's choices were recalled",
+            warm.name()
+        );
+        assert!(
+            VERDICTS_RECALLED.get() > 0 || warm.name() != "mmk",
+            "{}: MPS-first's verdicts were read from the memo",
             warm.name()
         );
     }
