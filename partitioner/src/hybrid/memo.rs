@@ -42,7 +42,8 @@ pub(super) struct Memo {
     /// MPS-first's [`Verdict`]s by a kind's number in `kind_ids` and the round's flags
     /// (as [`Answers`]), each a list by the state's number in `state_ids`.
     pub(super) verdicts: FastMap<(u32, u32), Vec<Verdict>>,
-    /// The verdict lists' lengths together, bounded by [`VERDICTS_MAX`].
+    /// The verdicts the lists have room for together, at most [`VERDICTS_MAX`]
+    /// (`remember_verdicts`).
     pub(super) verdict_slots: usize,
     /// Numbers for partitions' `state_key`s (no newcomer), for [`Memo::configs`].
     pub(super) part_ids: FastMap<Vec<u64>, u32>,
@@ -91,9 +92,10 @@ const MEMO_MAX: usize = 1 << 15;
 /// The most words `Memo::asked_ids`' keys hold before the numbered maps start over: 32 MiB.
 const ASKED_WORDS_MAX: usize = 1 << 22;
 
-/// The most verdicts `Memo::verdicts`' lists hold before the numbered maps start over
-/// (24 bytes each: 48 MiB).
-const VERDICTS_MAX: usize = 1 << 21;
+/// The most verdicts `Memo::verdicts`' lists have room for (24 bytes each: 48 MiB); once
+/// they are full, none is remembered until the numbered maps start over before the next
+/// pass.
+pub(super) const VERDICTS_MAX: usize = 1 << 21;
 
 impl Memo {
     /// Before a pass numbers its kinds: the numbered maps start over when one is full,
@@ -155,24 +157,39 @@ impl Memo {
     }
 
     /// Remembers MPS-first's verdicts `fresh` (by state number) for a kind and flags
-    /// (`key`), unless the maps started over since `generation`.
+    /// (`key`), unless the maps started over since `generation`. A list that would take
+    /// the lists past [`VERDICTS_MAX`] is not grown: the lists are full, and the numbered
+    /// maps start over before the next pass.
     pub(super) fn remember_verdicts(
         &mut self,
         generation: u64,
         key: (u32, u32),
         fresh: &[(u32, Verdict)],
     ) {
-        if self.generation != generation {
+        if self.generation != generation || self.verdict_slots >= VERDICTS_MAX {
             return;
         }
+        let Some(longest) = fresh.iter().map(|&(id, _)| id as usize + 1).max() else {
+            return;
+        };
         let list = self.verdicts.entry(key).or_default();
-        for &(id, v) in fresh {
-            let i = id as usize;
-            if list.len() <= i {
-                self.verdict_slots += i + 1 - list.len();
-                list.resize(i + 1, Verdict::default());
+        if longest > list.len() {
+            let before = list.capacity();
+            // The most growing it can take: to `longest`, or twice the room it has.
+            let most = if longest <= before {
+                0
+            } else {
+                longest.max(2 * before).max(4) - before
+            };
+            if self.verdict_slots + most > VERDICTS_MAX {
+                self.verdict_slots = VERDICTS_MAX;
+                return;
             }
-            list[i] = v;
+            list.resize(longest, Verdict::default());
+            self.verdict_slots += list.capacity() - before;
+        }
+        for &(id, v) in fresh {
+            list[id as usize] = v;
         }
     }
 

@@ -283,8 +283,8 @@ impl Hybrid {
         part.members.is_empty() || gain >= self.options.min_colocation_gain * own - 1e-12
     }
 
-    /// Whether a partition of `members` jobs runs too many for offline job `j` to join it in the last
-    /// resort (`crowd_max`). Online jobs are never kept out by it.
+    /// Whether a partition of `members` jobs runs too many for offline job `j` to join it
+    /// in the last resort (`crowd_max`). Online jobs are never kept out by it.
     pub(super) fn crowded(&self, jobs: &[JobDemand], members: usize, j: usize) -> bool {
         jobs[j].class == JobClass::Offline
             && self.options.crowd_max.is_some_and(|max| members >= max)

@@ -465,7 +465,9 @@ impl Hybrid {
     /// `state_key` (they are memoized by it), `moves_cost` on the moved members. So a later
     /// partition in the same state gives the same gains, which never beat the first's
     /// (`choose` takes only a strictly better gain). This holds only while those answers
-    /// depend on the state key alone. Without the shortcuts, every partition.
+    /// depend on the state key alone. Without the shortcuts, every partition. (States are
+    /// told apart by their numbers: should another pass make the memo start over within
+    /// this one, a state numbered again is asked twice, which changes no choice.)
     ///
     /// `known` keeps each partition's [`PartState`] between calls; a partition that
     /// changes must be forgotten there. `found` keeps them for the pass, by slot and

@@ -1667,3 +1667,28 @@ fn a_gpu_state_that_placed_nothing_is_not_asked_again() {
     let plan = plan_both(running(20), &waiting);
     assert!(plan.placements.iter().any(|p| p.job == 6), "{plan:?}");
 }
+
+/// MPS-first's verdict lists stay within their room: a list that would grow past it is not
+/// grown, nothing more is remembered in the pass, and the numbered maps start over before
+/// the next one.
+#[test]
+fn the_verdict_lists_stay_within_their_room() {
+    use super::memo::{Memo, VERDICTS_MAX};
+    use super::mps_first::Verdict;
+    let mut memo = Memo::default();
+    let g = memo.generation;
+    let room = |m: &Memo| m.verdicts.values().map(Vec::capacity).sum::<usize>();
+    memo.remember_verdicts(g, (0, 0), &[(9, Verdict::default())]);
+    assert_eq!(memo.verdicts[&(0, 0)].len(), 10);
+    assert_eq!(memo.verdict_slots, room(&memo));
+    // A state numbered past the room: not remembered, and the lists are full.
+    memo.remember_verdicts(g, (1, 0), &[(VERDICTS_MAX as u32, Verdict::default())]);
+    assert!(memo.verdicts.get(&(1, 0)).is_none_or(Vec::is_empty));
+    assert!(room(&memo) <= VERDICTS_MAX);
+    memo.remember_verdicts(g, (0, 0), &[(20, Verdict::default())]);
+    assert_eq!(memo.verdicts[&(0, 0)].len(), 10, "nothing more this pass");
+    memo.between_passes();
+    assert_eq!(memo.generation, g + 1);
+    assert!(memo.verdicts.is_empty());
+    assert_eq!(memo.verdict_slots, 0);
+}
