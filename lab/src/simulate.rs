@@ -10,9 +10,9 @@ use mmk_core::workload;
 use mmk_partitioner::{AnalyticModel, PLANNERS, PerfModel};
 use mmk_predictor::Predictor;
 use mmk_simulator::experiment::{
-    self, ExperimentError, KERNEL_SCHED_POLICY, PolicyRun, Progress, REFERENCE_POLICY, Report,
-    Setup, Spread, SweepReport, SweepRun, World, measured_kernel_effect, measured_truth, relative,
-    sweep_rows,
+    self, ExperimentError, KERNEL_SCHED_POLICY, PROMPT_REFERENCE_POLICY, PolicyRun, Progress,
+    REFERENCE_POLICY, Report, Setup, Spread, SweepReport, SweepRun, World, is_reference,
+    measured_kernel_effect, measured_truth, relative, sweep_rows,
 };
 use mmk_simulator::trace::Durations;
 use mmk_simulator::{KernelEffect, RunResult, SimConfig, Trace, TraceSpec, trace};
@@ -52,9 +52,10 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "a100-80gb")]
     pub gpu_model: String,
     /// Policies to compare, comma-separated: the planners (all on the same ground truth),
-    /// `mmk-ks` (MMK on its kernel scheduler's effect, `--kernel-sched`), and `reference`,
-    /// the best schedule a clairvoyant search finds for a small trace (at most 40 jobs and
-    /// 4 GPUs; docs/simulate.md, "Distance from the best schedule") [default:
+    /// `mmk-ks` (MMK on its kernel scheduler's effect, `--kernel-sched`), `reference`, the
+    /// best schedule a clairvoyant search finds for a small trace (at most 40 jobs and 4
+    /// GPUs; docs/simulate.md, "Distance from the best schedule"), and `reference-prompt`,
+    /// the same in a class that keeps online jobs from waiting [default:
     /// default,mps,miso,miger,mmk,mmk-ks; without mmk-ks with `--kernel-sched off`].
     #[arg(long, value_delimiter = ',')]
     pub policies: Vec<String>,
@@ -190,9 +191,10 @@ fn check_reference_size(
             format!("--online {online} --offline {offline}"),
         ),
     };
-    if with_reference && jobs > reference::MAX_JOBS {
+    let named = a.policies.iter().find(|p| is_reference(p));
+    if let Some(named) = named.filter(|_| with_reference && jobs > reference::MAX_JOBS) {
         return Err(Failure::usage(format!(
-            "--policies {REFERENCE_POLICY}: the reference search takes at most {} jobs ({given})",
+            "--policies {named}: the reference search takes at most {} jobs ({given})",
             reference::MAX_JOBS
         )));
     }
@@ -278,9 +280,9 @@ fn check(
         return Err(Failure::usage("--gpus must be between 1 and 128"));
     }
     for p in &a.policies {
-        if !PLANNERS.contains(&p.as_str()) && p != REFERENCE_POLICY && p != KERNEL_SCHED_POLICY {
+        if !PLANNERS.contains(&p.as_str()) && !is_reference(p) && p != KERNEL_SCHED_POLICY {
             return Err(Failure::usage(format!(
-                "--policies: unknown policy {p:?}; known: {}, {KERNEL_SCHED_POLICY}, {REFERENCE_POLICY}",
+                "--policies: unknown policy {p:?}; known: {}, {KERNEL_SCHED_POLICY}, {REFERENCE_POLICY}, {PROMPT_REFERENCE_POLICY}",
                 PLANNERS.join(", ")
             )));
         }
@@ -290,10 +292,11 @@ fn check(
             )));
         }
     }
-    let with_reference = a.policies.iter().any(|p| p == REFERENCE_POLICY);
-    if with_reference && gpus > reference::MAX_GPUS {
+    let named = a.policies.iter().find(|p| is_reference(p));
+    let with_reference = named.is_some();
+    if let Some(named) = named.filter(|_| gpus > reference::MAX_GPUS) {
         return Err(Failure::usage(format!(
-            "--policies {REFERENCE_POLICY}: the reference search takes at most {} GPUs (--gpus {gpus})",
+            "--policies {named}: the reference search takes at most {} GPUs (--gpus {gpus})",
             reference::MAX_GPUS
         )));
     }
@@ -584,7 +587,7 @@ fn print_sweep(r: &SweepReport) {
         "relative to MIGER but SLO MISS (a share of online time) and MIXED (a share of job time): the mean over the seeds (lowest..highest)"
     );
     outln!(
-        "{:>9} {:<9} {:>9} {:>24} {:>24} {:>24} {:>22} {:>22}",
+        "{:>9} {:<16} {:>9} {:>24} {:>24} {:>24} {:>22} {:>22}",
         "INTERVAL",
         "POLICY",
         "AVG JCT",
@@ -608,7 +611,7 @@ fn print_sweep(r: &SweepReport) {
     };
     for row in &r.rows {
         outln!(
-            "{:>8}s {:<9} {:>8.0}s {:>24} {:>24} {:>24} {:>22} {:>22}",
+            "{:>8}s {:<16} {:>8.0}s {:>24} {:>24} {:>24} {:>22} {:>22}",
             row.interval_s,
             row.policy,
             row.avg_jct_s.mean,
@@ -626,7 +629,7 @@ fn print_sweep(r: &SweepReport) {
         for row in &r.rows {
             match (&row.lower_bound_avg_jct_s, row.exact_runs) {
                 (Some(b), Some(exact)) => outln!(
-                    "{:>8}s {:<9} bound {:.0} s ({:.0}..{:.0}), the search exact in {exact} of {} runs",
+                    "{:>8}s {:<16} bound {:.0} s ({:.0}..{:.0}), the search exact in {exact} of {} runs",
                     row.interval_s,
                     row.policy,
                     b.mean,
@@ -635,7 +638,7 @@ fn print_sweep(r: &SweepReport) {
                     row.runs
                 ),
                 _ => outln!(
-                    "{:>8}s {:<9} {}",
+                    "{:>8}s {:<16} {}",
                     row.interval_s,
                     row.policy,
                     spread(&row.jct_vs_reference_pct)
@@ -695,7 +698,7 @@ fn pct(v: Option<f64>) -> String {
 /// than ten times.
 fn print_classes(r: &Report) {
     outln!(
-        "{:<9} {:>11} {:>12} {:>17} {:>10}",
+        "{:<16} {:>11} {:>12} {:>17} {:>10}",
         "POLICY",
         "ONLINE JCT",
         "OFFLINE JCT",
@@ -706,7 +709,7 @@ fn print_classes(r: &Report) {
     for p in &r.policies {
         let s = &p.summary;
         outln!(
-            "{:<9} {:>11} {:>12} {:>17} {:>9.1}%",
+            "{:<16} {:>11} {:>12} {:>17} {:>9.1}%",
             s.policy,
             secs(s.online_avg_jct_s),
             secs(s.offline_avg_jct_s),
@@ -728,7 +731,7 @@ fn print_table(r: &Report) {
     );
     outln!("{}", kernel_line(&r.setup));
     outln!(
-        "{:<9} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>8} {:>6} {:>6} {:>5}",
+        "{:<16} {:>8} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7} {:>5} {:>7} {:>8} {:>6} {:>6} {:>5}",
         "POLICY",
         "AVG JCT",
         "vsDEF",
@@ -747,7 +750,7 @@ fn print_table(r: &Report) {
     for p in &r.policies {
         let s = &p.summary;
         outln!(
-            "{:<9} {:>7.0}s {:>7} {:>7} {:>7.0}s {:>7.0}s {:>8.0}s {:>7} {:>5.2} {:>7} {:>8} {:>5.1}% {:>6} {:>5}",
+            "{:<16} {:>7.0}s {:>7} {:>7} {:>7.0}s {:>7.0}s {:>8.0}s {:>7} {:>5.2} {:>7} {:>8} {:>5.1}% {:>6} {:>5}",
             s.policy,
             s.avg_jct_s,
             pct(p.jct_vs_default_pct),
@@ -766,16 +769,22 @@ fn print_table(r: &Report) {
         );
     }
     print_classes(r);
-    if let Some(search) = r.policies.iter().find_map(|p| p.search) {
+    for (policy, search) in r
+        .policies
+        .iter()
+        .filter_map(|p| Some((&p.summary.policy, p.search?)))
+    {
         let how = if search.exact {
             format!("exact ({} nodes)", search.nodes)
         } else {
             format!("the best of {} nodes", search.nodes)
         };
         outln!(
-            "reference: {how}; no schedule of its class averages less than {:.0} s",
+            "{policy}: {how}; no schedule of its class averages less than {:.0} s",
             search.lower_bound_avg_jct_s
         );
+    }
+    if r.policies.iter().any(|p| p.search.is_some()) {
         let vs: Vec<String> = r
             .policies
             .iter()

@@ -483,6 +483,41 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
         "{t}"
     );
 
+    // On the measured truth (some pairs ran faster together than apart) both searches
+    // are exact; keeping online jobs from waiting costs average JCT (never gains it), and
+    // on this trace leaves less of the online jobs' time out of SLO.
+    let out = lab(
+        d,
+        &[
+            "simulate",
+            "--online",
+            "3",
+            "--offline",
+            "1",
+            "--gpus",
+            "2",
+            "--seed",
+            "61",
+            "--policies",
+            "mmk,reference,reference-prompt",
+            "--output",
+            "json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = report["policies"].as_array().expect("policies");
+    let (free, prompt) = (&rows[1], &rows[2]);
+    assert_eq!(prompt["policy"], "reference-prompt");
+    for r in [free, prompt] {
+        assert_eq!(r["search"]["exact"], true, "{r}");
+    }
+    let avg = |r: &serde_json::Value| r["avg_jct_s"].as_f64().expect("avg");
+    let miss = |r: &serde_json::Value| r["slo_miss_pct"].as_f64().expect("miss");
+    assert!(avg(prompt) >= avg(free) - 1e-6, "{prompt} against {free}");
+    assert!(miss(prompt) < miss(free), "{prompt} against {free}");
+    assert!(prompt["jct_vs_reference_pct"].as_f64().expect("vs") >= -1e-6);
+
     // Too large for the search: refused before anything runs, naming the flag.
     let out = lab(
         d,
@@ -492,6 +527,21 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
     assert!(
         text(&out.stderr)
             .contains("--policies reference: the reference search takes at most 4 GPUs"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lab(
+        d,
+        &[
+            "simulate",
+            "--gpus",
+            "8",
+            "--policies",
+            "mmk,reference-prompt",
+        ],
+    );
+    assert!(
+        text(&out.stderr).contains("--policies reference-prompt: the reference search takes"),
         "{}",
         text(&out.stderr)
     );

@@ -130,6 +130,18 @@ pub trait PerfModel: Send + Sync + std::fmt::Debug {
     fn company_never_helps(&self) -> bool {
         false
     }
+
+    /// An upper bound on `job`'s normalized performance at `mps_share` of `partition`,
+    /// whatever its co-runners (none included). Search bounds rely on it (the simulator's
+    /// reference schedule): the tighter, the less they search. By default its performance
+    /// alone there where company never helps, else 1.
+    fn speed_bound(&self, job: &JobProfile, partition: &PartitionShape, mps_share: u8) -> f64 {
+        if self.company_never_helps() {
+            self.estimate(job, partition, mps_share, &[])
+        } else {
+            1.0
+        }
+    }
 }
 
 /// The stand-in model, a roofline over SMs and memory bandwidth plus an interference term:

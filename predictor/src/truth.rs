@@ -446,6 +446,33 @@ impl PerfModel for MeasuredTruth {
         };
         (alone * factor).clamp(1e-6, 1.0)
     }
+
+    /// The job's curve at its share of the partition (company only scales a share down,
+    /// and the curve is monotone) times the largest gain any co-runner can bring it: the
+    /// largest of its measured pair ratios and of its class's means, at least 1. A
+    /// weighted geometric mean of ratios, or losses times the largest gain, is never above
+    /// that.
+    fn speed_bound(&self, job: &JobProfile, partition: &PartitionShape, mps_share: u8) -> f64 {
+        let Some(i) = self.find(job) else {
+            return self.fallback.speed_bound(job, partition, mps_share);
+        };
+        let part = f64::from(partition.sm_count) / f64::from(partition.gpu_sm_count.max(1));
+        let alone = self.jobs[i].alone(f64::from(mps_share) / 100.0 * part);
+        let class = self.jobs[i].profile.class;
+        let gain = self
+            .pairs
+            .iter()
+            .filter(|((me, _), _)| *me == i)
+            .flat_map(|(_, ratios)| ratios.iter().map(|p| p.ratio))
+            .chain(
+                self.class_means
+                    .iter()
+                    .filter(|((c, _, _), _)| *c == class)
+                    .map(|(_, r)| *r),
+            )
+            .fold(1.0_f64, f64::max);
+        (alone * gain).clamp(1e-6, 1.0)
+    }
 }
 
 #[cfg(test)]
@@ -657,6 +684,53 @@ mod tests {
                 .iter()
                 .all(|j| j.alone(1.0) == 1.0 && j.alone(0.1) < 0.5)
         );
+    }
+
+    /// The bound holds for every job of the shipped model beside every one, two or three
+    /// co-runners of it, at every share and in partitions of a third, a half and the
+    /// whole GPU; where a pair ran faster together than apart it is above the job alone.
+    #[test]
+    fn the_shipped_model_never_runs_a_job_past_its_bound() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/gpu/h200-2026-11-21/");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+        let (a, p) = (read("raw-alone.jsonl"), read("raw-pairs.jsonl"));
+        let t = MeasuredTruth::from_texts([a.as_str(), p.as_str()]).unwrap();
+        let jobs: Vec<JobProfile> = t.jobs().iter().map(|j| j.profile).collect();
+        let mut above_alone = 0;
+        for sm in [44, 66, 132] {
+            let part = PartitionShape {
+                sm_count: sm,
+                gpu_sm_count: 132,
+                memory_slices: 8,
+                gpu_memory_slices: 8,
+            };
+            for job in &jobs {
+                for share in [25, 50, 100] {
+                    let bound = t.speed_bound(job, &part, share);
+                    let alone = t.estimate(job, &part, share, &[]);
+                    assert!(bound >= alone - 1e-12 && bound <= 1.0);
+                    above_alone += usize::from(bound > alone + 1e-9);
+                    for (k, c) in jobs.iter().enumerate() {
+                        for co_share in [25, 50, 100] {
+                            let co = |p: &JobProfile| CoRunner {
+                                profile: *p,
+                                mps_share: co_share,
+                            };
+                            let groups = [
+                                vec![co(c)],
+                                vec![co(c), co(&jobs[(k + 7) % jobs.len()])],
+                                vec![co(c), co(&jobs[(k + 3) % jobs.len()]), co(&jobs[0])],
+                            ];
+                            for g in &groups {
+                                let v = t.estimate(job, &part, share, g);
+                                assert!(v <= bound + 1e-12, "{v} over its bound {bound}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(above_alone > 0, "no measured pair ran faster together");
     }
 
     /// The shipped model (alone and pair runs) and the checked runs of `files`, from

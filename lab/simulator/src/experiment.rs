@@ -59,6 +59,15 @@ pub fn planner_of(policy: &str) -> &str {
 /// planners on small traces.
 pub const REFERENCE_POLICY: &str = "reference";
 
+/// The reference schedule of a class that keeps online jobs from waiting
+/// ([`crate::reference::ReferenceOptions::prompt_online`]).
+pub const PROMPT_REFERENCE_POLICY: &str = "reference-prompt";
+
+/// Whether `policy` is one of the reference searches.
+pub fn is_reference(policy: &str) -> bool {
+    policy == REFERENCE_POLICY || policy == PROMPT_REFERENCE_POLICY
+}
+
 /// One policy's run of a trace, and the wall time it took; for the reference, what its
 /// search came to.
 #[derive(Debug)]
@@ -126,18 +135,20 @@ fn reference_run(
     t: &Trace,
     cfg: &SimConfig,
     truth: &dyn PerfModel,
+    policy: &str,
     label: &str,
 ) -> Result<(RunResult, SearchNote), ExperimentError> {
-    let r = crate::reference::solve(
-        t,
-        cfg,
-        truth,
-        &crate::reference::ReferenceOptions::default(),
-    )
-    .map_err(|source| ExperimentError::Reference {
-        label: label.to_owned(),
-        source,
+    let opts = crate::reference::ReferenceOptions {
+        prompt_online: policy == PROMPT_REFERENCE_POLICY,
+        ..crate::reference::ReferenceOptions::default()
+    };
+    let mut r = crate::reference::solve(t, cfg, truth, &opts).map_err(|source| {
+        ExperimentError::Reference {
+            label: label.to_owned(),
+            source,
+        }
     })?;
+    r.run.policy = policy.to_owned();
     let note = SearchNote {
         exact: r.exact,
         nodes: r.nodes,
@@ -164,9 +175,9 @@ pub fn run_policies(
 ) -> Result<Vec<PolicyRun>, ExperimentError> {
     let mut runs = Vec::new();
     for name in policies {
-        if name == REFERENCE_POLICY {
+        if is_reference(name) {
             let started = std::time::Instant::now();
-            let (run, note) = reference_run(t, cfg, plain.truth.as_ref(), label)?;
+            let (run, note) = reference_run(t, cfg, plain.truth.as_ref(), name, label)?;
             let seconds = started.elapsed().as_secs_f64();
             progress(Progress::Done {
                 policy: name,
@@ -426,7 +437,7 @@ pub fn sweep_rows(intervals: &[f64], policies: &[String], runs: &[SweepRun]) -> 
                 mixed_pct,
                 jct_vs_reference_pct: of(&|p| p.jct_vs_reference_pct),
                 lower_bound_avg_jct_s: of(&|p| p.search.map(|s| s.lower_bound_avg_jct_s)),
-                exact_runs: (policy == REFERENCE_POLICY).then(|| {
+                exact_runs: is_reference(policy).then(|| {
                     reports
                         .iter()
                         .filter(|p| p.search.is_some_and(|s| s.exact))

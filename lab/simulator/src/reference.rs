@@ -17,17 +17,24 @@
 //! **The search.** A pilot search gives the first schedule ([`Search::pilot`]); then depth
 //! first over the choices, job by job in arrival order (each job's options, fastest first,
 //! then leaving it waiting), with branch and bound on the sum of JCTs. A branch's bound:
-//! the JCTs of the jobs done, and every other job ending at the earliest it could at its
-//! speed alone at its share in its instance once placed, else alone in its best instance,
-//! from the earliest moment it can run (a job left waiting waits at least until the next
-//! arrival or completion). That needs company never to make a job faster
-//! ([`PerfModel::company_never_helps`]); the search also checks the truth's every answer
-//! against it. Where the truth guarantees it, a search that ends before `node_limit` is
-//! exact, and one stopped there keeps the best schedule it found with the least bound of
-//! the branches it left as a lower bound on the class's best. Where it does not (the
-//! measured truth, whose pairs sometimes ran faster together than apart), the same
-//! pruning makes a heuristic search: its schedule stands, it is never called exact, and
-//! the bound is the jobs' solo times (no job runs faster than alone on a whole GPU).
+//! the JCTs of the jobs done, and every other job ending at the earliest it could at the
+//! most the truth says it can run at in any company ([`PerfModel::speed_bound`]) at its
+//! share in its instance once placed, else in its best instance, from the earliest moment
+//! it can run (a job left waiting waits at least until the next arrival or completion).
+//! Where company never helps, that is its speed alone there; on the measured truth, whose
+//! pairs sometimes ran faster together than apart, its speed alone times the largest gain
+//! a co-runner was measured to bring it. The search checks the truth's every answer
+//! against its bound. A search that ends before `node_limit` is exact, and one stopped
+//! there keeps the best schedule it found with the least bound of the branches it left as
+//! a lower bound on the class's best. A truth that breaks its own bound makes the same
+//! pruning a heuristic search: its schedule stands, it is never called exact, and the
+//! bound is the jobs' solo times (no job runs faster than alone on a whole GPU).
+//!
+//! **Prompt online jobs.** With [`ReferenceOptions::prompt_online`] (policy
+//! `reference-prompt`) the class keeps online jobs from waiting, as MMK's planner does:
+//! an online job that some choice starts with every SLO kept, as its partition stands,
+//! starts at that moment. Its best is the best schedule that does not buy average JCT
+//! with online jobs' waits, which count as out of SLO.
 //!
 //! The schedule found is replayed through [`simulate`] by a planner that follows it
 //! ([`Script`]), so its figures come from the same engine as every policy's.
@@ -36,6 +43,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use mmk_core::JobClass;
 use mmk_partitioner::{
     CoRunner, GpuModel, JobDemand, JobPlacement, NodeState, PerfModel, Plan, Planner, QueuedJob,
     Slot, Step, catalog, layout,
@@ -61,6 +69,9 @@ pub struct ReferenceOptions {
     pub shares: Vec<u8>,
     /// Choices (one per planning moment reached) before the search stops.
     pub node_limit: u64,
+    /// The class keeps online jobs from waiting: an online job that some choice starts
+    /// with every SLO kept, as its partition stands, starts (policy `reference-prompt`).
+    pub prompt_online: bool,
 }
 
 impl Default for ReferenceOptions {
@@ -68,6 +79,7 @@ impl Default for ReferenceOptions {
         ReferenceOptions {
             shares: vec![100, 50],
             node_limit: 2_000_000,
+            prompt_online: false,
         }
     }
 }
@@ -265,15 +277,14 @@ struct Search<'a> {
     open_bound: f64,
     /// Visit every branch, prune none (the tests' brute force).
     brute: bool,
-    /// Each job's speed alone, by instance profile and share: the bound takes it as the
-    /// most the job can reach there (`premise`).
-    alone: Vec<HashMap<(Option<u32>, u8), f64>>,
-    /// Each job's best speed alone in any instance that holds it.
+    /// The most each job can run at in any company, by instance profile and share (the
+    /// truth's [`PerfModel::speed_bound`]).
+    caps: Vec<HashMap<(Option<u32>, u8), f64>>,
+    /// Each job's largest cap in any instance that holds it.
     fastest: Vec<f64>,
-    /// The truth guarantees that company never makes a job faster, and no speed it gave
-    /// broke that (module docs). Without it the search's pruning may have cut the best
-    /// schedule: the schedule found stands, but it is not called exact and the bound falls
-    /// back to the solo times.
+    /// No speed the truth gave broke its bound (module docs). Where one did, the search's
+    /// pruning may have cut the best schedule: the schedule found stands, but it is not
+    /// called exact and the bound falls back to the solo times.
     premise: Cell<bool>,
 }
 
@@ -320,9 +331,9 @@ impl<'a> Search<'a> {
             best_decisions: None,
             open_bound: f64::INFINITY,
             brute,
-            alone: Vec::new(),
+            caps: Vec::new(),
             fastest: Vec::new(),
-            premise: Cell::new(truth.company_never_helps()),
+            premise: Cell::new(true),
         };
         search.prepare();
         search
@@ -416,12 +427,30 @@ impl<'a> Search<'a> {
         let j = waiting[k];
         let mut choices = self.choices(s, j)?;
         choices.sort_by(|a, b| b.speed.total_cmp(&a.speed));
+        let must_start = self.must_start(s, j, &choices)?;
         for c in choices {
             let (mut s2, mut p2) = (s.clone(), p.clone());
             self.start(&mut s2, &mut p2, j, &c);
             self.decide(&s2, k, &p2)?;
         }
+        if must_start {
+            return Ok(());
+        }
         self.decide(s, k + 1, p)
+    }
+
+    /// Whether the class lets `j` wait no longer ([`ReferenceOptions::prompt_online`]):
+    /// an online job one of `choices` starts with every SLO kept as its partition stands.
+    fn must_start(&self, s: &State, j: usize, choices: &[Choice]) -> Result<bool, ReferenceError> {
+        if !self.opts.prompt_online || self.demands[j].class != JobClass::Online {
+            return Ok(false);
+        }
+        for c in choices {
+            if self.demands[j].slo_met(c.speed) && self.gain(s, j, c)?.is_finite() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Starts `j` as `c` says, in the moment being decided.
@@ -526,6 +555,12 @@ impl<'a> Search<'a> {
                     continue;
                 }
                 let mut best: Option<(f64, Choice)> = None;
+                let least = if self.opts.prompt_online && self.demands[j].class == JobClass::Online
+                {
+                    f64::NEG_INFINITY
+                } else {
+                    least
+                };
                 for c in self.choices(&s, j)? {
                     if !self.demands[j].slo_met(c.speed) {
                         continue;
@@ -598,9 +633,12 @@ impl<'a> Search<'a> {
         let mut skipped = Vec::new();
         loop {
             for j in Self::waiting(&s) {
-                let mut options: Vec<Option<Choice>> =
-                    self.choices(&s, j)?.into_iter().map(Some).collect();
-                options.push(None);
+                let choices = self.choices(&s, j)?;
+                let wait = !self.must_start(&s, j, &choices)?;
+                let mut options: Vec<Option<Choice>> = choices.into_iter().map(Some).collect();
+                if wait {
+                    options.push(None);
+                }
                 let mut best: Option<(f64, Option<Choice>)> = None;
                 for o in options {
                     let (mut s2, mut p2, mut sk2) = (s.clone(), p.clone(), skipped.clone());

@@ -133,25 +133,25 @@ impl Search<'_> {
         })
     }
 
-    /// The most `j` can run at from now on: alone at its share in its instance once
-    /// placed, else alone in the best instance.
+    /// The most `j` can run at from now on: its cap at its share in its instance once
+    /// placed, else in the best instance.
     pub(super) fn cap(&self, j: usize, r: &JobRun) -> f64 {
         match r.slot {
-            Some(slot) => self.alone_at(j, slot.profile_id, r.share),
+            Some(slot) => self.cap_at(j, slot.profile_id, r.share),
             None => self.fastest[j],
         }
     }
 
-    /// `j`'s speed alone in an instance of `profile` at `share`.
-    pub(super) fn alone_at(&self, j: usize, profile: Option<u32>, share: u8) -> f64 {
-        self.alone[j].get(&(profile, share)).copied().unwrap_or(1.0)
+    /// The most `j` can run at, in any company, in an instance of `profile` at `share`.
+    pub(super) fn cap_at(&self, j: usize, profile: Option<u32>, share: u8) -> f64 {
+        self.caps[j].get(&(profile, share)).copied().unwrap_or(1.0)
     }
 
-    /// Fills `alone` and `fastest`.
+    /// Fills `caps` and `fastest`.
     pub(super) fn prepare(&mut self) {
         let mut shares = self.opts.shares.clone();
         shares.push(100);
-        let mut alone = Vec::with_capacity(self.demands.len());
+        let mut caps = Vec::with_capacity(self.demands.len());
         let mut fastest = Vec::with_capacity(self.demands.len());
         for d in &self.demands {
             let mut m = HashMap::new();
@@ -165,7 +165,7 @@ impl Search<'_> {
                 for &share in &shares {
                     let v = self
                         .truth
-                        .estimate(&d.profile, &self.shape(slot), share, &[])
+                        .speed_bound(&d.profile, &self.shape(slot), share)
                         .clamp(1e-6, 1.0);
                     m.insert((Some(q.id), share), v);
                     if q.memory_mib >= d.memory_mib {
@@ -173,10 +173,10 @@ impl Search<'_> {
                     }
                 }
             }
-            alone.push(m);
+            caps.push(m);
             fastest.push(if best > 0.0 { best } else { 1.0 });
         }
-        self.alone = alone;
+        self.caps = caps;
         self.fastest = fastest;
     }
 
@@ -215,7 +215,7 @@ impl Search<'_> {
                 speed: v,
             });
         }
-        if v > self.alone_at(j, slot.profile_id, share) + 1e-9 {
+        if v > self.cap_at(j, slot.profile_id, share) + 1e-9 {
             self.premise.set(false);
         }
         Ok(v)
