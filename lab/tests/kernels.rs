@@ -360,7 +360,8 @@ fn measure_records_each_jobs_kernels_through_the_interposer_and_ncu() {
 
 /// The kernel-level simulator on the co-location matrix's recorded traces (H100,
 /// lab/data/kernel-sched/h100-2026-11-26) orders `passthrough` and the gate with a 10 % hold
-/// budget as the GPU did (docs/colocation-matrix-h100.json): the holds cost every training
+/// budget as the GPU did (docs/colocation-matrix-h100.json, its eager tier: the services
+/// the traces were recorded from launch kernel by kernel): the holds cost every training
 /// throughput, and where the simulator has the holds lower a service's p99, the GPU had it
 /// too. (Where it predicts no change, for ResNet-50, the GPU had the holds raise the p99:
 /// the simulator does not model what holding costs the online job.)
@@ -407,7 +408,7 @@ fn ksim_orders_the_matrix_configurations_as_the_gpu_did() {
             let sim: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
             let rows = sim["policies"].as_array().expect("policies");
             let (plain, held) = (&rows[0], &rows[1]);
-            let pair = gpu["pairs"]
+            let pair = gpu["tiers"]["eager"]["pairs"]
                 .as_array()
                 .expect("pairs")
                 .iter()

@@ -51,10 +51,11 @@ Usage, on the GPU machine from the repo root:
 BIN_DIR holds mmkd, mmkctl and libmmk_interposer.so (release builds). Writes
 OUT/matrix.json (every run), OUT/colocation-matrix-GPU.json (the summary the docs give)
 and OUT/logs.tar.gz (mmkd's logs); changes no GPU setting. Several calls' matrix.json
-files merge with `--merge OUT A.json B.json ...` (runs on other machines are not mixed:
-each pair's ratios are against its own call's alone runs; `--rename mmk=mmk-budget10` names
-a configuration run under mmkd's defaults of the day by its settings, in every call, and
-`--rename FILE:mmk=mmk-budget10` in that call's file only).
+files merge with `--merge OUT A.json B.json ...` into OUT/colocation-matrix-GPU.json's
+`tiers.eager` (a `tiers.graph` already there, from graph-tier.py, stays; runs on other
+machines are not mixed: each pair's ratios are against its own call's alone runs; `--rename
+mmk=mmk-budget10` names a configuration run under mmkd's defaults of the day by its
+settings, in every call, and `--rename FILE:mmk=mmk-budget10` in that call's file only).
 """
 import argparse
 import json
@@ -370,12 +371,16 @@ def merge(out, files, rename=()):
             configs[config] = merged
         pairs.append({"online": q["online"], "offline": q["offline"], "alone": q["alone"],
                       "configs": configs})
-    merged = {"gpu": runs[0]["gpu"], "driver": runs[0]["driver"],
-              "date": max(r["date"] for r in runs), "command": [r["command"] for r in runs],
-              "renamed": names | {f"{f}:{o}": n for f, m in per_file.items() for o, n in m.items()},
-              "pairs": pairs, "configs": summarize_pairs(pairs)}
+    eager = {"date": max(r["date"] for r in runs), "command": [r["command"] for r in runs],
+             "renamed": names | {f"{f}:{o}": n for f, m in per_file.items() for o, n in m.items()},
+             "pairs": pairs, "configs": summarize_pairs(pairs)}
     os.makedirs(out, exist_ok=True)
-    path = f"{out}/colocation-matrix-{short(merged['gpu'])}.json"
+    path = f"{out}/colocation-matrix-{short(runs[0]['gpu'])}.json"
+    # The graph tier (graph-tier.py) of a matrix already there stays.
+    tiers = {"eager": eager}
+    if os.path.exists(path) and "graph" in json.load(open(path)).get("tiers", {}):
+        tiers["graph"] = json.load(open(path))["tiers"]["graph"]
+    merged = {"gpu": runs[0]["gpu"], "driver": runs[0]["driver"], "tiers": tiers}
     json.dump(merged, open(path, "w"), indent=1)
     log(path)
 
