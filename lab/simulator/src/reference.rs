@@ -34,7 +34,9 @@
 //! `reference-prompt`) the class keeps online jobs from waiting, as MMK's planner does:
 //! an online job that some choice starts with every SLO kept, as its partition stands,
 //! starts at that moment. Its best is the best schedule that does not buy average JCT
-//! with online jobs' waits, which count as out of SLO.
+//! with online jobs' waits, which count as out of SLO. Its search prunes far more, and
+//! its class is a part of the other: the search of the whole class runs it first and
+//! starts from its best.
 //!
 //! The schedule found is replayed through [`simulate`] by a planner that follows it
 //! ([`Script`]), so its figures come from the same engine as every policy's.
@@ -67,7 +69,8 @@ pub const MAX_GPUS: u32 = 4;
 pub struct ReferenceOptions {
     /// The MPS shares a job may start with (10 to 100).
     pub shares: Vec<u8>,
-    /// Choices (one per planning moment reached) before the search stops.
+    /// Choices (one per planning moment reached) before the search stops; the search of
+    /// the whole class runs the prompt class's first, each up to this.
     pub node_limit: u64,
     /// The class keeps online jobs from waiting: an online job that some choice starts
     /// with every SLO kept, as its partition stands, starts (policy `reference-prompt`).
@@ -169,8 +172,24 @@ pub fn solve(
         }
         .into());
     }
-    let mut search = Search::new(trace, cfg, model, truth, opts, false);
-    search.run()?;
+    let mut search = Search::new(trace, cfg, model.clone(), truth, opts, false);
+    if !opts.prompt_online {
+        // The prompt class is a part of this one, and its search, pruned far harder, often
+        // finds a better schedule within the node limit: its best is the first incumbent.
+        let prompt = ReferenceOptions {
+            prompt_online: true,
+            ..opts.clone()
+        };
+        let mut first = Search::new(trace, cfg, model, truth, &prompt, false);
+        first.run()?;
+        search.best = first.best;
+        search.best_decisions = first.best_decisions;
+        search.premise.set(first.premise.get());
+        search.run()?;
+        search.nodes += first.nodes;
+    } else {
+        search.run()?;
+    }
     finish(search, trace, cfg, truth)
 }
 
