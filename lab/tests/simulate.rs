@@ -517,6 +517,30 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
     assert!(avg(prompt) >= avg(free) - 1e-6, "{prompt} against {free}");
     assert!(miss(prompt) < miss(free), "{prompt} against {free}");
     assert!(prompt["jct_vs_reference_pct"].as_f64().expect("vs") >= -1e-6);
+    // With only the prompt class's search, policies are measured against it.
+    let out = lab(
+        d,
+        &[
+            "simulate",
+            "--online",
+            "3",
+            "--offline",
+            "1",
+            "--gpus",
+            "2",
+            "--seed",
+            "61",
+            "--policies",
+            "mmk,reference-prompt",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(t.contains("reference-prompt: exact ("), "{t}");
+    assert!(
+        t.contains("average JCT against the reference's: mmk +"),
+        "{t}"
+    );
 
     // Too large for the search: refused before anything runs, naming the flag.
     let out = lab(

@@ -688,7 +688,8 @@ mod tests {
 
     /// The bound holds for every job of the shipped model beside every one, two or three
     /// co-runners of it, at every share and in partitions of a third, a half and the
-    /// whole GPU; where a pair ran faster together than apart it is above the job alone.
+    /// whole GPU; some of them run faster together than alone, so it must be above the job
+    /// alone.
     #[test]
     fn the_shipped_model_never_runs_a_job_past_its_bound() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/gpu/h200-2026-11-21/");
@@ -696,7 +697,7 @@ mod tests {
         let (a, p) = (read("raw-alone.jsonl"), read("raw-pairs.jsonl"));
         let t = MeasuredTruth::from_texts([a.as_str(), p.as_str()]).unwrap();
         let jobs: Vec<JobProfile> = t.jobs().iter().map(|j| j.profile).collect();
-        let mut above_alone = 0;
+        let (mut above_alone, mut faster_together) = (0, 0);
         for sm in [44, 66, 132] {
             let part = PartitionShape {
                 sm_count: sm,
@@ -724,13 +725,19 @@ mod tests {
                             for g in &groups {
                                 let v = t.estimate(job, &part, share, g);
                                 assert!(v <= bound + 1e-12, "{v} over its bound {bound}");
+                                faster_together += usize::from(v > alone + 1e-9);
                             }
                         }
                     }
                 }
             }
         }
-        assert!(above_alone > 0, "no measured pair ran faster together");
+        // Company does make jobs faster here: a bound of the job alone would not hold.
+        assert!(
+            faster_together > 0,
+            "no co-located job ran faster than alone"
+        );
+        assert!(above_alone > 0);
     }
 
     /// The shipped model (alone and pair runs) and the checked runs of `files`, from

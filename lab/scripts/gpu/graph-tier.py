@@ -54,6 +54,8 @@ def rounds_of(path, rec, names):
     """(pair key, alone p99, [(config, round's figures, plain MPS's in that round)])."""
     s = rec["setup"]
     key = (s["service"], s["training"], float(s["load"]))
+    if not rec.get("alone") or not rec.get("rounds"):
+        return key, None, []
     alone = statistics.fmean(x["p99_ms"] for x in rec["alone"])
     out = []
     for r in rec["rounds"]:
@@ -137,6 +139,8 @@ def main():
         used.append(f)
         dates.append(rec["date"])
         commands.append(rec["command"])
+    if not used:
+        raise SystemExit("no record had rounds: nothing to merge")
     pairs = [{"online": s, "offline": t, "load": load, "records": p["records"],
               "alone_p99_ms": p["alone_p99_ms"], "verdicts": p["verdicts"],
               "configs": pair_figures(p["runs"])}

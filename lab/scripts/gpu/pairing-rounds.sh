@@ -8,7 +8,8 @@
 # Usage, on the GPU machine from the repo root, as root:
 #   lab/scripts/gpu/pairing-rounds.sh BIN OUT SERVICE:TRAINING [SERVICE:TRAINING ...]
 # SERVICE: resnet50, bert or llm (graph services); TRAINING: bert or resnet152.
-# ROUNDS (2), WINDOW (5 s), LOAD (0.25) and ALONE (12) in the environment change the run.
+# ROUNDS (2), WINDOW (5 s), LOAD (0.25), ALONE (12) and CONFIGS (mps,mmk-noslo; see
+# slo-rounds.py) in the environment change the run.
 # Writes OUT/SERVICE-TRAINING.json (the whole record) and OUT/SERVICE-TRAINING.rounds.json
 # per pair; a pair cut short keeps the runs it finished.
 set -eu
@@ -21,7 +22,7 @@ for pair in "$@"; do
     name=$service-$training
     work=$(mktemp -d)
     python3 "$here/slo-rounds.py" "$bin" "$work" --service "$service" --training "$training" \
-        --configs mps,mmk-noslo --rounds "${ROUNDS:-2}" --seconds "${WINDOW:-5}" --warm 8 \
+        --configs "${CONFIGS:-mps,mmk-noslo}" --rounds "${ROUNDS:-2}" --seconds "${WINDOW:-5}" --warm 8 \
         --load "${LOAD:-0.25}" --alone-seconds "${ALONE:-12}" --noisy-ok || true
     if [ -f "$work/slo-rounds.json" ]; then
         cp "$work/slo-rounds.json" "$out/$name.json"

@@ -384,7 +384,9 @@ pub fn relative(runs: &[PolicyRun]) -> Vec<PolicyReport> {
             .find(|(s, ..)| s.policy == policy)
             .map(|(s, ..)| s.clone())
     };
-    let (default, miger, reference) = (base("default"), base("miger"), base(REFERENCE_POLICY));
+    // Against `reference`, or `reference-prompt` where only it ran.
+    let (default, miger) = (base("default"), base("miger"));
+    let reference = base(REFERENCE_POLICY).or_else(|| base(PROMPT_REFERENCE_POLICY));
     sums.into_iter()
         .map(|(s, seconds, search)| PolicyReport {
             jct_vs_reference_pct: reference
