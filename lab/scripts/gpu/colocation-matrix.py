@@ -440,8 +440,10 @@ def main():
     def save():
         json.dump(res, open(f"{out}/matrix.json", "w"), indent=1)
         if res["blocks"]:
-            json.dump(summarize(res), open(f"{out}/colocation-matrix-{short(gpu)}.json", "w"),
-                      indent=1)
+            eager = summarize(res)
+            head = {k: eager.pop(k) for k in ("gpu", "driver")}
+            json.dump(head | {"tiers": {"eager": eager}},
+                      open(f"{out}/colocation-matrix-{short(gpu)}.json", "w"), indent=1)
 
     try:
         for name in services:
