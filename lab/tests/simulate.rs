@@ -486,9 +486,9 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
     // On the measured truth (some pairs ran faster together than apart) both searches
     // are exact; keeping online jobs from waiting costs average JCT (never gains it), and
     // on this trace leaves less of the online jobs' time out of SLO.
-    let out = lab(
-        d,
-        &[
+    // One 4-job trace of seed 61 on 2 GPUs, the truth measured, under `policies`.
+    let small = |policies: &str, json: bool| {
+        let mut args = vec![
             "simulate",
             "--online",
             "3",
@@ -499,11 +499,14 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
             "--seed",
             "61",
             "--policies",
-            "mmk,reference,reference-prompt",
-            "--output",
-            "json",
-        ],
-    );
+            policies,
+        ];
+        if json {
+            args.extend(["--output", "json"]);
+        }
+        lab(d, &args)
+    };
+    let out = small("mmk,reference,reference-prompt", true);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let rows = report["policies"].as_array().expect("policies");
@@ -518,22 +521,7 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
     assert!(miss(prompt) < miss(free), "{prompt} against {free}");
     assert!(prompt["jct_vs_reference_pct"].as_f64().expect("vs") >= -1e-6);
     // With only the prompt class's search, policies are measured against it.
-    let out = lab(
-        d,
-        &[
-            "simulate",
-            "--online",
-            "3",
-            "--offline",
-            "1",
-            "--gpus",
-            "2",
-            "--seed",
-            "61",
-            "--policies",
-            "mmk,reference-prompt",
-        ],
-    );
+    let out = small("mmk,reference-prompt", false);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = text(&out.stdout);
     assert!(t.contains("reference-prompt: exact ("), "{t}");

@@ -672,12 +672,18 @@ mod tests {
         assert!((over - third * 0.9 * 0.6).abs() < 1e-9, "{over}");
     }
 
-    #[test]
-    fn the_shipped_h200_measurements_build_a_model_of_every_job() {
+    /// The model of the shipped measurements (data/gpu/h200-2026-11-21, alone and pair
+    /// runs), as the simulator builds it.
+    fn shipped() -> MeasuredTruth {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/gpu/h200-2026-11-21/");
         let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
         let (a, p) = (read("raw-alone.jsonl"), read("raw-pairs.jsonl"));
-        let t = MeasuredTruth::from_texts([a.as_str(), p.as_str()]).unwrap();
+        MeasuredTruth::from_texts([a.as_str(), p.as_str()]).unwrap()
+    }
+
+    #[test]
+    fn the_shipped_h200_measurements_build_a_model_of_every_job() {
+        let t = shipped();
         assert_eq!(t.jobs().len(), 28);
         assert!(
             t.jobs()
@@ -692,10 +698,7 @@ mod tests {
     /// alone.
     #[test]
     fn the_shipped_model_never_runs_a_job_past_its_bound() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/gpu/h200-2026-11-21/");
-        let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
-        let (a, p) = (read("raw-alone.jsonl"), read("raw-pairs.jsonl"));
-        let t = MeasuredTruth::from_texts([a.as_str(), p.as_str()]).unwrap();
+        let t = shipped();
         let jobs: Vec<JobProfile> = t.jobs().iter().map(|j| j.profile).collect();
         let (mut above_alone, mut faster_together) = (0, 0);
         for sm in [44, 66, 132] {
@@ -745,8 +748,7 @@ mod tests {
     fn checked(files: &[&str]) -> Vec<CheckedJob> {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/gpu/h200-2026-11-21/");
         let read = |f: &str| std::fs::read_to_string(format!("{dir}{f}")).unwrap();
-        let (a, p) = (read("raw-alone.jsonl"), read("raw-pairs.jsonl"));
-        let t = MeasuredTruth::from_texts([a.as_str(), p.as_str()]).unwrap();
+        let t = shipped();
         let records: Vec<Record> = files
             .iter()
             .flat_map(|f| crate::measured::parse(&read(f)).unwrap())

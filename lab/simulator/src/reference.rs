@@ -173,6 +173,7 @@ pub fn solve(
         .into());
     }
     let mut search = Search::new(trace, cfg, model.clone(), truth, opts, false);
+    let mut first_nodes = 0;
     if !opts.prompt_online {
         // The prompt class is a part of this one, and its search, pruned far harder, often
         // finds a better schedule within the node limit: its best is the first incumbent.
@@ -185,11 +186,10 @@ pub fn solve(
         search.best = first.best;
         search.best_decisions = first.best_decisions;
         search.premise.set(first.premise.get());
-        search.run()?;
-        search.nodes += first.nodes;
-    } else {
-        search.run()?;
+        first_nodes = first.nodes;
     }
+    search.run()?;
+    search.nodes += first_nodes;
     finish(search, trace, cfg, truth)
 }
 
@@ -461,7 +461,7 @@ impl<'a> Search<'a> {
     /// Whether the class lets `j` wait no longer ([`ReferenceOptions::prompt_online`]):
     /// an online job one of `choices` starts with every SLO kept as its partition stands.
     fn must_start(&self, s: &State, j: usize, choices: &[Choice]) -> Result<bool, ReferenceError> {
-        if !self.opts.prompt_online || self.demands[j].class != JobClass::Online {
+        if !self.kept_from_waiting(j) {
             return Ok(false);
         }
         for c in choices {
@@ -470,6 +470,11 @@ impl<'a> Search<'a> {
             }
         }
         Ok(false)
+    }
+
+    /// Whether the class keeps `j` from waiting where a place holds it.
+    fn kept_from_waiting(&self, j: usize) -> bool {
+        self.opts.prompt_online && self.demands[j].class == JobClass::Online
     }
 
     /// Starts `j` as `c` says, in the moment being decided.
@@ -574,8 +579,8 @@ impl<'a> Search<'a> {
                     continue;
                 }
                 let mut best: Option<(f64, Choice)> = None;
-                let least = if self.opts.prompt_online && self.demands[j].class == JobClass::Online
-                {
+                // Where the class keeps `j` from waiting, any place that holds it will do.
+                let least = if self.kept_from_waiting(j) {
                     f64::NEG_INFINITY
                 } else {
                     least
