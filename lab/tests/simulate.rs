@@ -525,10 +525,12 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = text(&out.stdout);
     assert!(t.contains("reference-prompt: exact ("), "{t}");
-    assert!(
-        t.contains("average JCT against the reference's: mmk +"),
-        "{t}"
-    );
+    let vs = t
+        .split("average JCT against the reference's: mmk ")
+        .nth(1)
+        .and_then(|rest| rest.split('%').next())
+        .and_then(|pct| pct.parse::<f64>().ok());
+    assert!(vs.is_some(), "{t}");
 
     // Too large for the search: refused before anything runs, naming the flag.
     let out = lab(

@@ -213,7 +213,7 @@ fn parse_row(line: usize, l: &str) -> Result<Row, DatasetError> {
             job_bw_frac: req(6, 0.0, 1.0)?,
             job_l2_frac: num(7, 0.0, 1.0)?,
             co_runners: co_runners as u32,
-            co_sm_frac: req(9, 0.0, 1.0)?,
+            co_sm_frac: req(9, 0.0, 64.0)?,
             co_bw_frac: req(10, 0.0, 64.0)?,
             co_l2_frac: num(11, 0.0, 64.0)?,
             kernel: KernelFeatures {

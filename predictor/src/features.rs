@@ -37,7 +37,8 @@ pub struct Features {
     pub job_l2_frac: Option<f64>,
     /// How many jobs share the partition with it.
     pub co_runners: u32,
-    /// SMs the co-runners keep busy, each limited by its share, as a fraction of the GPU.
+    /// SMs the co-runners keep busy, each limited by its share, as a fraction of the GPU,
+    /// summed (above 1 where the shares add up to more than 100 %).
     pub co_sm_frac: f64,
     /// Bandwidth the co-runners use at that pace, as a fraction of the GPU's.
     pub co_bw_frac: f64,

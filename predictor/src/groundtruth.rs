@@ -6,8 +6,11 @@
 //! and memory bandwidth plus an interference term), fed with the nominal demands of the
 //! workload table (`mmk_core::workload`), times measurement noise: a normal factor with
 //! σ = 1 % (our assumption for run-to-run variation). Partitions are the whole GPU and
-//! every MIG profile without media extensions of an A100-80GB and an H100-80GB; shares are
-//! 10..100 % in steps of 10, with up to two co-runners whose shares fit beside the job's.
+//! every MIG profile without media extensions of an A100-80GB and an H100-80GB; the job and
+//! each of up to four co-runners at 10..100 % in steps of 10, drawn apart: MPS shares are
+//! caps, not reservations, and the planners put jobs past them (a partition whose shares
+//! add up to 100 % still takes a job that would otherwise wait), so rows of crowds whose
+//! shares add up to more than 100 % teach what the planners ask.
 //! The L2 and kernel-level columns are missing: the model has no such quantities.
 
 use mmk_core::workload;
@@ -21,6 +24,9 @@ use mmk_core::rng::Rng;
 pub const NOISE_SIGMA: f64 = 0.01;
 /// The GPU models the rows come from.
 pub const MODELS: [&str; 2] = ["a100-80gb", "h100-80gb"];
+/// The most co-runners a row has: crowds of up to five jobs. MMK's planner forms crowds of
+/// six at most (an offline job joins no partition that runs six jobs already).
+pub const CO_RUNNERS_MAX: usize = 4;
 
 /// `n` rows, the same for the same seed.
 pub fn generate(n: usize, seed: u64) -> Dataset {
@@ -68,19 +74,12 @@ pub fn generate_with(
         let shape = shapes[rng.below(shapes.len())];
         let (name, job) = &all[rng.below(all.len())];
         let share = 10 * (1 + rng.below(10)) as u8;
-        let mut left = 100 - u32::from(share);
-        let mut co = Vec::new();
-        for _ in 0..rng.below(3) {
-            if left < 10 {
-                break;
-            }
-            let s = 10 * (1 + rng.below((left / 10) as usize)) as u8;
-            left -= u32::from(s);
-            co.push(CoRunner {
+        let co: Vec<CoRunner> = (0..rng.below(CO_RUNNERS_MAX + 1))
+            .map(|_| CoRunner {
                 profile: all[rng.below(all.len())].1,
-                mps_share: s,
-            });
-        }
+                mps_share: 10 * (1 + rng.below(10)) as u8,
+            })
+            .collect();
         let truth = model.estimate(job, &shape, share, &co);
         let measured = (truth * (1.0 + NOISE_SIGMA * rng.normal())).clamp(1e-3, 1.5);
         rows.push(Row {
@@ -104,7 +103,13 @@ mod tests {
         assert_eq!(a, generate(200, 7));
         assert_ne!(a, generate(200, 8));
         assert_eq!(Dataset::parse(&a.to_csv()).unwrap().rows.len(), 200);
-        assert!(a.rows.iter().any(|r| r.features.co_runners == 2));
+        assert!(
+            a.rows
+                .iter()
+                .any(|r| r.features.co_runners == CO_RUNNERS_MAX as u32)
+        );
+        // Crowds past their shares: the co-runners' SMs add up to more than the GPU's.
+        assert!(a.rows.iter().any(|r| r.features.co_sm_frac > 1.0));
         assert!(a.rows.iter().any(|r| r.features.class == JobClass::Online));
         assert!(
             a.rows

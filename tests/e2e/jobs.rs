@@ -651,8 +651,19 @@ async fn partitions_plan_is_a_dry_run() {
 #[tokio::test]
 async fn mmk_moves_a_checkpointable_job_to_a_larger_share() {
     // The move mechanism (stop, requeue, restart with MMK_RESUME=1 and the new share), on
-    // the analytic model, whose shares the test can follow.
-    let d = Daemon::start_with("a100-80gb:1", &["--planner", "mmk", "--model", "analytic"]);
+    // the analytic model, whose shares the test can follow. Offline shares capped at 60 %
+    // leave the trainer room within the shares (past them it would join at the cap).
+    let d = Daemon::start_with(
+        "a100-80gb:1",
+        &[
+            "--planner",
+            "mmk",
+            "--model",
+            "analytic",
+            "--offline-share-max",
+            "60",
+        ],
+    );
     let mut c = d.clients().await;
     let first = d.submit(
         "--offline",

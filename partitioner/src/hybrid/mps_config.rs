@@ -68,7 +68,10 @@ impl Hybrid {
     /// has 100 % of its own class (an online newcomer takes all of it that is left). With
     /// `oversubscribe`, a newcomer that finds the partition's shares spent still joins
     /// where no online job runs, as plain MPS would take it (MPS thread percentages are
-    /// caps on each client, not reservations), with the share MPSConfig picks in 10-100 %.
+    /// caps on each client, not reservations): an online one at 100 %, an offline one at
+    /// the most an offline job may take (`offline_share_max`). Its share is a cap for its
+    /// life, and a crowd is where the model is least sure of what a lower share would give
+    /// the others.
     /// A partition with an online job is oversubscribed only where the node keeps its
     /// objective at run time (`slo_guarded`), and only where every predicted SLO holds.
     fn compute_mps_config(
@@ -80,19 +83,7 @@ impl Hybrid {
         raise: Raise,
     ) -> Config {
         if !self.options.share_partitions {
-            if !part.members.is_empty() {
-                return Err(Refusal::Room);
-            }
-            let members = [Member {
-                job: new,
-                share: 100,
-            }];
-            let perf = self.predict(jobs, &part.shape, &members);
-            return if Self::slos_met(jobs, &members, &perf) {
-                Ok((100, perf.iter().sum(), perf[0]))
-            } else {
-                Err(Refusal::Slo)
-            };
+            return self.config_alone(jobs, part, new);
         }
         if part.closed_to(jobs, new) {
             return Err(Refusal::Room);
@@ -144,6 +135,8 @@ impl Hybrid {
             left = 100;
             if online {
                 start = 100;
+            } else if !online_there {
+                start = self.options.offline_share_max;
             }
         }
         if !online {
@@ -245,6 +238,24 @@ impl Hybrid {
             }
         }
         Ok(best)
+    }
+
+    /// MPSConfig where partitions are not shared: `new` alone in `part` at 100 %, if `part`
+    /// runs nothing and its SLO holds there.
+    fn config_alone(&self, jobs: &[JobDemand], part: &Part, new: usize) -> Config {
+        if !part.members.is_empty() {
+            return Err(Refusal::Room);
+        }
+        let members = [Member {
+            job: new,
+            share: 100,
+        }];
+        let perf = self.predict(jobs, &part.shape, &members);
+        if Self::slos_met(jobs, &members, &perf) {
+            Ok((100, perf.iter().sum(), perf[0]))
+        } else {
+            Err(Refusal::Slo)
+        }
     }
 
     /// The least share of offline job `new` that `lasting_share` allows in `part`: the
