@@ -54,19 +54,21 @@ fn simulate_compares_every_policy_reproducibly() {
     assert_eq!(policies[0]["mixed_pct"], 0.0);
     // `mmk-ks` runs MMK on the kernel scheduler's effect under mmkd's defaults, measured
     // per pairing of a service and a training family (docs/simulate.md): a ResNet-50
-    // service beside BERT training keeps 51 % of its slowdown (three calls), a BERT service
-    // 84-89 %; 68 % and offline at 94 % on average.
+    // service beside BERT training keeps 51 % of its slowdown (three calls); a transformer
+    // service beside BERT training 48 % (a BERT service 84 %, a decoder 29 % and 32 % in
+    // two calls); 53 % and offline at 93 % on average over the four pairings.
     let effect = &report["kernel_sched"];
     assert_eq!(
         effect["source"],
         "mmk-noslo, measured per pairing: h100-call-1, h100-call-2, h200-resnet50-bert; \
-         h200-resnet50-resnet152; h200-bert-bert; h200-bert-resnet152",
+         h200-resnet50-resnet152; h200-bert-bert, h200-decoder-bert-call-1, \
+         h200-decoder-bert-call-2; h200-bert-resnet152, h200-decoder-resnet152",
         "{effect}"
     );
     let kept = effect["online_excess_kept"].as_f64().expect("kept");
     let offline = effect["offline_kept"].as_f64().expect("offline");
-    assert!((0.67..0.685).contains(&kept), "{effect}");
-    assert!((0.94..0.95).contains(&offline), "{effect}");
+    assert!((0.525..0.535).contains(&kept), "{effect}");
+    assert!((0.92..0.935).contains(&offline), "{effect}");
     let pairs = effect["pairs"].as_array().expect("pairs");
     assert_eq!(pairs.len(), 4, "{effect}");
     let pair = |online: &str, offline: &str| {
@@ -80,7 +82,10 @@ fn simulate_compares_every_policy_reproducibly() {
         (0.51..0.52).contains(&pair("convolutional", "transformer")),
         "{effect}"
     );
-    assert!(pair("transformer", "transformer") > 0.8, "{effect}");
+    assert!(
+        (0.475..0.49).contains(&pair("transformer", "transformer")),
+        "{effect}"
+    );
     let svg = std::fs::read_to_string(d.join("cdf.svg")).expect("svg");
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 6);
     // A row per job and policy, whose JCTs average to the report's.

@@ -480,15 +480,21 @@ pub fn measured_truth()
 /// of its capacity with a training (docs/results.md, "The kernel scheduler's effect per
 /// pairing"): a ResNet-50 service beside BERT training (two calls on an H100,
 /// lab/data/kernel-sched/h100-2026-11-28, and one on an H200), beside ResNet-152 training,
-/// and a BERT service beside each (H200, lab/data/kernel-sched/h200-2026-11-28).
+/// and the transformer services, a BERT service and a decoder, beside each (H200,
+/// lab/data/kernel-sched/h200-2026-11-28 and h200-2026-11-29; each call counts once).
 pub fn measured_kernel_effect() -> Result<KernelEffect, ExperimentError> {
     use crate::kernel::Family::{Convolutional as Conv, Transformer};
     macro_rules! h200 {
         ($pair:literal) => {
+            h200!("2026-11-28", $pair)
+        };
+        ($day:literal, $pair:literal) => {
             (
                 concat!("h200-", $pair),
                 include_str!(concat!(
-                    "../../data/kernel-sched/h200-2026-11-28/",
+                    "../../data/kernel-sched/h200-",
+                    $day,
+                    "/",
                     $pair,
                     ".rounds.json"
                 )),
@@ -507,8 +513,15 @@ pub fn measured_kernel_effect() -> Result<KernelEffect, ExperimentError> {
         h200!("resnet50-bert"),
     ];
     let resnet_resnet = [h200!("resnet50-resnet152")];
-    let bert_bert = [h200!("bert-bert")];
-    let bert_resnet = [h200!("bert-resnet152")];
+    let bert_bert = [
+        h200!("bert-bert"),
+        h200!("2026-11-29", "decoder-bert-call-1"),
+        h200!("2026-11-29", "decoder-bert-call-2"),
+    ];
+    let bert_resnet = [
+        h200!("bert-resnet152"),
+        h200!("2026-11-29", "decoder-resnet152"),
+    ];
     KernelEffect::by_pairing(
         &[
             (Conv, Transformer, &resnet_bert),
