@@ -534,8 +534,19 @@ fn simulate_measures_the_policies_against_the_reference_schedule() {
         .split("average JCT against the reference's: mmk ")
         .nth(1)
         .and_then(|rest| rest.split('%').next())
-        .and_then(|pct| pct.parse::<f64>().ok());
-    assert!(vs.is_some(), "{t}");
+        .and_then(|pct| pct.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no figure for mmk: {t}"));
+    // The figure printed is the one the report gives for MMK, to its printed precision.
+    let out = small("mmk,reference-prompt", true);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let given = report["policies"][0]["jct_vs_reference_pct"]
+        .as_f64()
+        .expect("mmk against the reference");
+    assert!(
+        (vs - given).abs() <= 0.05 + 1e-9,
+        "{vs} printed, {given} given"
+    );
 
     // Too large for the search: refused before anything runs, naming the flag.
     let out = lab(

@@ -669,14 +669,22 @@ async fn mmk_moves_a_checkpointable_job_to_a_larger_share() {
         "--offline",
         "name: first\ngpu_memory: 30GiB\ncommand:\n  profile: transformer-train\n  args: [sleep, '300']\n",
     );
-    wait_state(&mut c, first, v1::JobState::Running).await;
+    let f = wait_state(&mut c, first, v1::JobState::Running).await;
+    let f = f.assignment.expect("first placed");
     let trainer = d.submit(
         "--offline",
         "name: trainer\ngpu_memory: 30GiB\ncheckpoint: true\ncommand:\n  args: [sh, -c, 'echo start ${MMK_RESUME:-0} $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; exec sleep 300']\n",
     );
     let t = wait_state(&mut c, trainer, v1::JobState::Running).await;
-    let before = t.assignment.expect("placed").mps_share;
-    assert!(before < 100, "the trainer shares the partition: {before}");
+    let placed = t.assignment.clone().expect("placed");
+    let before = placed.mps_share;
+    // The trainer shares the first job's partition, within its shares.
+    assert_eq!(
+        (placed.gpu_index, placed.instance_id),
+        (f.gpu_index, f.instance_id),
+        "{placed:?} beside {f:?}"
+    );
+    assert!(before + f.mps_share <= 100, "{placed:?} beside {f:?}");
 
     // When the first job leaves, the trainer restarts with a larger share.
     let out = d.ctl(&["jobs", "cancel", &first.to_string()]);

@@ -882,6 +882,8 @@ fn remembered_answers_are_the_answers() {
     for c in [&CLIMBED, &CROWDED, &SPREAD] {
         c.set(0);
     }
+    // Up to 10 arrivals a step: a load at which this seed's run reaches all three steps
+    // (the counters below), with offline newcomers joining crowds at their cap.
     same_plans_with_and_without_shortcuts(Hybrid::mmk, Arc::new(Starving), (3, false), &small, 10);
     assert!(
         CLIMBED.get() > 0 && CROWDED.get() > 0 && SPREAD.get() > 0,
