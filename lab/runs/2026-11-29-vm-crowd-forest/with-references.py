@@ -1,7 +1,7 @@
 """The reference rows of one `mmk-lab simulate --output json` sweep added to another sweep
 of the same traces (same jobs, GPUs, seeds and intervals) run without them. The reference
 searches read only the trace and the ground truth, not the planners' model, so their
-schedules do not change with the planners; `gap.py` then reads the merged sweep. The rows
+schedules do not change with the planners; `../2026-11-29-vm-exact/gap.py` then reads the merged sweep. The rows
 are copied as they are: their figures against MIGER and their seconds are the other run's.
 
   python3 with-references.py PLANNERS.json REFERENCES.json > MERGED.json
