@@ -576,7 +576,7 @@ impl PartitionService for PartitionApi {
                         .queued
                         .iter()
                         .find(|q| q.job == *id)
-                        .map(|q| q.reason.clone())
+                        .map(|q| q.reason.to_string())
                         .unwrap_or_default(),
                 }
             })

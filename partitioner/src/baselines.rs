@@ -133,7 +133,8 @@ fn plan_whole_gpu(node: &NodeState, jobs: &[JobDemand], one_per_gpu: bool) -> Pl
                     reason: format!(
                         "waiting for a whole GPU with {} of memory free",
                         format_mib(j.memory_mib)
-                    ),
+                    )
+                    .into(),
                 });
             }
         }

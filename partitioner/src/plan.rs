@@ -5,6 +5,7 @@
 //! runs with which MPS share, and why the others wait. The daemon's reconciler applies it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use mmk_core::JobClass;
 use mmk_core::units::format_mib;
@@ -138,7 +139,9 @@ pub struct JobPlacement {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QueuedJob {
     pub job: u64,
-    pub reason: String,
+    /// Why it waits. Jobs that wait for the same reason share it: a node under a long
+    /// queue tells thousands of jobs a handful of reasons each pass.
+    pub reason: Arc<str>,
 }
 
 /// One change to a GPU's layout. Destroys come before creates.
@@ -285,7 +288,8 @@ impl Planner for FirstFit {
                             "waiting for {} of GPU memory: no partition has that much free and busy partitions leave no room for a new one",
                             format_mib(job.memory_mib)
                         )
-                    },
+                    }
+                    .into(),
                 }),
             }
         }

@@ -269,7 +269,7 @@ fn stuck(trace: &Trace, active: &[JobDemand], last_queued: &[QueuedJob]) -> SimE
             reason: last_queued
                 .iter()
                 .find(|q| q.job == j.id)
-                .map(|q| q.reason.clone())
+                .map(|q| q.reason.to_string())
                 .unwrap_or_else(|| "the planner never placed it".into()),
         },
         None => SimError::Stuck {

@@ -562,7 +562,7 @@ impl Node {
                     .queued
                     .iter()
                     .find(|q| q.job == id)
-                    .map(|q| q.reason.clone())
+                    .map(|q| q.reason.to_string())
                     .unwrap_or_default(),
             ),
         };

@@ -398,8 +398,8 @@ impl Node {
         let changed: Vec<(u64, String)> = plan
             .queued
             .iter()
-            .filter(|q| by_id.get(&q.job).is_none_or(|j| j.reason != q.reason))
-            .map(|q| (q.job, q.reason.clone()))
+            .filter(|q| by_id.get(&q.job).is_none_or(|j| *j.reason != *q.reason))
+            .map(|q| (q.job, q.reason.to_string()))
             .collect();
         store.set_reasons(&changed, now_ms()).await?;
         failed.map_or(Ok(()), Err)

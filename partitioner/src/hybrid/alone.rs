@@ -1,6 +1,9 @@
 //! A job alone: where a waiting job could have an instance of its own, and the most it
 //! would add there, which MPS-first (step 2) weighs against sharing.
 
+use mmk_core::fasthash::FastSet;
+
+use crate::catalog::GpuModel;
 use crate::layout::{self, Placement};
 use crate::plan::{JobDemand, NodeState};
 
@@ -35,11 +38,17 @@ impl Hybrid {
                 .filter(|p| !p.members.is_empty())
                 .filter_map(|p| p.slot.profile_id.map(|id| (id, p.slot.start)))
                 .collect();
+            // The slices busy instances take: an instance on any of them cannot fit (most
+            // GPUs of a node under a long queue have no slice free).
+            let taken = taken(model, &busy);
             for p in model.profiles.iter().filter(|p| !p.media_extensions) {
                 let steps = p
                     .starts
                     .iter()
                     .filter(|&&s| {
+                        if taken & slices(s, p.memory_slices) != 0 {
+                            return false;
+                        }
                         busy.push((p.id, s));
                         let fits = layout::fits(model, &busy);
                         busy.pop();
@@ -68,6 +77,12 @@ impl Hybrid {
                 }
             }
         }
+        // What a job adds in an option depends on the GPU's model, the profile and the
+        // steps alone (`best_alone`): one option of each is enough.
+        let mut seen = FastSet::default();
+        out.retain(|&(gi, profile, steps)| {
+            seen.insert((node.gpus[gi].model.key.as_str(), profile, steps))
+        });
         out
     }
 
@@ -99,4 +114,19 @@ impl Hybrid {
         }
         best
     }
+}
+
+/// The memory slices instances `(profile ID, start)` of `model` take, as bits of a word.
+pub(super) fn taken(model: &GpuModel, instances: &[(u32, u8)]) -> u64 {
+    instances
+        .iter()
+        .filter_map(|&(id, start)| model.profile(id).map(|p| slices(start, p.memory_slices)))
+        .fold(0, |a, b| a | b)
+}
+
+/// Slices `start..start + size` as bits of a word (slices past 63 are not marked).
+pub(super) fn slices(start: u8, size: u8) -> u64 {
+    (u32::from(start)..u32::from(start) + u32::from(size))
+        .filter(|&s| s < 64)
+        .fold(0, |a, s| a | 1 << s)
 }

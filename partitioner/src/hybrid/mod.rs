@@ -128,11 +128,12 @@ mod reserve;
 #[cfg(test)]
 mod tests;
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use mmk_core::JobClass;
-use mmk_core::fasthash::FastMap;
+use mmk_core::fasthash::{FastMap, FastSet};
 
 use crate::layout::GpuState;
 use crate::model::PerfModel;
@@ -507,7 +508,7 @@ impl Hybrid {
             let mut best: Option<LayoutChoice> = None;
             // GPUs in the same state get the same answer: only the first of them is asked,
             // since a later one's equal gain never beats it.
-            let mut seen: BTreeSet<Signature> = BTreeSet::new();
+            let mut seen: FastSet<Signature> = FastSet::default();
             let waiting_kinds = p.kinds.distinct(&p.waiting);
             let set = self
                 .shortcuts
@@ -516,7 +517,10 @@ impl Hybrid {
             // SLO marks per kind, from what the memo knew of GPU states.
             let mut marks = vec![false; p.kinds.count()];
             for (gi, gpu) in node.gpus.iter().enumerate() {
-                if !seen.insert(signature(gpu, &p.plans[gi])) {
+                // A GPU that runs a job is in a state of its own (a job runs in one
+                // partition): only GPUs without jobs are told apart.
+                let runs_jobs = p.plans[gi].parts.iter().any(|x| !x.members.is_empty());
+                if !runs_jobs && !seen.insert(signature(gpu, &p.plans[gi])) {
                     continue;
                 }
                 let asking = Asking {
@@ -628,16 +632,17 @@ impl Planner for Hybrid {
     }
 
     fn plan(&self, node: &NodeState, jobs: &[JobDemand]) -> Plan {
-        let mut waiting: Vec<usize> = (0..jobs.len())
+        // By key, then position: the order a stable sort gives, sorted faster.
+        let mut by: Vec<_> = (0..jobs.len())
             .filter(|&i| jobs[i].placed.is_none())
+            .map(|i| {
+                let j = &jobs[i];
+                let key = (Reverse(j.priority), Reverse(j.memory_mib), j.id);
+                (key, i)
+            })
             .collect();
-        waiting.sort_by_key(|&i| {
-            (
-                std::cmp::Reverse(jobs[i].priority),
-                std::cmp::Reverse(jobs[i].memory_mib),
-                jobs[i].id,
-            )
-        });
+        by.sort_unstable();
+        let waiting: Vec<usize> = by.into_iter().map(|(_, i)| i).collect();
         let plans = self.current(node, jobs);
         let raise = self.raise(node, &plans, waiting.len());
         let kinds = {
@@ -748,12 +753,12 @@ impl Planner for Hybrid {
             .crowd_max
             .filter(|_| self.options.share_before_waiting);
         let crowd = Crowd::of(jobs, &plans, cap);
-        waiting.sort_by_key(|&j| jobs[j].id);
+        waiting.sort_unstable_by_key(|&j| (jobs[j].id, j));
         // Jobs that ask for the same wait for the same reason: each reason is written once.
         // What a job asks, as far as why it waits goes: memory, SLO blocked, SLO,
         // exclusive, online, user.
         type Asks = (u64, bool, Option<u64>, bool, bool, Option<u32>);
-        let mut reasons: FastMap<Asks, String> = FastMap::default();
+        let mut reasons: FastMap<Asks, Arc<str>> = FastMap::default();
         let held = held_notes.join("; ");
         for j in waiting {
             let job = &jobs[j];
@@ -768,9 +773,9 @@ impl Planner for Hybrid {
             let reason = reasons.entry(asks).or_insert_with(|| {
                 let reason = waiting_reason(jobs, &crowd, largest, slo_blocked[j], j);
                 if held.is_empty() {
-                    reason
+                    reason.into()
                 } else {
-                    format!("{reason}; {held}")
+                    format!("{reason}; {held}").into()
                 }
             });
             out.queued.push(QueuedJob {

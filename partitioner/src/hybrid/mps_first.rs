@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use mmk_core::fasthash::{FastMap, FastSet};
+use mmk_core::fasthash::FastMap;
 
 use crate::plan::{JobDemand, NodeState, Slot};
 
@@ -112,7 +112,13 @@ type Known = Vec<Vec<Option<PartState>>>;
 /// pass) they were found for: MPS-first's rounds of a pass (and step 0's, per aged job)
 /// find most partitions as the round before left them.
 #[derive(Debug, Default)]
-pub(super) struct PartStates(FastMap<Slot, (Vec<MemberNow>, PartState)>);
+pub(super) struct PartStates {
+    by_slot: FastMap<Slot, (Vec<MemberNow>, PartState)>,
+    /// Per state number, the last call of `distinct_parts` that asked it, and the
+    /// generation of the number: a state is asked once per call.
+    asked: Vec<(u64, u64)>,
+    calls: u64,
+}
 
 /// A member as a partition's state was found for: job, share, moved in this pass.
 type MemberNow = (usize, u8, bool);
@@ -485,7 +491,7 @@ impl Hybrid {
                     continue;
                 }
                 let now = |m: &Member| (m.job, m.share, moved.contains(&m.job));
-                if let Some((was, state)) = found.0.get(&part.slot)
+                if let Some((was, state)) = found.by_slot.get(&part.slot)
                     && self.shortcuts
                     && was.len() == part.members.len()
                     && was.iter().zip(&part.members).all(|(w, m)| *w == now(m))
@@ -515,20 +521,28 @@ impl Hybrid {
                     stp: self.part_stp(jobs, part),
                 };
                 if self.shortcuts {
-                    found.0.insert(part.slot, (members, state.clone()));
+                    found.by_slot.insert(part.slot, (members, state.clone()));
                 }
                 known[gi][pi] = Some(state);
             }
         }
-        let mut seen: FastSet<(u64, u32)> = FastSet::default();
+        found.calls += 1;
+        let call = found.calls;
         let mut out = Vec::new();
         for (gi, parts) in known.iter().enumerate() {
             for (pi, state) in parts.iter().enumerate() {
                 let Some(state) = state else {
                     continue;
                 };
-                if self.shortcuts && !seen.insert((state.generation, state.id)) {
-                    continue;
+                if self.shortcuts {
+                    let id = state.id as usize;
+                    if found.asked.len() <= id {
+                        found.asked.resize(id + 1, (0, 0));
+                    }
+                    let now = (call, state.generation);
+                    if std::mem::replace(&mut found.asked[id], now) == now {
+                        continue;
+                    }
                 }
                 out.push(Asked {
                     gpu: gi,

@@ -111,12 +111,26 @@ impl Hybrid {
             .waiting
             .iter()
             .any(|&j| jobs[j].class == JobClass::Online && jobs[j].age_s >= after);
+        // Kinds of job that tried alone and stayed waiting since the last placement: a GPU
+        // held since only took places away, so a job of the same kind would stay too.
+        // Each with whether an SLO refused it (one of the planner's shortcuts).
+        let mut refused: Vec<Option<bool>> = vec![None; p.kinds.count()];
         for job in aged {
             if (!holds.held.is_empty() && !online_waits_long) || holds.rest.gpus.len() < 2 {
                 break;
             }
-            if self.try_alone(&holds.rest, jobs, p, job) {
-                continue;
+            let kind = p.kinds.kind(job);
+            match refused[kind].filter(|_| self.shortcuts) {
+                Some(slo) => {
+                    p.slo_blocked[job] |= slo;
+                    #[cfg(test)]
+                    super::tests::count(&super::tests::AGED_SKIPPED);
+                }
+                None if self.try_alone(&holds.rest, jobs, p, job) => {
+                    refused.fill(None);
+                    continue;
+                }
+                None => refused[kind] = Some(p.slo_blocked[job]),
             }
             let first = holds.held.is_empty();
             let Some(held) = self.hold(&holds.rest, jobs, p, job, first) else {

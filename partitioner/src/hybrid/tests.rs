@@ -28,6 +28,9 @@ thread_local! {
     pub(super) static VERDICTS_RECALLED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Online jobs not asked for an eviction as of a kind that found no room (`preempt.rs`).
     pub(super) static PREEMPT_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Jobs that waited long not tried alone as of a kind that stayed waiting
+    /// (`reserve.rs`).
+    pub(super) static AGED_SKIPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Counts one more on a thread's counter (the planner's code calls it under `cfg(test)`).
@@ -550,7 +553,7 @@ fn the_last_resort_adds_no_offline_job_to_a_crowded_partition() {
     // The offline newcomer waits, and says for whom.
     assert_eq!(plan.queued.iter().map(|q| q.job).collect::<Vec<_>>(), [100]);
     assert_eq!(
-        plan.queued[0].reason,
+        *plan.queued[0].reason,
         format!(
             "waiting for 4GiB of GPU memory: the partitions with room run {CROWD_MAX} jobs or \
              more, the most that an offline job joins when it would otherwise wait: \
@@ -744,12 +747,13 @@ type Kind = (JobClass, u64, f64, f64, Option<(f64, u64)>, bool);
 /// and completions on
 /// `gpus` A100s (MIG on or off) with a planner that keeps its memo, a fresh one and one
 /// without shortcuts, and requires the same plans of the three; returns the warm planner.
+/// Each step the jobs there age by `step_s` seconds.
 fn same_plans_with_and_without_shortcuts(
     make: fn(Arc<dyn PerfModel>) -> Hybrid,
     model: Arc<dyn PerfModel>,
     (gpus, mig): (u32, bool),
     kinds: &[Kind],
-    arrivals: usize,
+    (arrivals, step_s): (usize, f64),
 ) -> Hybrid {
     use crate::plan::apply;
     let warm = make(Arc::clone(&model));
@@ -794,6 +798,9 @@ fn same_plans_with_and_without_shortcuts(
         (node, jobs) = apply(&node, &jobs, &plan);
         // Some placed jobs finish.
         jobs.retain(|j| j.placed.is_none() || rng.below(3) > 0);
+        for j in &mut jobs {
+            j.age_s += step_s;
+        }
     }
     warm
 }
@@ -820,7 +827,7 @@ fn remembered_answers_are_the_answers() {
         CHOICES_RECALLED.set(0);
         VERDICTS_RECALLED.set(0);
         let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
-        let warm = same_plans_with_and_without_shortcuts(make, model, (2, true), &kinds, 4);
+        let warm = same_plans_with_and_without_shortcuts(make, model, (2, true), &kinds, (4, 0.0));
         assert!(
             warm.memo().config.len() > 10,
             "{}: the memo was used",
@@ -866,7 +873,7 @@ fn remembered_answers_are_the_answers() {
     ];
     PREEMPT_SKIPPED.set(0);
     let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
-    same_plans_with_and_without_shortcuts(Hybrid::mmk, model, (1, false), &behind, 4);
+    same_plans_with_and_without_shortcuts(Hybrid::mmk, model, (1, false), &behind, (4, 0.0));
     assert!(
         PREEMPT_SKIPPED.get() > 0,
         "online jobs of a kind that found no eviction were skipped"
@@ -884,7 +891,13 @@ fn remembered_answers_are_the_answers() {
     }
     // Up to 10 arrivals a step: a load at which this seed's run reaches all three steps
     // (the counters below), with offline newcomers joining crowds at their cap.
-    same_plans_with_and_without_shortcuts(Hybrid::mmk, Arc::new(Starving), (3, false), &small, 10);
+    same_plans_with_and_without_shortcuts(
+        Hybrid::mmk,
+        Arc::new(Starving),
+        (3, false),
+        &small,
+        (10, 0.0),
+    );
     assert!(
         CLIMBED.get() > 0 && CROWDED.get() > 0 && SPREAD.get() > 0,
         "shares climbed ({}), the last resort passed crowds over ({}) and starved jobs spread ({})",
@@ -892,6 +905,50 @@ fn remembered_answers_are_the_answers() {
         CROWDED.get(),
         SPREAD.get()
     );
+    // Step 0 under a queue: jobs wait for hours (20 minutes a step), services that need a
+    // whole GPU too, so GPUs are held for offline jobs, several of one kind.
+    let aged: [Kind; 3] = [
+        (JobClass::Online, 70, 0.3, 0.2, Some((4.0, 6)), false),
+        (JobClass::Offline, 60, 0.6, 0.5, None, false),
+        (JobClass::Offline, 60, 0.9, 0.3, None, true),
+    ];
+    AGED_SKIPPED.set(0);
+    let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
+    same_plans_with_and_without_shortcuts(Hybrid::mmk, model, (4, false), &aged, (8, 1200.0));
+    assert!(
+        AGED_SKIPPED.get() > 0,
+        "jobs that waited long of a kind that stayed waiting were not tried alone again"
+    );
+}
+
+/// Where a waiting job could have an instance of its own, an instance on a slice that busy
+/// instances take is ruled out before the layout check (`alone.rs`): on every GPU model,
+/// beside every valid set of busy instances, the check refuses each such instance.
+#[test]
+fn an_instance_on_taken_slices_never_fits() {
+    use super::alone::{slices, taken};
+    for model in catalog::models() {
+        let mut ruled_out = 0;
+        for mut busy in crate::layout::enumerate(&model) {
+            let taken = taken(&model, &busy);
+            for p in model.profiles.iter().filter(|p| !p.media_extensions) {
+                for &start in &p.starts {
+                    if taken & slices(start, p.memory_slices) == 0 {
+                        continue;
+                    }
+                    busy.push((p.id, start));
+                    assert!(
+                        !crate::layout::fits(&model, &busy),
+                        "{}: {busy:?}",
+                        model.key
+                    );
+                    busy.pop();
+                    ruled_out += 1;
+                }
+            }
+        }
+        assert!(ruled_out > 0, "{}", model.key);
+    }
 }
 
 #[test]
@@ -980,7 +1037,7 @@ fn a_waiting_job_is_told_which_jobs_are_in_its_way() {
         plan.queued
             .iter()
             .find(|q| q.job == id)
-            .map(|q| q.reason.clone())
+            .map(|q| q.reason.to_string())
             .unwrap_or_else(|| panic!("{plan:?}"))
     };
     // Memory: an online job that no partition holds hears which offline jobs hold it.
@@ -1695,7 +1752,7 @@ fn a_gpu_state_that_placed_nothing_is_not_asked_again() {
     let waiting = [job(4, JobClass::Offline, 20, 0.3, 0.3), service(5)];
     let plan = plan_both(running(70), &waiting);
     assert_eq!(LAYOUTS_SKIPPED.get(), 1);
-    let reasons: Vec<&str> = plan.queued.iter().map(|q| q.reason.as_str()).collect();
+    let reasons: Vec<&str> = plan.queued.iter().map(|q| &*q.reason).collect();
     assert!(reasons[1].contains("SLO of 4ms"), "{reasons:?}");
     // The same profiles holding 20 GiB: asked again, and the 20 GiB job starts.
     let waiting = [job(6, JobClass::Offline, 20, 0.3, 0.3)];
