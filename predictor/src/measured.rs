@@ -526,7 +526,8 @@ pub fn to_dataset(records: &[Record]) -> Result<Converted, MeasuredError> {
                     job_bw_frac: frac(ref_gpm.dram_bw_util_pct).unwrap_or(0.0),
                     job_l2_frac: None,
                     co_runners: (run.jobs.len() - 1) as u32,
-                    co_sm_frac: co_sm.clamp(0.0, 1.0),
+                    // Summed over the co-runners: a crowd asks for more than the GPU.
+                    co_sm_frac: co_sm.clamp(0.0, 64.0),
                     co_bw_frac: co_bw.clamp(0.0, 64.0),
                     co_l2_frac: None,
                     kernel,
@@ -600,6 +601,50 @@ mod tests {
             gpm: gpm(sm, bw),
             gpm_error: None,
         })
+    }
+
+    /// A crowd's co-runners ask for more SMs together than the GPU has: the row says so,
+    /// as the planner's features do (`Features::of`), rather than cutting it at the GPU.
+    #[test]
+    fn a_crowds_demand_is_summed_past_the_gpu() {
+        use JobClass::*;
+        let recs = [
+            alone("resnet50-inf", 100, Online, 0.010, 90.0, 40.0),
+            alone("bert-train", 100, Offline, 0.030, 95.0, 50.0),
+            alone("vit-train", 100, Offline, 0.040, 80.0, 30.0),
+            Record::Run(Run {
+                mode: Mode::Group,
+                window_s: 1.5,
+                jobs: vec![
+                    job("resnet50-inf", 100, Online, 0.040),
+                    job("bert-train", 100, Offline, 0.060),
+                    job("vit-train", 100, Offline, 0.080),
+                ],
+                gpm: None,
+                gpm_error: None,
+            }),
+        ];
+        let c = to_dataset(&recs).unwrap();
+        assert!(c.skipped.is_empty(), "{:?}", c.skipped);
+        let r = c
+            .dataset
+            .rows
+            .iter()
+            .find(|r| r.workload == "resnet50-inf-b32" && r.features.co_runners == 2)
+            .expect("the service's row in the crowd");
+        assert!(
+            (r.features.co_sm_frac - 1.75).abs() < 1e-9,
+            "{}",
+            r.features.co_sm_frac
+        );
+        assert!((r.normalized_perf - 0.25).abs() < 1e-9);
+        // The CSV the predictor reads back keeps it.
+        let back = Dataset::parse(&c.dataset.to_csv()).unwrap();
+        assert!(
+            back.rows
+                .iter()
+                .any(|r| (r.features.co_sm_frac - 1.75).abs() < 1e-9)
+        );
     }
 
     #[test]

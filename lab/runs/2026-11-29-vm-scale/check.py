@@ -1,11 +1,19 @@
 """Checks that the build after plans as the build before: the two scale runs of the last
 round, and the paper's setup on seeds 51-53 (every policy) against the record that holds
 that run of the build before (../2026-11-28-vm-holds). Timings aside, every figure must be
-the same. Then the wall times and peak memory of every round (times.txt). Prints check.md."""
+the same. Then the wall times and peak memory of every round (times.txt). Prints check.md.
+
+Usage: check.py [RECORD [BEFORE]]: RECORD is the folder of run.sh's output (this one by
+default), BEFORE the folder of the record that holds the build before's paper run,
+relative to the runs folder (2026-11-28-vm-holds by default)."""
 import json
 import os
+import sys
 
-here = os.path.dirname(os.path.abspath(__file__))
+runs = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+here = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(
+    runs, "2026-11-29-vm-scale")
+before_record = sys.argv[2] if len(sys.argv) > 2 else "2026-11-28-vm-holds"
 
 
 def load(*path):
@@ -23,7 +31,7 @@ print("| run | figures the same | seconds before (its record) | seconds after |"
 print("| --- | --- | --- | --- |")
 print(f"| 10,000 jobs, 128 GPUs, `mmk` | {figures(before) == figures(after)} | "
       f"{before['seconds']:.1f} | {after['seconds']:.1f} |")
-old = load("..", "2026-11-28-vm-holds", "paper-seeds-51-53.json")["runs"]
+old = load(runs, before_record, "paper-seeds-51-53.json")["runs"]
 new = load("paper-seeds-51-53.json")["runs"]
 same = sum(
     figures(a) == figures(b)

@@ -4,12 +4,12 @@
 # this VM's speed drifts by up to a fifth between hours, so only runs of one round compare),
 # then the paper's setup on seeds 51-53 with every policy on the build after, to check that
 # the plans are the same.
-# Usage: run.sh BEFORE_MMK_LAB AFTER_MMK_LAB [ROUNDS]
+# Usage: run.sh BEFORE_MMK_LAB AFTER_MMK_LAB [ROUNDS [OUT]] (OUT: this folder by default)
 set -euo pipefail
 before=$1
 after=$2
 rounds=${3:-3}
-out=$(dirname "$0")
+out=${4:-$(dirname "$0")}
 : > "$out/times.txt"
 for round in $(seq "$rounds"); do
     for build in before after; do
