@@ -24,6 +24,8 @@ pub(super) struct Asking<'a> {
     pub(super) waiting: &'a [usize],
     pub(super) kinds: &'a [usize],
     pub(super) set: Option<u32>,
+    /// The GPU state's number in the memo's `gpu_ids` (with `set`).
+    pub(super) gpu_number: Option<u32>,
     pub(super) of: &'a Kinds,
     pub(super) slo_blocked: &'a mut [bool],
     pub(super) marks: &'a mut [bool],
@@ -176,17 +178,18 @@ impl Hybrid {
             waiting,
             kinds: waiting_kinds,
             set,
+            gpu_number,
             of: kinds,
             slo_blocked,
             marks,
             raise,
         } = a;
-        let Some(set) = set.filter(|_| self.shortcuts) else {
+        let (Some(set), Some(number)) = (set.filter(|_| self.shortcuts), gpu_number) else {
             return self
                 .layouts((gpu, now), jobs, waiting, kinds, slo_blocked, raise)
                 .0;
         };
-        let key = (self.gpu_number(jobs, gpu, now), set, raise as u32);
+        let key = (number, set, raise as u32);
         let known = {
             let memo = self.memo();
             (memo.generation == kinds.generation)

@@ -523,10 +523,12 @@ impl Hybrid {
                 if !runs_jobs && !seen.insert(signature(gpu, &p.plans[gi])) {
                     continue;
                 }
+                let gpu_number = set.map(|_| p.gpu_states.number(self, jobs, gpu, &p.plans[gi]));
                 let asking = Asking {
                     waiting: &p.waiting,
                     kinds: &waiting_kinds,
                     set,
+                    gpu_number,
                     of: &p.kinds,
                     slo_blocked: &mut p.slo_blocked,
                     marks: &mut marks,
@@ -659,6 +661,7 @@ impl Planner for Hybrid {
             kinds,
             raise,
             part_states: Default::default(),
+            gpu_states: Default::default(),
         };
 
         let held_notes = self.steps(node, jobs, &mut p);

@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use mmk_core::fasthash::FastMap;
+
 use crate::catalog::GpuModel;
 use crate::layout::{GpuState, Placement};
 use crate::model::{CoRunner, PartitionShape};
@@ -31,6 +33,62 @@ pub(super) struct Progress {
     pub(super) raise: Raise,
     /// The partition states MPS-first found in this pass.
     pub(super) part_states: PartStates,
+    /// The GPU states the layout search numbered in this pass.
+    pub(super) gpu_states: GpuStates,
+}
+
+/// Per GPU (by its index on the node), the number the layout search gave its state in a
+/// pass (`Hybrid::gpu_number`), with its partitions as they were then (slot, instance,
+/// members and shares): a pass asks most GPUs again as it left them, once per job that
+/// has waited long and once for the rest.
+#[derive(Debug, Default)]
+pub(super) struct GpuStates(FastMap<u32, (Vec<PartNow>, u32)>);
+
+/// A partition as [`GpuStates`] keeps it.
+type PartNow = (Slot, Option<u32>, Vec<(usize, u8)>);
+
+impl GpuStates {
+    /// The number of `gpu`'s state with plan `now`, numbered again only if its partitions
+    /// changed since this pass last numbered it.
+    pub(super) fn number(
+        &mut self,
+        hybrid: &Hybrid,
+        jobs: &[JobDemand],
+        gpu: &GpuState,
+        now: &GpuPlan,
+    ) -> u32 {
+        let same = |was: &[PartNow]| {
+            was.len() == now.parts.len()
+                && was
+                    .iter()
+                    .zip(&now.parts)
+                    .all(|((slot, existing, members), p)| {
+                        *slot == p.slot
+                            && *existing == p.existing
+                            && members.len() == p.members.len()
+                            && members
+                                .iter()
+                                .zip(&p.members)
+                                .all(|(&(job, share), m)| job == m.job && share == m.share)
+                    })
+        };
+        if let Some((was, number)) = self.0.get(&gpu.index)
+            && same(was)
+        {
+            return *number;
+        }
+        let number = hybrid.gpu_number(jobs, gpu, now);
+        let parts = now
+            .parts
+            .iter()
+            .map(|p| {
+                let members = p.members.iter().map(|m| (m.job, m.share)).collect();
+                (p.slot, p.existing, members)
+            })
+            .collect();
+        self.0.insert(gpu.index, (parts, number));
+        number
+    }
 }
 
 /// A job in a partition.
