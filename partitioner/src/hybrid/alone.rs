@@ -77,11 +77,18 @@ impl Hybrid {
                 }
             }
         }
-        // What a job adds in an option depends on the GPU's model, the profile and the
+        // What a job adds in an option depends on the instance's shape and memory and the
         // steps alone (`best_alone`): one option of each is enough.
         let mut seen = FastSet::default();
         out.retain(|&(gi, profile, steps)| {
-            seen.insert((node.gpus[gi].model.key.as_str(), profile, steps))
+            let (shape, memory_mib) = shape_of(&node.gpus[gi], profile);
+            let shape = (
+                shape.sm_count,
+                shape.gpu_sm_count,
+                shape.memory_slices,
+                shape.gpu_memory_slices,
+            );
+            seen.insert((shape, memory_mib, steps))
         });
         out
     }

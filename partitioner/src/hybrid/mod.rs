@@ -7,7 +7,8 @@
 //! checkpointable offline jobs make and which must pay for itself:
 //!
 //! 0. **GPUs held for jobs that have waited long** (`reserve.rs`, MMK only): the offline
-//!    jobs that have waited past `reserve_after` try first and alone, the oldest first;
+//!    jobs that have waited past `reserve_after` try first and alone, the oldest first
+//!    (with the shortcuts, one of each kind while none is placed and no SLO refuses one);
 //!    where nothing holds one, the GPU whose jobs hold the least memory is held for it
 //!    (after the first, only for a job that fits in half of it; one GPU is never held),
 //!    and the steps below plan without the held GPUs.
@@ -109,7 +110,9 @@
 //! pass after pass), `kinds.rs`, MPS-first asking one partition of each state and
 //! remembering each kind's choice (`mps_first.rs`, `distinct_parts`, `choose_remembered`),
 //! the layout search remembering GPU states that place none of the kinds waiting
-//! (`layout_search.rs`, `best_layout_for`), and step 7 asking once per kind; `preempt.rs`
+//! (`layout_search.rs`, `best_layout_for`, with each GPU's state numbered once a pass
+//! while it stays as it was: `partition.rs`, `GpuStates`), step 0 trying one job of each
+//! kind alone (`reserve.rs`), and step 7 asking once per kind; `preempt.rs`
 //! (step 7) and `reasons.rs` (why a job waits). This file
 //! holds the options, the constructors and the pass itself (`Planner::plan`), which runs
 //! the steps in order.

@@ -2,7 +2,9 @@
 //! under a steady stream of work, small jobs keep taking the memory that running jobs
 //! free, and a large offline job can wait for hours behind them. The offline jobs that
 //! have waited past `reserve_after` try first and alone, the oldest first (MPS-first, the
-//! layout search, the last resort). Where one stays waiting on a node of several GPUs, a
+//! layout search, the last resort; with the shortcuts, not a job of a kind that stayed
+//! waiting, unrefused by any SLO, since the last placement: it would stay too). Where one
+//! stays waiting on a node of several GPUs, a
 //! GPU is held for it: of those whose memory could hold it, the one whose jobs hold the
 //! least memory. The rest of the pass plans without the held GPUs, so no other waiting
 //! job starts there, and as their jobs end the held jobs fit. A GPU held stays the same
@@ -111,26 +113,25 @@ impl Hybrid {
             .waiting
             .iter()
             .any(|&j| jobs[j].class == JobClass::Online && jobs[j].age_s >= after);
-        // Kinds of job that tried alone and stayed waiting since the last placement: a GPU
-        // held since only took places away, so a job of the same kind would stay too.
-        // Each with whether an SLO refused it (one of the planner's shortcuts).
-        let mut refused: Vec<Option<bool>> = vec![None; p.kinds.count()];
+        // Kinds of job that tried alone and stayed waiting since the last placement, where
+        // no SLO refused them (one of the planner's shortcuts): a GPU held since only took
+        // places away, so a job of the same kind would stay too, and no SLO would refuse
+        // it either. (Where one did, the GPU held may have been the one that refused it,
+        // and the next job's reason may differ: it tries.)
+        let mut refused = vec![false; p.kinds.count()];
         for job in aged {
             if (!holds.held.is_empty() && !online_waits_long) || holds.rest.gpus.len() < 2 {
                 break;
             }
             let kind = p.kinds.kind(job);
-            match refused[kind].filter(|_| self.shortcuts) {
-                Some(slo) => {
-                    p.slo_blocked[job] |= slo;
-                    #[cfg(test)]
-                    super::tests::count(&super::tests::AGED_SKIPPED);
-                }
-                None if self.try_alone(&holds.rest, jobs, p, job) => {
-                    refused.fill(None);
-                    continue;
-                }
-                None => refused[kind] = Some(p.slo_blocked[job]),
+            if self.shortcuts && refused[kind] {
+                #[cfg(test)]
+                super::tests::count(&super::tests::AGED_SKIPPED);
+            } else if self.try_alone(&holds.rest, jobs, p, job) {
+                refused.fill(false);
+                continue;
+            } else {
+                refused[kind] = !p.slo_blocked[job];
             }
             let first = holds.held.is_empty();
             let Some(held) = self.hold(&holds.rest, jobs, p, job, first) else {

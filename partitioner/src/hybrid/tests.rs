@@ -906,15 +906,18 @@ fn remembered_answers_are_the_answers() {
         SPREAD.get()
     );
     // Step 0 under a queue: jobs wait for hours (20 minutes a step), services that need a
-    // whole GPU too, so GPUs are held for offline jobs, several of one kind.
-    let aged: [Kind; 3] = [
+    // whole GPU too, so GPUs are held for offline jobs, several of one kind; small
+    // services with a tight SLO refuse some of them.
+    let aged: [Kind; 5] = [
         (JobClass::Online, 70, 0.3, 0.2, Some((4.0, 6)), false),
+        (JobClass::Online, 10, 0.3, 0.2, Some((4.0, 5)), false),
         (JobClass::Offline, 60, 0.6, 0.5, None, false),
         (JobClass::Offline, 60, 0.9, 0.3, None, true),
+        (JobClass::Offline, 30, 0.9, 0.3, None, false),
     ];
     AGED_SKIPPED.set(0);
     let model: Arc<dyn PerfModel> = Arc::new(AnalyticModel::default());
-    same_plans_with_and_without_shortcuts(Hybrid::mmk, model, (4, false), &aged, (8, 1200.0));
+    same_plans_with_and_without_shortcuts(Hybrid::mmk, model, (4, false), &aged, (10, 1200.0));
     assert!(
         AGED_SKIPPED.get() > 0,
         "jobs that waited long of a kind that stayed waiting were not tried alone again"
@@ -1664,6 +1667,66 @@ fn gpus_are_held_oldest_first_and_one_is_never_held() {
         );
         assert!(placed(&plan, 20).is_some_and(|s| s.gpu != 0), "{plan:?}");
     }
+}
+
+/// Step 0's shortcut tries a job of a kind that stayed waiting alone again when an SLO
+/// refused the one before: the GPU held for that one may be where the SLO was, and then
+/// the next job waits for another reason. The plan, reasons included, is the plan of a
+/// planner without the shortcuts.
+#[test]
+fn a_job_like_one_an_slo_refused_tries_alone_again() {
+    let gpus: Vec<GpuState> = (0..4).map(|i| whole_instance_gpu(i, i + 1)).collect();
+    let node = NodeState::new(gpus);
+    let on = |gpu: u32| Slot {
+        gpu,
+        start: 0,
+        profile_id: Some(0),
+    };
+    // GPU 0 runs a small service with a tight SLO at half the GPU; GPUs 1-3 a training of
+    // 60 GiB each.
+    let mut service = job(1, JobClass::Online, 10, 0.3, 0.2);
+    service.profile.solo_latency_ms = Some(3.8);
+    service.slo_ms = Some(4);
+    service.placed = Some(on(0));
+    service.mps_share = 50;
+    let mut jobs = vec![service];
+    for gpu in 1..4 {
+        let mut t = job(u64::from(gpu) + 1, JobClass::Offline, 60, 0.5, 0.3);
+        t.placed = Some(on(gpu));
+        t.mps_share = 100;
+        jobs.push(t);
+    }
+    // Two trainings of one kind past the limit, which fit only beside the service; a
+    // service of 75 GiB past the limit too, which fits nowhere.
+    for (id, hours) in [(10, 2.0), (11, 1.0)] {
+        let mut j = job(id, JobClass::Offline, 30, 0.9, 0.3);
+        j.age_s = RESERVE_AFTER + hours * 3600.0;
+        jobs.push(j);
+    }
+    let mut long_waiting = job(20, JobClass::Online, 75, 0.25, 0.35);
+    long_waiting.age_s = RESERVE_AFTER + 60.0;
+    jobs.push(long_waiting);
+
+    let plan = mmk().plan(&node, &jobs);
+    let reason = |id: u64| {
+        plan.queued
+            .iter()
+            .find(|q| q.job == id)
+            .map(|q| q.reason.to_string())
+            .unwrap_or_default()
+    };
+    let slo = "it would break the predicted SLO of an online job there";
+    assert!(reason(10).contains(slo), "{plan:?}");
+    assert!(
+        reason(10).contains("gpu 0 is held for offline job 10"),
+        "{plan:?}"
+    );
+    assert!(!reason(11).contains(slo), "{plan:?}");
+    assert!(
+        reason(11).contains("is held for offline job 11"),
+        "{plan:?}"
+    );
+    assert_eq!(plan, mmk().forgetful().plan(&node, &jobs));
 }
 
 /// Passes may run at once on one planner (mmkd's reconciler, dry runs, capacity views):
