@@ -1,6 +1,7 @@
 """Checks that the build after plans as the build before: the two scale runs of the last
 round, and the paper's setup on seeds 51-53 (every policy) against the record that holds
-that run of the build before (BEFORE below). Timings aside, every figure must be the same. Then the wall times and peak memory of every round (times.txt). Prints check.md.
+that run of the build before (BEFORE below). Timings aside, every figure must be the
+same. Then the wall times and peak memory of every round (times.txt). Prints check.md.
 
 Usage: check.py [RECORD [BEFORE]]: RECORD is the folder of run.sh's output (this one by
 default), BEFORE the folder of the record that holds the build before's paper run,

@@ -16,6 +16,7 @@ impl Hybrid {
     /// without jobs), as (GPU index, profile ID or `None` for a GPU with MIG off, steps).
     /// Steps is the fewest reconfiguration steps it takes: 0 for an empty instance of that
     /// profile that exists, else 1 for the new instance plus each empty instance in its way.
+    /// With the shortcuts, one option of each instance shape, memory and steps.
     pub(super) fn solo_options(
         &self,
         node: &NodeState,
@@ -81,6 +82,9 @@ impl Hybrid {
         // steps alone (`best_alone`): one option of each is enough.
         let mut seen = FastSet::default();
         out.retain(|&(gi, profile, steps)| {
+            if !self.shortcuts {
+                return true;
+            }
             let (shape, memory_mib) = shape_of(&node.gpus[gi], profile);
             let shape = (
                 shape.sm_count,

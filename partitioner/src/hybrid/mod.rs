@@ -111,8 +111,9 @@
 //! remembering each kind's choice (`mps_first.rs`, `distinct_parts`, `choose_remembered`),
 //! the layout search remembering GPU states that place none of the kinds waiting
 //! (`layout_search.rs`, `best_layout_for`, with each GPU's state numbered once a pass
-//! while it stays as it was: `partition.rs`, `GpuStates`), step 0 trying one job of each
-//! kind alone (`reserve.rs`), and step 7 asking once per kind; `preempt.rs`
+//! while it stays as it was: `partition.rs`, `GpuStates`), step 0 not trying alone a job
+//! of a kind that stayed waiting since the last placement, unless an SLO refused it
+//! (`reserve.rs`), and step 7 asking once per kind; `preempt.rs`
 //! (step 7) and `reasons.rs` (why a job waits). This file
 //! holds the options, the constructors and the pass itself (`Planner::plan`), which runs
 //! the steps in order.
@@ -521,9 +522,10 @@ impl Hybrid {
             let mut marks = vec![false; p.kinds.count()];
             for (gi, gpu) in node.gpus.iter().enumerate() {
                 // A GPU that runs a job is in a state of its own (a job runs in one
-                // partition): only GPUs without jobs are told apart.
-                let runs_jobs = p.plans[gi].parts.iter().any(|x| !x.members.is_empty());
-                if !runs_jobs && !seen.insert(signature(gpu, &p.plans[gi])) {
+                // partition): with the shortcuts, only GPUs without jobs are told apart.
+                let own_state =
+                    self.shortcuts && p.plans[gi].parts.iter().any(|x| !x.members.is_empty());
+                if !own_state && !seen.insert(signature(gpu, &p.plans[gi])) {
                     continue;
                 }
                 let gpu_number = set.map(|_| p.gpu_states.number(self, jobs, gpu, &p.plans[gi]));

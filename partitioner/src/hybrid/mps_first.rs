@@ -115,7 +115,8 @@ type Known = Vec<Vec<Option<PartState>>>;
 pub(super) struct PartStates {
     by_slot: FastMap<Slot, (Vec<MemberNow>, PartState)>,
     /// Per state number, the last call of `distinct_parts` that asked it, and the
-    /// generation of the number: a state is asked once per call.
+    /// generation of the number: a state is asked once per call (at least once, should
+    /// another pass start the memo over within this one).
     asked: Vec<(u64, u64)>,
     calls: u64,
 }

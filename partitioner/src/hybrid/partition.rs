@@ -38,11 +38,11 @@ pub(super) struct Progress {
 }
 
 /// Per GPU (by its index on the node), the number the layout search gave its state in a
-/// pass (`Hybrid::gpu_number`), with its partitions as they were then (slot, instance,
-/// members and shares): a pass asks most GPUs again as it left them, once per job that
-/// has waited long and once for the rest.
+/// pass (`Hybrid::gpu_number`), with the GPU (model and mode) and its partitions (slot,
+/// instance, members and shares) as they were then: a pass asks most GPUs again as it
+/// left them, once per job that has waited long and tries alone, and once for the rest.
 #[derive(Debug, Default)]
-pub(super) struct GpuStates(FastMap<u32, (Vec<PartNow>, u32)>);
+pub(super) struct GpuStates(FastMap<u32, (String, u8, Vec<PartNow>, u32)>);
 
 /// A partition as [`GpuStates`] keeps it.
 type PartNow = (Slot, Option<u32>, Vec<(usize, u8)>);
@@ -72,7 +72,10 @@ impl GpuStates {
                                 .all(|(&(job, share), m)| job == m.job && share == m.share)
                     })
         };
-        if let Some((was, number)) = self.0.get(&gpu.index)
+        let mode = u8::from(gpu.mig_enabled) | u8::from(gpu.layout_fixed) << 1;
+        if let Some((model, was_mode, was, number)) = self.0.get(&gpu.index)
+            && *model == gpu.model.key
+            && *was_mode == mode
             && same(was)
         {
             return *number;
@@ -86,7 +89,8 @@ impl GpuStates {
                 (p.slot, p.existing, members)
             })
             .collect();
-        self.0.insert(gpu.index, (parts, number));
+        self.0
+            .insert(gpu.index, (gpu.model.key.clone(), mode, parts, number));
         number
     }
 }

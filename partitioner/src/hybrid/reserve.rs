@@ -4,9 +4,8 @@
 //! have waited past `reserve_after` try first and alone, the oldest first (MPS-first, the
 //! layout search, the last resort; with the shortcuts, not a job of a kind that stayed
 //! waiting, unrefused by any SLO, since the last placement: it would stay too). Where one
-//! stays waiting on a node of several GPUs, a
-//! GPU is held for it: of those whose memory could hold it, the one whose jobs hold the
-//! least memory. The rest of the pass plans without the held GPUs, so no other waiting
+//! stays waiting on a node of several GPUs, a GPU is held for it: of those whose memory
+//! could hold it, the one whose jobs hold the least memory. The rest of the pass plans without the held GPUs, so no other waiting
 //! job starts there, and as their jobs end the held jobs fit. A GPU held stays the same
 //! from pass to pass (nothing new starts there, so its jobs hold less and less memory).
 //!
@@ -118,20 +117,20 @@ impl Hybrid {
         // places away, so a job of the same kind would stay too, and no SLO would refuse
         // it either. (Where one did, the GPU held may have been the one that refused it,
         // and the next job's reason may differ: it tries.)
-        let mut refused = vec![false; p.kinds.count()];
+        let mut stayed = vec![false; p.kinds.count()];
         for job in aged {
             if (!holds.held.is_empty() && !online_waits_long) || holds.rest.gpus.len() < 2 {
                 break;
             }
             let kind = p.kinds.kind(job);
-            if self.shortcuts && refused[kind] {
+            if self.shortcuts && stayed[kind] {
                 #[cfg(test)]
                 super::tests::count(&super::tests::AGED_SKIPPED);
             } else if self.try_alone(&holds.rest, jobs, p, job) {
-                refused.fill(false);
+                stayed.fill(false);
                 continue;
             } else {
-                refused[kind] = !p.slo_blocked[job];
+                stayed[kind] = !p.slo_blocked[job];
             }
             let first = holds.held.is_empty();
             let Some(held) = self.hold(&holds.rest, jobs, p, job, first) else {
