@@ -5,9 +5,10 @@
 //! layout search, the last resort; with the shortcuts, not a job of a kind that stayed
 //! waiting, unrefused by any SLO, since the last placement: it would stay too). Where one
 //! stays waiting on a node of several GPUs, a GPU is held for it: of those whose memory
-//! could hold it, the one whose jobs hold the least memory. The rest of the pass plans without the held GPUs, so no other waiting
-//! job starts there, and as their jobs end the held jobs fit. A GPU held stays the same
-//! from pass to pass (nothing new starts there, so its jobs hold less and less memory).
+//! could hold it, the one whose jobs hold the least memory. The rest of the pass plans
+//! without the held GPUs, so no other waiting job starts there, and as their jobs end the
+//! held jobs fit. A GPU held stays the same from pass to pass (nothing new starts there, so
+//! its jobs hold less and less memory).
 //!
 //! One GPU is held at most while services are served promptly. While an online job has
 //! waited past `reserve_after` too, every aged job that nothing holds gets a GPU, oldest
