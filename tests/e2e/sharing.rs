@@ -223,16 +223,21 @@ async fn an_offline_job_joins_a_service_and_a_training_whose_shares_are_spent() 
     for (flags, guarded) in [(&[][..], true), (&["--no-slo-control"][..], false)] {
         let base = ["--planner", "mmk", "--interposer", interposer.as_str()];
         let d = Daemon::start_with("a100-80gb:1", &[&base[..], flags].concat());
-        let mut children = vec![
-            run(&d, &["--offline", "--memory", "30G", "--name", "train"]),
-            run(&d, &["--online", "--memory", "10G", "--name", "serve"]),
-        ];
-        for name in ["train", "serve"] {
-            assert_eq!(placed(&d, name)["state"], "RUNNING", "{flags:?}");
-        }
-        let train_share = placed(&d, "train")["assignment"]["mps_share"]
-            .as_u64()
-            .expect("a share");
+        // One after the other: jobs that wait in one pass may get instances of their own.
+        let mut children = vec![run(
+            &d,
+            &["--offline", "--memory", "30G", "--name", "train"],
+        )];
+        assert_eq!(placed(&d, "train")["state"], "RUNNING", "{flags:?}");
+        children.push(run(&d, &["--online", "--memory", "10G", "--name", "serve"]));
+        assert_eq!(placed(&d, "serve")["state"], "RUNNING", "{flags:?}");
+        let train = placed(&d, "train");
+        assert_eq!(
+            train["assignment"]["instance_id"],
+            placed(&d, "serve")["assignment"]["instance_id"],
+            "the service joins the training: {flags:?}"
+        );
+        let train_share = train["assignment"]["mps_share"].as_u64().expect("a share");
         children.push(run(
             &d,
             &["--offline", "--memory", "10G", "--name", "third"],
