@@ -639,7 +639,7 @@ impl Planner for Hybrid {
     }
 
     fn plan(&self, node: &NodeState, jobs: &[JobDemand]) -> Plan {
-        // By key, then position: the order a stable sort gives, sorted faster.
+        // By key, then position: the order a stable sort by key gives, each key built once.
         let mut by: Vec<_> = (0..jobs.len())
             .filter(|&i| jobs[i].placed.is_none())
             .map(|i| {
