@@ -72,8 +72,11 @@ impl Hybrid {
     /// the most an offline job may take (`offline_share_max`). Its share is a cap for its
     /// life, and a crowd is where the model is least sure of what a lower share would give
     /// the others.
-    /// A partition with an online job is oversubscribed only where the node keeps its
-    /// objective at run time (`slo_guarded`), and only where every predicted SLO holds.
+    /// A partition with an online job is oversubscribed by an offline newcomer only where
+    /// the node keeps its objective at run time (`slo_guarded`), and by an online one only
+    /// while the queue is short (`raise` is not `Climb`) and every online job there keeps
+    /// its predicted SLO with room to spare (`online_past_shares`); always only where every
+    /// predicted SLO holds.
     fn compute_mps_config(
         &self,
         jobs: &[JobDemand],
@@ -106,9 +109,9 @@ impl Hybrid {
             .any(|m| jobs[m.job].class != jobs[new].class);
         let mut left = part.share_left();
         let mut start = SHARE_STEP;
-        // An offline job that would wait, beside online jobs whose objectives the node
-        // keeps at run time: shares are caps, not reservations.
-        let guarded = oversubscribe && !online && self.options.slo_guarded.is_some();
+        // A job that would wait, beside online jobs whose objectives hold past the shares:
+        // shares are caps, not reservations.
+        let guarded = oversubscribe && self.passes_online_shares(online, raise);
         // Whether it joins past the shares beside online jobs (the guard above).
         let mut past_shares = false;
         if self.options.online_first && other_there {
@@ -160,6 +163,9 @@ impl Hybrid {
         }
         if !Self::slos_met(jobs, &members, &perf) {
             // The newcomer breaks a running job's SLO.
+            return Err(Refusal::Slo);
+        }
+        if past_shares && online && !self.slos_keep_room(jobs, &members, &perf) {
             return Err(Refusal::Slo);
         }
         if past_shares && !self.default_slos_met(jobs, &members, &perf) {
@@ -238,6 +244,29 @@ impl Hybrid {
             }
         }
         Ok(best)
+    }
+
+    /// Whether a newcomer (`online` or not) that would wait may join a partition where
+    /// online jobs run past the shares: an offline one where the node keeps their
+    /// objectives at run time (`slo_guarded`), an online one while no more jobs wait than
+    /// the node has GPUs (`online_past_shares`; `raise` is `Climb` otherwise).
+    fn passes_online_shares(&self, online: bool, raise: Raise) -> bool {
+        if online {
+            self.options.online_past_shares.is_some() && raise != Raise::Climb
+        } else {
+            self.options.slo_guarded.is_some()
+        }
+    }
+
+    /// Whether every online member keeps its predicted SLO with the room to spare that
+    /// `online_past_shares` asks of an online newcomer past the shares (its predicted
+    /// performance divided by it still meets the SLO).
+    fn slos_keep_room(&self, jobs: &[JobDemand], members: &[Member], perf: &[f64]) -> bool {
+        let spare = self.options.online_past_shares.unwrap_or(1.0);
+        members
+            .iter()
+            .zip(perf)
+            .all(|(m, p)| jobs[m.job].slo_met(p / spare))
     }
 
     /// MPSConfig where partitions are not shared: `new` alone in `part` at 100 %, if `part`

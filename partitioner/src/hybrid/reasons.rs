@@ -75,10 +75,18 @@ pub(super) struct Crowd<'a> {
     offline: Option<String>,
     /// The planner's `crowd_max`.
     max: Option<usize>,
+    /// Whether online jobs join online ones past the shares while the queue is short
+    /// (`HybridOptions::online_past_shares`).
+    online_past: bool,
 }
 
 impl<'a> Crowd<'a> {
-    pub(super) fn of(jobs: &[JobDemand], plans: &'a [GpuPlan], max: Option<usize>) -> Crowd<'a> {
+    pub(super) fn of(
+        jobs: &[JobDemand],
+        plans: &'a [GpuPlan],
+        max: Option<usize>,
+        online_past: bool,
+    ) -> Crowd<'a> {
         let parts = || plans.iter().flat_map(|gp| &gp.parts);
         Crowd {
             busy: parts()
@@ -97,6 +105,7 @@ impl<'a> Crowd<'a> {
                     .then(|| name_jobs(jobs, &mut offline))
             },
             max,
+            online_past,
         }
     }
 }
@@ -163,9 +172,14 @@ fn in_the_way(jobs: &[JobDemand], crowd: &Crowd, j: usize) -> Option<String> {
         })
         .peekable();
     if online.peek().is_some() {
+        let past = if crowd.online_past && jobs[j].class == JobClass::Online {
+            "an online job passes only while no more jobs wait than the node has GPUs"
+        } else {
+            "are not oversubscribed"
+        };
         return Some(format!(
             "the MPS shares of the partitions with room are spent, and online jobs run there \
-             ({}), whose shares are not oversubscribed",
+             ({}), whose shares {past}",
             ids(&mut online)
         ));
     }

@@ -251,13 +251,18 @@ impl Hybrid {
     /// again (past the model's plateaus: `HybridOptions::plateau_gain`), and they restart
     /// with them when the partition's predicted STP grows by more than the moves cost.
     /// Without this a job keeps the small share it got next to co-runners for its whole
-    /// life, also after they leave.
+    /// life, also after they leave. In a partition whose shares are spent, `lift` instead
+    /// (`HybridOptions::lift_starved`).
     pub(super) fn regrow(&self, jobs: &[JobDemand], p: &mut Progress) {
         if self.options.move_cost.is_none() {
             return;
         }
         for gp in &mut p.plans {
             for part in &mut gp.parts {
+                if part.share_left() < SHARE_STEP && self.options.lift_starved {
+                    self.lift(jobs, part, &mut p.moved);
+                    continue;
+                }
                 if part.share_left() < SHARE_STEP || !part.members.iter().any(|m| movable(jobs, m))
                 {
                     continue;
@@ -275,6 +280,48 @@ impl Hybrid {
 }
 
 impl Hybrid {
+    /// Step 4 past spent shares (`HybridOptions::lift_starved`): in `part`, if no online
+    /// job runs there, the checkpointable offline job whose raise to the most an offline
+    /// job may take (`offline_share_max`) adds the most predicted STP moves to it, when
+    /// that adds more than the move costs. MPS shares are caps, not reservations: a job
+    /// that joined a crowd at 10 % crawls there while the job beside it at 100 % runs on,
+    /// and step 4 above grows shares only into room the partition has.
+    fn lift(&self, jobs: &[JobDemand], part: &mut Part, moved: &mut BTreeSet<usize>) {
+        if part
+            .members
+            .iter()
+            .any(|m| jobs[m.job].class == JobClass::Online)
+        {
+            return;
+        }
+        let cap = self.options.offline_share_max;
+        let now = self.predict(jobs, &part.shape, &part.members);
+        let stp: f64 = now.iter().sum();
+        let mut best: Option<(f64, usize)> = None;
+        for i in 0..part.members.len() {
+            let m = part.members[i];
+            if !movable(jobs, &m) || m.share >= cap || moved.contains(&m.job) {
+                continue;
+            }
+            let mut members = part.members.clone();
+            members[i].share = cap;
+            let gain = self
+                .predict(jobs, &part.shape, &members)
+                .iter()
+                .sum::<f64>()
+                - stp;
+            if best.is_none_or(|(g, _)| gain > g + 1e-12) {
+                best = Some((gain, i));
+            }
+        }
+        if let Some((gain, i)) = best
+            && gain - self.options.move_cost.unwrap_or(0.0) > 1e-9
+        {
+            part.members[i].share = cap;
+            moved.insert(part.members[i].job);
+        }
+    }
+
     /// Step 4b: where nothing waits, each GPU laid out again for the checkpointable offline
     /// jobs it runs (`repartition`), when its predicted STP grows by more than the moves
     /// cost. Without this a job that started in a small instance beside others keeps it

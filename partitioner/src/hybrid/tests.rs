@@ -533,6 +533,123 @@ fn past_the_shares_an_offline_job_joins_at_the_most_it_may_take() {
 }
 
 #[test]
+fn an_online_job_joins_online_ones_past_the_shares_where_every_slo_keeps_room() {
+    // A service holds the whole GPU at 100 %; another would wait for shares.
+    let (node, whole) = whole_instance_node();
+    let service = |id: u64| {
+        let mut s = job(id, JobClass::Online, 4, 0.8, 0.3);
+        s.profile.solo_latency_ms = Some(10.0);
+        // Met at 1/3 of its speed alone; with MMK's room to spare, at 1.3/3.
+        s.slo_ms = Some(30);
+        s
+    };
+    let mut running = service(1);
+    running.placed = Some(whole);
+    running.mps_share = 100;
+    let waiting = |plan: &Plan| plan.queued.iter().map(|q| q.job).collect::<Vec<_>>();
+    // A co-runner leaves each 0.6 of its speed: 0.6 / 1.3 still meets the SLO, so the
+    // newcomer joins at 100 %, as plain MPS would take it.
+    let roomy = Hybrid::mmk(Arc::new(Concave { corunner: 0.6 }));
+    let jobs = [running.clone(), service(2)];
+    let plan = roomy.plan(&node, &jobs);
+    assert!(plan.queued.is_empty(), "{:?}", plan.queued);
+    let p = plan.placements.iter().find(|p| p.job == 2).expect("placed");
+    assert_eq!((p.slot, p.mps_share), (whole, 100));
+    // With more jobs waiting than the node has GPUs, no online job joins past the shares.
+    let plan = roomy.plan(&node, &[running.clone(), service(2), service(3)]);
+    assert_eq!(waiting(&plan), [2, 3]);
+    assert!(
+        plan.queued[0].reason.ends_with(
+            "online jobs run there (1), whose shares an online job passes only while no more \
+             jobs wait than the node has GPUs"
+        ),
+        "{}",
+        plan.queued[0].reason
+    );
+    // Without the rule (the baselines' way) it waits.
+    let without = Hybrid::new(
+        "without",
+        Arc::new(Concave { corunner: 0.6 }),
+        HybridOptions {
+            online_past_shares: None,
+            ..roomy.options
+        },
+    );
+    let plan = without.plan(&node, &jobs);
+    assert_eq!(waiting(&plan), [2]);
+    assert!(
+        plan.queued[0]
+            .reason
+            .ends_with("whose shares are not oversubscribed"),
+        "{}",
+        plan.queued[0].reason
+    );
+    // At 0.4 each meets its SLO, but not with room to spare: it waits.
+    let tight = Hybrid::mmk(Arc::new(Concave { corunner: 0.4 }));
+    assert_eq!(waiting(&tight.plan(&node, &jobs)), [2]);
+}
+
+#[test]
+fn a_starved_checkpointable_job_is_lifted_past_spent_shares() {
+    // Two trainings share the whole GPU at 90 % and 10 %: its shares are spent, so step 4
+    // has no room to grow the second into. MIG off: no instances for step 4b to split
+    // the GPU into.
+    let mut g = gpu("h100-80gb", 0);
+    g.mig_enabled = false;
+    let node = NodeState::new(vec![g]);
+    let whole = Slot {
+        gpu: 0,
+        start: 0,
+        profile_id: None,
+    };
+    let training = |id: u64, share: u8| {
+        let mut t = job(id, JobClass::Offline, 20, 0.8, 0.3);
+        t.placed = Some(whole);
+        t.mps_share = share;
+        t.movable = true;
+        t
+    };
+    let jobs = [training(1, 90), training(2, 10)];
+    let share_of = |plan: &Plan, id: u64| {
+        plan.placements
+            .iter()
+            .find(|p| p.job == id)
+            .map(|p| p.mps_share)
+    };
+    // Where 100 % adds throughput (speed grows as the square root of the share), the
+    // starved one restarts at 100 %, as plain MPS would run it.
+    let concave = Hybrid::mmk(Arc::new(Concave { corunner: 0.9 }));
+    let plan = concave.plan(&node, &jobs);
+    assert_eq!(plan.moves, [2]);
+    assert_eq!(
+        (share_of(&plan, 1), share_of(&plan, 2)),
+        (Some(90), Some(100))
+    );
+    // Where it would only take from its co-runner (a zero-sum crowd), it stays.
+    let plan = Hybrid::mmk(Arc::new(Proportional)).plan(&node, &jobs);
+    assert!(plan.moves.is_empty(), "{:?}", plan.moves);
+    // Nor does it move if it cannot checkpoint, or beside an online job.
+    let mut fixed = jobs.clone();
+    fixed[1].movable = false;
+    assert!(concave.plan(&node, &fixed).moves.is_empty());
+    let mut service = job(3, JobClass::Online, 4, 0.5, 0.3);
+    service.placed = Some(whole);
+    service.mps_share = 100;
+    let beside = [training(1, 90), training(2, 10), service];
+    assert!(concave.plan(&node, &beside).moves.is_empty());
+    // Without the rule it stays too.
+    let without = Hybrid::new(
+        "without",
+        Arc::new(Concave { corunner: 0.9 }),
+        HybridOptions {
+            lift_starved: false,
+            ..concave.options
+        },
+    );
+    assert!(without.plan(&node, &jobs).moves.is_empty());
+}
+
+#[test]
 fn the_last_resort_adds_no_offline_job_to_a_crowded_partition() {
     // CROWD_MAX trainings run in the only partition (the 7g covers every slice) with
     // their shares spent, and nothing can move.
