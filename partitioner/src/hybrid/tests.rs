@@ -1347,7 +1347,9 @@ fn on_a_calm_node_a_newcomer_takes_the_share_the_model_likes_best() {
     let mut g = gpu("h100-80gb", 0);
     g.mig_enabled = false;
     let mut node = NodeState::new(vec![g]);
-    let trainer = job(1, JobClass::Offline, 30, 0.9, 0.3);
+    // Checkpointable: no share that lasts sets its least share (`lasting_share`, below).
+    let mut trainer = job(1, JobClass::Offline, 30, 0.9, 0.3);
+    trainer.movable = true;
     let share = |planner: &Hybrid, node: &NodeState, jobs: &[JobDemand]| {
         let plan = planner.plan(node, jobs);
         plan.placements
@@ -1565,9 +1567,12 @@ fn shares_climb_past_the_models_plateaus() {
     );
 
     // Placing: one GPU and two jobs waiting for it. The newcomer climbs past the
-    // plateau; with a GPU for each waiting job it stops on it, as MIGER's does.
-    let newcomer = job(1, JobClass::Offline, 30, 0.9, 0.3);
-    let other = job(2, JobClass::Offline, 50, 0.9, 0.3);
+    // plateau; with a GPU for each waiting job it stops on it, as MIGER's does (both
+    // checkpointable: no share that lasts sets their least).
+    let mut newcomer = job(1, JobClass::Offline, 30, 0.9, 0.3);
+    newcomer.movable = true;
+    let mut other = job(2, JobClass::Offline, 50, 0.9, 0.3);
+    other.movable = true;
     let plan = mmk.plan(&one, &[newcomer.clone(), other.clone()]);
     assert_eq!(share_of(&plan, 1), Some(100), "{plan:?}");
     let two = NodeState::new(vec![g.clone(), GpuState { index: 1, ..g }]);
