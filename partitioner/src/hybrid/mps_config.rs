@@ -24,9 +24,11 @@ pub(super) enum Raise {
     /// 10 % at a time while a step adds STP: what is not taken stays for the jobs that
     /// queue (the node is busy).
     Greedy,
-    /// As `Greedy`, and past a step that adds nothing to a higher share that adds at least
-    /// `plateau_gain` a step (`HybridOptions::plateau_gain`). Where more jobs wait than the
-    /// node has GPUs, the queue waits for memory and GPUs, not for what a share leaves.
+    /// Where more jobs wait than the node has GPUs: as `Greedy`, and past a step that adds
+    /// nothing to a higher share that adds at least `plateau_gain` a step
+    /// (`HybridOptions::plateau_gain`; without it, as `Greedy`). That queue waits for
+    /// memory and GPUs, not for what a share leaves. No online job joins past the shares
+    /// (`HybridOptions::online_past_shares`).
     Climb,
     /// Every share up to what is left; the one with the best STP where every SLO holds
     /// (the lowest among equals). For a calm node, where no queue misses what a newcomer
@@ -168,6 +170,10 @@ impl Hybrid {
         if past_shares && online && !self.slos_keep_room(jobs, &members, &perf) {
             return Err(Refusal::Slo);
         }
+        #[cfg(test)]
+        if past_shares && online {
+            super::tests::count(&super::tests::ONLINE_PAST);
+        }
         if past_shares && !self.default_slos_met(jobs, &members, &perf) {
             // Past the shares, an online job that gave no objective is held to the node's.
             return Err(Refusal::Slo);
@@ -260,13 +266,23 @@ impl Hybrid {
 
     /// Whether every online member keeps its predicted SLO with the room to spare that
     /// `online_past_shares` asks of an online newcomer past the shares (its predicted
-    /// performance divided by it still meets the SLO).
+    /// performance divided by it still meets the SLO). An online job whose SLO the planner
+    /// cannot check (none given, or a latency without its solo latency) is held to the
+    /// node's default slowdown (`slo_guarded`) with the same room, and where the node
+    /// keeps none, no online job joins it past the shares.
     fn slos_keep_room(&self, jobs: &[JobDemand], members: &[Member], perf: &[f64]) -> bool {
-        let spare = self.options.online_past_shares.unwrap_or(1.0);
-        members
-            .iter()
-            .zip(perf)
-            .all(|(m, p)| jobs[m.job].slo_met(p / spare))
+        let spare = self.options.online_past_shares.unwrap_or(1.0).max(1.0);
+        members.iter().zip(perf).all(|(m, p)| {
+            let j = &jobs[m.job];
+            let checkable = j.slo_slowdown.is_some()
+                || (j.slo_ms.is_some() && j.profile.solo_latency_ms.is_some());
+            match (j.class, checkable, self.options.slo_guarded) {
+                (JobClass::Offline, ..) => true,
+                (JobClass::Online, true, _) => j.slo_met(p / spare),
+                (JobClass::Online, false, Some(slowdown)) => p / spare * slowdown >= 1.0 - 1e-9,
+                (JobClass::Online, false, None) => false,
+            }
+        })
     }
 
     /// MPSConfig where partitions are not shared: `new` alone in `part` at 100 %, if `part`

@@ -295,8 +295,7 @@ impl Hybrid {
             return;
         }
         let cap = self.options.offline_share_max;
-        let now = self.predict(jobs, &part.shape, &part.members);
-        let stp: f64 = now.iter().sum();
+        let stp = self.part_stp(jobs, part);
         let mut best: Option<(f64, usize)> = None;
         for i in 0..part.members.len() {
             let m = part.members[i];
@@ -305,11 +304,7 @@ impl Hybrid {
             }
             let mut members = part.members.clone();
             members[i].share = cap;
-            let gain = self
-                .predict(jobs, &part.shape, &members)
-                .iter()
-                .sum::<f64>()
-                - stp;
+            let gain = self.perf(jobs, &part.shape, &members).iter().sum::<f64>() - stp;
             if best.is_none_or(|(g, _)| gain > g + 1e-12) {
                 best = Some((gain, i));
             }
@@ -319,6 +314,8 @@ impl Hybrid {
         {
             part.members[i].share = cap;
             moved.insert(part.members[i].job);
+            #[cfg(test)]
+            super::tests::count(&super::tests::LIFTED);
         }
     }
 
