@@ -1,11 +1,12 @@
 """The paper's setup on seeds 51-53 (`paper-seeds-51-53.json`) beside the same setup on the
-build before (`../2026-11-28-vm-holds/paper-seeds-51-53.json`): per interval and policy,
-the means over the seeds.
+build before (`../2026-11-28-vm-holds/paper-seeds-51-53.json`, or BEFORE): per interval
+and policy, the means over the seeds. Run in the folder of the record to print.
 
-  python3 paper.py
+  python3 paper.py [BEFORE]
 """
 import json
 import statistics as st
+import sys
 
 FIELDS = [("avg JCT", "avg_jct_s", "{:,.0f} s"), ("online JCT", "online_avg_jct_s", "{:,.0f} s"),
           ("offline JCT", "offline_avg_jct_s", "{:,.0f} s"), ("makespan", "makespan_s", "{:,.0f} s"),
@@ -22,7 +23,7 @@ def means(path):
 
 
 after = means("paper-seeds-51-53.json")
-before = means("../2026-11-28-vm-holds/paper-seeds-51-53.json")
+before = means(sys.argv[1] if len(sys.argv) > 1 else "../2026-11-28-vm-holds/paper-seeds-51-53.json")
 print("| interval | policy | build | " + " | ".join(f[0] for f in FIELDS) + " |")
 print("| --- | --- | --- | " + " | ".join("---" for _ in FIELDS) + " |")
 for (iv, pol) in sorted(after):
