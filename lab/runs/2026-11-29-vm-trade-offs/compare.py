@@ -19,7 +19,8 @@ import statistics as st
 BASE = "../2026-11-29-vm-past-shares/"
 REF = "../2026-11-29-vm-exact/twenty-jobs-seeds-61-70.json"
 VARIANTS = [("none", "MMK's rules"), ("A", "A: past the shares under a long queue"),
-            ("B", "B: room to spare in crowds"), ("AB", "A+B")]
+            ("B", "B: room to spare in crowds"), ("AB", "A+B"),
+            ("A2h", "A, GPUs held past 2 h")]
 FIG = [("online JCT", "online_avg_jct_s", min), ("offline JCT", "offline_avg_jct_s", min),
        ("offline p95", "offline_p95_slowdown", min), ("makespan", "makespan_s", min),
        ("STP", "stp", max), ("SLO miss", "slo_miss_pct", min)]
