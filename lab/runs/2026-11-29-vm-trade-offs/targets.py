@@ -5,7 +5,9 @@ against the three baselines, each baseline against the other two. Also per figur
 cells where each policy is within 1 % of the best of the others on that figure alone, and
 the cells where a different baseline is the best on online and on offline JCT; and, in the
 light-load cells (160 and 240 s) where MMK is behind on STP, how far it is from the best
-baseline on online and offline JCT and makespan there.
+baseline on online and offline JCT and makespan there; and the cells where some baseline
+is ahead of MMK (by more than 1 %, SLO miss 1 point) on every one of the five figures at
+once, or on every figure where the two are not level, with MMK ahead on none.
   python3 targets.py   (run in this folder; prints targets.md)
 """
 import glob
@@ -28,11 +30,14 @@ def gap(m, b, label, best):
     return (m / b - 1) * 100 if best is min else (b / m - 1) * 100
 
 
+name_of = {"default": "Default", "miso": "MISO", "miger": "MIGER"}
 total = 0
 all_at_once = {p: 0 for p in POLICIES}
 per_figure = {p: {f[0]: 0 for f in FIG} for p in POLICIES}
 split = 0
 light = []  # (STP, online JCT, offline JCT, makespan) gaps where MMK is behind on STP
+dominated_all = dominated = 0
+weak_cells = []
 for path in sorted(glob.glob(os.path.join(GRID, "*-o*-c*.json"))):
     by = {}
     for r in json.load(open(path))["runs"]:
@@ -44,6 +49,16 @@ for path in sorted(glob.glob(os.path.join(GRID, "*-o*-c*.json"))):
         best_on = min(BASELINES, key=lambda p: mean[(p, "online_avg_jct_s")])
         best_off = min(BASELINES, key=lambda p: mean[(p, "offline_avg_jct_s")])
         split += best_on != best_off
+        # A baseline ahead on every figure, or ahead on some and level on the rest.
+        strict = weak = False
+        for o in BASELINES:
+            g = [gap(mean[("mmk", k)], mean[(o, k)], label, best) for label, k, best in FIG]
+            strict |= all(x > 1.0 for x in g)
+            if all(x >= -1.0 for x in g) and any(x > 1.0 for x in g):
+                weak = True
+                weak_cells.append(f"{os.path.basename(path)[:-5]} at {iv:g} s ({name_of[o]})")
+        dominated_all += strict
+        dominated += weak
         if iv >= 160:
             g = [gap(mean[("mmk", k)], best(mean[(o, k)] for o in BASELINES), label, best)
                  for label, k, best in (FIG[3], FIG[0], FIG[1], FIG[2])]
@@ -71,3 +86,6 @@ print(f"\nLight load (160 and 240 s), cells where MMK is more than 1 % behind on
       "there, MMK against the best baseline (mean, most behind): "
       + ", ".join(f"{name_} {st.mean(g[i] for g in light):+.1f} % ({max(g[i] for g in light):+.1f} %)"
                   for i, name_ in ((0, "STP"), (1, "online JCT"), (2, "offline JCT"), (3, "makespan"))) + ".")
+print(f"\nCells where one baseline is ahead of MMK on all five figures: {dominated_all} of {total}; "
+      f"ahead on some and level (within 1 %) on the rest: {dominated} of {total}"
+      + (f" ({', '.join(weak_cells)})." if weak_cells else "."))
