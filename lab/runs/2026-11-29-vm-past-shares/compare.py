@@ -1,16 +1,17 @@
-"""This folder's grid beside the build before's (../2026-11-29-vm-crowd-forest, the same
-script and seeds): per figure, the cells (of those in both) where MMK is behind the best
-of Default, MISO and MIGER by more than 1 % (1 point for SLO miss) before and after, and
-per interval. A cell's distance is grid.py's.
+"""The grid of the folder it runs in beside the build before's (../2026-11-29-vm-crowd-forest,
+or BEFORE; the same script and seeds): per figure, the cells (of those in both) where MMK
+is behind the best of Default, MISO and MIGER by more than 1 % (1 point for SLO miss)
+before and after, and per interval. A cell's distance is grid.py's.
 
-  python3 compare.py        (run in this folder; prints compare.md)
+  python3 compare.py [BEFORE]   (run in this folder, it prints compare.md)
 """
 import glob
 import json
 import os
 import statistics as st
+import sys
 
-BEFORE = "../2026-11-29-vm-crowd-forest"
+BEFORE = sys.argv[1] if len(sys.argv) > 1 else "../2026-11-29-vm-crowd-forest"
 FIG = [("online JCT", "online_avg_jct_s", min), ("offline JCT", "offline_avg_jct_s", min),
        ("offline p95", "offline_p95_slowdown", min), ("makespan", "makespan_s", min),
        ("STP", "stp", max), ("SLO miss", "slo_miss_pct", min)]

@@ -2,14 +2,17 @@
 rules, on the small traces: per interval, the mean gap over the seeds (lowest..highest)
 and MMK's online time out of SLO. The reference rows are those of the earlier records
 (the searches read only the trace and the ground truth), MMK's before from the build
-before's record, MMK's after from this folder.
+before's record (or, given BEFORE, that record's `*-jobs-mmk.json`), MMK's after from the
+folder it runs in.
 
-  python3 gaps.py        (run in this folder; prints gaps.md)
+  python3 gaps.py [BEFORE]   (run in this folder, it prints gaps.md)
 """
 import json
+import os
 import statistics
+import sys
 
-RUNS = "../"
+RUNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..") + "/"
 SETS = [
     ("5 jobs", "reference", RUNS + "2026-11-29-vm-crowd-forest/five-jobs-seeds-101-110.json",
      RUNS + "2026-11-29-vm-crowd-forest/five-jobs-seeds-101-110.json", "five-jobs-mmk.json"),
@@ -19,6 +22,11 @@ SETS = [
      RUNS + "2026-11-29-vm-crowd-forest/twenty-jobs-planners-seeds-61-70.json",
      "twenty-jobs-mmk.json"),
 ]
+
+
+if len(sys.argv) > 1:
+    SETS = [(name, ref, ref_path, os.path.join(sys.argv[1], after), after)
+            for name, ref, ref_path, _, after in SETS]
 
 
 def rows(path, policy):

@@ -1,4 +1,4 @@
-"""MMK on its rules and the three variants of run.sh, on held-out seeds, against the best
+"""MMK on its rules and the four variants of run.sh, on held-out seeds, against the best
 baseline and the reference schedules:
 
 1. per variant, over the twelve grid cells x 3 rates and the paper's setup x 4 rates: the
@@ -40,6 +40,8 @@ def means(path, policies):
 def gap(m, b, label, best):
     if label == "SLO miss":
         return m - b
+    if b == 0 or m == 0:
+        return 0.0
     return (m / b - 1) * 100 if best is min else (b / m - 1) * 100
 
 

@@ -1,8 +1,9 @@
 #!/bin/bash
-# MMK on its rules (none) and four lab variants (variants.patch, built on the commit this
-# record was made on): A, an online job passes the online shares under a long queue too;
-# B, an online job joins a partition of two jobs or more whose shares are spent only with
-# its SLO's 30 % room; A+B; A2h, A with GPUs held for offline jobs past 2 h (not 3 h). Held-out seeds only: twelve overloaded-to-medium cells of the
+# MMK on its rules (none) and four lab variants (variants.patch applied to 864e7df):
+# A, an online job passes the online shares under a long queue too; B, an online job joins
+# a partition of two jobs or more whose shares add up to 100 % or more only where every
+# online job there keeps its SLO with 30 % to spare; A+B; A2h, A with GPUs held for
+# offline jobs past 2 h (not 3 h). Held-out seeds only: twelve overloaded-to-medium cells of the
 # grid (4 GPU models x 30/50/70 % online, checkpointable 0.5, 20/40/80 s, seeds 51-53),
 # the paper's setup (seeds 51-53) and the 20-job traces (seeds 61-70). The baselines and
 # the reference schedules these are read against are in the earlier records (compare.py).

@@ -8,14 +8,16 @@ light-load cells (160 and 240 s) where MMK is behind on STP, how far it is from 
 baseline on online and offline JCT and makespan there; and the cells where some baseline
 is ahead of MMK (by more than 1 %, SLO miss 1 point) on every one of the five figures at
 once, or on every figure where the two are not level, with MMK ahead on none.
-  python3 targets.py   (run in this folder; prints targets.md)
+  python3 targets.py [GRID]   (run in this folder, it prints targets.md; GRID: another
+                               folder of grid runs, e.g. a later record's)
 """
 import glob
 import json
 import os
 import statistics as st
+import sys
 
-GRID = "../2026-11-29-vm-past-shares/"
+GRID = sys.argv[1] if len(sys.argv) > 1 else "../2026-11-29-vm-past-shares/"
 FIG = [("online JCT", "online_avg_jct_s", min), ("offline JCT", "offline_avg_jct_s", min),
        ("makespan", "makespan_s", min), ("STP", "stp", max), ("SLO miss", "slo_miss_pct", min)]
 BASELINES = ("default", "miso", "miger")
