@@ -516,6 +516,48 @@ impl PerfModel for Proportional {
 }
 
 #[test]
+fn of_jobs_that_wait_together_the_smallest_gets_the_room_unless_one_has_waited_long() {
+    // A training holds 40 GiB of the only partition, which covers the GPU; two services
+    // wait, 30 and 20 GiB, and only one fits beside it.
+    let (node, whole) = whole_instance_node();
+    let mut running = job(1, JobClass::Offline, 40, 0.5, 0.3);
+    running.placed = Some(whole);
+    running.mps_share = 50;
+    let large = job(2, JobClass::Online, 30, 0.3, 0.2);
+    let small = job(3, JobClass::Online, 20, 0.3, 0.2);
+    let started = |planner: &Hybrid, large: &JobDemand| {
+        let plan = planner.plan(&node, &[running.clone(), large.clone(), small.clone()]);
+        let queued: Vec<u64> = plan.queued.iter().map(|q| q.job).collect();
+        let placed: Vec<u64> = plan
+            .placements
+            .iter()
+            .map(|p| p.job)
+            .filter(|&j| j != 1)
+            .collect();
+        assert_eq!(placed.len(), 1, "{plan:?}");
+        assert_eq!(queued.len(), 1, "{plan:?}");
+        placed[0]
+    };
+    // MMK serves the smaller first...
+    assert!(mmk().options.smallest_first);
+    assert_eq!(started(&mmk(), &large), 3);
+    // ... but a job that has waited past `reserve_after` goes first, whatever its size...
+    let mut aged = large.clone();
+    aged.age_s = RESERVE_AFTER + 60.0;
+    assert_eq!(started(&mmk(), &aged), 2);
+    // ... and without the option the larger goes first, as first-fit decreasing packs.
+    let largest_first = Hybrid::new(
+        "largest-first",
+        Arc::new(AnalyticModel::default()),
+        HybridOptions {
+            smallest_first: false,
+            ..mmk().options
+        },
+    );
+    assert_eq!(started(&largest_first, &large), 2);
+}
+
+#[test]
 fn past_the_shares_an_offline_job_joins_at_the_most_it_may_take() {
     // A training that cannot move holds all of the only partition; another would wait.
     let (node, whole) = whole_instance_node();
