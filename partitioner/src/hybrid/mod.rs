@@ -326,12 +326,12 @@ pub const RESERVE_AFTER: f64 = 3.0 * 3600.0;
 /// while several small ones waited. Served smallest first (found on seeds 1-3 of twelve
 /// cells of the grid and of the paper's setup, seeds 1-5 of 20-job traces; measured on
 /// held-out seeds), MMK's average JCT over those cells at 20-80 s and the paper's setup at
-/// 20-160 s fell 12.0 % on the mean (52 % at most; 2.3 % longer in one cell), online JCT
-/// 22.9 % and offline JCT 2.3 %; the mean gap to the best schedules of 20-job traces went
-/// from 39 / 30 / 23 / 19 % to 27 / 25 / 19 / 20 % at 20 / 40 / 80 / 160 s. Over the grid's
-/// 360 cells, offline JCT is more than 1 % behind the best baseline in 111 (was 133) and
-/// the makespan in 26 (was 11; by 2.4 % in the median cell, 9.3 % at most): a large job
-/// waits while smaller ones take the memory that frees
+/// 20-160 s fell 12.0 % on the mean (52 % at most; longer in 5 of the 40 cells, by 2.3 %
+/// at most), online JCT 22.9 % and offline JCT 2.3 %; the mean gap to the best schedules
+/// of 20-job traces went from 39 / 30 / 23 / 19 % to 27 / 25 / 19 / 20 % at 20 / 40 / 80 /
+/// 160 s. Over the grid's 360 cells, offline JCT is more than 1 % behind the best baseline
+/// in 111 (was 133) and the makespan in 26 (was 11; by 2.4 % in the median cell, 9.3 % at
+/// most): a large job waits while smaller ones take the memory that frees
 /// (lab/runs/2026-11-29-vm-smallest-first). Jobs that have waited past `reserve_after` go
 /// first whatever their size.
 pub const SMALLEST_FIRST: bool = true;
@@ -629,7 +629,7 @@ impl Hybrid {
                 let answer = self.repartition(
                     (gpu, &p.plans[gi]),
                     jobs,
-                    &p.waiting,
+                    &packing,
                     &p.kinds,
                     &p.moved,
                     p.raise,

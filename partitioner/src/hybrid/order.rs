@@ -34,8 +34,8 @@ impl Hybrid {
             return (true, Reverse(0), -memory);
         }
         match self.options.reserve_after {
-            // Milliseconds, so that a float's order becomes an integer's (a negative or
-            // undefined age counts as none).
+            // Milliseconds, so that a float's order becomes an integer's (the guard keeps
+            // out an undefined or negative age; a huge one saturates).
             Some(after) if j.age_s >= after => (false, Reverse((j.age_s * 1e3) as u64), 0),
             _ => (true, Reverse(0), memory),
         }
